@@ -1,0 +1,142 @@
+"""Every error laser-memory raises on purpose.
+
+The tree::
+
+    LaserError
+    ├── ConfigError                 bad URL, bad option value, unusable setting
+    │   └── InvalidUrl
+    ├── InvalidInput                refused before anything was written (also a ValueError)
+    │   ├── InvalidId
+    │   ├── UnknownKind
+    │   ├── InvalidBody
+    │   │   ├── EmptyBody
+    │   │   └── BodyTooLarge
+    │   ├── InvalidWeight
+    │   ├── InvalidName             namespace, key, topic, stream, scope field
+    │   ├── InvalidPatch
+    │   └── InvalidRecord           a record the caller built cannot go on the log
+    ├── RecordDecodeError           bytes on the log that are not a record we can read
+    │   └── UnsupportedSchemaVersion
+    ├── LogError
+    │   ├── LogClosed               the log was used before start() or after stop()
+    │   ├── UnknownTopic
+    │   ├── TopicConflict           a topic exists with another shape
+    │   └── LogUnavailable          the storage or broker cannot be reached
+    └── WaitTimeout                 a wait for a position ran out of time
+
+Each message says what was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BodyTooLarge",
+    "ConfigError",
+    "EmptyBody",
+    "InvalidBody",
+    "InvalidId",
+    "InvalidInput",
+    "InvalidName",
+    "InvalidPatch",
+    "InvalidRecord",
+    "InvalidUrl",
+    "InvalidWeight",
+    "LaserError",
+    "LogClosed",
+    "LogError",
+    "LogUnavailable",
+    "RecordDecodeError",
+    "TopicConflict",
+    "UnknownKind",
+    "UnknownTopic",
+    "UnsupportedSchemaVersion",
+    "WaitTimeout",
+]
+
+
+class LaserError(Exception):
+    """Base of every error laser-memory raises on purpose."""
+
+
+class ConfigError(LaserError):
+    """A setting cannot be used as given."""
+
+
+class InvalidUrl(ConfigError, ValueError):
+    """A log URL is not ``local://PATH`` or ``kafka://host:port[,host:port]``."""
+
+
+class InvalidInput(LaserError, ValueError):
+    """The caller's input was refused; nothing was written."""
+
+
+class InvalidId(InvalidInput):
+    """A memory id is not 16 bytes or not in its printed form."""
+
+
+class UnknownKind(InvalidInput):
+    """A memory kind word or code that laser-memory does not define."""
+
+
+class InvalidBody(InvalidInput):
+    """A body that no record can carry."""
+
+
+class EmptyBody(InvalidBody):
+    """An empty body: there is nothing to remember."""
+
+
+class BodyTooLarge(InvalidBody):
+    """A body over the configured maximum size."""
+
+
+class InvalidWeight(InvalidInput):
+    """A feedback weight that is not a finite number."""
+
+
+class InvalidName(InvalidInput):
+    """A namespace, key, topic, stream or scope value that a record cannot hold."""
+
+
+class InvalidPatch(InvalidInput):
+    """A JSON merge patch that is not a JSON object (or not JSON at all)."""
+
+
+class InvalidRecord(InvalidInput):
+    """A record the caller built that cannot be encoded onto the log."""
+
+
+class RecordDecodeError(LaserError):
+    """Bytes read from the log are not a record this version can read.
+
+    Folders never stop on this error: they set the record aside with its
+    position and this error's message.
+    """
+
+
+class UnsupportedSchemaVersion(RecordDecodeError):
+    """A record written by a newer laser-memory with a schema version we do not know."""
+
+
+class LogError(LaserError):
+    """A log operation failed."""
+
+
+class LogClosed(LogError):
+    """The log was used before ``start()`` or after ``stop()``."""
+
+
+class UnknownTopic(LogError):
+    """The topic does not exist on this log."""
+
+
+class TopicConflict(LogError):
+    """A topic exists already with a different shape (for example partition count)."""
+
+
+class LogUnavailable(LogError):
+    """The log's storage or broker cannot be reached."""
+
+
+class WaitTimeout(LaserError, TimeoutError):
+    """Waiting for the log or a view to reach a position ran out of time."""

@@ -1,0 +1,99 @@
+"""Memory kinds: what an item is, with a stable one-byte code and a class.
+
+The codes are part of the wire format and of content ids: never renumber them.
+
+>>> memory_kind_code("summary")
+3
+>>> memory_kind_class("message")
+'episodic'
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .errors import UnknownKind
+
+__all__ = ["MemoryClass", "MemoryKind", "memory_kind_class", "memory_kind_code", "parse_kind"]
+
+
+class MemoryClass(enum.StrEnum):
+    """The broad class of a memory kind."""
+
+    SEMANTIC = "semantic"
+    EPISODIC = "episodic"
+    PROCEDURAL = "procedural"
+
+
+class MemoryKind(enum.StrEnum):
+    """The kind of a memory item; its value is the lowercase word the API takes."""
+
+    FACT = "fact"
+    MESSAGE = "message"
+    SUMMARY = "summary"
+    ENTITY = "entity"
+    FEEDBACK = "feedback"
+    PROCEDURE = "procedure"
+
+    @property
+    def code(self) -> int:
+        """The stable one-byte code written on the log."""
+        return _CODES[self]
+
+    @property
+    def memory_class(self) -> MemoryClass:
+        return _CLASSES[self]
+
+    @classmethod
+    def from_code(cls, code: int) -> MemoryKind:
+        try:
+            return _BY_CODE[code]
+        except KeyError:
+            raise UnknownKind(
+                f"unknown memory kind code {code!r}; known codes are "
+                f"{', '.join(f'{c} ({k.value})' for c, k in sorted(_BY_CODE.items()))}"
+            ) from None
+
+
+_CODES: dict[MemoryKind, int] = {
+    MemoryKind.FACT: 1,
+    MemoryKind.MESSAGE: 2,
+    MemoryKind.SUMMARY: 3,
+    MemoryKind.ENTITY: 4,
+    MemoryKind.FEEDBACK: 5,
+    MemoryKind.PROCEDURE: 6,
+}
+_BY_CODE = {code: kind for kind, code in _CODES.items()}
+_CLASSES: dict[MemoryKind, MemoryClass] = {
+    MemoryKind.FACT: MemoryClass.SEMANTIC,
+    MemoryKind.SUMMARY: MemoryClass.SEMANTIC,
+    MemoryKind.ENTITY: MemoryClass.SEMANTIC,
+    MemoryKind.FEEDBACK: MemoryClass.SEMANTIC,
+    MemoryKind.MESSAGE: MemoryClass.EPISODIC,
+    MemoryKind.PROCEDURE: MemoryClass.PROCEDURAL,
+}
+
+
+def parse_kind(kind: str | MemoryKind) -> MemoryKind:
+    """Return the `MemoryKind` for a kind word; an unknown word raises `UnknownKind`."""
+    if isinstance(kind, MemoryKind):
+        return kind
+    if isinstance(kind, str):
+        try:
+            return MemoryKind(kind.lower())
+        except ValueError:
+            pass
+    raise UnknownKind(
+        f"unknown memory kind {kind!r}; use one of: {', '.join(k.value for k in MemoryKind)}"
+    )
+
+
+def memory_kind_code(kind: str | MemoryKind) -> int:
+    """The stable one-byte code of a kind (fact 1, message 2, summary 3, entity 4,
+    feedback 5, procedure 6)."""
+    return parse_kind(kind).code
+
+
+def memory_kind_class(kind: str | MemoryKind) -> str:
+    """The class of a kind: ``semantic``, ``episodic`` or ``procedural``."""
+    return parse_kind(kind).memory_class.value

@@ -1,0 +1,70 @@
+"""The log port and its two logs, chosen by URL.
+
+>>> log = connect("local://./laser-data")                  # doctest: +SKIP
+>>> log = connect("kafka://127.0.0.1:9092,127.0.0.1:9093")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import InvalidUrl
+from .kafka import KafkaLog, KafkaLogConfig
+from .local import LocalLog, LocalLogConfig
+from .partitioner import partition_for
+from .port import Appended, Log, LogRecord, OutgoingRecord, Position, TopicInfo
+
+__all__ = [
+    "DEFAULT_URL",
+    "Appended",
+    "KafkaLog",
+    "KafkaLogConfig",
+    "LocalLog",
+    "LocalLogConfig",
+    "Log",
+    "LogRecord",
+    "OutgoingRecord",
+    "Position",
+    "TopicInfo",
+    "connect_log",
+    "parse_url",
+    "partition_for",
+]
+
+DEFAULT_URL = "local://./laser-data"
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})")
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """Split a log URL into ("local", path) or ("kafka", "host:port,host:port")."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidUrl(
+            f"{url!r} is not a log URL; use local://PATH or kafka://host:port[,host:port]"
+        )
+    scheme, _, rest = url.partition("://")
+    if scheme == "local":
+        if not rest:
+            raise InvalidUrl("local:// needs a folder path, for example local://./laser-data")
+        return "local", os.path.expanduser(rest)
+    if scheme == "kafka":
+        servers = [s.strip() for s in rest.split(",")]
+        for server in servers:
+            match = _HOST_PORT.fullmatch(server)
+            if not match or not 0 < int(match.group(2)) < 65536:
+                raise InvalidUrl(
+                    f"{server!r} in {url!r} is not host:port; use "
+                    "kafka://host:port[,host:port], for example kafka://127.0.0.1:9092"
+                )
+        return "kafka", ",".join(servers)
+    raise InvalidUrl(
+        f"unknown log scheme {scheme!r} in {url!r}; use local://PATH or kafka://host:port"
+    )
+
+
+def connect_log(url: str = DEFAULT_URL) -> Log:
+    """Make the log a URL names; start it with ``await log.start()`` or ``async with``."""
+    kind, where = parse_url(url)
+    if kind == "local":
+        return LocalLog(where)
+    return KafkaLog(KafkaLogConfig(bootstrap_servers=where))

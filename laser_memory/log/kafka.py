@@ -1,0 +1,439 @@
+"""`KafkaLog`: the log on Apache Kafka, through aiokafka.
+
+- Topics are created with ``message.timestamp.type=LogAppendTime``, so every
+  record's time is the broker's append time, not the producer's clock.
+- One idempotent producer with ``acks=all`` carries every append; appends made
+  together are batched by the producer (``linger_s``) and each future resolves
+  to the record's position and append time.
+- Reads assign partitions explicitly and seek (no consumer group): a fold owns
+  its positions. Idle consumers are pooled, so an incremental read costs a
+  fetch, not a new connection.
+- A topic's generation is its Kafka topic id, which changes when a topic is
+  deleted and created again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import warnings
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..errors import InvalidRecord, LogClosed, LogUnavailable, TopicConflict, UnknownTopic
+from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
+from .naming import validate_partitions, validate_topic
+from .partitioner import partition_for
+from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
+
+__all__ = ["KafkaLog", "KafkaLogConfig"]
+
+_UNKNOWN_TOPIC = 3
+_TOPIC_ALREADY_EXISTS = 36
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaLogConfig:
+    """Settings of a `KafkaLog`. Seconds are floats.
+
+    ``replication_factor=None`` keeps three copies, or one per broker on a smaller
+    cluster. ``linger_s`` is how
+    long the producer waits to fill a batch.
+    """
+
+    bootstrap_servers: str
+    client_id: str = "laser-memory"
+    linger_s: float = 0.005
+    request_timeout_s: float = 30.0
+    fetch_wait_s: float = 0.1
+    replication_factor: int | None = None
+    max_batch_bytes: int = 1 << 20
+    max_request_bytes: int = 8 << 20
+    extra_topic_configs: Mapping[str, str] = field(default_factory=dict)
+
+
+class KafkaLog:
+    """The log on an Apache Kafka cluster.
+
+    >>> async with KafkaLog(KafkaLogConfig("127.0.0.1:9092")) as log:   # doctest: +SKIP
+    ...     await log.create_topic("events", partitions=3)
+    """
+
+    def __init__(self, config: KafkaLogConfig):
+        self._config = config
+        self._admin: AIOKafkaAdminClient | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._idle_consumers: list[AIOKafkaConsumer] = []
+        self._busy_consumers: set[AIOKafkaConsumer] = set()
+        self._partitions: dict[str, int] = {}
+        self._state = "new"
+
+    @property
+    def url(self) -> str:
+        return f"kafka://{self._config.bootstrap_servers}"
+
+    async def __aenter__(self) -> KafkaLog:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Connect the admin client and the producer. Safe to call twice."""
+        if self._state == "started":
+            return
+        if self._state == "stopped":
+            raise LogClosed("this KafkaLog was stopped; make a new one to connect again")
+        cfg = self._config
+        self._admin = AIOKafkaAdminClient(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=f"{cfg.client_id}-admin",
+            request_timeout_ms=int(cfg.request_timeout_s * 1000),
+        )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=int(cfg.linger_s * 1000),
+            max_batch_size=cfg.max_batch_bytes,
+            max_request_size=cfg.max_request_bytes,
+            request_timeout_ms=int(cfg.request_timeout_s * 1000),
+        )
+        try:
+            await self._admin.start()
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._close_clients()
+            self._state = "stopped"
+            raise LogUnavailable(
+                f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}; check the address "
+                "and that the broker is up"
+            ) from exc
+        self._state = "started"
+
+    async def stop(self) -> None:
+        """Flush pending appends and close every connection. Safe to call twice."""
+        if self._state != "started":
+            self._state = "stopped"
+            return
+        self._state = "stopped"
+        await self._close_clients()
+
+    async def _close_clients(self) -> None:
+        consumers = self._idle_consumers + list(self._busy_consumers)
+        self._idle_consumers, self._busy_consumers = [], set()
+        for consumer in consumers:
+            await consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._admin is not None:
+            await self._admin.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) == "started":
+            warnings.warn(
+                f"KafkaLog for {self._config.bootstrap_servers} was not stopped; call stop() "
+                "or use 'async with'",
+                ResourceWarning,
+                stacklevel=1,
+            )
+
+    def _require_started(self) -> None:
+        if self._state != "started":
+            if self._state == "new":
+                raise LogClosed("the log is not started; call 'await log.start()' first")
+            raise LogClosed("the log is stopped; open a new one")
+
+    # -- topics --------------------------------------------------------------
+
+    async def _topic_metadata(self, topic: str) -> tuple[str, int]:
+        """(topic id, partition count) straight from a broker; `UnknownTopic` if absent."""
+        assert self._admin is not None
+        client = self._admin._client
+        try:
+            response = await client.send(client.get_random_node(), TopicIdsRequest([topic]))
+        except KafkaError as exc:
+            raise LogUnavailable(f"Kafka metadata request failed: {exc}") from exc
+        error_code, topic_id, partitions = topic_ids_from(response)[topic]
+        if error_code == _UNKNOWN_TOPIC:
+            raise UnknownTopic(
+                f"topic {topic!r} does not exist on Kafka at {self._config.bootstrap_servers}; "
+                "create it first (for the memory topic: 'laser-memory bootstrap')"
+            )
+        if error_code != 0:
+            raise LogUnavailable(f"Kafka reports error code {error_code} for topic {topic!r}")
+        return topic_id, partitions
+
+    async def create_topic(
+        self, topic: str, *, partitions: int, retention_s: float | None = None
+    ) -> TopicInfo:
+        validate_topic(topic)
+        validate_partitions(partitions, retention_s)
+        self._require_started()
+        assert self._admin is not None
+        configs = {
+            "message.timestamp.type": "LogAppendTime",
+            "retention.ms": "-1" if retention_s is None else str(int(retention_s * 1000)),
+            **self._config.extra_topic_configs,
+        }
+        # Unset: 3 copies where the cluster has three brokers, else one per broker.
+        replication = self._config.replication_factor or min(
+            3, max(1, len(self._admin._client.cluster.brokers()))
+        )
+        deadline = time.monotonic() + self._config.request_timeout_s
+        while True:
+            try:
+                response = await self._admin.create_topics(
+                    [NewTopic(topic, partitions, replication, topic_configs=configs)]
+                )
+            except TopicAlreadyExistsError:
+                error_code = _TOPIC_ALREADY_EXISTS
+            except KafkaError as exc:
+                raise LogUnavailable(f"Kafka could not create topic {topic!r}: {exc}") from exc
+            else:
+                error_code = response.topic_errors[0][1]
+                message = response.topic_errors[0][2] if len(response.topic_errors[0]) > 2 else ""
+                if error_code not in (0, _TOPIC_ALREADY_EXISTS):
+                    raise LogUnavailable(
+                        f"Kafka could not create topic {topic!r}: error {error_code} {message}"
+                    )
+            try:
+                info = await self._wait_visible(topic, deadline)
+            except UnknownTopic:
+                # A topic marked for deletion still answers "already exists"; try again.
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+                continue
+            if info.partitions != partitions:
+                raise TopicConflict(
+                    f"topic {topic!r} exists with {info.partitions} partitions, not "
+                    f"{partitions}; use the existing count or delete the topic first"
+                )
+            return info
+
+    async def _wait_visible(self, topic: str, deadline: float) -> TopicInfo:
+        """Metadata lags creation a little; wait until the topic answers with its partitions."""
+        while True:
+            try:
+                return await self.describe_topic(topic)
+            except UnknownTopic:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def delete_topic(self, topic: str) -> None:
+        self._require_started()
+        assert self._admin is not None
+        await self._topic_metadata(topic)
+        try:
+            await self._admin.delete_topics([topic])
+        except UnknownTopicOrPartitionError as exc:
+            raise UnknownTopic(f"topic {topic!r} does not exist") from exc
+        except KafkaError as exc:
+            raise LogUnavailable(f"Kafka could not delete topic {topic!r}: {exc}") from exc
+        self._partitions.pop(topic, None)
+        deadline = time.monotonic() + self._config.request_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                await self._topic_metadata(topic)
+            except UnknownTopic:
+                return
+            await asyncio.sleep(0.05)
+
+    async def describe_topic(self, topic: str) -> TopicInfo:
+        self._require_started()
+        assert self._admin is not None
+        topic_id, partitions = await self._topic_metadata(topic)
+        if partitions == 0:
+            raise UnknownTopic(f"topic {topic!r} has no partitions yet")
+        self._partitions[topic] = partitions
+        retention_s: float | None = None
+        try:
+            [described] = await self._admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": None})]
+            )
+            for resource in described.resources:
+                for entry in resource[4]:
+                    if entry[0] == "retention.ms" and entry[1] is not None:
+                        millis = int(entry[1])
+                        retention_s = None if millis < 0 else millis / 1000
+        except KafkaError as exc:
+            raise LogUnavailable(f"Kafka could not describe topic {topic!r}: {exc}") from exc
+        return TopicInfo(topic, partitions, retention_s, topic_id)
+
+    async def end_offsets(self, topic: str) -> dict[int, int]:
+        partitions = await self._partition_count(topic)
+        consumer = await self._acquire_consumer()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            ends = await consumer.end_offsets(tps)
+        except KafkaError as exc:
+            raise LogUnavailable(f"Kafka could not list end offsets of {topic!r}: {exc}") from exc
+        finally:
+            self._release_consumer(consumer)
+        return {tp.partition: offset for tp, offset in ends.items()}
+
+    async def _partition_count(self, topic: str) -> int:
+        self._require_started()
+        count = self._partitions.get(topic)
+        if count is None:
+            count = (await self.describe_topic(topic)).partitions
+        return count
+
+    # -- appends -------------------------------------------------------------
+
+    async def append(self, topic: str, record: OutgoingRecord) -> Appended:
+        [receipt] = await self.append_batch(topic, [record])
+        return receipt
+
+    async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
+        partitions = await self._partition_count(topic)
+        placed = []
+        for record in records:
+            if record.partition is None:
+                placed.append(partition_for(record.key, partitions))
+            elif 0 <= record.partition < partitions:
+                placed.append(record.partition)
+            else:
+                raise InvalidRecord(
+                    f"partition {record.partition} does not exist; topic {topic!r} has "
+                    f"{partitions} partitions (0 to {partitions - 1})"
+                )
+        assert self._producer is not None
+        try:
+            futures = [
+                await self._producer.send(
+                    topic,
+                    record.value,
+                    key=record.key,
+                    partition=partition,
+                    headers=list(record.headers),
+                )
+                for record, partition in zip(records, placed, strict=True)
+            ]
+            metadata = await asyncio.gather(*futures)
+        except UnknownTopicOrPartitionError as exc:
+            self._partitions.pop(topic, None)
+            raise UnknownTopic(f"topic {topic!r} does not exist: {exc}") from exc
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            raise LogUnavailable(f"Kafka did not take the append: {exc}") from exc
+        except KafkaError as exc:
+            raise LogUnavailable(f"Kafka refused the append: {exc}") from exc
+        return [Appended(m.topic, m.partition, m.offset, m.timestamp) for m in metadata]
+
+    # -- reads ---------------------------------------------------------------
+
+    async def _acquire_consumer(self) -> AIOKafkaConsumer:
+        self._require_started()
+        if self._idle_consumers:
+            consumer = self._idle_consumers.pop()
+        else:
+            cfg = self._config
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=cfg.bootstrap_servers,
+                client_id=f"{cfg.client_id}-reader",
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=int(cfg.fetch_wait_s * 1000),
+                request_timeout_ms=int(cfg.request_timeout_s * 1000),
+            )
+            try:
+                await consumer.start()
+            except KafkaError as exc:
+                raise LogUnavailable(f"cannot reach Kafka for a read: {exc}") from exc
+        self._busy_consumers.add(consumer)
+        return consumer
+
+    def _release_consumer(self, consumer: AIOKafkaConsumer) -> None:
+        self._busy_consumers.discard(consumer)
+        if self._state == "started":
+            consumer.assign([])
+            self._idle_consumers.append(consumer)
+
+    async def read(
+        self,
+        topic: str,
+        start: Mapping[int, int] | None = None,
+        *,
+        partitions: Sequence[int] | None = None,
+        until: Mapping[int, int] | None = None,
+        follow: bool = False,
+        max_batch: int = 1000,
+    ) -> AsyncIterator[list[LogRecord]]:
+        count = await self._partition_count(topic)
+        chosen = list(range(count)) if partitions is None else list(partitions)
+        for partition in chosen:
+            if not 0 <= partition < count:
+                raise UnknownTopic(f"topic {topic!r} has no partition {partition}; it has {count}")
+        if not follow and until is None:
+            until = await self.end_offsets(topic)
+        positions = {p: (start or {}).get(p, 0) for p in chosen}
+        pending = [
+            p for p in chosen if until is None or positions[p] < until.get(p, 0)
+        ]
+        if not pending:
+            return
+        consumer = await self._acquire_consumer()
+        try:
+            tps = {p: TopicPartition(topic, p) for p in pending}
+            consumer.assign(list(tps.values()))
+            for p, tp in tps.items():
+                consumer.seek(tp, positions[p])
+            while pending:
+                try:
+                    fetched = await consumer.getmany(
+                        *[tps[p] for p in pending],
+                        timeout_ms=int(self._config.fetch_wait_s * 1000) or 1,
+                        max_records=max_batch,
+                    )
+                except KafkaError as exc:
+                    raise LogUnavailable(f"Kafka read of {topic!r} failed: {exc}") from exc
+                for tp, messages in fetched.items():
+                    limit = None if until is None else until.get(tp.partition, 0)
+                    batch = [
+                        LogRecord(
+                            m.topic,
+                            m.partition,
+                            m.offset,
+                            m.timestamp,
+                            m.key,
+                            m.value if m.value is not None else b"",
+                            tuple(m.headers),
+                        )
+                        for m in messages
+                        if limit is None or m.offset < limit
+                    ]
+                    if batch:
+                        positions[tp.partition] = batch[-1].offset + 1
+                        yield batch
+                if until is not None:
+                    for p in list(pending):
+                        if positions[p] >= until.get(p, 0):
+                            pending.remove(p)
+                            consumer.pause(tps[p])
+                        elif not fetched.get(tps[p]):
+                            # Below `until` but nothing came: records were removed by
+                            # retention; the consumer's position says where the log starts.
+                            with contextlib.suppress(Exception):
+                                if await consumer.position(tps[p]) >= until.get(p, 0):
+                                    pending.remove(p)
+                                    consumer.pause(tps[p])
+        finally:
+            consumer.resume(*consumer.paused()) if consumer.paused() else None
+            self._release_consumer(consumer)

@@ -1,0 +1,541 @@
+"""`LocalLog`: the embedded default log, durable on one host, in one LMDB environment.
+
+Layout of the environment (all integers big-endian, so LMDB's byte order is
+offset order):
+
+- ``topics``: topic name -> msgpack `_TopicMeta` (an internal topic number that
+  is never reused, partition count, retention, generation).
+- ``heads``: topic number (8 bytes) + partition (4) -> msgpack
+  ``[next_offset, last_append_time_ms, first_offset]``.
+- ``records``: topic number (8) + partition (4) + offset (8) -> msgpack
+  ``[append_time_ms, key, value, headers]``.
+
+Every append commits in one LMDB write transaction with ``sync`` on, so an
+acknowledged record survives a process kill or power loss, and LMDB's
+copy-on-write pages mean a reader never sees a torn record. Appends that arrive
+together share one transaction (group commit): one durable commit costs far
+more than thousands of puts inside it, so per-record commits would cap every
+caller at the disk's sync rate.
+
+Several processes on one host may open the same folder at once: LMDB
+serialises writers with its lock file and readers never block. Within one
+process all `LocalLog` objects on a folder share one environment, because
+LMDB forbids opening an environment twice in a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+import warnings
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import lmdb
+import msgspec
+
+from ..errors import InvalidRecord, LogClosed, LogUnavailable, TopicConflict, UnknownTopic
+from .naming import validate_partitions, validate_topic
+from .partitioner import partition_for
+from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
+
+__all__ = ["LocalLog", "LocalLogConfig"]
+
+_U64 = 8
+_U32 = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LocalLogConfig:
+    """Settings of a `LocalLog`. Seconds are floats.
+
+    ``map_size`` is the largest the environment may grow to (sparse on disk);
+    ``poll_interval_s`` is how often a following reader checks for records written
+    by other processes (records written in this process wake it at once);
+    ``max_group_records`` caps how many records one group commit carries.
+    """
+
+    map_size: int = 64 << 30
+    poll_interval_s: float = 0.05
+    max_group_records: int = 50_000
+    sync: bool = True
+
+
+class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
+    number: int
+    partitions: int
+    retention_s: float | None
+    generation: str
+
+
+_meta_decoder = msgspec.msgpack.Decoder(_TopicMeta)
+_head_decoder = msgspec.msgpack.Decoder(tuple[int, int, int])
+_record_decoder = msgspec.msgpack.Decoder(
+    tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]
+)
+_encoder = msgspec.msgpack.Encoder()
+_NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
+
+
+class _SharedEnv:
+    """One LMDB environment per folder per process, reference counted."""
+
+    _lock = threading.Lock()
+    _envs: dict[str, tuple[lmdb.Environment, int, dict[str, object]]] = {}
+
+    @classmethod
+    def acquire(cls, path: str, config: LocalLogConfig) -> tuple[lmdb.Environment, dict]:
+        with cls._lock:
+            entry = cls._envs.get(path)
+            if entry is not None:
+                env, count, dbs = entry
+                cls._envs[path] = (env, count + 1, dbs)
+                return env, dbs
+            os.makedirs(path, exist_ok=True)
+            env = lmdb.open(
+                path,
+                map_size=config.map_size,
+                max_dbs=4,
+                sync=config.sync,
+                metasync=config.sync,
+                max_readers=512,
+            )
+            dbs = {
+                name: env.open_db(name.encode())
+                for name in ("topics", "heads", "records")
+            }
+            cls._envs[path] = (env, 1, dbs)
+            return env, dbs
+
+    @classmethod
+    def release(cls, path: str) -> None:
+        with cls._lock:
+            env, count, dbs = cls._envs[path]
+            if count == 1:
+                del cls._envs[path]
+                env.close()
+            else:
+                cls._envs[path] = (env, count - 1, dbs)
+
+
+@dataclass(slots=True)
+class _AppendRequest:
+    topic: str
+    records: Sequence[OutgoingRecord]
+    future: asyncio.Future[list[Appended]]
+
+
+def _head_key(number: int, partition: int) -> bytes:
+    return number.to_bytes(_U64, "big") + partition.to_bytes(_U32, "big")
+
+
+def _record_key(number: int, partition: int, offset: int) -> bytes:
+    return _head_key(number, partition) + offset.to_bytes(_U64, "big")
+
+
+class LocalLog:
+    """The embedded log: partitioned topics in an LMDB environment in ``path``.
+
+    >>> async with LocalLog("./laser-data") as log:       # doctest: +SKIP
+    ...     await log.create_topic("events", partitions=4)
+    """
+
+    def __init__(self, path: str | os.PathLike[str], config: LocalLogConfig | None = None):
+        self._path = os.path.realpath(os.fspath(path))
+        self._config = config or LocalLogConfig()
+        self._env: lmdb.Environment | None = None
+        self._dbs: dict = {}
+        self._queue: asyncio.Queue[_AppendRequest | None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._appended = asyncio.Event()
+        self._state = "new"
+
+    @property
+    def url(self) -> str:
+        return f"local://{self._path}"
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    async def __aenter__(self) -> LocalLog:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the environment and start the group-commit writer. Safe to call twice."""
+        if self._state == "started":
+            return
+        if self._state == "stopped":
+            raise LogClosed("this LocalLog was stopped; make a new one to open the folder again")
+        try:
+            self._env, self._dbs = _SharedEnv.acquire(self._path, self._config)
+        except (lmdb.Error, OSError) as exc:
+            raise LogUnavailable(f"cannot open the local log at {self._path}: {exc}") from exc
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="laser-local-log"
+        )
+        self._queue = asyncio.Queue()
+        self._writer = asyncio.get_running_loop().create_task(
+            self._write_loop(), name=f"laser-local-log-writer:{self._path}"
+        )
+        self._state = "started"
+
+    async def stop(self) -> None:
+        """Finish pending appends, stop the writer and close the environment. Safe twice."""
+        if self._state != "started":
+            self._state = "stopped"
+            return
+        self._state = "stopping"
+        assert self._queue is not None and self._writer is not None
+        await self._queue.put(None)
+        try:
+            await self._writer
+        finally:
+            assert self._executor is not None
+            self._executor.shutdown(wait=True)
+            _SharedEnv.release(self._path)
+            self._env = None
+            self._state = "stopped"
+            self._appended.set()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) == "started":
+            warnings.warn(
+                f"LocalLog at {self._path} was not stopped; call stop() or use 'async with'",
+                ResourceWarning,
+                stacklevel=1,
+            )
+
+    def _require_started(self) -> lmdb.Environment:
+        if self._state != "started" or self._env is None:
+            if self._state == "new":
+                raise LogClosed("the log is not started; call 'await log.start()' first")
+            raise LogClosed("the log is stopped; open a new one")
+        return self._env
+
+    # -- topics --------------------------------------------------------------
+
+    def _meta(self, txn: lmdb.Transaction, topic: str) -> _TopicMeta:
+        raw = txn.get(topic.encode(), db=self._dbs["topics"])
+        if raw is None:
+            raise UnknownTopic(
+                f"topic {topic!r} does not exist in the local log at {self._path}; "
+                "create it first (for the memory topic: 'laser-memory bootstrap')"
+            )
+        return _meta_decoder.decode(raw)
+
+    def _info(self, topic: str, meta: _TopicMeta) -> TopicInfo:
+        return TopicInfo(topic, meta.partitions, meta.retention_s, meta.generation)
+
+    async def create_topic(
+        self, topic: str, *, partitions: int, retention_s: float | None = None
+    ) -> TopicInfo:
+        validate_topic(topic)
+        validate_partitions(partitions, retention_s)
+        self._require_started()
+        return await self._run_write(self._create_topic_txn, topic, partitions, retention_s)
+
+    def _create_topic_txn(
+        self, topic: str, partitions: int, retention_s: float | None
+    ) -> TopicInfo:
+        assert self._env is not None
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(topic.encode(), db=self._dbs["topics"])
+            if raw is not None:
+                meta = _meta_decoder.decode(raw)
+                if meta.partitions != partitions:
+                    raise TopicConflict(
+                        f"topic {topic!r} exists with {meta.partitions} partitions, not "
+                        f"{partitions}; use the existing count or delete the topic first"
+                    )
+                return self._info(topic, meta)
+            counter = txn.get(_NEXT_TOPIC_NUMBER, db=self._dbs["topics"])
+            number = int(counter) if counter is not None else 1
+            txn.put(_NEXT_TOPIC_NUMBER, str(number + 1).encode(), db=self._dbs["topics"])
+            meta = _TopicMeta(number, partitions, retention_s, str(time.time_ns()))
+            txn.put(topic.encode(), _encoder.encode(meta), db=self._dbs["topics"])
+            for partition in range(partitions):
+                txn.put(
+                    _head_key(number, partition),
+                    _encoder.encode((0, 0, 0)),
+                    db=self._dbs["heads"],
+                )
+            return self._info(topic, meta)
+
+    async def delete_topic(self, topic: str) -> None:
+        self._require_started()
+        await self._run_write(self._delete_topic_txn, topic)
+
+    def _delete_topic_txn(self, topic: str) -> None:
+        assert self._env is not None
+        with self._env.begin(write=True) as txn:
+            meta = self._meta(txn, topic)
+            txn.delete(topic.encode(), db=self._dbs["topics"])
+            prefix = meta.number.to_bytes(_U64, "big")
+            for db in (self._dbs["records"], self._dbs["heads"]):
+                cursor = txn.cursor(db=db)
+                if cursor.set_range(prefix):
+                    while cursor.key().startswith(prefix):
+                        if not cursor.delete():
+                            break
+
+    async def describe_topic(self, topic: str) -> TopicInfo:
+        env = self._require_started()
+        with env.begin() as txn:
+            return self._info(topic, self._meta(txn, topic))
+
+    async def end_offsets(self, topic: str) -> dict[int, int]:
+        env = self._require_started()
+        with env.begin() as txn:
+            meta = self._meta(txn, topic)
+            return {
+                p: _head_decoder.decode(txn.get(_head_key(meta.number, p), db=self._dbs["heads"]))[0]
+                for p in range(meta.partitions)
+            }
+
+    # -- appends -------------------------------------------------------------
+
+    async def append(self, topic: str, record: OutgoingRecord) -> Appended:
+        [receipt] = await self.append_batch(topic, [record])
+        return receipt
+
+    async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
+        self._require_started()
+        if not records:
+            return []
+        assert self._queue is not None
+        future: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_AppendRequest(topic, list(records), future))
+        return await future
+
+    async def _run_write(self, fn, *args):
+        """Run a write transaction on the writer thread, where LMDB's write lock lives."""
+        assert self._executor is not None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except lmdb.Error as exc:
+            raise LogUnavailable(f"local log at {self._path} failed: {exc}") from exc
+
+    async def _write_loop(self) -> None:
+        assert self._queue is not None
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            group = [first]
+            count = len(first.records)
+            while count < self._config.max_group_records and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                if nxt is None:
+                    stopping = True
+                    break
+                group.append(nxt)
+                count += len(nxt.records)
+            try:
+                results = await self._run_write(self._commit_group, group)
+            except BaseException as exc:
+                for request in group:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for request, result in zip(group, results, strict=True):
+                if request.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    request.future.set_exception(result)
+                else:
+                    request.future.set_result(result)
+            self._appended.set()
+            self._appended = asyncio.Event()
+
+    def _commit_group(self, group: list[_AppendRequest]) -> list[list[Appended] | Exception]:
+        """One durable transaction for every request in the group."""
+        assert self._env is not None
+        results: list[list[Appended] | Exception] = []
+        heads_db, records_db = self._dbs["heads"], self._dbs["records"]
+        with self._env.begin(write=True) as txn:
+            metas: dict[str, _TopicMeta | Exception] = {}
+            heads: dict[tuple[int, int], list[int]] = {}
+            now_ms = time.time_ns() // 1_000_000
+            for request in group:
+                meta = metas.get(request.topic)
+                if meta is None:
+                    try:
+                        meta = self._meta(txn, request.topic)
+                    except UnknownTopic as exc:
+                        meta = exc
+                    metas[request.topic] = meta
+                if isinstance(meta, Exception):
+                    results.append(meta)
+                    continue
+                try:
+                    partitions = [self._place(r, meta) for r in request.records]
+                except InvalidRecord as exc:
+                    results.append(exc)
+                    continue
+                receipts = []
+                for record, partition in zip(request.records, partitions, strict=True):
+                    head = heads.get((meta.number, partition))
+                    if head is None:
+                        head = list(
+                            _head_decoder.decode(
+                                txn.get(_head_key(meta.number, partition), db=heads_db)
+                            )
+                        )
+                        heads[(meta.number, partition)] = head
+                    offset = head[0]
+                    append_time = max(now_ms, head[1])
+                    txn.put(
+                        _record_key(meta.number, partition, offset),
+                        _encoder.encode(
+                            (append_time, record.key, record.value, record.headers)
+                        ),
+                        db=records_db,
+                    )
+                    head[0], head[1] = offset + 1, append_time
+                    receipts.append(Appended(request.topic, partition, offset, append_time))
+                results.append(receipts)
+            for meta in metas.values():
+                if isinstance(meta, _TopicMeta) and meta.retention_s is not None:
+                    self._expire(txn, meta, heads, now_ms)
+            for (number, partition), head in heads.items():
+                txn.put(_head_key(number, partition), _encoder.encode(tuple(head)), db=heads_db)
+        return results
+
+    @staticmethod
+    def _place(record: OutgoingRecord, meta: _TopicMeta) -> int:
+        if record.partition is None:
+            return partition_for(record.key, meta.partitions)
+        if not 0 <= record.partition < meta.partitions:
+            raise InvalidRecord(
+                f"partition {record.partition} does not exist; the topic has "
+                f"{meta.partitions} partitions (0 to {meta.partitions - 1})"
+            )
+        return record.partition
+
+    def _expire(
+        self,
+        txn: lmdb.Transaction,
+        meta: _TopicMeta,
+        heads: dict[tuple[int, int], list[int]],
+        now_ms: int,
+    ) -> None:
+        """Drop records older than the retention from the partitions this commit touched.
+        Bounded per commit so one commit never turns into a long cleanup."""
+        assert meta.retention_s is not None
+        cutoff = now_ms - int(meta.retention_s * 1000)
+        for (number, partition), head in heads.items():
+            if number != meta.number:
+                continue
+            cursor = txn.cursor(db=self._dbs["records"])
+            budget = 10_000
+            prefix = _head_key(number, partition)
+            if not cursor.set_range(_record_key(number, partition, head[2])):
+                continue
+            while budget and cursor.key().startswith(prefix):
+                append_time = _record_decoder.decode(cursor.value())[0]
+                if append_time >= cutoff:
+                    break
+                head[2] = int.from_bytes(cursor.key()[-_U64:], "big") + 1
+                if not cursor.delete():
+                    break
+                budget -= 1
+
+    # -- reads ---------------------------------------------------------------
+
+    async def read(
+        self,
+        topic: str,
+        start: Mapping[int, int] | None = None,
+        *,
+        partitions: Sequence[int] | None = None,
+        until: Mapping[int, int] | None = None,
+        follow: bool = False,
+        max_batch: int = 1000,
+    ) -> AsyncIterator[list[LogRecord]]:
+        env = self._require_started()
+        with env.begin() as txn:
+            meta = self._meta(txn, topic)
+        chosen = list(range(meta.partitions)) if partitions is None else list(partitions)
+        for partition in chosen:
+            if not 0 <= partition < meta.partitions:
+                raise UnknownTopic(
+                    f"topic {topic!r} has no partition {partition}; it has {meta.partitions}"
+                )
+        positions = {p: (start or {}).get(p, 0) for p in chosen}
+        if not follow and until is None:
+            until = await self.end_offsets(topic)
+        while True:
+            wake = self._appended
+            progressed = False
+            for partition in chosen:
+                limit = None if until is None else until.get(partition, 0)
+                if limit is not None and positions[partition] >= limit:
+                    continue
+                batch = self._read_partition(
+                    meta, topic, partition, positions[partition], limit, max_batch
+                )
+                if batch:
+                    positions[partition] = batch[-1].offset + 1
+                    progressed = True
+                    yield batch
+            if until is not None and all(positions[p] >= until.get(p, 0) for p in chosen):
+                return
+            if not progressed:
+                self._require_started()
+                if until is not None and not follow:
+                    # Records below `until` are gone (retention or a deleted topic).
+                    return
+                try:
+                    await asyncio.wait_for(wake.wait(), self._config.poll_interval_s)
+                except TimeoutError:
+                    pass
+
+    def _read_partition(
+        self,
+        meta: _TopicMeta,
+        topic: str,
+        partition: int,
+        offset: int,
+        limit: int | None,
+        max_batch: int,
+    ) -> list[LogRecord]:
+        env = self._require_started()
+        out: list[LogRecord] = []
+        prefix = _head_key(meta.number, partition)
+        with env.begin(db=self._dbs["records"]) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(_record_key(meta.number, partition, offset)):
+                return out
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                record_offset = int.from_bytes(key[-_U64:], "big")
+                if limit is not None and record_offset >= limit:
+                    break
+                append_time, rkey, rvalue, headers = _record_decoder.decode(value)
+                out.append(
+                    LogRecord(
+                        topic,
+                        partition,
+                        record_offset,
+                        append_time,
+                        rkey,
+                        rvalue,
+                        tuple((h, v) for h, v in headers),
+                    )
+                )
+                if len(out) >= max_batch:
+                    break
+        return out

@@ -1,0 +1,21 @@
+"""Kafka's default partitioner, shared by both logs.
+
+A keyed record goes to ``(murmur2(key) & 0x7fffffff) % partitions``, exactly as
+the Java client and aiokafka place it, so a reader knows which partition holds
+a conversation without asking the log.
+"""
+
+from __future__ import annotations
+
+import os
+
+from aiokafka.partitioner import murmur2
+
+__all__ = ["murmur2", "partition_for"]
+
+
+def partition_for(key: bytes | None, partitions: int) -> int:
+    """The partition of a key; a record without a key goes to a random partition."""
+    if key is None:
+        return int.from_bytes(os.urandom(4), "big") % partitions
+    return (murmur2(key) & 0x7FFFFFFF) % partitions

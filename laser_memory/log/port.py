@@ -1,0 +1,154 @@
+"""The log port: the one interface both logs implement.
+
+A log holds topics; a topic holds partitions; a partition is an ordered,
+append-only sequence of records at dense offsets 0, 1, 2, ... Each record has
+the time the log appended it (milliseconds since the Unix epoch, never
+decreasing within a partition), a key, a value and headers.
+
+Both `LocalLog` and `KafkaLog` place a keyed record with Kafka's default
+partitioner (murmur2 of the key), so a client knows a key's partition without
+asking the log. The conformance suite in ``tests/log_conformance.py`` runs the
+same tests over both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+__all__ = [
+    "Appended",
+    "Log",
+    "LogRecord",
+    "OutgoingRecord",
+    "Position",
+    "TopicInfo",
+]
+
+
+class Position(msgspec.Struct, frozen=True, order=True):
+    """Where a record sits: topic, partition, offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class OutgoingRecord(msgspec.Struct, frozen=True):
+    """A record to append. ``partition=None`` lets the partitioner place it by key."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    partition: int | None = None
+
+
+class Appended(msgspec.Struct, frozen=True):
+    """What an append returns for one record: its position and its append time."""
+
+    topic: str
+    partition: int
+    offset: int
+    append_time_ms: int
+
+    @property
+    def position(self) -> Position:
+        return Position(self.topic, self.partition, self.offset)
+
+
+class LogRecord(msgspec.Struct, frozen=True):
+    """A record read from the log."""
+
+    topic: str
+    partition: int
+    offset: int
+    append_time_ms: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+    @property
+    def position(self) -> Position:
+        return Position(self.topic, self.partition, self.offset)
+
+
+class TopicInfo(msgspec.Struct, frozen=True):
+    """A topic's shape. ``generation`` differs between a topic and a topic of the same
+    name created after it was deleted: the local log uses the creation time in
+    nanoseconds, Kafka the topic id."""
+
+    name: str
+    partitions: int
+    retention_s: float | None
+    generation: str
+
+
+@runtime_checkable
+class Log(Protocol):
+    """A partitioned, append-only log.
+
+    Use it as an async context manager, or call `start()` and `stop()` (both safe
+    to call twice)::
+
+        async with connect("local://./laser-data") as log:
+            await log.create_topic("events", partitions=3)
+            [receipt] = await log.append_batch("events", [OutgoingRecord(b"hello", key=b"k")])
+            async for batch in log.read("events"):
+                ...
+    """
+
+    @property
+    def url(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def create_topic(
+        self, topic: str, *, partitions: int, retention_s: float | None = None
+    ) -> TopicInfo:
+        """Create a topic, or return it if it exists with this partition count.
+        A topic of that name with another partition count raises `TopicConflict`."""
+        ...
+
+    async def delete_topic(self, topic: str) -> None:
+        """Delete a topic and its records; raises `UnknownTopic` if there is none."""
+        ...
+
+    async def describe_topic(self, topic: str) -> TopicInfo:
+        """A topic's shape and generation; raises `UnknownTopic`."""
+        ...
+
+    async def append(self, topic: str, record: OutgoingRecord) -> Appended:
+        """Append one record durably and return where it went."""
+        ...
+
+    async def append_batch(
+        self, topic: str, records: Sequence[OutgoingRecord]
+    ) -> list[Appended]:
+        """Append records durably, in order per partition; one receipt per record."""
+        ...
+
+    async def end_offsets(self, topic: str) -> dict[int, int]:
+        """For each partition, the offset the next record will get."""
+        ...
+
+    def read(
+        self,
+        topic: str,
+        start: Mapping[int, int] | None = None,
+        *,
+        partitions: Sequence[int] | None = None,
+        until: Mapping[int, int] | None = None,
+        follow: bool = False,
+        max_batch: int = 1000,
+    ) -> AsyncIterator[list[LogRecord]]:
+        """Read a topic in batches, each batch from one partition in offset order.
+
+        ``start`` maps partitions to the first offset to read (others start at 0);
+        ``partitions`` limits the read to those partitions (default: all). Without ``follow`` the read ends at ``until``, or at the end offsets taken
+        when it began; with ``follow`` it waits for new records until cancelled.
+        """
+        ...

@@ -1,0 +1,245 @@
+"""The records that go on the memory log, and their wire format.
+
+Every write the memory makes is one of six frozen, tagged records. They are
+the whole persistent state of laser-memory: folders rebuild everything else
+from them.
+
+Wire format (schema version 1)
+------------------------------
+One log record per memory record:
+
+- **key**: the partition key. Writes that must stay in order share one.
+
+  ==================================  ==========================================
+  record                              key (UTF-8)
+  ==================================  ==========================================
+  remember / feedback / forget with   ``c/<conversation>``: a conversation's
+  a conversation                      records share a partition, in write order
+  the same without a conversation     ``n/<namespace>``
+  named.set / named.patch /           ``<namespace>/<key>``: every write to one
+  named.remove                        named item shares a partition
+  ==================================  ==========================================
+
+- **value**: the record as a MessagePack map, with the tag in field ``op`` and
+  the schema version in field ``v``. Bodies, ids and patches are binary.
+- **headers** (all UTF-8): ``lm-ns`` the namespace, ``lm-op`` the tag,
+  ``lm-v`` the schema version in decimal, ``lm-tenant`` the tenant. A reader
+  can skip another namespace's or tenant's records without decoding the value.
+
+Schema evolution rules: within a version, new fields are only added with a
+default and old readers ignore fields they do not know; removing or
+re-typing a field, or changing a meaning, takes a new version number. A record
+whose version is newer than `SCHEMA_VERSION` is refused with
+`UnsupportedSchemaVersion`, never half-read. Encoded bytes of every version
+are kept under ``tests/fixtures/`` and must keep decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+
+from .errors import InvalidRecord, RecordDecodeError, UnsupportedSchemaVersion
+from .scope import Lifetime, MemoryScope
+
+__all__ = [
+    "HEADER_NAMESPACE",
+    "HEADER_OPERATION",
+    "HEADER_TENANT",
+    "HEADER_VERSION",
+    "SCHEMA_VERSION",
+    "Feedback",
+    "Forget",
+    "MemoryRecord",
+    "NamedPatch",
+    "NamedRemove",
+    "NamedSet",
+    "Origin",
+    "Producer",
+    "Remember",
+    "WireRecord",
+    "decode_record",
+    "encode_record",
+    "header_value",
+    "partition_key",
+]
+
+SCHEMA_VERSION = 1
+
+HEADER_NAMESPACE = "lm-ns"
+HEADER_OPERATION = "lm-op"
+HEADER_VERSION = "lm-v"
+HEADER_TENANT = "lm-tenant"
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class Origin(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """The log record that motivated an item (for example the message a fact came from)."""
+
+    stream: str = ""
+    topic: str
+    partition: int
+    offset: int
+    generation: str = ""
+
+
+class Producer(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """Who wrote an item: an agent, an extraction policy or a consolidator, with a version."""
+
+    name: str
+    version: str = ""
+
+
+class _Record(msgspec.Struct, frozen=True, tag_field="op", kw_only=True):
+    v: int = SCHEMA_VERSION
+    ns: str
+    scope: MemoryScope = MemoryScope()
+
+
+class Remember(_Record, tag="remember"):
+    """An item remembered: id, kind code, body, scope, lifetime, lineage, optional embedding.
+
+    ``embedding`` holds little-endian float32 values when present.
+    """
+
+    id: bytes
+    kind: int
+    body: bytes
+    lifetime: Lifetime = "session"
+    origin: Origin | None = None
+    producer: Producer | None = None
+    embedding: bytes | None = None
+
+
+class Feedback(_Record, tag="feedback"):
+    """A feedback weight added to an item; with a conversation in its scope it only
+    applies to an item remembered in that conversation."""
+
+    target: bytes
+    weight: float
+
+
+class Forget(_Record, tag="forget"):
+    """A tombstone for an item; with a conversation in its scope it only applies to an
+    item remembered in that conversation."""
+
+    target: bytes
+
+
+class NamedSet(_Record, tag="named.set"):
+    """A named item set to a whole new body."""
+
+    key: str
+    body: bytes
+
+
+class NamedPatch(_Record, tag="named.patch"):
+    """An RFC 7386 JSON merge patch for a named item. The patch itself is the record, so
+    two concurrent updates both apply in log order."""
+
+    key: str
+    patch: bytes
+
+
+class NamedRemove(_Record, tag="named.remove"):
+    """A named item removed."""
+
+    key: str
+
+
+MemoryRecord = Remember | Feedback | Forget | NamedSet | NamedPatch | NamedRemove
+
+
+class _Envelope(msgspec.Struct):
+    """Just enough of any version of any record to say which version it is."""
+
+    v: int = 0
+    op: str = ""
+
+
+class WireRecord(msgspec.Struct, frozen=True):
+    """A record as it goes on the log: key, value, headers."""
+
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(MemoryRecord)
+_envelope_decoder = msgspec.msgpack.Decoder(_Envelope)
+
+
+def partition_key(record: MemoryRecord) -> bytes:
+    """The key a record is written under; see the module documentation."""
+    if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+        return f"{record.ns}/{record.key}".encode()
+    if record.scope.conversation is not None:
+        return f"c/{record.scope.conversation}".encode()
+    return f"n/{record.ns}".encode()
+
+
+def encode_record(record: MemoryRecord) -> WireRecord:
+    """Encode a record with its partition key and headers."""
+    if record.v != SCHEMA_VERSION:
+        raise InvalidRecord(
+            f"this version writes schema version {SCHEMA_VERSION}, not {record.v}; "
+            "build records without setting v"
+        )
+    try:
+        value = _encoder.encode(record)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecord(f"record cannot be encoded: {exc}") from exc
+    headers = (
+        (HEADER_NAMESPACE, record.ns.encode()),
+        (HEADER_OPERATION, type(record).__struct_config__.tag.encode()),
+        (HEADER_VERSION, str(record.v).encode()),
+        (HEADER_TENANT, record.scope.tenant.encode()),
+    )
+    return WireRecord(partition_key(record), value, headers)
+
+
+def header_value(headers: Headers, name: str) -> bytes | None:
+    """The first value of a header, or None."""
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
+    """Decode a record's value; raises `RecordDecodeError` (or its subclass
+    `UnsupportedSchemaVersion`) with the reason, never returns garbage."""
+    version_header = header_value(headers, HEADER_VERSION)
+    if version_header is not None:
+        try:
+            version = int(version_header)
+        except ValueError:
+            raise RecordDecodeError(f"header {HEADER_VERSION} is {version_header!r}, not a number")
+        if version > SCHEMA_VERSION:
+            raise _too_new(version)
+    try:
+        record = _decoder.decode(value)
+    except msgspec.DecodeError as exc:
+        try:
+            envelope = _envelope_decoder.decode(value)
+        except msgspec.DecodeError:
+            envelope = None
+        if envelope is not None and envelope.v > SCHEMA_VERSION:
+            raise _too_new(envelope.v) from exc
+        raise RecordDecodeError(f"not a memory record: {exc}") from exc
+    if record.v > SCHEMA_VERSION:
+        raise _too_new(record.v)
+    if record.v < 1:
+        raise RecordDecodeError(f"schema version {record.v} does not exist; versions start at 1")
+    return record
+
+
+def _too_new(version: int) -> UnsupportedSchemaVersion:
+    return UnsupportedSchemaVersion(
+        f"record has schema version {version}, newer than {SCHEMA_VERSION} which this "
+        "laser-memory reads; upgrade laser-memory to read it"
+    )

@@ -1,0 +1,48 @@
+"""Scopes: who an item belongs to, and what a recall may see.
+
+A `MemoryScope` names the stream, the tenant, the agent, the conversation, and
+optionally the user and application of an item. On recall every field you set
+narrows and every field you leave out widens, except the tenant: it is a hard
+boundary, and an unset tenant means the tenant ``""``, never every tenant.
+
+>>> MemoryScope(stream="prod", agent="planner").agent
+'planner'
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .ids import validate_name
+
+__all__ = ["Lifetime", "MemoryScope"]
+
+Lifetime = Literal["session", "durable"]
+
+
+class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+    """The scope of one item or one write. Part of the wire format (schema v1)."""
+
+    stream: str = ""
+    tenant: str = ""
+    agent: str | None = None
+    user: str | None = None
+    application: str | None = None
+    conversation: str | None = None
+
+    def validated(self) -> MemoryScope:
+        """Return self after checking every field fits in a record; raises `InvalidName`."""
+        validate_name(self.stream, "stream", allow_empty=True)
+        validate_name(self.tenant, "tenant", allow_empty=True)
+        for field in ("agent", "user", "application", "conversation"):
+            value = getattr(self, field)
+            if value is not None:
+                validate_name(value, field)
+        return self
+
+    @property
+    def owner(self) -> tuple[str, str, str | None, str | None, str | None]:
+        """The owner part (stream, tenant, agent, user, application): what content ids hash."""
+        return (self.stream, self.tenant, self.agent, self.user, self.application)

@@ -1,0 +1,244 @@
+"""The log conformance suite: every log implementation must pass these same tests.
+
+A test module subclasses `LogConformance` and provides a ``log_url`` fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+
+import pytest
+
+from laser_memory.errors import InvalidRecord, LogClosed, TopicConflict, UnknownTopic
+from laser_memory.log import Log, LogRecord, OutgoingRecord, connect_log, partition_for
+
+
+async def read_all(log: Log, topic: str, **kwargs) -> list[LogRecord]:
+    out: list[LogRecord] = []
+    async for batch in log.read(topic, **kwargs):
+        out.extend(batch)
+    return out
+
+
+def by_partition(records: list[LogRecord]) -> dict[int, list[LogRecord]]:
+    out: dict[int, list[LogRecord]] = {}
+    for record in records:
+        out.setdefault(record.partition, []).append(record)
+    return out
+
+
+class LogConformance:
+    @pytest.fixture
+    async def log(self, log_url: str) -> AsyncIterator[Log]:
+        async with connect_log(log_url) as log:
+            yield log
+
+    async def test_per_key_order_and_partition_placement(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=4)
+        keys = [f"conversation-{i}".encode() for i in range(6)]
+        for round_ in range(5):
+            await log.append_batch(
+                topic_name,
+                [OutgoingRecord(f"{k.decode()}:{round_}".encode(), key=k) for k in keys],
+            )
+        records = await read_all(log, topic_name)
+        assert len(records) == 30
+        for key in keys:
+            mine = [r for r in records if r.key == key]
+            assert {r.partition for r in mine} == {partition_for(key, 4)}
+            assert [r.value for r in mine] == [f"{key.decode()}:{i}".encode() for i in range(5)]
+
+    async def test_offsets_dense_and_append_times_non_decreasing(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=3)
+        for i in range(40):
+            await log.append(topic_name, OutgoingRecord(b"v%d" % i, key=b"k%d" % (i % 7)))
+        parts = by_partition(await read_all(log, topic_name))
+        assert sum(len(v) for v in parts.values()) == 40
+        ends = await log.end_offsets(topic_name)
+        for partition, records in parts.items():
+            assert [r.offset for r in records] == list(range(len(records)))
+            times = [r.append_time_ms for r in records]
+            assert times == sorted(times)
+            assert ends[partition] == len(records)
+        assert set(ends) == {0, 1, 2}
+
+    async def test_headers_and_binary_values_round_trip(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=1)
+        value = bytes(range(256)) * 3
+        headers = (("lm-ns", b"notes"), ("raw", b"\x00\xff\xfe"), ("empty", b""))
+        receipt = await log.append(topic_name, OutgoingRecord(value, key=b"\x00k", headers=headers))
+        empty = await log.append(topic_name, OutgoingRecord(b"", key=None))
+        [first, second] = await read_all(log, topic_name)
+        assert (first.value, first.key, first.headers) == (value, b"\x00k", headers)
+        assert (second.value, second.key, second.headers) == (b"", None, ())
+        assert (first.offset, second.offset) == (receipt.offset, empty.offset)
+        assert first.append_time_ms == receipt.append_time_ms
+
+    async def test_read_from_any_position_and_until(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=2)
+        receipts = await log.append_batch(
+            topic_name, [OutgoingRecord(b"%d" % i, partition=i % 2) for i in range(20)]
+        )
+        assert [r.partition for r in receipts] == [i % 2 for i in range(20)]
+        tail = await read_all(log, topic_name, start={0: 7, 1: 9})
+        assert [r.value for r in tail if r.partition == 0] == [b"14", b"16", b"18"]
+        assert [r.value for r in tail if r.partition == 1] == [b"19"]
+        middle = await read_all(log, topic_name, partitions=[1], start={1: 2}, until={1: 4})
+        assert [(r.partition, r.offset, r.value) for r in middle] == [(1, 2, b"5"), (1, 3, b"7")]
+        small = []
+        async for batch in log.read(topic_name, max_batch=3):
+            assert 1 <= len(batch) <= 3
+            assert len({r.partition for r in batch}) == 1
+            small.extend(batch)
+        assert len(small) == 20
+
+    async def test_batch_receipts_match_what_is_read(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=3)
+        records = [OutgoingRecord(b"item-%d" % i, key=b"key-%d" % i) for i in range(100)]
+        receipts = await log.append_batch(topic_name, records)
+        assert len(receipts) == 100
+        read = {(r.partition, r.offset): r for r in await read_all(log, topic_name)}
+        for record, receipt in zip(records, receipts, strict=True):
+            found = read[(receipt.partition, receipt.offset)]
+            assert found.value == record.value
+            assert found.append_time_ms == receipt.append_time_ms
+            assert receipt.topic == topic_name
+
+    async def test_concurrent_appends_are_all_kept(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=2)
+        receipts = await asyncio.gather(
+            *(log.append(topic_name, OutgoingRecord(b"%d" % i, key=b"k%d" % i)) for i in range(200))
+        )
+        assert len({(r.partition, r.offset) for r in receipts}) == 200
+        assert sorted(int(r.value) for r in await read_all(log, topic_name)) == list(range(200))
+
+    async def test_follow_sees_records_appended_later(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"before"))
+        seen: list[bytes] = []
+
+        async def follow() -> None:
+            async for batch in log.read(topic_name, follow=True):
+                seen.extend(r.value for r in batch)
+                if len(seen) >= 3:
+                    return
+
+        task = asyncio.create_task(follow())
+        await asyncio.sleep(0.3)
+        await log.append(topic_name, OutgoingRecord(b"after-1"))
+        await log.append(topic_name, OutgoingRecord(b"after-2"))
+        await asyncio.wait_for(task, 20)
+        assert seen == [b"before", b"after-1", b"after-2"]
+
+    async def test_reopen_after_close_keeps_records(self, log_url: str, topic_name: str):
+        async with connect_log(log_url) as log:
+            await log.create_topic(topic_name, partitions=2)
+            await log.append_batch(topic_name, [OutgoingRecord(b"a", key=b"1"), OutgoingRecord(b"b", key=b"2")])
+            info = await log.describe_topic(topic_name)
+        async with connect_log(log_url) as log:
+            assert await log.describe_topic(topic_name) == info
+            assert sorted(r.value for r in await read_all(log, topic_name)) == [b"a", b"b"]
+            await log.append(topic_name, OutgoingRecord(b"c", key=b"1"))
+            assert len(await read_all(log, topic_name)) == 3
+
+    async def test_two_processes_append_at_once(self, log_url: str, topic_name: str):
+        async with connect_log(log_url) as log:
+            await log.create_topic(topic_name, partitions=3)
+        script = textwrap.dedent(
+            """
+            import asyncio, sys
+            from laser_memory.log import connect_log, OutgoingRecord
+            async def main(url, topic, who):
+                async with connect_log(url) as log:
+                    for start in range(0, 300, 30):
+                        await asyncio.gather(*(
+                            log.append(topic, OutgoingRecord(f"{who}-{i}".encode(), key=f"k{i % 5}".encode()))
+                            for i in range(start, start + 30)
+                        ))
+            asyncio.run(main(*sys.argv[1:]))
+            """
+        )
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-c", script, log_url, topic_name, who,
+                stderr=subprocess.PIPE,
+            )
+            for who in ("p1", "p2")
+        ]
+        for proc in procs:
+            _, err = await asyncio.wait_for(proc.communicate(), 120)
+            assert proc.returncode == 0, err.decode()
+        async with connect_log(log_url) as log:
+            records = await read_all(log, topic_name)
+        values = [r.value.decode() for r in records]
+        assert len(values) == 600
+        assert set(values) == {f"{w}-{i}" for w in ("p1", "p2") for i in range(300)}
+        for partition, mine in by_partition(records).items():
+            assert [r.offset for r in mine] == list(range(len(mine)))
+            for who in ("p1", "p2"):
+                order = [int(r.value.decode().split("-")[1]) for r in mine if r.value.startswith(who.encode())]
+                per_key: dict[int, list[int]] = {}
+                for i in order:
+                    per_key.setdefault(i % 5, []).append(i)
+                assert all(v == sorted(v) for v in per_key.values()), partition
+
+    async def test_generation_changes_when_topic_is_recreated(self, log: Log, topic_name: str):
+        first = await log.create_topic(topic_name, partitions=2)
+        assert first.generation
+        assert (await log.describe_topic(topic_name)).generation == first.generation
+        await log.append(topic_name, OutgoingRecord(b"old"))
+        await log.delete_topic(topic_name)
+        with pytest.raises(UnknownTopic):
+            await log.describe_topic(topic_name)
+        second = await log.create_topic(topic_name, partitions=2)
+        assert second.generation != first.generation
+        assert await read_all(log, topic_name) == []
+
+    async def test_create_topic_is_idempotent_and_refuses_another_shape(
+        self, log: Log, topic_name: str
+    ):
+        info = await log.create_topic(topic_name, partitions=3, retention_s=3600)
+        assert (info.name, info.partitions, info.retention_s) == (topic_name, 3, 3600)
+        assert await log.create_topic(topic_name, partitions=3, retention_s=3600) == info
+        with pytest.raises(TopicConflict, match="3 partitions"):
+            await log.create_topic(topic_name, partitions=5)
+
+    async def test_unknown_topic_is_a_clear_error(self, log: Log, topic_name: str):
+        with pytest.raises(UnknownTopic, match=topic_name):
+            await log.describe_topic(topic_name)
+        with pytest.raises(UnknownTopic, match=topic_name):
+            await log.append(topic_name, OutgoingRecord(b"x"))
+        with pytest.raises(UnknownTopic, match=topic_name):
+            await log.end_offsets(topic_name)
+        with pytest.raises(UnknownTopic, match=topic_name):
+            await read_all(log, topic_name)
+        with pytest.raises(UnknownTopic):
+            await log.delete_topic(topic_name)
+
+    async def test_bad_partition_writes_nothing(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=2)
+        with pytest.raises(InvalidRecord, match="partition 2"):
+            await log.append_batch(
+                topic_name, [OutgoingRecord(b"ok", partition=0), OutgoingRecord(b"bad", partition=2)]
+            )
+        assert await log.end_offsets(topic_name) == {0: 0, 1: 0}
+
+    async def test_closed_log_is_a_clear_error(self, log_url: str, topic_name: str):
+        log = connect_log(log_url)
+        with pytest.raises(LogClosed, match="not started"):
+            await log.append(topic_name, OutgoingRecord(b"x"))
+        await log.start()
+        await log.start()
+        await log.create_topic(topic_name, partitions=1)
+        await log.stop()
+        await log.stop()
+        with pytest.raises(LogClosed, match="stopped"):
+            await log.append(topic_name, OutgoingRecord(b"x"))
+        with pytest.raises(LogClosed):
+            await log.describe_topic(topic_name)
+        with pytest.raises(LogClosed):
+            await log.start()

@@ -1,0 +1,124 @@
+"""Ids and kinds: stable codes, stable content ids, clear errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from laser_memory.errors import InvalidId, InvalidName, UnknownKind
+from laser_memory.ids import AgentId, ConversationId, MemoryId, memory_id_content
+from laser_memory.kinds import MemoryKind, memory_kind_class, memory_kind_code
+from laser_memory.log.partitioner import murmur2, partition_for
+
+
+def test_random_ids_are_16_bytes_printable_and_time_ordered():
+    first = MemoryId.new()
+    time.sleep(0.002)
+    ids = [MemoryId.new() for _ in range(100)]
+    assert len(first.bytes) == 16 and len(str(first)) == 26
+    assert all(first < later for later in ids)
+    assert all(str(first) < str(later) for later in ids)
+    assert len(set(ids)) == 100
+    assert abs(first.millis - time.time() * 1000) < 5000
+
+
+def test_printed_ids_parse_back():
+    mid = MemoryId.new()
+    assert MemoryId.parse(str(mid)) == mid
+    assert MemoryId.parse(str(mid).lower()) == mid
+    assert MemoryId.parse(mid.bytes.hex()) == mid
+    assert MemoryId.parse(mid.bytes) == mid
+    assert str(MemoryId(bytes(range(16)))) == "00041061050R3GG28A1C60T3GF"
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "short", "U" * 26, "8" + "0" * 25, "0" * 27, b"\x00" * 15, 42]
+)
+def test_malformed_ids_are_refused(bad):
+    with pytest.raises(InvalidId):
+        MemoryId.parse(bad)
+
+
+# Test vectors: content ids must never change across processes or versions.
+CONTENT_VECTORS = [
+    (("fact", b"node-7 rotates keys monthly"), {}, "11136KJJ58QV1YF330F0MC47G2"),
+    (("entity", b"node-7 rotates keys monthly"), {"agent": "planner"}, "1VNCH7FHRP38NE1KR9G3P1T1CA"),
+    (
+        ("fact", "the reporter prefers email"),
+        {"stream": "prod", "tenant": "acme", "agent": "triage", "user": "u-1", "application": "helpdesk"},
+        "35Z38ZG7Q6RNAVAS8X56K8GS7D",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "scope", "expected"), CONTENT_VECTORS)
+def test_content_id_vectors(args, scope, expected):
+    assert str(memory_id_content(*args, **scope)) == expected
+
+
+def test_content_id_depends_on_owner_kind_and_body_only():
+    base = memory_id_content("fact", b"x", agent="a", user="u")
+    assert memory_id_content("fact", "x", agent="a", user="u") == base
+    assert memory_id_content("fact", b"x", agent="a", user="v") != base
+    assert memory_id_content("fact", b"x", agent="b", user="u") != base
+    assert memory_id_content("summary", b"x", agent="a", user="u") != base
+    assert memory_id_content("fact", b"y", agent="a", user="u") != base
+    assert memory_id_content("fact", b"x", agent="a", user="u", tenant="t") != base
+    # Field boundaries are unambiguous: moving bytes between fields changes the id.
+    assert memory_id_content("fact", b"x", agent="ab", user="") != memory_id_content(
+        "fact", b"x", agent="a", user="b"
+    )
+
+
+def test_kind_codes_and_classes():
+    expected = {
+        "fact": (1, "semantic"),
+        "message": (2, "episodic"),
+        "summary": (3, "semantic"),
+        "entity": (4, "semantic"),
+        "feedback": (5, "semantic"),
+        "procedure": (6, "procedural"),
+    }
+    for word, (code, cls) in expected.items():
+        assert memory_kind_code(word) == code
+        assert memory_kind_class(word) == cls
+        assert MemoryKind.from_code(code) == MemoryKind(word)
+    assert memory_kind_code("Fact") == 1
+
+
+@pytest.mark.parametrize("bad", ["facts", "", None, 3])
+def test_unknown_kind_is_an_error_never_a_fact(bad):
+    with pytest.raises(UnknownKind, match="unknown memory kind"):
+        memory_kind_code(bad)
+
+
+def test_unknown_kind_code_is_an_error():
+    with pytest.raises(UnknownKind, match="7"):
+        MemoryKind.from_code(7)
+
+
+def test_conversation_and_agent_ids_validate():
+    assert ConversationId("support-42") == "support-42"
+    assert ConversationId.new() != ConversationId.new()
+    assert AgentId("planner") == "planner"
+    for bad in ("", "a\nb", "x" * 256):
+        with pytest.raises(InvalidName):
+            ConversationId(bad)
+        with pytest.raises(InvalidName):
+            AgentId(bad)
+
+
+def test_murmur2_matches_the_java_client():
+    # Vectors from Kafka's own Utils tests (signed 32-bit in Java).
+    vectors = {
+        b"21": -973932308,
+        b"foobar": -790332482,
+        b"a-little-bit-long-string": -985981536,
+        b"a-little-bit-longer-string": -1486304829,
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+        b"abc": 479470107,
+    }
+    for key, signed in vectors.items():
+        assert murmur2(key) == signed & 0xFFFFFFFF
+        assert partition_for(key, 7) == (signed & 0x7FFFFFFF) % 7

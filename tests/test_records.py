@@ -1,0 +1,140 @@
+"""The wire format: records decode from bytes written by earlier versions, and bad bytes
+are refused with a reason, never read as garbage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from laser_memory.errors import InvalidRecord, RecordDecodeError, UnsupportedSchemaVersion
+from laser_memory.records import (
+    Feedback,
+    Forget,
+    NamedPatch,
+    NamedRemove,
+    NamedSet,
+    Origin,
+    Producer,
+    Remember,
+    decode_record,
+    encode_record,
+    header_value,
+)
+from laser_memory.scope import MemoryScope
+
+FIXTURES = Path(__file__).parent / "fixtures" / "records-v1"
+SCOPE = MemoryScope(
+    stream="prod", tenant="acme", agent="planner", user="u1", application="app", conversation="c-1"
+)
+
+# What each fixture, written by schema version 1, must keep decoding to.
+EXPECTED_V1 = {
+    "remember": Remember(
+        ns="stream:prod/notes",
+        scope=SCOPE,
+        id=bytes(range(16)),
+        kind=1,
+        body=b"node-7 sits in the eu-west pool",
+        lifetime="durable",
+        origin=Origin(stream="prod", topic="sessions", partition=2, offset=41, generation="g1"),
+        producer=Producer(name="fact-extractor", version="2"),
+        embedding=b"\x00\x00\x80?\x00\x00\x00@",
+    ),
+    "remember-minimal": Remember(ns="notes", id=bytes(16), kind=2, body=b"hi"),
+    "feedback": Feedback(ns="stream:prod/notes", scope=SCOPE, target=bytes(range(16)), weight=-1.5),
+    "forget": Forget(
+        ns="stream:prod/notes",
+        scope=MemoryScope(stream="prod", tenant="acme"),
+        target=bytes(range(16)),
+    ),
+    "named-set": NamedSet(ns="stream:prod/notes", scope=SCOPE, key="prefs", body=b'{"a":1}'),
+    "named-patch": NamedPatch(
+        ns="stream:prod/notes", scope=SCOPE, key="prefs", patch=b'{"a":null,"b":2}'
+    ),
+    "named-remove": NamedRemove(ns="stream:prod/notes", scope=SCOPE, key="prefs"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_V1))
+def test_v1_fixtures_keep_decoding(name: str):
+    raw = (FIXTURES / f"{name}.bin").read_bytes()
+    assert decode_record(raw) == EXPECTED_V1[name]
+
+
+def test_every_fixture_is_checked():
+    assert {p.stem for p in FIXTURES.glob("*.bin")} == set(EXPECTED_V1)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_V1))
+def test_round_trip_with_headers(name: str):
+    record = EXPECTED_V1[name]
+    wire = encode_record(record)
+    assert decode_record(wire.value, wire.headers) == record
+    assert header_value(wire.headers, "lm-ns") == record.ns.encode()
+    assert header_value(wire.headers, "lm-v") == b"1"
+    assert header_value(wire.headers, "lm-tenant") == record.scope.tenant.encode()
+    assert header_value(wire.headers, "lm-op") == name.replace("-minimal", "").replace("-", ".").encode()
+
+
+def test_partition_keys_keep_order_where_it_matters():
+    conv = MemoryScope(conversation="c-1")
+    remember = Remember(ns="n", scope=conv, id=bytes(16), kind=1, body=b"x")
+    forget = Forget(ns="n", scope=conv, target=bytes(16))
+    assert encode_record(remember).key == encode_record(forget).key == b"c/c-1"
+    unscoped = Feedback(ns="n", target=bytes(16), weight=1.0)
+    assert encode_record(unscoped).key == b"n/n"
+    writes = [NamedSet(ns="n", key="k", body=b"{}"), NamedRemove(ns="n", scope=conv, key="k")]
+    assert {encode_record(w).key for w in writes} == {b"n/k"}
+
+
+def test_newer_schema_version_is_refused_from_header():
+    wire = encode_record(EXPECTED_V1["forget"])
+    headers = tuple((k, b"2" if k == "lm-v" else v) for k, v in wire.headers)
+    with pytest.raises(UnsupportedSchemaVersion, match="schema version 2"):
+        decode_record(wire.value, headers)
+
+
+def test_newer_schema_version_is_refused_from_value_even_if_its_shape_changed():
+    future = msgspec.msgpack.encode({"op": "remember", "v": 7, "ns": "n", "id": "not bytes"})
+    with pytest.raises(UnsupportedSchemaVersion, match="upgrade"):
+        decode_record(future)
+    future_same_shape = msgspec.msgpack.encode({"op": "forget", "v": 3, "ns": "n", "target": b"x"})
+    with pytest.raises(UnsupportedSchemaVersion):
+        decode_record(future_same_shape)
+
+
+def test_unknown_fields_of_the_same_version_are_ignored():
+    raw = msgspec.msgpack.encode(
+        {"op": "forget", "v": 1, "ns": "n", "target": bytes(16), "added_later": [1, 2]}
+    )
+    assert decode_record(raw) == Forget(ns="n", target=bytes(16))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\xc1not msgpack",
+        msgspec.msgpack.encode({"op": "rename", "v": 1, "ns": "n"}),
+        msgspec.msgpack.encode({"op": "forget", "v": 1}),
+        msgspec.msgpack.encode({"op": "feedback", "v": 1, "ns": "n", "target": b"x", "weight": "big"}),
+        msgspec.msgpack.encode({"op": "forget", "v": 0, "ns": "n", "target": b"x"}),
+        msgspec.msgpack.encode([1, 2, 3]),
+    ],
+)
+def test_bad_bytes_are_a_decode_error_with_a_reason(raw: bytes):
+    with pytest.raises(RecordDecodeError) as info:
+        decode_record(raw)
+    assert str(info.value)
+
+
+def test_bad_version_header_is_a_decode_error():
+    with pytest.raises(RecordDecodeError, match="lm-v"):
+        decode_record(b"", (("lm-v", b"one"),))
+
+
+def test_writing_another_version_is_refused():
+    with pytest.raises(InvalidRecord, match="schema version 1"):
+        encode_record(Forget(ns="n", target=bytes(16), v=2))
