@@ -69,13 +69,15 @@ class MemoryId:
     (16, 26)
     """
 
-    __slots__ = ("_bytes",)
+    __slots__ = ("_bytes", "receipt")
 
     def __init__(self, raw: bytes) -> None:
+        #: Where the write that returned this id landed (topic, partition, offset,
+        #: append time); None for an id that was not returned by a write.
+        self.receipt = None
         if not isinstance(raw, bytes | bytearray | memoryview) or len(raw) != 16:
-            raise InvalidId(
-                f"a memory id is exactly 16 bytes, got {len(raw) if hasattr(raw, '__len__') else raw!r}"
-            )
+            got = f"{len(raw)} bytes" if hasattr(raw, "__len__") else repr(raw)
+            raise InvalidId(f"a memory id is exactly 16 bytes, got {got}")
         self._bytes = bytes(raw)
 
     @classmethod

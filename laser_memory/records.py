@@ -37,7 +37,6 @@ are kept under ``tests/fixtures/`` and must keep decoding.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import msgspec
 
@@ -218,7 +217,9 @@ def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
         try:
             version = int(version_header)
         except ValueError:
-            raise RecordDecodeError(f"header {HEADER_VERSION} is {version_header!r}, not a number")
+            raise RecordDecodeError(
+                f"header {HEADER_VERSION} is {version_header!r}, not a number"
+            ) from None
         if version > SCHEMA_VERSION:
             raise _too_new(version)
     try:

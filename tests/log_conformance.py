@@ -137,7 +137,9 @@ class LogConformance:
     async def test_reopen_after_close_keeps_records(self, log_url: str, topic_name: str):
         async with connect_log(log_url) as log:
             await log.create_topic(topic_name, partitions=2)
-            await log.append_batch(topic_name, [OutgoingRecord(b"a", key=b"1"), OutgoingRecord(b"b", key=b"2")])
+            await log.append_batch(
+                topic_name, [OutgoingRecord(b"a", key=b"1"), OutgoingRecord(b"b", key=b"2")]
+            )
             info = await log.describe_topic(topic_name)
         async with connect_log(log_url) as log:
             assert await log.describe_topic(topic_name) == info
@@ -156,7 +158,8 @@ class LogConformance:
                 async with connect_log(url) as log:
                     for start in range(0, 300, 30):
                         await asyncio.gather(*(
-                            log.append(topic, OutgoingRecord(f"{who}-{i}".encode(), key=f"k{i % 5}".encode()))
+                            log.append(topic, OutgoingRecord(
+                                f"{who}-{i}".encode(), key=f"k{i % 5}".encode()))
                             for i in range(start, start + 30)
                         ))
             asyncio.run(main(*sys.argv[1:]))
@@ -164,7 +167,12 @@ class LogConformance:
         )
         procs = [
             await asyncio.create_subprocess_exec(
-                sys.executable, "-c", script, log_url, topic_name, who,
+                sys.executable,
+                "-c",
+                script,
+                log_url,
+                topic_name,
+                who,
                 stderr=subprocess.PIPE,
             )
             for who in ("p1", "p2")
@@ -180,7 +188,11 @@ class LogConformance:
         for partition, mine in by_partition(records).items():
             assert [r.offset for r in mine] == list(range(len(mine)))
             for who in ("p1", "p2"):
-                order = [int(r.value.decode().split("-")[1]) for r in mine if r.value.startswith(who.encode())]
+                order = [
+                    int(r.value.decode().split("-")[1])
+                    for r in mine
+                    if r.value.startswith(who.encode())
+                ]
                 per_key: dict[int, list[int]] = {}
                 for i in order:
                     per_key.setdefault(i % 5, []).append(i)
@@ -223,7 +235,8 @@ class LogConformance:
         await log.create_topic(topic_name, partitions=2)
         with pytest.raises(InvalidRecord, match="partition 2"):
             await log.append_batch(
-                topic_name, [OutgoingRecord(b"ok", partition=0), OutgoingRecord(b"bad", partition=2)]
+                topic_name,
+                [OutgoingRecord(b"ok", partition=0), OutgoingRecord(b"bad", partition=2)],
             )
         assert await log.end_offsets(topic_name) == {0: 0, 1: 0}
 

@@ -32,9 +32,7 @@ def test_printed_ids_parse_back():
     assert str(MemoryId(bytes(range(16)))) == "00041061050R3GG28A1C60T3GF"
 
 
-@pytest.mark.parametrize(
-    "bad", ["", "short", "U" * 26, "8" + "0" * 25, "0" * 27, b"\x00" * 15, 42]
-)
+@pytest.mark.parametrize("bad", ["", "short", "U" * 26, "8" + "0" * 25, "0" * 27, b"\x00" * 15, 42])
 def test_malformed_ids_are_refused(bad):
     with pytest.raises(InvalidId):
         MemoryId.parse(bad)
@@ -43,10 +41,20 @@ def test_malformed_ids_are_refused(bad):
 # Test vectors: content ids must never change across processes or versions.
 CONTENT_VECTORS = [
     (("fact", b"node-7 rotates keys monthly"), {}, "11136KJJ58QV1YF330F0MC47G2"),
-    (("entity", b"node-7 rotates keys monthly"), {"agent": "planner"}, "1VNCH7FHRP38NE1KR9G3P1T1CA"),
+    (
+        ("entity", b"node-7 rotates keys monthly"),
+        {"agent": "planner"},
+        "1VNCH7FHRP38NE1KR9G3P1T1CA",
+    ),
     (
         ("fact", "the reporter prefers email"),
-        {"stream": "prod", "tenant": "acme", "agent": "triage", "user": "u-1", "application": "helpdesk"},
+        {
+            "stream": "prod",
+            "tenant": "acme",
+            "agent": "triage",
+            "user": "u-1",
+            "application": "helpdesk",
+        },
         "35Z38ZG7Q6RNAVAS8X56K8GS7D",
     ),
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from log_conformance import LogConformance
 
 pytestmark = pytest.mark.kafka

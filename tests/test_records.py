@@ -75,7 +75,10 @@ def test_round_trip_with_headers(name: str):
     assert header_value(wire.headers, "lm-ns") == record.ns.encode()
     assert header_value(wire.headers, "lm-v") == b"1"
     assert header_value(wire.headers, "lm-tenant") == record.scope.tenant.encode()
-    assert header_value(wire.headers, "lm-op") == name.replace("-minimal", "").replace("-", ".").encode()
+    assert (
+        header_value(wire.headers, "lm-op")
+        == name.replace("-minimal", "").replace("-", ".").encode()
+    )
 
 
 def test_partition_keys_keep_order_where_it_matters():
@@ -119,7 +122,9 @@ def test_unknown_fields_of_the_same_version_are_ignored():
         b"\xc1not msgpack",
         msgspec.msgpack.encode({"op": "rename", "v": 1, "ns": "n"}),
         msgspec.msgpack.encode({"op": "forget", "v": 1}),
-        msgspec.msgpack.encode({"op": "feedback", "v": 1, "ns": "n", "target": b"x", "weight": "big"}),
+        msgspec.msgpack.encode(
+            {"op": "feedback", "v": 1, "ns": "n", "target": b"x", "weight": "big"}
+        ),
         msgspec.msgpack.encode({"op": "forget", "v": 0, "ns": "n", "target": b"x"}),
         msgspec.msgpack.encode([1, 2, 3]),
     ],

@@ -384,9 +384,7 @@ class KafkaLog:
         if not follow and until is None:
             until = await self.end_offsets(topic)
         positions = {p: (start or {}).get(p, 0) for p in chosen}
-        pending = [
-            p for p in chosen if until is None or positions[p] < until.get(p, 0)
-        ]
+        pending = [p for p in chosen if until is None or positions[p] < until.get(p, 0)]
         if not pending:
             return
         consumer = await self._acquire_consumer()

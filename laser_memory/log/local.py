@@ -33,6 +33,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import lmdb
 import msgspec
@@ -73,9 +74,7 @@ class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
 
 _meta_decoder = msgspec.msgpack.Decoder(_TopicMeta)
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, int, int])
-_record_decoder = msgspec.msgpack.Decoder(
-    tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]
-)
+_record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes | None, bytes, list[tuple[str, bytes]]])
 _encoder = msgspec.msgpack.Encoder()
 _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
 
@@ -83,8 +82,8 @@ _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
 class _SharedEnv:
     """One LMDB environment per folder per process, reference counted."""
 
-    _lock = threading.Lock()
-    _envs: dict[str, tuple[lmdb.Environment, int, dict[str, object]]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    _envs: ClassVar[dict[str, tuple[lmdb.Environment, int, dict[str, object]]]] = {}
 
     @classmethod
     def acquire(cls, path: str, config: LocalLogConfig) -> tuple[lmdb.Environment, dict]:
@@ -103,10 +102,7 @@ class _SharedEnv:
                 metasync=config.sync,
                 max_readers=512,
             )
-            dbs = {
-                name: env.open_db(name.encode())
-                for name in ("topics", "heads", "records")
-            }
+            dbs = {name: env.open_db(name.encode()) for name in ("topics", "heads", "records")}
             cls._envs[path] = (env, 1, dbs)
             return env, dbs
 
@@ -297,7 +293,9 @@ class LocalLog:
         with env.begin() as txn:
             meta = self._meta(txn, topic)
             return {
-                p: _head_decoder.decode(txn.get(_head_key(meta.number, p), db=self._dbs["heads"]))[0]
+                p: _head_decoder.decode(txn.get(_head_key(meta.number, p), db=self._dbs["heads"]))[
+                    0
+                ]
                 for p in range(meta.partitions)
             }
 
@@ -398,9 +396,7 @@ class LocalLog:
                     append_time = max(now_ms, head[1])
                     txn.put(
                         _record_key(meta.number, partition, offset),
-                        _encoder.encode(
-                            (append_time, record.key, record.value, record.headers)
-                        ),
+                        _encoder.encode((append_time, record.key, record.value, record.headers)),
                         db=records_db,
                     )
                     head[0], head[1] = offset + 1, append_time

@@ -28,7 +28,9 @@ def validate_partitions(partitions: int, retention_s: float | None) -> None:
     if partitions > 10_000:
         raise InvalidInput(f"{partitions} partitions is more than the 10000 laser-memory allows")
     if retention_s is not None and (
-        not isinstance(retention_s, int | float) or not math.isfinite(retention_s) or retention_s <= 0
+        not isinstance(retention_s, int | float)
+        or not math.isfinite(retention_s)
+        or retention_s <= 0
     ):
         raise InvalidInput(
             f"retention must be a positive number of seconds or None (keep forever), "

@@ -125,9 +125,7 @@ class Log(Protocol):
         """Append one record durably and return where it went."""
         ...
 
-    async def append_batch(
-        self, topic: str, records: Sequence[OutgoingRecord]
-    ) -> list[Appended]:
+    async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
         """Append records durably, in order per partition; one receipt per record."""
         ...
 
@@ -148,7 +146,8 @@ class Log(Protocol):
         """Read a topic in batches, each batch from one partition in offset order.
 
         ``start`` maps partitions to the first offset to read (others start at 0);
-        ``partitions`` limits the read to those partitions (default: all). Without ``follow`` the read ends at ``until``, or at the end offsets taken
-        when it began; with ``follow`` it waits for new records until cancelled.
+        ``partitions`` limits the read to those partitions (default: all). Without
+        ``follow`` the read ends at ``until``, or at the end offsets taken when it
+        began; with ``follow`` it waits for new records until cancelled.
         """
         ...

@@ -1,0 +1,133 @@
+"""Append throughput of both logs, as ratios against a baseline measured in the same run.
+
+    python -m benchmarks.log_append [--records N] [--concurrency C] [--kafka HOST:PORT]
+
+- LocalLog, many concurrent appenders (group commit), against raw LMDB with one durable
+  transaction per record on the same disk: what group commit buys.
+- LocalLog against raw LMDB with all records in one transaction: the ceiling.
+- KafkaLog against raw aiokafka (same broker, idempotent, acks=all, same linger): what our
+  layer costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+import uuid
+
+import lmdb
+
+from laser_memory.log import KafkaLog, KafkaLogConfig, LocalLog, OutgoingRecord
+
+VALUE = b"x" * 200
+
+
+def raw_lmdb(records: int, per_record: bool) -> float:
+    with tempfile.TemporaryDirectory() as path:
+        env = lmdb.open(path, map_size=1 << 32)
+        start = time.perf_counter()
+        if per_record:
+            for i in range(records):
+                with env.begin(write=True) as txn:
+                    txn.put(i.to_bytes(8, "big"), VALUE)
+        else:
+            with env.begin(write=True) as txn:
+                for i in range(records):
+                    txn.put(i.to_bytes(8, "big"), VALUE)
+        elapsed = time.perf_counter() - start
+        env.close()
+    return records / elapsed
+
+
+async def local_log(records: int, concurrency: int) -> float:
+    with tempfile.TemporaryDirectory() as path:
+        async with LocalLog(path) as log:
+            await log.create_topic("bench", partitions=4)
+            start = time.perf_counter()
+            await _concurrent(log.append, "bench", records, concurrency)
+            return records / (time.perf_counter() - start)
+
+
+async def _concurrent(append, topic: str, records: int, concurrency: int) -> None:
+    queue = iter(range(records))
+
+    async def worker() -> None:
+        for i in queue:
+            await append(topic, OutgoingRecord(VALUE, key=b"k%d" % (i % 64)))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def kafka_log(bootstrap: str, records: int, concurrency: int) -> float:
+    async with KafkaLog(KafkaLogConfig(bootstrap)) as log:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        await log.create_topic(topic, partitions=4)
+        start = time.perf_counter()
+        await _concurrent(log.append, topic, records, concurrency)
+        rate = records / (time.perf_counter() - start)
+        await log.delete_topic(topic)
+        return rate
+
+
+async def raw_aiokafka(bootstrap: str, records: int, concurrency: int) -> float:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(topic, 4, 1)])
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+    )
+    await producer.start()
+    await producer.send_and_wait(topic, b"warm-up")
+    queue = iter(range(records))
+
+    async def worker() -> None:
+        for i in queue:
+            await (await producer.send(topic, VALUE, key=b"k%d" % (i % 64)))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    rate = records / (time.perf_counter() - start)
+    await producer.stop()
+    await admin.delete_topics([topic])
+    await admin.close()
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--kafka", default=os.environ.get("LASER_KAFKA_BOOTSTRAP"))
+    args = parser.parse_args()
+    n, c = args.records, args.concurrency
+
+    per_record = raw_lmdb(min(n, 3000), per_record=True)
+    one_txn = raw_lmdb(n, per_record=False)
+    ours = asyncio.run(local_log(n, c))
+    print(f"records={n} concurrency={c}")
+    print(f"raw LMDB, one durable txn per record : {per_record:12,.0f} rec/s (baseline)")
+    print(f"raw LMDB, all records in one txn     : {one_txn:12,.0f} rec/s")
+    print(f"LocalLog, concurrent appends         : {ours:12,.0f} rec/s")
+    print(f"  ratio LocalLog / per-record commits : {ours / per_record:8.2f}x")
+    print(f"  ratio LocalLog / single transaction : {ours / one_txn:8.3f}x")
+    if args.kafka:
+        raw = asyncio.run(raw_aiokafka(args.kafka, n, c))
+        kafka = asyncio.run(kafka_log(args.kafka, n, c))
+        print(f"raw aiokafka producer                : {raw:12,.0f} rec/s (baseline)")
+        print(f"KafkaLog                             : {kafka:12,.0f} rec/s")
+        print(f"  ratio KafkaLog / raw aiokafka       : {kafka / raw:8.2f}x")
+    else:
+        print("(no --kafka HOST:PORT or LASER_KAFKA_BOOTSTRAP: Kafka half not measured)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""`Laser`: a connection to a log, with a default stream, that hands out memory handles.
+
+>>> async with connect("local://./laser-data", stream="prod") as laser:   # doctest: +SKIP
+...     memory = laser.memory("notes")          # namespace stream:prod/notes
+...     await memory.remember("the reporter prefers email", conversation="c-1")
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import InvalidName
+from .ids import validate_name
+from .log import DEFAULT_URL, LocalLog, Log, TopicInfo, connect_log
+from .log.naming import validate_topic
+from .memory import MemoryConfig, MemoryHandle
+
+__all__ = ["AGENT_TOPICS", "ConversationContext", "Laser", "connect"]
+
+#: The agent topics `Laser.bootstrap` creates on a stream.
+AGENT_TOPICS = ("agent.memory", "agent.sessions")
+MEMORY_TOPIC = "agent.memory"
+
+
+def _stream_topic(stream: str | None, topic: str) -> str:
+    return f"{stream}.{topic}" if stream else topic
+
+
+class Laser:
+    """A log connection with a default stream. Start it with ``async with`` or
+    `start`/`stop` (both safe twice); it starts and stops the log it was given."""
+
+    def __init__(self, log: Log, *, stream: str | None = None, config: MemoryConfig | None = None):
+        if stream is not None:
+            validate_topic(stream)
+        self.log = log
+        self.stream = stream
+        self.config = config or MemoryConfig()
+
+    async def __aenter__(self) -> Laser:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        await self.log.start()
+
+    async def stop(self) -> None:
+        await self.log.stop()
+
+    @property
+    def memory_topic_name(self) -> str:
+        """The default memory topic: ``<stream>.agent.memory``, or ``agent.memory``."""
+        return _stream_topic(self.stream, MEMORY_TOPIC)
+
+    async def bootstrap(
+        self, partitions: int = 4, retention: float | None = None
+    ) -> list[TopicInfo]:
+        """Create the stream's agent topics (``agent.memory`` among them). Idempotent.
+        ``retention`` is in seconds; None keeps records forever."""
+        return [
+            await self.log.create_topic(
+                _stream_topic(self.stream, topic), partitions=partitions, retention_s=retention
+            )
+            for topic in AGENT_TOPICS
+        ]
+
+    def memory(self, namespace: str) -> MemoryHandle:
+        """A handle on a memory namespace. With a default stream, ``"notes"`` becomes
+        ``stream:<stream>/notes``; a name starting with ``stream:`` is used as written
+        and rides that stream's memory topic."""
+        validate_name(namespace, "namespace")
+        if namespace.startswith("stream:"):
+            stream, slash, rest = namespace[len("stream:") :].partition("/")
+            if not slash or not rest or not stream:
+                raise InvalidName(
+                    f"namespace {namespace!r} starts with 'stream:' but is not "
+                    "'stream:<stream>/<name>'"
+                )
+            validate_topic(stream)
+            return MemoryHandle(
+                self, namespace=namespace, topic=_stream_topic(stream, MEMORY_TOPIC), stream=stream
+            )
+        if self.stream:
+            return MemoryHandle(
+                self,
+                namespace=f"stream:{self.stream}/{namespace}",
+                topic=self.memory_topic_name,
+                stream=self.stream,
+            )
+        return MemoryHandle(self, namespace=namespace, topic=MEMORY_TOPIC, stream="")
+
+    def memory_on_topic(self, topic: str, stream: str | None = None) -> MemoryHandle:
+        """A handle on an existing topic, using the topic name as the namespace."""
+        validate_topic(topic)
+        return MemoryHandle(self, namespace=topic, topic=topic, stream=stream or self.stream or "")
+
+    async def memory_topic(
+        self, topic: str, *, partitions: int = 4, retention: float | None = None
+    ) -> MemoryHandle:
+        """Create a topic (partitions, retention in seconds) and return a handle on it,
+        using the topic name as the namespace."""
+        await self.log.create_topic(topic, partitions=partitions, retention_s=retention)
+        return self.memory_on_topic(topic)
+
+    def context(self, conversation: str) -> ConversationContext:
+        """Handles scoped to one conversation: ``laser.context(c).memory("notes")``."""
+        return ConversationContext(self, validate_name(conversation, "conversation"))
+
+    async def _create_missing_topic(self, topic: str) -> bool:
+        """On the embedded log a missing memory topic is created on first use, so the
+        library works on a fresh machine; Kafka topics come from `bootstrap`."""
+        if not isinstance(self.log, LocalLog):
+            return False
+        await self.log.create_topic(topic, partitions=self.config.default_partitions)
+        return True
+
+
+class ConversationContext:
+    """Hands out memory handles that always pass one conversation."""
+
+    def __init__(self, laser: Laser, conversation: str):
+        self._laser = laser
+        self.conversation = conversation
+
+    def memory(self, namespace: str) -> MemoryHandle:
+        return self._laser.memory(namespace).scoped(self.conversation)
+
+
+def connect(
+    url: str | None = None, *, stream: str | None = None, config: MemoryConfig | None = None
+) -> Laser:
+    """Connect to the log a URL names: ``local://PATH`` (the default,
+    ``$LASER_URL`` or ``local://./laser-data``) or ``kafka://host:port[,host:port]``.
+
+    >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
+    ...     await laser.bootstrap(partitions=8)
+    """
+    return Laser(
+        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL), stream=stream, config=config
+    )

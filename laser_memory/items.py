@@ -1,0 +1,103 @@
+"""What recall and fetch return: memory items, their signals and sources, named items."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import msgspec
+
+from .ids import MemoryId
+from .kinds import MemoryKind
+from .records import Origin, Producer
+from .scope import Lifetime, MemoryScope
+
+__all__ = ["MemoryItem", "NamedItem", "Signal", "Source"]
+
+
+class Source(NamedTuple):
+    """The log record an item was folded from, so a reader can open it while the log
+    still holds it. ``generation`` tells a recreated topic from the original."""
+
+    stream: str
+    topic: str
+    partition: int
+    offset: int
+    generation: str
+    conversation: str | None
+
+
+class Signal(msgspec.Struct, frozen=True):
+    """Why an item was recalled: the strategy that surfaced it, its rank in that
+    strategy's list (0 is best) and that strategy's score."""
+
+    strategy: str
+    rank: int
+    score: float
+
+
+class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One recalled item.
+
+    ``weight`` is the sum of the feedback that applies to it; ``append_time_ms`` is
+    the broker append time of the record it was folded from (``source``).
+    """
+
+    id: MemoryId
+    kind: MemoryKind
+    body: bytes
+    scope: MemoryScope
+    lifetime: Lifetime
+    append_time_ms: int
+    source: Source
+    weight: float = 0.0
+    origin: Origin | None = None
+    producer: Producer | None = None
+    embedding: bytes | None = None
+    score: float = 0.0
+    signals: tuple[Signal, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The body as text (undecodable bytes replaced)."""
+        return self.body.decode("utf-8", "replace")
+
+    @property
+    def conversation(self) -> str | None:
+        return self.scope.conversation
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the CLI's ``--json`` output)."""
+        return {
+            "id": str(self.id),
+            "kind": self.kind.value,
+            "body": self.text,
+            "scope": msgspec.to_builtins(self.scope),
+            "lifetime": self.lifetime,
+            "weight": self.weight,
+            "score": self.score,
+            "signals": [msgspec.to_builtins(s) for s in self.signals],
+            "append_time_ms": self.append_time_ms,
+            "source": self.source._asdict(),
+            "origin": msgspec.to_builtins(self.origin) if self.origin else None,
+            "producer": msgspec.to_builtins(self.producer) if self.producer else None,
+        }
+
+
+class NamedItem(msgspec.Struct, frozen=True, kw_only=True):
+    """A named item's current body, how many writes made it (``version``) and the
+    position of the last one."""
+
+    key: str
+    body: bytes
+    version: int
+    source: Source
+    append_time_ms: int
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)

@@ -1,0 +1,641 @@
+"""The memory handle: every write becomes a record on the memory topic; recall folds them.
+
+>>> memory = laser.memory("notes")                                     # doctest: +SKIP
+>>> mid = await memory.remember("the reporter prefers email", conversation="c-1")
+>>> await memory.improve(mid, 1.0)
+>>> [item.text for item in await memory.recall(conversation="c-1")]
+['the reporter prefers email']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+
+from folders.inprocess import FoldedReader
+from folders.state import ItemFilter
+
+from .errors import (
+    BodyTooLarge,
+    ConfigError,
+    EmptyBody,
+    InvalidBody,
+    InvalidInput,
+    InvalidWeight,
+    UnknownTopic,
+)
+from .ids import MemoryId, validate_name
+from .items import MemoryItem, NamedItem, Source
+from .kinds import MemoryKind, parse_kind
+from .log.port import Appended, OutgoingRecord
+from .named import encode_body, encode_patch, validate_key
+from .recall import rank, to_context_block, validate_limit, validate_strategy
+from .records import (
+    Feedback,
+    Forget,
+    MemoryRecord,
+    NamedPatch,
+    NamedRemove,
+    NamedSet,
+    Origin,
+    Producer,
+    Remember,
+    encode_record,
+)
+from .scope import MemoryScope
+
+if TYPE_CHECKING:
+    from .client import Laser
+
+__all__ = ["MemoryConfig", "MemoryHandle", "Receipt"]
+
+Receipt = Appended
+"""Where a write landed: topic, partition, offset and append time."""
+
+_REMEMBER_OPTIONS = {
+    "kind",
+    "conversation",
+    "agent",
+    "user",
+    "application",
+    "tenant",
+    "durable",
+    "dedup",
+    "origin",
+    "producer",
+    "embedding",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryConfig:
+    """Settings of the memory API.
+
+    ``max_body_bytes`` caps a body (1 MiB by default). On the embedded log a
+    missing memory topic is created on first use with ``default_partitions``;
+    on Kafka it must be created with ``bootstrap`` first.
+    """
+
+    max_body_bytes: int = 1 << 20
+    default_partitions: int = 4
+
+
+class MemoryHandle:
+    """Reads and writes one memory namespace on one topic.
+
+    Get one from `Laser.memory`, `Laser.memory_on_topic`, `Laser.memory_topic` or
+    a conversation context. A handle keeps its own folder: the first folded recall
+    reads the whole topic, later ones read only new records.
+    """
+
+    def __init__(
+        self,
+        laser: Laser,
+        *,
+        namespace: str,
+        topic: str,
+        stream: str,
+        conversation: str | None = None,
+        origin: Origin | None = None,
+        producer: Producer | None = None,
+        reader: FoldedReader | None = None,
+    ) -> None:
+        self._laser = laser
+        self.namespace = namespace
+        self.topic = topic
+        self.stream = stream
+        self.conversation = conversation
+        self._origin = origin
+        self._producer = producer
+        self._reader = reader or FoldedReader(laser.log, topic, namespace, stream=stream)
+        self.last_receipt: Receipt | None = None
+
+    def __repr__(self) -> str:
+        scoped = f", conversation={self.conversation!r}" if self.conversation else ""
+        return f"MemoryHandle(namespace={self.namespace!r}, topic={self.topic!r}{scoped})"
+
+    # -- derived handles ---------------------------------------------------------
+
+    def _derive(self, **changes: Any) -> MemoryHandle:
+        fields = {
+            "namespace": self.namespace,
+            "topic": self.topic,
+            "stream": self.stream,
+            "conversation": self.conversation,
+            "origin": self._origin,
+            "producer": self._producer,
+            "reader": self._reader,
+        }
+        fields.update(changes)
+        return MemoryHandle(self._laser, **fields)
+
+    def scoped(self, conversation: str) -> MemoryHandle:
+        """A handle that always passes this conversation (it shares this handle's fold)."""
+        validate_name(conversation, "conversation")
+        if self.conversation is not None and conversation != self.conversation:
+            raise InvalidInput(
+                f"this handle is scoped to conversation {self.conversation!r}; "
+                f"it cannot be rescoped to {conversation!r}"
+            )
+        return self._derive(conversation=conversation)
+
+    def with_lineage(self, origin: Any = None, producer: Any = None) -> MemoryHandle:
+        """A handle that stamps every item it remembers with this origin and producer.
+
+        >>> facts = memory.with_lineage(producer={"name": "fact-extractor", "version": "2"})
+        ... # doctest: +SKIP
+        """
+        return self._derive(
+            origin=_origin(origin) if origin is not None else self._origin,
+            producer=_producer(producer) if producer is not None else self._producer,
+        )
+
+    # -- writes ------------------------------------------------------------------
+
+    async def remember(
+        self,
+        body: str | bytes,
+        *,
+        kind: str | MemoryKind = "fact",
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str = "",
+        durable: bool = False,
+        dedup: bool = False,
+        origin: Any = None,
+        producer: Any = None,
+        embedding: Sequence[float] | None = None,
+    ) -> MemoryId:
+        """Remember a body; returns its id, whose ``receipt`` says where it landed.
+
+        With ``dedup=True`` the id is the content id of the owner scope, kind and
+        body, so remembering the same fact twice stores it once.
+
+        >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
+        """
+        record = self._remember_record(
+            {
+                "body": body,
+                "kind": kind,
+                "conversation": conversation,
+                "agent": agent,
+                "user": user,
+                "application": application,
+                "tenant": tenant,
+                "durable": durable,
+                "dedup": dedup,
+                "origin": origin,
+                "producer": producer,
+                "embedding": embedding,
+            }
+        )
+        [receipt] = await self._write([record])
+        mid = MemoryId(record.id)
+        mid.receipt = receipt
+        return mid
+
+    async def remember_many(
+        self, entries: Sequence[str | bytes | Mapping[str, Any]]
+    ) -> list[MemoryId]:
+        """Remember several items in one batch. Every entry is checked before anything is
+        written, so one bad entry writes nothing.
+
+        Each entry is a body, or a mapping with ``body`` and any of remember's options.
+
+        >>> await memory.remember_many(["a", {"body": "b", "kind": "summary"}])  # doctest: +SKIP
+        """
+        if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+            raise InvalidInput("remember_many takes a list of bodies or of mappings with 'body'")
+        records: list[Remember] = []
+        ids: list[MemoryId] = []
+        for index, entry in enumerate(entries):
+            try:
+                record = self._remember_record(entry)
+            except InvalidInput as exc:
+                raise type(exc)(f"entry {index}: {exc}") from None
+            records.append(record)
+            ids.append(MemoryId(record.id))
+        receipts = await self._write(records)
+        for mid, receipt in zip(ids, receipts, strict=True):
+            mid.receipt = receipt
+        return ids
+
+    async def append(
+        self,
+        id: MemoryId | str | bytes,
+        body: str | bytes,
+        *,
+        kind: str | MemoryKind,
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str = "",
+        durable: bool = False,
+        origin: Any = None,
+        producer: Any = None,
+        embedding: Sequence[float] | None = None,
+    ) -> MemoryId:
+        """Typed append: remember a body under an id and kind that you supply.
+
+        >>> mid = memory_id_content("entity", b"node-7", agent="planner")   # doctest: +SKIP
+        >>> await memory.append(mid, b"node-7", kind="entity", agent="planner")  # doctest: +SKIP
+        """
+        mid = MemoryId.parse(id)
+        record = self._remember_record(
+            {
+                "body": body,
+                "kind": kind,
+                "conversation": conversation,
+                "agent": agent,
+                "user": user,
+                "application": application,
+                "tenant": tenant,
+                "durable": durable,
+                "origin": origin,
+                "producer": producer,
+                "embedding": embedding,
+            },
+            memory_id=mid,
+        )
+        [receipt] = await self._write([record])
+        mid.receipt = receipt
+        return mid
+
+    async def improve(
+        self,
+        target: MemoryId | str | bytes,
+        weight: float,
+        *,
+        conversation: str | None = None,
+        tenant: str = "",
+    ) -> Receipt:
+        """Add a feedback weight to an item. With a conversation (always, on a scoped
+        handle) it applies only to the item as remembered in that conversation."""
+        target_id = MemoryId.parse(target)
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+        ):
+            raise InvalidWeight(f"a feedback weight must be a finite number, got {weight!r}")
+        scope = self._scope(conversation=conversation, tenant=tenant)
+        [receipt] = await self._write(
+            [Feedback(ns=self.namespace, scope=scope, target=target_id.bytes, weight=float(weight))]
+        )
+        return receipt
+
+    async def forget(
+        self,
+        id: MemoryId | str | bytes,
+        *,
+        conversation: str | None = None,
+        tenant: str = "",
+    ) -> Receipt:
+        """Write a tombstone for an item. With a conversation (always, on a scoped
+        handle) it forgets only the item as remembered in that conversation."""
+        target_id = MemoryId.parse(id)
+        scope = self._scope(conversation=conversation, tenant=tenant)
+        [receipt] = await self._write(
+            [Forget(ns=self.namespace, scope=scope, target=target_id.bytes)]
+        )
+        return receipt
+
+    async def set(self, key: str, body: str | bytes | dict | list, *, tenant: str = "") -> Receipt:
+        """Set a named item to a body (objects and lists are stored as JSON)."""
+        data = self._check_body(encode_body(body))
+        [receipt] = await self._write(
+            [
+                NamedSet(
+                    ns=self.namespace,
+                    scope=self._scope(tenant=tenant),
+                    key=validate_key(key),
+                    body=data,
+                )
+            ]
+        )
+        return receipt
+
+    async def update(self, key: str, patch: str | bytes | dict, *, tenant: str = "") -> Receipt:
+        """Apply an RFC 7386 JSON merge patch to a named item: fields overwrite, ``null``
+        removes. The patch itself is the record, so concurrent updates all apply in
+        log order."""
+        data = self._check_body(encode_patch(patch))
+        [receipt] = await self._write(
+            [
+                NamedPatch(
+                    ns=self.namespace,
+                    scope=self._scope(tenant=tenant),
+                    key=validate_key(key),
+                    patch=data,
+                )
+            ]
+        )
+        return receipt
+
+    async def remove(self, key: str, *, tenant: str = "") -> Receipt:
+        """Remove a named item; removing an absent key succeeds."""
+        [receipt] = await self._write(
+            [
+                NamedRemove(
+                    ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key)
+                )
+            ]
+        )
+        return receipt
+
+    # -- reads -------------------------------------------------------------------
+
+    async def fetch_folded(self, key: str, *, tenant: str = "") -> NamedItem | None:
+        """A named item's current value, folded from the topic in this process
+        (reading only the key's partition), or None if it is absent."""
+        validate_key(key)
+        validate_name(tenant, "tenant", allow_empty=True)
+        info = await self._topic_info()
+        if info is None:
+            return None
+        partition = self._reader.partition_for_key(key, info.partitions)
+        state = await self._reader.catch_up([partition])
+        return state.named_item(key, tenant=tenant)
+
+    async def fetch(self, key: str, *, tenant: str = "") -> NamedItem | None:
+        """A named item's current value. Until a managed view is configured this folds
+        the topic in-process, like `fetch_folded`."""
+        return await self.fetch_folded(key, tenant=tenant)
+
+    async def recall(
+        self,
+        *,
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str = "",
+        kind: str | MemoryKind | None = None,
+        text: str | None = None,
+        strategy: str = "auto",
+        limit: int = 50,
+        folded: bool = True,
+        block: bool = False,
+        token_budget: int | None = None,
+    ) -> list[MemoryItem] | str:
+        """Recall items in scope. Every field you set narrows; a field you leave out
+        widens, except ``tenant``, which always applies exactly (unset means ``""``).
+
+        With ``block=True`` returns the items formatted by `to_context_block`.
+
+        >>> items = await memory.recall(conversation="c-1", strategy="recent", limit=5)
+        ... # doctest: +SKIP
+        """
+        validate_strategy(strategy)
+        validate_limit(limit)
+        if text is not None and not isinstance(text, str):
+            raise InvalidInput(f"text must be a string, got {type(text).__name__}")
+        if not folded:
+            raise ConfigError(
+                "recall(folded=False) reads the managed view, and this handle has none; "
+                "use folded=True"
+            )
+        conversation = self._conversation(conversation)
+        where = ItemFilter(
+            tenant=validate_name(tenant, "tenant", allow_empty=True),
+            conversation=conversation,
+            agent=_optional_name(agent, "agent"),
+            user=_optional_name(user, "user"),
+            application=_optional_name(application, "application"),
+            kind=parse_kind(kind) if kind is not None else None,
+        )
+        info = await self._topic_info()
+        if info is None:
+            items: list[MemoryItem] = []
+        else:
+            partitions = (
+                self._reader.partitions_for_conversation(conversation, info.partitions)
+                if conversation is not None
+                else None
+            )
+            state = await self._reader.catch_up(partitions)
+            items = rank(state.items(where), strategy=strategy, text=text, limit=limit)
+        if block:
+            return to_context_block(items, token_budget)
+        return items
+
+    async def context(
+        self,
+        conversation: str | None = None,
+        *,
+        token_budget: int | None = None,
+        limit: int = 50,
+        tenant: str = "",
+    ) -> str:
+        """Recall a conversation's items and format them as one prompt block."""
+        return await self.recall(
+            conversation=conversation,
+            tenant=tenant,
+            limit=limit,
+            block=True,
+            token_budget=token_budget,
+        )
+
+    @property
+    def set_aside(self) -> list:
+        """Records this handle's fold could not read, with their positions and reasons."""
+        state = self._reader._state
+        return list(state.set_aside) if state is not None else []
+
+    # -- internals ---------------------------------------------------------------
+
+    def _conversation(self, conversation: str | None) -> str | None:
+        if conversation is not None:
+            validate_name(conversation, "conversation")
+        if self.conversation is None:
+            return conversation
+        if conversation is not None and conversation != self.conversation:
+            raise InvalidInput(
+                f"this handle is scoped to conversation {self.conversation!r}; it cannot act "
+                f"on conversation {conversation!r}"
+            )
+        return self.conversation
+
+    def _scope(
+        self, *, conversation: str | None = None, tenant: str = "", **owner: Any
+    ) -> MemoryScope:
+        try:
+            return MemoryScope(
+                stream=self.stream,
+                tenant=tenant,
+                conversation=self._conversation(conversation),
+                **owner,
+            ).validated()
+        except TypeError as exc:
+            raise InvalidInput(f"bad scope: {exc}") from None
+
+    def _check_body(self, data: bytes) -> bytes:
+        limit = self._laser.config.max_body_bytes
+        if not data:
+            raise EmptyBody("the body is empty; there is nothing to remember")
+        if len(data) > limit:
+            raise BodyTooLarge(
+                f"the body is {len(data)} bytes, over the {limit}-byte maximum; store large "
+                "content elsewhere and remember a reference, or raise MemoryConfig.max_body_bytes"
+            )
+        return data
+
+    def _remember_record(
+        self, entry: str | bytes | Mapping[str, Any], memory_id: MemoryId | None = None
+    ) -> Remember:
+        if isinstance(entry, str | bytes | bytearray):
+            entry = {"body": entry}
+        if not isinstance(entry, Mapping) or "body" not in entry:
+            raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
+        unknown = set(entry) - _REMEMBER_OPTIONS - {"body"}
+        if unknown:
+            raise InvalidInput(
+                f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
+                f"{', '.join(sorted(_REMEMBER_OPTIONS))}"
+            )
+        body = entry["body"]
+        if isinstance(body, str):
+            data = body.encode("utf-8")
+        elif isinstance(body, bytes | bytearray | memoryview):
+            data = bytes(body)
+        else:
+            raise InvalidBody(f"a body is str or bytes, got {type(body).__name__}")
+        self._check_body(data)
+        kind = parse_kind(entry["kind"] if entry.get("kind") is not None else "fact")
+        scope = self._scope(
+            conversation=entry.get("conversation"),
+            tenant=entry.get("tenant") or "",
+            agent=entry.get("agent"),
+            user=entry.get("user"),
+            application=entry.get("application"),
+        )
+        if memory_id is None:
+            if entry.get("dedup"):
+                memory_id = MemoryId.content(
+                    kind,
+                    data,
+                    stream=scope.stream,
+                    tenant=scope.tenant,
+                    agent=scope.agent,
+                    user=scope.user,
+                    application=scope.application,
+                )
+            else:
+                memory_id = MemoryId.new()
+        origin = entry.get("origin")
+        producer = entry.get("producer")
+        return Remember(
+            ns=self.namespace,
+            scope=scope,
+            id=memory_id.bytes,
+            kind=kind.code,
+            body=data,
+            lifetime="durable" if entry.get("durable") else "session",
+            origin=_origin(origin) if origin is not None else self._origin,
+            producer=_producer(producer) if producer is not None else self._producer,
+            embedding=_embedding(entry.get("embedding")),
+        )
+
+    async def _topic_info(self):
+        """The topic's shape, creating it on the embedded log; None if Kafka lacks it."""
+        try:
+            return await self._reader.topic_info()
+        except UnknownTopic:
+            if not await self._laser._create_missing_topic(self.topic):
+                raise
+            return await self._reader.topic_info()
+
+    async def _write(self, records: Sequence[MemoryRecord]) -> list[Receipt]:
+        wires = [encode_record(record) for record in records]
+        outgoing = [OutgoingRecord(w.value, key=w.key, headers=w.headers) for w in wires]
+        log = self._laser.log
+        try:
+            receipts = await log.append_batch(self.topic, outgoing)
+        except UnknownTopic:
+            if not await self._laser._create_missing_topic(self.topic):
+                raise
+            receipts = await log.append_batch(self.topic, outgoing)
+        if receipts:
+            self.last_receipt = receipts[-1]
+        return receipts
+
+
+def _optional_name(value: str | None, what: str) -> str | None:
+    return None if value is None else validate_name(value, what)
+
+
+def _origin(value: Any) -> Origin:
+    """An origin from an `Origin`, a `Source`, a receipt, a mapping or a tuple."""
+    try:
+        if isinstance(value, Origin):
+            return value
+        if isinstance(value, Source):
+            return Origin(
+                stream=value.stream,
+                topic=value.topic,
+                partition=value.partition,
+                offset=value.offset,
+                generation=value.generation,
+            )
+        if isinstance(value, Appended):
+            return Origin(topic=value.topic, partition=value.partition, offset=value.offset)
+        if isinstance(value, Mapping):
+            return msgspec.convert(dict(value), Origin)
+        if isinstance(value, tuple | list) and len(value) in (4, 5):
+            stream, topic, partition, offset, *generation = value
+            return Origin(
+                stream=stream,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                generation=generation[0] if generation else "",
+            )
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise InvalidInput(f"origin is not a log position: {exc}") from None
+    raise InvalidInput(
+        "origin is a Source, a receipt, a mapping with topic, partition and offset, or a "
+        f"tuple (stream, topic, partition, offset[, generation]); got {value!r}"
+    )
+
+
+def _producer(value: Any) -> Producer:
+    if isinstance(value, Producer):
+        return value
+    if isinstance(value, str):
+        return Producer(name=validate_name(value, "producer name"))
+    if isinstance(value, Mapping):
+        try:
+            producer = msgspec.convert(dict(value), Producer)
+        except msgspec.ValidationError as exc:
+            raise InvalidInput(
+                f"producer needs a 'name' and an optional 'version': {exc}"
+            ) from None
+        validate_name(producer.name, "producer name")
+        return producer
+    if isinstance(value, tuple) and len(value) == 2:
+        return Producer(name=validate_name(value[0], "producer name"), version=str(value[1]))
+    raise InvalidInput(f"producer is a name, a (name, version) pair or a mapping; got {value!r}")
+
+
+def _embedding(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        array = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"an embedding is a list of numbers: {exc}") from None
+    if array.ndim != 1 or array.size == 0:
+        raise InvalidInput(
+            f"an embedding is a non-empty flat list of numbers, got shape {array.shape}"
+        )
+    if not np.all(np.isfinite(array)):
+        raise InvalidInput("an embedding must hold finite numbers only")
+    return array.astype("<f4").tobytes()

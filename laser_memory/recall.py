@@ -1,0 +1,190 @@
+"""Ranking recalled items: strategies, reciprocal-rank fusion, and context blocks.
+
+Both folded and managed recall hand their visible items to `rank`, so the
+order and the signals of a recall are the same whichever way it was served.
+
+Strategies on log memory:
+
+- ``recent``: newest first by broker append time, ties by (partition, offset),
+  also newest first. Text and feedback are ignored.
+- ``keyword``, ``semantic``, ``hybrid``: with text, keep the items that share
+  at least one word with it (words are runs of letters and digits, compared
+  case-insensitively), then order as ``auto`` does. Without text they keep
+  every item.
+- ``auto`` (the default): feedback first (higher weight first), then newest.
+
+Every item carries the signal of the strategy that surfaced it; an item with
+feedback also carries an ``auto`` signal with its rank among the items that
+have feedback and its weight as the score.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from .errors import InvalidInput
+from .items import MemoryItem, Signal
+
+__all__ = [
+    "RRF_K",
+    "STRATEGIES",
+    "estimate_tokens",
+    "fuse_reciprocal_rank",
+    "rank",
+    "shared_words",
+    "to_context_block",
+    "validate_limit",
+    "validate_strategy",
+    "words",
+]
+
+STRATEGIES = ("auto", "recent", "keyword", "semantic", "hybrid")
+RRF_K = 60
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def validate_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise InvalidInput(
+            f"unknown recall strategy {strategy!r}; use one of: {', '.join(STRATEGIES)}"
+        )
+    return strategy
+
+
+def validate_limit(limit: int) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise InvalidInput(f"limit must be a whole number of items, 0 or more, got {limit!r}")
+    return limit
+
+
+def words(text: str) -> set[str]:
+    """The set of lowercase words in a text."""
+    return {w.casefold() for w in _WORD.findall(text)}
+
+
+def shared_words(query: set[str], body: bytes) -> int:
+    return len(query & words(body.decode("utf-8", "replace")))
+
+
+def _newest_key(item: MemoryItem) -> tuple[int, int, int]:
+    return (item.append_time_ms, item.source.partition, item.source.offset)
+
+
+def rank(
+    items: Iterable[MemoryItem],
+    *,
+    strategy: str = "auto",
+    text: str | None = None,
+    limit: int = 50,
+) -> list[MemoryItem]:
+    """Order visible items for one recall and attach their score and signals."""
+    validate_strategy(strategy)
+    validate_limit(limit)
+    candidates = list(items)
+    if strategy == "recent":
+        candidates.sort(key=_newest_key, reverse=True)
+        chosen = candidates[:limit]
+        return [
+            msgspec.structs.replace(
+                item,
+                score=item.append_time_ms / 1000,
+                signals=(Signal("recent", i, item.append_time_ms / 1000),),
+            )
+            for i, item in enumerate(chosen)
+        ]
+    overlap: dict[int, float] = {}
+    query = words(text) if text else set()
+    if query:
+        kept = []
+        for item in candidates:
+            shared = shared_words(query, item.body)
+            if shared:
+                overlap[id(item)] = shared / len(query)
+                kept.append(item)
+        candidates = kept
+    candidates.sort(key=_newest_key, reverse=True)
+    candidates.sort(key=lambda item: item.weight, reverse=True)
+    chosen = candidates[:limit]
+    weighted = sorted(
+        (item for item in chosen if item.weight != 0),
+        key=lambda item: item.weight,
+        reverse=True,
+    )
+    feedback_rank = {id(item): i for i, item in enumerate(weighted)}
+    out = []
+    for i, item in enumerate(chosen):
+        signals = [Signal(strategy, i, overlap.get(id(item), item.weight))]
+        if id(item) in feedback_rank and strategy != "auto":
+            signals.append(Signal("auto", feedback_rank[id(item)], item.weight))
+        out.append(msgspec.structs.replace(item, score=item.weight, signals=tuple(signals)))
+    return out
+
+
+def fuse_reciprocal_rank(
+    signal_lists: Sequence[Sequence[MemoryItem]], limit: int = 50
+) -> list[MemoryItem]:
+    """Merge ranked lists: each item scores the sum of 1/(60 + rank) over the lists that
+    contain it, so agreement between lists outranks one list's top hit.
+
+    Items are matched by id; the fused item keeps the first list's copy, carries the
+    signals of every list it was in, and has the fused score. Ties keep the order of
+    first appearance.
+
+    >>> fused = fuse_reciprocal_rank([by_keyword, by_vector], limit=10)   # doctest: +SKIP
+    """
+    validate_limit(limit)
+    scores: dict[bytes, float] = {}
+    first: dict[bytes, MemoryItem] = {}
+    signals: dict[bytes, list[Signal]] = {}
+    for ranked in signal_lists:
+        in_this_list: set[bytes] = set()
+        for position, item in enumerate(ranked):
+            key = item.id.bytes
+            if key in in_this_list:
+                continue
+            in_this_list.add(key)
+            scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + position)
+            first.setdefault(key, item)
+            signals.setdefault(key, []).extend(item.signals)
+    order = sorted(scores, key=lambda key: scores[key], reverse=True)
+    return [
+        msgspec.structs.replace(first[key], score=scores[key], signals=tuple(signals[key]))
+        for key in order[:limit]
+    ]
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens as laser-memory estimates them: UTF-8 bytes divided by four, rounded up."""
+    return math.ceil(len(text.encode("utf-8")) / 4)
+
+
+def to_context_block(items: Sequence[MemoryItem], token_budget: int | None = None) -> str:
+    """Format items as one prompt block, one ``- [kind] body`` line each.
+
+    When the budget runs out the remaining items are dropped and a marker line
+    ``[... N more recalled item(s) omitted ...]`` is appended (the marker does not
+    count against the budget). The first item is always kept, even when it alone
+    exceeds the budget.
+
+    >>> to_context_block(items, token_budget=200)   # doctest: +SKIP
+    '- [fact] the reporter prefers email'
+    """
+    if token_budget is not None and (
+        not isinstance(token_budget, int) or isinstance(token_budget, bool) or token_budget < 0
+    ):
+        raise InvalidInput(f"token_budget must be a whole number, 0 or more, got {token_budget!r}")
+    lines: list[str] = []
+    used = 0
+    for i, item in enumerate(items):
+        line = f"- [{item.kind.value}] {item.text}"
+        cost = estimate_tokens(line + "\n")
+        if i > 0 and token_budget is not None and used + cost > token_budget:
+            lines.append(f"[... {len(items) - i} more recalled item(s) omitted ...]")
+            break
+        lines.append(line)
+        used += cost
+    return "\n".join(lines)

@@ -1,0 +1,477 @@
+"""The memory API over both logs: writes, scopes, folded recall, named items, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from log_conformance import read_all
+
+import laser_memory as lm
+from laser_memory.log import OutgoingRecord, partition_for
+
+
+async def texts(memory: lm.MemoryHandle, **query) -> list[str]:
+    return [item.text for item in await memory.recall(limit=1000, **query)]
+
+
+# -- remember and recall -------------------------------------------------------------
+
+
+async def test_remember_and_recall_newest_first(laser: lm.Laser):
+    memory = laser.memory("notes")
+    for body in ("one", "two", "three"):
+        await memory.remember(body, conversation="c1")
+    await memory.remember("four", conversation="c2")
+    recent = await memory.recall(strategy="recent")
+    assert [i.text for i in recent] == ["four", "three", "two", "one"]
+    keys = [(i.append_time_ms, i.source.partition, i.source.offset) for i in recent]
+    assert keys == sorted(keys, reverse=True)
+    assert [s.rank for i in recent for s in i.signals] == [0, 1, 2, 3]
+    assert await texts(memory, conversation="c1", strategy="recent") == ["three", "two", "one"]
+
+
+async def test_item_fields_and_source(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember(
+        b"raw \x00 bytes",
+        kind="summary",
+        conversation="c1",
+        agent="planner",
+        user="u1",
+        application="helpdesk",
+        durable=True,
+    )
+    [item] = await memory.recall()
+    assert item.id == mid
+    assert item.kind is lm.MemoryKind.SUMMARY
+    assert item.body == b"raw \x00 bytes"
+    assert item.lifetime == "durable"
+    assert (item.scope.agent, item.scope.user, item.scope.application) == (
+        "planner",
+        "u1",
+        "helpdesk",
+    )
+    assert item.scope.stream == laser.stream
+    info = await laser.log.describe_topic(laser.memory_topic_name)
+    assert item.source == lm.Source(
+        laser.stream,
+        laser.memory_topic_name,
+        mid.receipt.partition,
+        mid.receipt.offset,
+        info.generation,
+        "c1",
+    )
+    assert item.append_time_ms == mid.receipt.append_time_ms
+    assert mid.receipt.partition == partition_for(b"c/c1", 4)
+
+
+async def test_every_set_field_narrows_and_tenant_is_a_hard_boundary(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.remember("a", agent="x", user="u1", application="app", kind="fact")
+    await memory.remember("b", agent="y", user="u1", kind="message")
+    await memory.remember("c", agent="x", user="u2", conversation="c1")
+    await memory.remember("secret", tenant="acme", agent="x")
+    assert sorted(await texts(memory)) == ["a", "b", "c"]
+    assert sorted(await texts(memory, agent="x")) == ["a", "c"]
+    assert sorted(await texts(memory, agent="x", user="u1")) == ["a"]
+    assert await texts(memory, application="app") == ["a"]
+    assert await texts(memory, kind="message") == ["b"]
+    assert await texts(memory, conversation="c1") == ["c"]
+    assert await texts(memory, tenant="acme") == ["secret"]
+    assert await texts(memory, tenant="acme", user="u1") == []
+    # No tenant means tenant "", never every tenant.
+    for query in ({}, {"agent": "x"}, {"strategy": "recent"}, {"text": "secret"}):
+        assert "secret" not in await texts(memory, **query)
+
+
+async def test_dedup_stores_a_fact_once_and_users_never_share_an_id(laser: lm.Laser):
+    memory = laser.memory("notes")
+    first = await memory.remember("prefers email", user="u1", dedup=True, conversation="c1")
+    again = await memory.remember("prefers email", user="u1", dedup=True, conversation="c2")
+    other_user = await memory.remember("prefers email", user="u2", dedup=True)
+    assert first == again
+    assert first == lm.memory_id_content("fact", "prefers email", stream=laser.stream, user="u1")
+    assert other_user != first
+    assert sorted(await texts(memory)) == ["prefers email", "prefers email"]
+    assert len(await memory.recall(user="u1")) == 1
+    assert [i.id for i in await memory.recall(conversation="c1")] == [first]
+    assert [i.id for i in await memory.recall(conversation="c2")] == [first]
+    random_ids = {await memory.remember("same words") for _ in range(2)}
+    assert len(random_ids) == 2
+
+
+async def test_forget_scoped_to_a_conversation(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("shared", dedup=True, conversation="c1")
+    await memory.remember("shared", dedup=True, conversation="c2")
+    await memory.forget(mid, conversation="c2")
+    assert await texts(memory, conversation="c2") == []
+    assert await texts(memory, conversation="c1") == ["shared"]
+    assert await texts(memory) == ["shared"]
+    await memory.forget(mid, conversation="c3")
+    assert await texts(memory, conversation="c1") == ["shared"]
+
+
+async def test_forget_without_conversation_acts_everywhere_even_right_away(laser: lm.Laser):
+    memory = laser.memory("notes")
+    ids = [await memory.remember(f"fact {i}", conversation=f"c{i}") for i in range(8)]
+    # Unscoped forgets ride another partition, often in the same millisecond.
+    for mid in ids:
+        await memory.forget(mid)
+    assert await texts(memory) == []
+    for i in range(8):
+        assert await texts(memory, conversation=f"c{i}") == []
+
+
+async def test_forget_of_another_tenant_does_nothing(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("mine", tenant="acme")
+    await memory.forget(mid)
+    await memory.improve(mid, 5.0, tenant="other")
+    [item] = await memory.recall(tenant="acme")
+    assert (item.text, item.weight) == ("mine", 0.0)
+
+
+async def test_remembering_again_after_forget_brings_an_item_back(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("flaky fact", dedup=True, conversation="c1")
+    await memory.forget(mid, conversation="c1")
+    assert await texts(memory) == []
+    await memory.remember("flaky fact", dedup=True, conversation="c1")
+    assert await texts(memory) == ["flaky fact"]
+
+
+async def test_scoped_handle_always_passes_its_conversation(laser: lm.Laser):
+    c1 = laser.context("c1").memory("notes")
+    c2 = laser.context("c2").memory("notes")
+    mine = await c1.remember("in c1", dedup=True)
+    await c2.remember("in c1", dedup=True)
+    await c2.forget(mine)
+    await c2.improve(mine, 3.0)
+    [item] = await c1.recall()
+    assert (item.text, item.weight, item.conversation) == ("in c1", 0.0, "c1")
+    with pytest.raises(lm.InvalidInput, match="scoped to conversation 'c1'"):
+        await c1.forget(mine, conversation="c2")
+    with pytest.raises(lm.InvalidInput, match="scoped"):
+        await c1.recall(conversation="c2")
+    assert await texts(c2) == []
+
+
+async def test_improve_reorders_every_strategy_but_recent(laser: lm.Laser):
+    memory = laser.memory("notes")
+    old = await memory.remember("old alpha")
+    await memory.remember("new alpha")
+    await memory.improve(old, 1.5)
+    await memory.improve(old, 0.5)
+    assert await texts(memory, strategy="recent") == ["new alpha", "old alpha"]
+    for strategy in ("auto", "keyword", "semantic", "hybrid"):
+        items = await memory.recall(strategy=strategy, text="alpha")
+        assert [i.text for i in items] == ["old alpha", "new alpha"], strategy
+        assert items[0].weight == 2.0
+    keyword = await memory.recall(strategy="keyword", text="alpha")
+    assert lm.Signal("auto", 0, 2.0) in keyword[0].signals
+    assert keyword[0].signals[0].strategy == "keyword"
+    await memory.improve(old, -5.0)
+    assert await texts(memory) == ["new alpha", "old alpha"]
+
+
+async def test_feedback_scoped_to_a_conversation(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("x", dedup=True, conversation="c1")
+    await memory.remember("x", dedup=True, conversation="c2")
+    await memory.improve(mid, 2.0, conversation="c2")
+    await memory.improve(mid, 1.0)
+    await memory.improve(mid, 7.0, conversation="never-there")
+    assert [i.weight for i in await memory.recall(conversation="c1")] == [1.0]
+    assert [i.weight for i in await memory.recall(conversation="c2")] == [3.0]
+    assert [i.weight for i in await memory.recall()] == [3.0]
+
+
+async def test_text_strategies_keep_items_sharing_a_word(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.remember("Node-7 sits in the EU-west pool")
+    await memory.remember("node-9 rotates keys monthly")
+    await memory.remember("the reporter prefers email")
+    for strategy in ("keyword", "semantic", "hybrid", "auto"):
+        assert await texts(memory, text="which POOL sits WEST?", strategy=strategy) == [
+            "Node-7 sits in the EU-west pool"
+        ], strategy
+        assert sorted(await texts(memory, text="node", strategy=strategy)) == [
+            "Node-7 sits in the EU-west pool",
+            "node-9 rotates keys monthly",
+        ]
+    assert len(await texts(memory, text="nothing matches", strategy="recent")) == 3
+    assert await texts(memory, text="zebra") == []
+    assert len(await memory.recall(limit=2)) == 2
+    assert await memory.recall(limit=0) == []
+
+
+async def test_recall_reads_only_new_records_and_a_fresh_handle_reads_all(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.remember("one")
+    await memory.recall()
+    applied = memory._reader._state.applied
+    assert applied == 1
+    await memory.remember("two")
+    await memory.recall()
+    assert memory._reader._state.applied == 2
+    await memory.recall()
+    assert memory._reader._state.applied == 2
+    fresh = laser.memory("notes")
+    assert sorted(await texts(fresh)) == ["one", "two"]
+    assert fresh._reader._state.applied == 2
+
+
+async def test_conversation_recall_reads_only_its_partitions(laser: lm.Laser):
+    memory = laser.memory("notes")
+    for i in range(12):
+        await memory.remember(f"fact {i}", conversation=f"conv-{i}")
+    watcher = laser.memory("notes")
+    assert await texts(watcher, conversation="conv-3") == ["fact 3"]
+    expected = {partition_for(b"c/conv-3", 4), partition_for(f"n/{memory.namespace}".encode(), 4)}
+    assert set(watcher._reader.positions) == expected
+
+
+async def test_namespaces_are_stream_scoped_and_never_mix(laser: lm.Laser):
+    notes = laser.memory("notes")
+    other = laser.memory("other")
+    assert notes.namespace == f"stream:{laser.stream}/notes"
+    assert notes.topic == f"{laser.stream}.agent.memory"
+    explicit = laser.memory(f"stream:{laser.stream}/notes")
+    assert explicit.namespace == notes.namespace
+    await notes.remember("in notes")
+    await other.remember("in other")
+    assert await texts(notes) == ["in notes"]
+    assert await texts(explicit) == ["in notes"]
+    assert await texts(other) == ["in other"]
+    with pytest.raises(lm.InvalidName):
+        laser.memory("stream:nohost")
+
+
+async def test_memory_topic_and_memory_on_topic(laser: lm.Laser):
+    topic = f"{laser.stream}-custom"
+    created = await laser.memory_topic(topic, partitions=2, retention=3600)
+    assert (created.namespace, created.topic) == (topic, topic)
+    await created.remember("custom topic fact")
+    again = laser.memory_on_topic(topic)
+    assert await texts(again) == ["custom topic fact"]
+    info = await laser.log.describe_topic(topic)
+    assert (info.partitions, info.retention_s) == (2, 3600)
+
+
+async def test_other_namespaces_are_skipped_and_bad_records_set_aside(laser: lm.Laser):
+    memory = laser.memory("notes")
+    topic = laser.memory_topic_name
+    await laser.log.append(
+        topic, OutgoingRecord(b"\xc1 garbage", headers=(("lm-ns", b"elsewhere"),))
+    )
+    bad = await laser.log.append(
+        topic, OutgoingRecord(b"\xc1 garbage", headers=(("lm-ns", memory.namespace.encode()),))
+    )
+    future = await laser.log.append(
+        topic, OutgoingRecord(b"{}", headers=(("lm-ns", memory.namespace.encode()), ("lm-v", b"9")))
+    )
+    await memory.remember("still folded")
+    assert await texts(memory) == ["still folded"]
+    aside = memory.set_aside
+    assert sorted((a.position.partition, a.position.offset) for a in aside) == sorted(
+        [(bad.partition, bad.offset), (future.partition, future.offset)]
+    )
+    reasons = " ".join(a.reason for a in aside)
+    assert "not a memory record" in reasons and "schema version 9" in reasons
+
+
+async def test_lineage_is_stamped_never_filters_and_never_changes_ids(laser: lm.Laser):
+    memory = laser.memory("notes")
+    source = await memory.remember("the message", kind="message", conversation="c1")
+    facts = (
+        laser.context("c1")
+        .memory("notes")
+        .with_lineage(origin=source.receipt, producer={"name": "fact-extractor", "version": "2"})
+    )
+    fact = await facts.remember("reporter prefers email", dedup=True)
+    assert fact == lm.memory_id_content("fact", "reporter prefers email", stream=laser.stream)
+    [item] = await memory.recall(kind="fact")
+    assert item.producer == lm.Producer(name="fact-extractor", version="2")
+    assert (item.origin.topic, item.origin.partition, item.origin.offset) == (
+        source.receipt.topic,
+        source.receipt.partition,
+        source.receipt.offset,
+    )
+    one_off = await memory.remember("x", origin=item.source, producer="consolidator")
+    [x] = [i for i in await memory.recall() if i.id == one_off]
+    assert x.origin.generation == item.source.generation and x.producer.name == "consolidator"
+    assert len(await memory.recall()) == 3
+
+
+async def test_typed_append_keeps_the_given_id_and_kind(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = lm.memory_id_content("entity", b"node-7 rotates keys monthly", agent="planner")
+    returned = await memory.append(
+        mid, b"node-7 rotates keys monthly", kind="entity", agent="planner", conversation="c1"
+    )
+    assert returned == mid and returned.receipt is not None
+    [item] = await memory.recall()
+    assert (item.id, item.kind) == (mid, lm.MemoryKind.ENTITY)
+
+
+async def test_every_write_returns_its_receipt(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("x")
+    receipts = [
+        mid.receipt,
+        await memory.improve(mid, 1),
+        await memory.forget(mid),
+        await memory.set("k", {"a": 1}),
+        await memory.update("k", {"b": 2}),
+        await memory.remove("k"),
+    ]
+    assert all(isinstance(r, lm.Receipt) and r.topic == laser.memory_topic_name for r in receipts)
+    assert memory.last_receipt == receipts[-1]
+    records = await read_all(laser.log, laser.memory_topic_name)
+    positions = {(r.partition, r.offset) for r in records}
+    assert {(r.partition, r.offset) for r in receipts} <= positions
+
+
+async def test_remember_many_writes_one_batch(laser: lm.Laser):
+    memory = laser.memory("notes")
+    ids = await memory.remember_many(
+        ["plain", {"body": "summary", "kind": "summary", "conversation": "c1"}, b"bytes"]
+    )
+    assert len(set(ids)) == 3 and all(i.receipt for i in ids)
+    assert sorted(await texts(memory)) == ["bytes", "plain", "summary"]
+    assert await texts(memory, kind="summary") == ["summary"]
+
+
+# -- named items ------------------------------------------------------------------------
+
+
+async def test_named_items_set_update_remove(laser: lm.Laser):
+    memory = laser.memory("notes")
+    assert await memory.fetch_folded("profile") is None
+    await memory.remove("profile")
+    await memory.set("profile", {"name": "Ada", "channel": "phone", "tags": {"a": 1, "b": 2}})
+    await memory.update("profile", {"channel": "email", "tags": {"a": None}, "office": "Berlin"})
+    item = await memory.fetch_folded("profile")
+    assert item.json() == {"name": "Ada", "channel": "email", "tags": {"b": 2}, "office": "Berlin"}
+    assert item.version == 3
+    assert await memory.fetch("profile") == item
+    assert await memory.fetch_folded("profile", tenant="acme") is None
+    await memory.remove("profile")
+    assert await memory.fetch_folded("profile") is None
+    await memory.update("profile", {"fresh": True})
+    assert (await memory.fetch_folded("profile")).json() == {"fresh": True}
+    await memory.set("plain", "just text")
+    assert (await memory.fetch_folded("plain")).text == "just text"
+    await memory.update("plain", {"now": "json"})
+    assert (await memory.fetch_folded("plain")).json() == {"now": "json"}
+
+
+async def test_two_writers_updating_one_key_both_apply(laser: lm.Laser):
+    async with lm.connect(laser.log.url, stream=laser.stream) as other:
+        first, second = laser.memory("notes"), other.memory("notes")
+        await first.set("counter", {})
+
+        async def write(memory: lm.MemoryHandle, who: str) -> None:
+            for i in range(15):
+                await memory.update("counter", {f"{who}-{i}": i, f"{who}-last": i})
+
+        await asyncio.gather(write(first, "a"), write(second, "b"))
+    item = await laser.memory("notes").fetch_folded("counter")
+    body = item.json()
+    assert {k for k in body if not k.endswith("last")} == {
+        f"{w}-{i}" for w in "ab" for i in range(15)
+    }
+    assert body["a-last"] == 14 and body["b-last"] == 14
+    assert item.version == 31
+
+
+# -- bad input writes nothing -------------------------------------------------------------
+
+
+async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
+    return await laser.log.end_offsets(laser.memory_topic_name)
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda m: m.remember(""), lm.EmptyBody),
+        (lambda m: m.remember(b"x" * (1 << 20 + 1)), lm.BodyTooLarge),
+        (lambda m: m.remember(42), lm.InvalidBody),
+        (lambda m: m.remember("x", kind="facts"), lm.UnknownKind),
+        (lambda m: m.remember("x", conversation=""), lm.InvalidName),
+        (lambda m: m.remember("x", agent="a\nb"), lm.InvalidName),
+        (lambda m: m.remember("x", tenant="t" * 300), lm.InvalidName),
+        (lambda m: m.remember("x", origin="somewhere"), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=[1.0, float("nan")]), lm.InvalidInput),
+        (lambda m: m.improve(lm.MemoryId.new(), float("inf")), lm.InvalidWeight),
+        (lambda m: m.improve(lm.MemoryId.new(), float("nan")), lm.InvalidWeight),
+        (lambda m: m.improve(lm.MemoryId.new(), True), lm.InvalidWeight),
+        (lambda m: m.improve("not-an-id", 1.0), lm.InvalidId),
+        (lambda m: m.forget("0123"), lm.InvalidId),
+        (lambda m: m.update("k", "[1, 2]"), lm.InvalidPatch),
+        (lambda m: m.update("k", "{not json"), lm.InvalidPatch),
+        (lambda m: m.set("", "x"), lm.InvalidName),
+        (lambda m: m.set("k", ""), lm.EmptyBody),
+        (lambda m: m.remember_many(["ok", {"body": "ok", "kind": "nope"}]), lm.UnknownKind),
+        (lambda m: m.remember_many(["ok", ""]), lm.EmptyBody),
+        (lambda m: m.remember_many([{"body": "x", "colour": "red"}]), lm.InvalidInput),
+        (lambda m: m.recall(strategy="graph"), lm.InvalidInput),
+        (lambda m: m.recall(limit=-1), lm.InvalidInput),
+    ],
+)
+async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call, error):
+    memory = laser.memory("notes")
+    await memory.remember("baseline")
+    before = await _end_offsets(laser)
+    with pytest.raises(error) as info:
+        await call(memory)
+    assert isinstance(info.value, lm.LaserError) and str(info.value)
+    assert await _end_offsets(laser) == before
+
+
+async def test_bad_namespace_is_refused(laser: lm.Laser):
+    for bad in ("", "a\x00b", "n" * 300):
+        with pytest.raises(lm.InvalidName):
+            laser.memory(bad)
+
+
+def test_body_limit_is_configurable(tmp_path):
+    async def go():
+        config = lm.MemoryConfig(max_body_bytes=10)
+        async with lm.connect(f"local://{tmp_path}", config=config) as laser:
+            memory = laser.memory("n")
+            await memory.remember("x" * 10)
+            with pytest.raises(lm.BodyTooLarge, match="10-byte maximum"):
+                await memory.remember("x" * 11)
+
+    asyncio.run(go())
+
+
+# -- context blocks and fusion ---------------------------------------------------------------
+
+
+async def test_context_block_respects_the_budget(laser: lm.Laser):
+    memory = laser.context("c1").memory("notes")
+    for body in ("first fact", "second fact", "third fact"):
+        await memory.remember(body)
+    whole = await memory.context()
+    assert whole.splitlines() == [
+        "- [fact] third fact",
+        "- [fact] second fact",
+        "- [fact] first fact",
+    ]
+    # "- [fact] third fact\n" is 20 bytes (5 tokens), "- [fact] second fact\n" 21 (6).
+    assert (await memory.context(token_budget=11)).splitlines() == [
+        "- [fact] third fact",
+        "- [fact] second fact",
+        "[... 1 more recalled item(s) omitted ...]",
+    ]
+    assert (await memory.context(token_budget=1)).splitlines() == [
+        "- [fact] third fact",
+        "[... 2 more recalled item(s) omitted ...]",
+    ]
+    block = await memory.recall(block=True, token_budget=5, strategy="recent")
+    assert block.splitlines()[-1] == "[... 2 more recalled item(s) omitted ...]"

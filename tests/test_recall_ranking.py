@@ -1,0 +1,114 @@
+"""Ranking pieces that need no log: fusion, merge patch, context blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import laser_memory as lm
+from laser_memory.named import merge_patch
+from laser_memory.recall import RRF_K, estimate_tokens, rank
+
+
+def item(n: int, *, weight: float = 0.0, t: int = 0, body: str | None = None) -> lm.MemoryItem:
+    return lm.MemoryItem(
+        id=lm.MemoryId(n.to_bytes(16, "big")),
+        kind=lm.MemoryKind.FACT,
+        body=(body or f"item {n}").encode(),
+        scope=lm.MemoryScope(),
+        lifetime="session",
+        append_time_ms=t or n,
+        source=lm.Source("", "t", 0, n, "g", None),
+        weight=weight,
+    )
+
+
+def test_fusion_rewards_agreement_over_one_lists_top_hit():
+    a, b, c = item(1), item(2), item(3)
+    fused = lm.fuse_reciprocal_rank([[a, b, c], [c, b]], limit=10)
+    scores = {i.id: i.score for i in fused}
+    assert scores[a.id] == pytest.approx(1 / RRF_K)
+    assert scores[b.id] == pytest.approx(2 / (RRF_K + 1))
+    assert scores[c.id] == pytest.approx(1 / (RRF_K + 2) + 1 / RRF_K)
+    assert [i.id for i in fused] == [c.id, b.id, a.id]
+    assert len(lm.fuse_reciprocal_rank([[a, b, c], [c, b]], limit=2)) == 2
+
+
+@given(
+    st.lists(st.lists(st.integers(1, 12), unique=True, max_size=8), max_size=4), st.integers(0, 20)
+)
+def test_fusion_scores_are_the_sum_over_lists(lists, limit):
+    ranked = [[item(n) for n in ids] for ids in lists]
+    fused = lm.fuse_reciprocal_rank(ranked, limit=limit)
+    expected = {}
+    for ids in lists:
+        for position, n in enumerate(ids):
+            expected[n] = expected.get(n, 0.0) + 1.0 / (RRF_K + position)
+    assert len(fused) == min(limit, len(expected))
+    for fused_item in fused:
+        n = int.from_bytes(fused_item.id.bytes, "big")
+        assert fused_item.score == pytest.approx(expected[n])
+    assert [i.score for i in fused] == sorted((i.score for i in fused), reverse=True)
+    cut = sorted(expected.values(), reverse=True)[:limit]
+    assert [i.score for i in fused] == pytest.approx(cut)
+
+
+@given(st.lists(st.tuples(st.integers(1, 5), st.sampled_from([-1.0, 0.0, 0.5, 2.0])), max_size=12))
+def test_ranking_matches_plain_sorts(spec):
+    items = [item(i + 1, weight=w, t=t) for i, (t, w) in enumerate(spec)]
+
+    def newest(i):
+        return (i.append_time_ms, i.source.partition, i.source.offset)
+
+    recent = rank(items, strategy="recent", limit=100)
+    assert [i.id for i in recent] == [i.id for i in sorted(items, key=newest, reverse=True)]
+    auto = rank(items, strategy="auto", limit=100)
+    expected = sorted(items, key=lambda i: (i.weight, *newest(i)), reverse=True)
+    assert [i.id for i in auto] == [i.id for i in expected]
+    assert [s.rank for i in auto for s in i.signals if s.strategy == "auto"] == list(
+        range(len(auto))
+    )
+
+
+# RFC 7386 appendix A, every example.
+RFC_7386 = [
+    ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+    ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+    ({"a": "b"}, {"a": None}, {}),
+    ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
+    ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+    ({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}),
+    ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+    ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+    (["a", "b"], ["c", "d"], ["c", "d"]),
+    ({"a": "b"}, ["c"], ["c"]),
+    ({"a": "foo"}, None, None),
+    ({"a": "foo"}, "bar", "bar"),
+    ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+    ([1, 2], {"a": "b", "c": None}, {"a": "b"}),
+    ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+]
+
+
+@pytest.mark.parametrize(("target", "patch", "result"), RFC_7386)
+def test_merge_patch_rfc_7386_examples(target, patch, result):
+    assert merge_patch(target, patch) == result
+    assert json.dumps(target)  # the target is left as it was
+    assert merge_patch(target, patch) == merge_patch(json.loads(json.dumps(target)), patch)
+
+
+def test_context_block_keeps_the_first_item_and_marks_the_rest():
+    items = [item(1, body="x" * 100), item(2), item(3)]
+    block = lm.to_context_block(items, token_budget=3)
+    assert block.splitlines() == [
+        f"- [fact] {'x' * 100}",
+        "[... 2 more recalled item(s) omitted ...]",
+    ]
+    assert lm.to_context_block([], token_budget=3) == ""
+    assert lm.to_context_block(items).count("\n") == 2
+    assert estimate_tokens("abcde") == 2 and estimate_tokens("") == 0 and estimate_tokens("é") == 1
+    with pytest.raises(lm.InvalidInput):
+        lm.to_context_block(items, token_budget=-1)
