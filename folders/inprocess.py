@@ -63,6 +63,15 @@ class FoldedReader:
                 )
             chosen = sorted(partitions) if partitions is not None else list(range(info.partitions))
             ends = await self._log.end_offsets(self._topic)
+            if any(ends.get(p, 0) < offset for p, offset in self._positions.items()):
+                # The log is shorter than what we folded: the topic was deleted and
+                # created again. Fold the new topic from the start.
+                self._info = await self._log.describe_topic(self._topic)
+                if self._info.generation != self._state.generation:
+                    self._positions = {}
+                    self._state = MemoryState(
+                        self._namespace, stream=self._stream, generation=self._info.generation
+                    )
             behind = [p for p in chosen if self._positions.get(p, 0) < ends.get(p, 0)]
             if behind:
                 async for batch in self._log.read(

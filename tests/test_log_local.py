@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+
 import pytest
+
+from laser_memory.log import LocalLog, OutgoingRecord
 from log_conformance import LogConformance
 
 
@@ -10,3 +20,82 @@ class TestLocalLog(LogConformance):
     @pytest.fixture
     def log_url(self, tmp_path) -> str:
         return f"local://{tmp_path / 'log'}"
+
+
+async def test_concurrent_appends_share_durable_commits(tmp_path):
+    async with LocalLog(tmp_path) as log:
+        await log.create_topic("t", partitions=2)
+        await asyncio.gather(*(log.append("t", OutgoingRecord(b"%d" % i)) for i in range(500)))
+        assert sum((await log.end_offsets("t")).values()) == 500
+        # Appends that arrive together ride one transaction (group commit).
+        assert log.commits < 50
+
+
+async def test_two_logs_on_one_folder_in_one_process_share_the_environment(tmp_path):
+    async with LocalLog(tmp_path) as first, LocalLog(tmp_path) as second:
+        await first.create_topic("t", partitions=1)
+        await second.append("t", OutgoingRecord(b"from second"))
+        assert (await first.end_offsets("t")) == {0: 1}
+    async with LocalLog(tmp_path) as again:
+        assert (await again.end_offsets("t")) == {0: 1}
+
+
+def test_unclosed_log_warns(tmp_path):
+    async def leak() -> None:
+        log = LocalLog(tmp_path)
+        await log.start()
+
+    with pytest.warns(ResourceWarning, match="not stopped"):
+        asyncio.run(leak())
+        gc.collect()
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from laser_memory.log import LocalLog, OutgoingRecord
+
+    async def main(path):
+        async with LocalLog(path) as log:
+            await log.create_topic("t", partitions=3)
+            i = 0
+            while True:
+                batch = [OutgoingRecord(b"%d-" % (i + j) + b"x" * 500, key=b"k%d" % ((i + j) % 7))
+                         for j in range(20)]
+                for receipt, record in zip(await log.append_batch("t", batch), batch):
+                    print(receipt.partition, receipt.offset, record.value[:12].decode(), flush=True)
+                i += 20
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.7, 1.1])
+async def test_kill_9_loses_no_acknowledged_record_and_shows_no_torn_one(tmp_path, delay):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WRITER, str(tmp_path), stdout=subprocess.PIPE
+    )
+    await asyncio.sleep(delay + random.random() * 0.3)
+    proc.send_signal(signal.SIGKILL)
+    out, _ = await proc.communicate()
+    acknowledged = {}
+    for line in out.decode().splitlines():
+        parts = line.split()
+        if len(parts) == 3:  # the last line may be cut by the kill
+            acknowledged[(int(parts[0]), int(parts[1]))] = parts[2]
+    assert acknowledged, "the writer acknowledged nothing before the kill"
+    async with LocalLog(tmp_path) as log:
+        records = [r for batch in [b async for b in log.read("t")] for r in batch]
+        ends = await log.end_offsets("t")
+        found = {(r.partition, r.offset): r for r in records}
+        for position, prefix in acknowledged.items():
+            assert found[position].value.decode().startswith(prefix)
+        for partition in range(3):
+            mine = sorted(o for p, o in found if p == partition)
+            assert mine == list(range(ends[partition]))
+        for record in records:
+            assert record.value.endswith(b"x" * 500)
+        # The log still takes appends after the crash.
+        receipt = await log.append("t", OutgoingRecord(b"after"))
+        assert receipt.offset == ends[receipt.partition]

@@ -475,3 +475,17 @@ async def test_context_block_respects_the_budget(laser: lm.Laser):
     ]
     block = await memory.recall(block=True, token_budget=5, strategy="recent")
     assert block.splitlines()[-1] == "[... 2 more recalled item(s) omitted ...]"
+
+
+async def test_a_handle_notices_its_topic_was_recreated(laser: lm.Laser):
+    memory = laser.memory("notes")
+    for body in ("old one", "old two"):
+        await memory.remember(body)
+    assert len(await memory.recall()) == 2
+    await laser.log.delete_topic(laser.memory_topic_name)
+    await laser.bootstrap(partitions=4)
+    await memory.remember("new")
+    [item] = await memory.recall()
+    assert item.text == "new"
+    info = await laser.log.describe_topic(laser.memory_topic_name)
+    assert item.source.generation == info.generation

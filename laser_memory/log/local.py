@@ -149,6 +149,7 @@ class LocalLog:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._appended = asyncio.Event()
         self._state = "new"
+        self._commits = 0
 
     @property
     def url(self) -> str:
@@ -157,6 +158,12 @@ class LocalLog:
     @property
     def path(self) -> str:
         return self._path
+
+    @property
+    def commits(self) -> int:
+        """Append transactions this log committed; less than the appends when they were
+        grouped."""
+        return self._commits
 
     async def __aenter__(self) -> LocalLog:
         await self.start()
@@ -354,6 +361,7 @@ class LocalLog:
                     request.future.set_exception(result)
                 else:
                     request.future.set_result(result)
+            self._commits += 1
             self._appended.set()
             self._appended = asyncio.Event()
 

@@ -1,0 +1,48 @@
+"""Choosing a log by URL."""
+
+from __future__ import annotations
+
+import pytest
+
+import laser_memory as lm
+from laser_memory.log import KafkaLog, LocalLog, connect_log, parse_url
+
+
+def test_urls_pick_the_log():
+    assert isinstance(connect_log("local:///tmp/x"), LocalLog)
+    assert connect_log("local:///tmp/x").url == "local:///tmp/x"
+    log = connect_log("kafka://127.0.0.1:9092, broker-2.example:19092")
+    assert isinstance(log, KafkaLog)
+    assert log.url == "kafka://127.0.0.1:9092,broker-2.example:19092"
+    assert parse_url("kafka://[::1]:9092") == ("kafka", "[::1]:9092")
+    assert parse_url("local://~/data")[1].endswith("/data")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "laser-data",
+        "local://",
+        "kafka://",
+        "kafka://host",
+        "kafka://host:port",
+        "kafka://host:0",
+        "kafka://host:70000",
+        "kafka://a:1,,b:2",
+        "http://x:1",
+        42,
+    ],
+)
+def test_malformed_urls_are_a_clear_error(bad):
+    with pytest.raises(lm.InvalidUrl):
+        connect_log(bad)
+
+
+def test_connect_uses_laser_url_and_checks_the_stream(monkeypatch, tmp_path):
+    monkeypatch.setenv("LASER_URL", f"local://{tmp_path}")
+    laser = lm.connect(stream="prod")
+    assert laser.log.url == f"local://{tmp_path}"
+    assert laser.memory_topic_name == "prod.agent.memory"
+    with pytest.raises(lm.InvalidName):
+        lm.connect(stream="bad stream")
