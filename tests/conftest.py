@@ -4,6 +4,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from kafka_broker import kafka_broker
 
 

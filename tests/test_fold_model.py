@@ -15,11 +15,11 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from log_conformance import read_all
-from reference_model import Write, fetch, recall
 
 import laser_memory as lm
 from laser_memory.records import decode_record, header_value
+from log_conformance import read_all
+from reference_model import Write, fetch, recall
 
 WORDS = ["alpha", "beta", "gamma", "delta"]
 CONVERSATIONS = [None, "c1", "c2"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from log_conformance import LogConformance
 
 pytestmark = pytest.mark.kafka

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from log_conformance import read_all
 
 import laser_memory as lm
 from laser_memory.log import OutgoingRecord, partition_for
+from log_conformance import read_all
 
 
 async def texts(memory: lm.MemoryHandle, **query) -> list[str]:
