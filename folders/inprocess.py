@@ -58,9 +58,7 @@ class FoldedReader:
         async with self._lock:
             info = await self.topic_info()
             if self._state is None:
-                self._state = MemoryState(
-                    self._namespace, stream=self._stream, generation=info.generation
-                )
+                self._state = MemoryState(self._namespace, generation=info.generation)
             chosen = sorted(partitions) if partitions is not None else list(range(info.partitions))
             ends = await self._log.end_offsets(self._topic)
             if any(ends.get(p, 0) < offset for p, offset in self._positions.items()):
@@ -69,9 +67,7 @@ class FoldedReader:
                 self._info = await self._log.describe_topic(self._topic)
                 if self._info.generation != self._state.generation:
                     self._positions = {}
-                    self._state = MemoryState(
-                        self._namespace, stream=self._stream, generation=self._info.generation
-                    )
+                    self._state = MemoryState(self._namespace, generation=self._info.generation)
             behind = [p for p in chosen if self._positions.get(p, 0) < ends.get(p, 0)]
             if behind:
                 async for batch in self._log.read(

@@ -1,8 +1,9 @@
 """The fold: memory records in, memory state out.
 
-`MemoryState` is the one place that says what a sequence of records means.
-The in-process folder feeds it, the managed view stores the same state, and
-the tests compare both with a plain reference model.
+This module is the one place that says what a sequence of records means. The
+in-process folder keeps `ItemState` and `NamedState` values in dicts, the
+managed view keeps the very same values in LMDB, and the tests compare both
+with a plain reference model.
 
 The rules, chosen so that the state does not depend on the order in which a
 reader happens to visit partitions (only the order inside a partition is
@@ -10,8 +11,8 @@ fixed by the log):
 
 - Records are ordered by their position key ``(append_time_ms, partition,
   offset)``: the broker append time, ties broken by the source position.
-- An item is keyed by (tenant, id). A tombstone or feedback from another
-  tenant never touches it.
+- An item is keyed by (namespace, tenant, id). A tombstone or feedback from
+  another tenant never touches it.
 - For each conversation an item was remembered in (``None`` for none) the
   state keeps the latest remember (they share one partition). That remember
   is *live* unless a later forget names the same conversation, or names none.
@@ -25,6 +26,8 @@ fixed by the log):
   feedback naming a conversation applies only where the item was remembered in
   that conversation. An item's weight sums the feedback that applies to the
   live remembers a read sees.
+- An item's version counts the records that targeted it (remember, feedback,
+  forget) that the reader has folded.
 - A named item's writes share one partition, so they apply in offset order:
   set replaces the body, a patch merges into it (RFC 7386), remove clears it.
   Every write counts one version.
@@ -34,13 +37,11 @@ fixed by the log):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import msgspec
 
 from laser_memory.errors import LaserError
-from laser_memory.ids import MemoryId
-from laser_memory.items import MemoryItem, NamedItem, Source
+from laser_memory.ids import MemoryId, validate_name
+from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import apply_patch_bytes
@@ -57,9 +58,30 @@ from laser_memory.records import (
     header_value,
 )
 
-__all__ = ["ItemFilter", "MemoryState", "SetAside", "SortKey"]
+__all__ = [
+    "ItemFilter",
+    "ItemState",
+    "MemoryState",
+    "NamedState",
+    "SetAside",
+    "SortKey",
+    "apply_named",
+    "decode_for_fold",
+    "history_entry",
+    "sort_key",
+    "source_of",
+]
 
 SortKey = tuple[int, int, int]
+_NO_CONVERSATION = ""  # conversation names are never empty, so "" stands for "none"
+
+
+def sort_key(record: LogRecord) -> SortKey:
+    return (record.append_time_ms, record.partition, record.offset)
+
+
+def _conv(conversation: str | None) -> str:
+    return _NO_CONVERSATION if conversation is None else conversation
 
 
 class SetAside(msgspec.Struct, frozen=True):
@@ -89,163 +111,104 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
             and (self.kind is None or record.kind == self.kind.code)
         )
 
+    @property
+    def has_owner_filter(self) -> bool:
+        return any(v is not None for v in (self.agent, self.user, self.application, self.kind))
 
-@dataclass(slots=True)
-class _Remembered:
+
+def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
+    """Decode a record and check what the fold relies on; raises `LaserError`."""
+    record = decode_record(log_record.value, log_record.headers)
+    # Names become parts of view keys: refuse what a writer could never have sent.
+    validate_name(record.ns, "namespace")
+    record.scope.validated()
+    if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+        validate_name(record.key, "named item key")
+    if isinstance(record, Remember):
+        MemoryId(record.id)
+        MemoryKind.from_code(record.kind)
+    elif isinstance(record, Feedback | Forget):
+        MemoryId(record.target)
+    return record
+
+
+class Remembered(msgspec.Struct, array_like=True):
     key: SortKey
     record: Remember
     source: Source
 
 
-@dataclass(slots=True)
-class _ItemState:
-    remembers: dict[str | None, _Remembered] = field(default_factory=dict)
-    forgets: dict[str | None, SortKey] = field(default_factory=dict)
-    weights: dict[str | None, float] = field(default_factory=dict)
+class ItemState(msgspec.Struct, kw_only=True):
+    """Everything the fold knows about one (namespace, tenant, id)."""
 
-    def live(self, conversation: str | None) -> _Remembered | None:
+    remembers: dict[str, Remembered] = msgspec.field(default_factory=dict)
+    forgets: dict[str, SortKey] = msgspec.field(default_factory=dict)
+    weights: dict[str, float] = msgspec.field(default_factory=dict)
+    version: int = 0
+
+    def apply(self, record: Remember | Forget | Feedback, key: SortKey, source: Source) -> None:
+        conversation = _conv(record.scope.conversation)
+        self.version += 1
+        if isinstance(record, Remember):
+            current = self.remembers.get(conversation)
+            if current is None or current.key < key:
+                self.remembers[conversation] = Remembered(key, record, source)
+        elif isinstance(record, Forget):
+            if self.forgets.get(conversation, (-1, -1, -1)) < key:
+                self.forgets[conversation] = key
+        else:
+            self.weights[conversation] = self.weights.get(conversation, 0.0) + record.weight
+
+    def live(self, conversation: str) -> Remembered | None:
+        """The live remember in a conversation ("" for none), or None."""
         remembered = self.remembers.get(conversation)
         if remembered is None:
             return None
-        for scope in (conversation, None) if conversation is not None else (None,):
+        scopes = (conversation, _NO_CONVERSATION) if conversation else (_NO_CONVERSATION,)
+        for scope in scopes:
             forgotten = self.forgets.get(scope)
             if forgotten is not None and _kills(forgotten, remembered.key):
                 return None
         return remembered
 
-
-def _kills(forget: SortKey, remember: SortKey) -> bool:
-    """Whether a forget comes after a remember. In one partition the offsets say so.
-    Across partitions only the append times can, and a forget in the same millisecond
-    wins: a caller who forgets right after remembering means the item to be gone."""
-    if forget[1] == remember[1]:
-        return forget[2] > remember[2]
-    return forget[0] >= remember[0]
-
-
-@dataclass(slots=True)
-class _NamedState:
-    body: bytes | None
-    version: int
-    key: SortKey
-    source: Source
-
-
-class MemoryState:
-    """The folded state of one namespace on one topic.
-
-    >>> state = MemoryState("notes", stream="", generation="g")   # doctest: +SKIP
-    >>> state.apply(record)                                         # doctest: +SKIP
-    >>> state.items(ItemFilter(conversation="c-1"))                 # doctest: +SKIP
-    """
-
-    def __init__(self, namespace: str, *, stream: str, generation: str) -> None:
-        self.namespace = namespace
-        self.stream = stream
-        self.generation = generation
-        self._encoded_namespace = namespace.encode()
-        self._items: dict[tuple[str, bytes], _ItemState] = {}
-        self._named: dict[tuple[str, str], _NamedState] = {}
-        self.set_aside: list[SetAside] = []
-        self.applied = 0
-
-    # -- writing ---------------------------------------------------------------
-
-    def apply(self, log_record: LogRecord) -> None:
-        """Fold one log record; records of other namespaces are skipped by header."""
-        header = header_value(log_record.headers, HEADER_NAMESPACE)
-        if header is not None and header != self._encoded_namespace:
-            return
-        try:
-            record = decode_record(log_record.value, log_record.headers)
-            if record.ns != self.namespace:
-                return
-            self._apply(record, log_record)
-        except LaserError as exc:
-            self.set_aside.append(
-                SetAside(log_record.position, log_record.append_time_ms, str(exc))
-            )
-            return
-        self.applied += 1
-
-    def _source(self, log_record: LogRecord, conversation: str | None) -> Source:
-        return Source(
-            self.stream,
-            log_record.topic,
-            log_record.partition,
-            log_record.offset,
-            self.generation,
-            conversation,
-        )
-
-    def _apply(self, record: MemoryRecord, log_record: LogRecord) -> None:
-        key = (log_record.append_time_ms, log_record.partition, log_record.offset)
-        tenant = record.scope.tenant
-        conversation = record.scope.conversation
-        if isinstance(record, Remember):
-            MemoryId(record.id)
-            MemoryKind.from_code(record.kind)
-            state = self._items.setdefault((tenant, record.id), _ItemState())
-            current = state.remembers.get(conversation)
-            if current is None or current.key < key:
-                state.remembers[conversation] = _Remembered(
-                    key, record, self._source(log_record, conversation)
-                )
-        elif isinstance(record, Forget):
-            MemoryId(record.target)
-            state = self._items.setdefault((tenant, record.target), _ItemState())
-            if state.forgets.get(conversation, (-1, -1, -1)) < key:
-                state.forgets[conversation] = key
-        elif isinstance(record, Feedback):
-            MemoryId(record.target)
-            state = self._items.setdefault((tenant, record.target), _ItemState())
-            state.weights[conversation] = state.weights.get(conversation, 0.0) + record.weight
-        else:
-            self._apply_named(record, key, log_record)
-
-    def _apply_named(
-        self, record: NamedSet | NamedPatch | NamedRemove, key: SortKey, log_record: LogRecord
-    ) -> None:
-        slot = (record.scope.tenant, record.key)
-        named = self._named.get(slot)
-        previous = named.body if named else None
-        if isinstance(record, NamedSet):
-            body: bytes | None = record.body
-        elif isinstance(record, NamedPatch):
-            body = apply_patch_bytes(previous, record.patch)
-        else:
-            body = None
-        version = named.version + 1 if named else 1
-        self._named[slot] = _NamedState(
-            body, version, key, self._source(log_record, record.scope.conversation)
-        )
-
-    # -- reading ---------------------------------------------------------------
-
-    def items(self, where: ItemFilter) -> list[MemoryItem]:
-        """Every visible item the filter allows, in no particular order."""
-        out = []
-        for (tenant, raw_id), state in self._items.items():
-            if tenant != where.tenant:
-                continue
-            item = self._visible(raw_id, state, where)
-            if item is not None:
-                out.append(item)
+    def live_conversations(self) -> dict[str, Remembered]:
+        out = {}
+        for conversation in self.remembers:
+            live = self.live(conversation)
+            if live is not None:
+                out[conversation] = live
         return out
 
-    def _visible(self, raw_id: bytes, state: _ItemState, where: ItemFilter) -> MemoryItem | None:
-        conversations = (
-            [where.conversation] if where.conversation is not None else list(state.remembers)
-        )
-        seen: list[_Remembered] = []
-        weight = state.weights.get(None, 0.0)
+    def weight(self, conversations: list[str]) -> float:
+        """The feedback that applies to an item seen in these conversations."""
+        total = self.weights.get(_NO_CONVERSATION, 0.0)
         for conversation in conversations:
-            live = state.live(conversation)
+            if conversation:
+                total += self.weights.get(conversation, 0.0)
+        return total
+
+    def is_regular(self) -> bool:
+        """Whether every remember agrees on owner and kind (true for content and random
+        ids; only a typed append can reuse an id with another owner)."""
+        owners = {
+            (r.record.scope.agent, r.record.scope.user, r.record.scope.application, r.record.kind)
+            for r in self.remembers.values()
+        }
+        return len(owners) <= 1
+
+    def visible(self, raw_id: bytes, where: ItemFilter) -> MemoryItem | None:
+        """The item as a read with this filter sees it, or None."""
+        conversations = (
+            [_conv(where.conversation)] if where.conversation is not None else list(self.remembers)
+        )
+        seen: list[Remembered] = []
+        seen_conversations: list[str] = []
+        for conversation in conversations:
+            live = self.live(conversation)
             if live is None or not where.matches(live.record):
                 continue
             seen.append(live)
-            if conversation is not None:
-                weight += state.weights.get(conversation, 0.0)
+            seen_conversations.append(conversation)
         if not seen:
             return None
         latest = max(seen, key=lambda r: r.key)
@@ -258,21 +221,157 @@ class MemoryState:
             lifetime=record.lifetime,
             append_time_ms=latest.key[0],
             source=latest.source,
-            weight=weight,
+            weight=self.weight(seen_conversations),
+            version=self.version,
             origin=record.origin,
             producer=record.producer,
             embedding=record.embedding,
         )
 
+
+def _kills(forget: SortKey, remember: SortKey) -> bool:
+    """Whether a forget comes after a remember. In one partition the offsets say so.
+    Across partitions only the append times can, and a forget in the same millisecond
+    wins: a caller who forgets right after remembering means the item to be gone."""
+    if forget[1] == remember[1]:
+        return forget[2] > remember[2]
+    return forget[0] >= remember[0]
+
+
+class NamedState(msgspec.Struct, array_like=True):
+    """A named item after some writes: body (None once removed), version, last write."""
+
+    body: bytes | None
+    version: int
+    key: SortKey
+    source: Source
+
+    def to_item(self, name: str) -> NamedItem | None:
+        if self.body is None:
+            return None
+        return NamedItem(
+            key=name,
+            body=self.body,
+            version=self.version,
+            source=self.source,
+            append_time_ms=self.key[0],
+        )
+
+
+def apply_named(
+    previous: NamedState | None,
+    record: NamedSet | NamedPatch | NamedRemove,
+    key: SortKey,
+    source: Source,
+) -> NamedState:
+    """The named item after one more write."""
+    body: bytes | None
+    if isinstance(record, NamedSet):
+        body = record.body
+    elif isinstance(record, NamedPatch):
+        body = apply_patch_bytes(previous.body if previous else None, record.patch)
+    else:
+        body = None
+    return NamedState(body, (previous.version if previous else 0) + 1, key, source)
+
+
+def source_of(record: MemoryRecord, log_record: LogRecord, generation: str) -> Source:
+    return Source(
+        record.scope.stream,
+        log_record.topic,
+        log_record.partition,
+        log_record.offset,
+        generation,
+        record.scope.conversation,
+    )
+
+
+class MemoryState:
+    """The folded state of one namespace on one topic, in process memory.
+
+    >>> state = MemoryState("notes", generation="g")        # doctest: +SKIP
+    >>> state.apply(log_record)                              # doctest: +SKIP
+    >>> state.items(ItemFilter(conversation="c-1"))          # doctest: +SKIP
+    """
+
+    def __init__(self, namespace: str, *, generation: str) -> None:
+        self.namespace = namespace
+        self.generation = generation
+        self._encoded_namespace = namespace.encode()
+        self._items: dict[tuple[str, bytes], ItemState] = {}
+        self._named: dict[tuple[str, str], NamedState] = {}
+        self.set_aside: list[SetAside] = []
+        self.applied = 0
+
+    def apply(self, log_record: LogRecord) -> None:
+        """Fold one log record; records of other namespaces are skipped by header."""
+        header = header_value(log_record.headers, HEADER_NAMESPACE)
+        if header is not None and header != self._encoded_namespace:
+            return
+        try:
+            record = decode_for_fold(log_record)
+        except LaserError as exc:
+            self.set_aside.append(
+                SetAside(log_record.position, log_record.append_time_ms, str(exc))
+            )
+            return
+        if record.ns != self.namespace:
+            return
+        key = sort_key(log_record)
+        source = source_of(record, log_record, self.generation)
+        tenant = record.scope.tenant
+        if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+            slot = (tenant, record.key)
+            self._named[slot] = apply_named(self._named.get(slot), record, key, source)
+        else:
+            target = record.id if isinstance(record, Remember) else record.target
+            self._items.setdefault((tenant, target), ItemState()).apply(record, key, source)
+        self.applied += 1
+
+    def items(self, where: ItemFilter) -> list[MemoryItem]:
+        """Every visible item the filter allows, in no particular order."""
+        out = []
+        for (tenant, raw_id), state in self._items.items():
+            if tenant != where.tenant:
+                continue
+            item = state.visible(raw_id, where)
+            if item is not None:
+                out.append(item)
+        return out
+
     def named_item(self, key: str, *, tenant: str = "") -> NamedItem | None:
         """A named item's current value, or None when it was never set or was removed."""
         named = self._named.get((tenant, key))
-        if named is None or named.body is None:
-            return None
-        return NamedItem(
-            key=key,
-            body=named.body,
-            version=named.version,
-            source=named.source,
-            append_time_ms=named.key[0],
-        )
+        return named.to_item(key) if named is not None else None
+
+
+def history_entry(record: MemoryRecord, log_record: LogRecord, version: int) -> HistoryEntry:
+    """The audit line for one record."""
+    body: bytes | None = None
+    kind: str | None = None
+    weight: float | None = None
+    key: str | None = None
+    if isinstance(record, Remember):
+        body, kind = record.body, MemoryKind.from_code(record.kind).value
+    elif isinstance(record, Feedback):
+        weight = record.weight
+    elif isinstance(record, NamedSet):
+        body, key = record.body, record.key
+    elif isinstance(record, NamedPatch):
+        body, key = record.patch, record.key
+    elif isinstance(record, NamedRemove):
+        key = record.key
+    return HistoryEntry(
+        op=type(record).__struct_config__.tag,
+        topic=log_record.topic,
+        partition=log_record.partition,
+        offset=log_record.offset,
+        append_time_ms=log_record.append_time_ms,
+        tenant=record.scope.tenant,
+        conversation=record.scope.conversation,
+        version=version,
+        body=body,
+        kind=kind,
+        weight=weight,
+        key=key,
+    )

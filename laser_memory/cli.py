@@ -10,6 +10,7 @@ Every command takes ``--url`` (default ``$LASER_URL`` or ``local://./laser-data`
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
 import json
 import sys
@@ -18,14 +19,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
+import msgspec
+
+from folders.replay import replay as replay_log
+from folders.replay import to_millis
+from folders.service import ViewFolder
+from folders.state import history_entry
+from folders.view import MemoryView
 
 from . import connect
-from .errors import LaserError
+from .errors import LaserError, UnknownTopic
+from .ids import MemoryId
 from .items import MemoryItem
 from .kinds import MemoryKind
 from .log import DEFAULT_URL
 from .memory import MemoryHandle, Receipt
 from .recall import STRATEGIES
+from .records import Feedback, Forget, Remember
 
 
 def _run(coro_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
@@ -42,6 +52,12 @@ def _run(coro_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
 
 
 def _connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--view",
+        envvar="LASER_VIEW",
+        default=None,
+        help="Managed view folder to read (default $LASER_VIEW; none: fold the log).",
+    )(fn)
     fn = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
     fn = click.option(
         "--namespace", "-n", default="notes", show_default=True, help="Memory namespace."
@@ -65,8 +81,8 @@ def _scope_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _Session:
-    def __init__(self, url: str, stream: str | None, namespace: str):
-        self.laser = connect(url, stream=stream)
+    def __init__(self, url: str, stream: str | None, namespace: str, view: str | None = None):
+        self.laser = connect(url, stream=stream, view=view)
         self.namespace = namespace
 
     async def __aenter__(self) -> MemoryHandle:
@@ -121,7 +137,7 @@ def main() -> None:
     "--retention", default=None, type=float, help="Seconds to keep records (default: forever)."
 )
 @_run
-async def bootstrap(url, stream, namespace, as_json, partitions, retention) -> None:
+async def bootstrap(url, stream, namespace, as_json, view, partitions, retention) -> None:
     """Create the stream's agent topics (idempotent)."""
     async with connect(url, stream=stream) as laser:
         infos = await laser.bootstrap(partitions=partitions, retention=retention)
@@ -148,6 +164,7 @@ async def remember(
     stream,
     namespace,
     as_json,
+    view,
     tenant,
     conversation,
     agent,
@@ -186,6 +203,7 @@ async def recall(
     stream,
     namespace,
     as_json,
+    view,
     tenant,
     conversation,
     agent,
@@ -196,8 +214,8 @@ async def recall(
     strategy,
     limit,
 ) -> None:
-    """Recall items in scope (folded from the log in this process)."""
-    async with _Session(url, stream, namespace) as memory:
+    """Recall items in scope: from the managed view with --view, else folded from the log."""
+    async with _Session(url, stream, namespace, view) as memory:
         items = await memory.recall(
             conversation=conversation,
             agent=agent,
@@ -219,7 +237,7 @@ async def recall(
 @click.option("--conversation", default=None)
 @click.option("--tenant", default="")
 @_run
-async def improve(id, weight, url, stream, namespace, as_json, conversation, tenant) -> None:
+async def improve(id, weight, url, stream, namespace, as_json, view, conversation, tenant) -> None:
     """Add feedback WEIGHT to item ID."""
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.improve(id, weight, conversation=conversation, tenant=tenant)
@@ -232,7 +250,7 @@ async def improve(id, weight, url, stream, namespace, as_json, conversation, ten
 @click.option("--conversation", default=None)
 @click.option("--tenant", default="")
 @_run
-async def forget(id, url, stream, namespace, as_json, conversation, tenant) -> None:
+async def forget(id, url, stream, namespace, as_json, view, conversation, tenant) -> None:
     """Write a tombstone for item ID."""
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.forget(id, conversation=conversation, tenant=tenant)
@@ -252,7 +270,7 @@ def _parse_json(value: str, what: str) -> Any:
 @_connection_options
 @click.option("--tenant", default="")
 @_run
-async def set_(key, body, url, stream, namespace, as_json, tenant) -> None:
+async def set_(key, body, url, stream, namespace, as_json, view, tenant) -> None:
     """Set named item KEY to BODY (JSON, or plain text)."""
     try:
         value: Any = json.loads(body)
@@ -269,11 +287,17 @@ async def set_(key, body, url, stream, namespace, as_json, tenant) -> None:
 @click.argument("key")
 @_connection_options
 @click.option("--tenant", default="")
+@click.option(
+    "--version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="After this many writes (needs --view).",
+)
 @_run
-async def fetch(key, url, stream, namespace, as_json, tenant) -> None:
+async def fetch(key, url, stream, namespace, as_json, view, tenant, version) -> None:
     """Print named item KEY (exit code 1 if absent)."""
-    async with _Session(url, stream, namespace) as memory:
-        item = await memory.fetch(key, tenant=tenant)
+    async with _Session(url, stream, namespace, view) as memory:
+        item = await memory.fetch(key, tenant=tenant, version=version)
     if item is None:
         if as_json:
             click.echo("null")
@@ -294,7 +318,7 @@ async def fetch(key, url, stream, namespace, as_json, tenant) -> None:
 @_connection_options
 @click.option("--tenant", default="")
 @_run
-async def update(key, patch, url, stream, namespace, as_json, tenant) -> None:
+async def update(key, patch, url, stream, namespace, as_json, view, tenant) -> None:
     """Apply JSON merge PATCH to named item KEY."""
     parsed = _parse_json(patch, "PATCH")
     async with _Session(url, stream, namespace) as memory:
@@ -307,11 +331,231 @@ async def update(key, patch, url, stream, namespace, as_json, tenant) -> None:
 @_connection_options
 @click.option("--tenant", default="")
 @_run
-async def remove(key, url, stream, namespace, as_json, tenant) -> None:
+async def remove(key, url, stream, namespace, as_json, view, tenant) -> None:
     """Remove named item KEY (absent keys succeed)."""
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.remove(key, tenant=tenant)
     _print_write(as_json, receipt, key=key)
+
+
+def _topic_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--topic", default=None, help="Memory topic (default: the stream's).")(fn)
+    fn = click.option("--stream", default=None, help="Default stream (topic prefix).")(fn)
+    fn = click.option(
+        "--url", envvar="LASER_URL", default=DEFAULT_URL, show_default=True, help="The log."
+    )(fn)
+    return fn
+
+
+def _view_option(required: bool = True) -> Callable[..., Any]:
+    return click.option(
+        "--view",
+        envvar="LASER_VIEW",
+        required=required,
+        help="The managed view folder (default $LASER_VIEW).",
+    )
+
+
+@main.command()
+@_topic_options
+@_view_option()
+@click.option("--exit-when-caught-up", is_flag=True, help="Stop at the end offsets seen at start.")
+@_run
+async def fold(url, stream, topic, view, exit_when_caught_up) -> None:
+    """Run a folder: keep the managed view at --view current from the memory topic."""
+    async with connect(url, stream=stream) as laser:
+        topic = topic or laser.memory_topic_name
+        if not await _topic_exists(laser, topic):
+            raise click.ClickException(
+                f"topic {topic!r} does not exist yet; write to it or run 'laser-memory bootstrap'"
+            )
+        folder = ViewFolder(laser.log, topic, view)
+        click.echo(f"folding {topic} from {laser.log.url} into {view}", err=True)
+        folded = await folder.run(until_caught_up=exit_when_caught_up)
+        click.echo(f"folded {folded} records", err=True)
+
+
+async def _topic_exists(laser, topic: str) -> bool:
+    try:
+        await laser.log.describe_topic(topic)
+    except UnknownTopic:
+        if not await laser._create_missing_topic(topic):
+            return False
+    return True
+
+
+@main.command()
+@_topic_options
+@_view_option()
+@_run
+async def rebuild(url, stream, topic, view) -> None:
+    """Empty the view at --view and fold the whole topic into it again, with progress."""
+    async with connect(url, stream=stream) as laser:
+        topic = topic or laser.memory_topic_name
+        if not await _topic_exists(laser, topic):
+            raise click.ClickException(f"topic {topic!r} does not exist")
+        total = sum((await laser.log.end_offsets(topic)).values())
+        with click.progressbar(length=total, label=f"rebuilding {view}", file=sys.stderr) as bar:
+            done = 0
+
+            def progress(folded: int, _watermark: dict[int, int]) -> None:
+                nonlocal done
+                bar.update(folded - done)
+                done = folded
+
+            folded = await ViewFolder(laser.log, topic, view).run(
+                until_caught_up=True, rebuild=True, on_progress=progress
+            )
+        click.echo(f"rebuilt {view} from {folded} records", err=True)
+
+
+@main.command()
+@_view_option()
+@click.option("--json", "as_json", is_flag=True)
+def stats(view: str, as_json: bool) -> None:
+    """Show a view's watermark, item counts and set-aside records."""
+    try:
+        with MemoryView.open(view) as opened:
+            result = opened.stats()
+    except LaserError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    if as_json:
+        click.echo(json.dumps(msgspec.to_builtins(result)))
+        return
+    click.echo(f"view:       {result.path}")
+    click.echo(f"topic:      {result.topic} (generation {result.generation})")
+    click.echo(f"watermark:  {result.watermark}")
+    click.echo(f"items:      {result.items}")
+    click.echo(f"named:      {result.named_items}")
+    click.echo(f"set aside:  {result.set_aside}")
+    for aside in result.set_aside_records:
+        position = aside.position
+        click.echo(f"  partition {position.partition} offset {position.offset}: {aside.reason}")
+
+
+@main.command()
+@_view_option()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8765, show_default=True, type=int)
+def serve(view: str, host: str, port: int) -> None:
+    """Serve the view read-only over HTTP (recall, fetch, history, stats)."""
+    from aiohttp import web
+
+    from folders.http import make_app
+
+    with MemoryView.open(view) as opened:
+        web.run_app(make_app(opened), host=host, port=port, print=lambda m: click.echo(m, err=True))
+
+
+def _print_history(entries, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps([entry.to_json() for entry in entries], ensure_ascii=False))
+        return
+    if not entries:
+        click.echo("(no records)")
+    for entry in entries:
+        when = _format_ms(entry.append_time_ms)
+        detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
+        if entry.weight is not None:
+            detail = f"weight {entry.weight:g}"
+        conversation = entry.conversation or "-"
+        click.echo(
+            f"{when}  v{entry.version:<3} {entry.op:<12} {entry.topic}/{entry.partition}@"
+            f"{entry.offset}  {conversation:<12} {detail}"
+        )
+
+
+def _format_ms(millis: int) -> str:
+    moment = dt.datetime.fromtimestamp(millis / 1000, tz=dt.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@main.command()
+@click.argument("target")
+@_connection_options
+@click.option("--tenant", default="")
+@click.option("--key", "is_key", is_flag=True, help="TARGET is a named item key, not an id.")
+@_run
+async def audit(target, url, stream, namespace, as_json, view, tenant, is_key) -> None:
+    """Every record that touched item TARGET (or named item, with --key)."""
+    async with _Session(url, stream, namespace, view) as memory:
+        what = target if is_key else MemoryId.parse(target)
+        entries = await memory.history(what, tenant=tenant)
+    _print_history(entries, as_json)
+
+
+def _moment(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return to_millis(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither milliseconds since the epoch nor an ISO 8601 time"
+        ) from None
+
+
+@main.command()
+@_connection_options
+@click.option("--since", default=None, help="ISO time or epoch milliseconds (inclusive).")
+@click.option("--until", default=None, help="ISO time or epoch milliseconds (inclusive).")
+@_run
+async def replay(url, stream, namespace, as_json, view, since, until) -> None:
+    """Print a namespace's records from the log, in order (append time, partition, offset)."""
+    since_ms, until_ms = _moment(since), _moment(until)
+    async with _Session(url, stream, namespace) as memory:
+        if not await _topic_exists(memory._laser, memory.topic):
+            raise click.ClickException(f"topic {memory.topic!r} does not exist")
+        records = await replay_log(
+            memory._laser.log,
+            memory.topic,
+            namespace=memory.namespace,
+            since_ms=since_ms,
+            until_ms=until_ms,
+        )
+    for logged in records:
+        position = logged.log_record
+        where = {
+            "topic": position.topic,
+            "partition": position.partition,
+            "offset": position.offset,
+        }
+        if logged.record is None:
+            if as_json:
+                click.echo(
+                    json.dumps(
+                        {**where, "append_time_ms": position.append_time_ms, "error": logged.error}
+                    )
+                )
+            else:
+                click.echo(f"{_format_ms(position.append_time_ms)}  (set aside) {logged.error}")
+            continue
+        entry = history_entry(logged.record, position, 0)
+        if as_json:
+            data = entry.to_json()
+            data.pop("version")
+            if isinstance(logged.record, Remember):
+                data["id"] = str(MemoryId(logged.record.id))
+            elif isinstance(logged.record, Feedback | Forget):
+                data["id"] = str(MemoryId(logged.record.target))
+            click.echo(json.dumps(data, ensure_ascii=False))
+        else:
+            target = ""
+            if isinstance(logged.record, Remember):
+                target = str(MemoryId(logged.record.id))
+            elif isinstance(logged.record, Feedback | Forget):
+                target = str(MemoryId(logged.record.target))
+            else:
+                target = entry.key or ""
+            detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
+            if entry.weight is not None:
+                detail = f"weight {entry.weight:g}"
+            click.echo(
+                f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
+                f"{entry.conversation or '-':<12} {detail}"
+            )
 
 
 @main.command()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 
-from .errors import InvalidName
+from folders.view import MemoryView
+
+from .errors import InvalidName, NoView
 from .ids import validate_name
 from .log import DEFAULT_URL, LocalLog, Log, TopicInfo, connect_log
 from .log.naming import validate_topic
@@ -30,12 +32,21 @@ class Laser:
     """A log connection with a default stream. Start it with ``async with`` or
     `start`/`stop` (both safe twice); it starts and stops the log it was given."""
 
-    def __init__(self, log: Log, *, stream: str | None = None, config: MemoryConfig | None = None):
+    def __init__(
+        self,
+        log: Log,
+        *,
+        stream: str | None = None,
+        config: MemoryConfig | None = None,
+        view: str | os.PathLike[str] | None = None,
+    ):
         if stream is not None:
             validate_topic(stream)
         self.log = log
         self.stream = stream
         self.config = config or MemoryConfig()
+        self.view_path = os.fspath(view) if view is not None else None
+        self._view: MemoryView | None = None
 
     async def __aenter__(self) -> Laser:
         await self.start()
@@ -48,7 +59,21 @@ class Laser:
         await self.log.start()
 
     async def stop(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None
         await self.log.stop()
+
+    def managed_view(self) -> MemoryView:
+        """The managed view this connection reads (``connect(..., view=PATH)``)."""
+        if self.view_path is None:
+            raise NoView(
+                "this connection has no managed view; pass view=PATH to connect() "
+                "(and run 'laser-memory fold --view PATH'), or use folded=True"
+            )
+        if self._view is None:
+            self._view = MemoryView.open(self.view_path)
+        return self._view
 
     @property
     def memory_topic_name(self) -> str:
@@ -130,14 +155,23 @@ class ConversationContext:
 
 
 def connect(
-    url: str | None = None, *, stream: str | None = None, config: MemoryConfig | None = None
+    url: str | None = None,
+    *,
+    stream: str | None = None,
+    config: MemoryConfig | None = None,
+    view: str | os.PathLike[str] | None = None,
 ) -> Laser:
     """Connect to the log a URL names: ``local://PATH`` (the default,
     ``$LASER_URL`` or ``local://./laser-data``) or ``kafka://host:port[,host:port]``.
+    With ``view=PATH`` (default ``$LASER_VIEW``), recall and fetch read the managed view
+    a folder keeps at PATH.
 
     >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
     ...     await laser.bootstrap(partitions=8)
     """
     return Laser(
-        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL), stream=stream, config=config
+        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL),
+        stream=stream,
+        config=config,
+        view=view if view is not None else os.environ.get("LASER_VIEW") or None,
     )

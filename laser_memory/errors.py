@@ -22,6 +22,10 @@ The tree::
     │   ├── UnknownTopic
     │   ├── TopicConflict           a topic exists with another shape
     │   └── LogUnavailable          the storage or broker cannot be reached
+    ├── ViewError
+    │   ├── ViewLocked              another folder is writing this view
+    │   ├── ViewMismatch            the view folds another topic or generation
+    │   └── NoView                  a managed read without a view configured
     └── WaitTimeout                 a wait for a position ran out of time
 
 Each message says what was wrong and what to do about it.
@@ -45,11 +49,15 @@ __all__ = [
     "LogClosed",
     "LogError",
     "LogUnavailable",
+    "NoView",
     "RecordDecodeError",
     "TopicConflict",
     "UnknownKind",
     "UnknownTopic",
     "UnsupportedSchemaVersion",
+    "ViewError",
+    "ViewLocked",
+    "ViewMismatch",
     "WaitTimeout",
 ]
 
@@ -136,6 +144,22 @@ class TopicConflict(LogError):
 
 class LogUnavailable(LogError):
     """The log's storage or broker cannot be reached."""
+
+
+class ViewError(LaserError):
+    """A managed view cannot be used as asked."""
+
+
+class ViewLocked(ViewError):
+    """Another folder holds the view's lock; one folder writes a view at a time."""
+
+
+class ViewMismatch(ViewError):
+    """The view folds another topic, or an earlier generation of this one."""
+
+
+class NoView(ViewError, ConfigError):
+    """A managed read (recall with folded=False, fetch by version) without a view."""
 
 
 class WaitTimeout(LaserError, TimeoutError):

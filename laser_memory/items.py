@@ -12,7 +12,7 @@ from .kinds import MemoryKind
 from .records import Origin, Producer
 from .scope import Lifetime, MemoryScope
 
-__all__ = ["MemoryItem", "NamedItem", "Signal", "Source"]
+__all__ = ["HistoryEntry", "MemoryItem", "NamedItem", "Signal", "Source"]
 
 
 class Source(NamedTuple):
@@ -40,7 +40,8 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     """One recalled item.
 
     ``weight`` is the sum of the feedback that applies to it; ``append_time_ms`` is
-    the broker append time of the record it was folded from (``source``).
+    the broker append time of the record it was folded from (``source``);
+    ``version`` counts the records (remember, feedback, forget) that targeted it.
     """
 
     id: MemoryId
@@ -51,6 +52,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     append_time_ms: int
     source: Source
     weight: float = 0.0
+    version: int = 0
     origin: Origin | None = None
     producer: Producer | None = None
     embedding: bytes | None = None
@@ -75,6 +77,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
             "scope": msgspec.to_builtins(self.scope),
             "lifetime": self.lifetime,
             "weight": self.weight,
+            "version": self.version,
             "score": self.score,
             "signals": [msgspec.to_builtins(s) for s in self.signals],
             "append_time_ms": self.append_time_ms,
@@ -101,3 +104,31 @@ class NamedItem(msgspec.Struct, frozen=True, kw_only=True):
     def json(self) -> Any:
         """The body parsed as JSON."""
         return json.loads(self.body)
+
+
+class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One record that touched an item or a named item, for audit.
+
+    ``op`` is the record's tag (``remember``, ``feedback``, ``forget``, ``named.set``,
+    ``named.patch``, ``named.remove``); ``body`` is the remembered body, the set body or
+    the patch; ``version`` is the item's version after this record.
+    """
+
+    op: str
+    topic: str
+    partition: int
+    offset: int
+    append_time_ms: int
+    tenant: str
+    conversation: str | None
+    version: int
+    body: bytes | None = None
+    kind: str | None = None
+    weight: float | None = None
+    key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = msgspec.to_builtins(self)
+        if self.body is not None:
+            out["body"] = self.body.decode("utf-8", "replace")
+        return out

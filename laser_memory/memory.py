@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,19 +20,23 @@ import msgspec
 import numpy as np
 
 from folders.inprocess import FoldedReader
+from folders.replay import AsOf, MemorySnapshot, item_history, named_history, replay, snapshot
 from folders.state import ItemFilter
+from folders.view import MemoryView
 
 from .errors import (
     BodyTooLarge,
-    ConfigError,
     EmptyBody,
     InvalidBody,
     InvalidInput,
     InvalidWeight,
+    NoView,
     UnknownTopic,
+    ViewMismatch,
+    WaitTimeout,
 )
 from .ids import MemoryId, validate_name
-from .items import MemoryItem, NamedItem, Source
+from .items import HistoryEntry, MemoryItem, NamedItem, Source
 from .kinds import MemoryKind, parse_kind
 from .log.port import Appended, OutgoingRecord
 from .named import encode_body, encode_patch, validate_key
@@ -365,10 +371,119 @@ class MemoryHandle:
         state = await self._reader.catch_up([partition])
         return state.named_item(key, tenant=tenant)
 
-    async def fetch(self, key: str, *, tenant: str = "") -> NamedItem | None:
-        """A named item's current value. Until a managed view is configured this folds
-        the topic in-process, like `fetch_folded`."""
-        return await self.fetch_folded(key, tenant=tenant)
+    async def fetch(
+        self,
+        key: str,
+        *,
+        tenant: str = "",
+        version: int | None = None,
+        folded: bool | None = None,
+        after: Receipt | MemoryId | None = None,
+        timeout: float = 10.0,
+    ) -> NamedItem | None:
+        """A named item's value, or None if absent. Reads the managed view when the
+        connection has one (``folded=False``, the default then), else folds the topic
+        like `fetch_folded`. ``version=n`` returns the value after its n-th write (view
+        only); ``after=receipt`` first waits until the view has folded that write.
+
+        >>> receipt = await memory.update("profile", {"channel": "email"})   # doctest: +SKIP
+        >>> await memory.fetch("profile", after=receipt)                      # doctest: +SKIP
+        """
+        validate_key(key)
+        validate_name(tenant, "tenant", allow_empty=True)
+        if version is not None and (
+            not isinstance(version, int) or isinstance(version, bool) or version < 1
+        ):
+            raise InvalidInput(f"version counts writes from 1, got {version!r}")
+        if not self._managed(folded):
+            if version is not None:
+                raise NoView("fetch(version=) reads the managed view; connect with view=PATH")
+            return await self.fetch_folded(key, tenant=tenant)
+        view = await self._managed_view(after, timeout)
+        if view is None:
+            return None
+        return view.fetch(self.namespace, key, tenant=tenant, version=version)
+
+    async def history(
+        self, target: MemoryId | str, *, tenant: str = "", folded: bool | None = None
+    ) -> list[HistoryEntry]:
+        """Every record that touched an item (a `MemoryId`: remember, feedback, forget)
+        or a named item (a key: set, patch, remove), oldest first, with positions,
+        append times and the version after each. From the managed view when there is
+        one, else by replaying the log.
+        """
+        validate_name(tenant, "tenant", allow_empty=True)
+        if isinstance(target, MemoryId):
+            raw_id: bytes | None = target.bytes
+        else:
+            validate_key(target)
+            raw_id = None
+        if self._managed(folded):
+            view = await self._managed_view(None, 0)
+            if view is None:
+                return []
+            if raw_id is not None:
+                return view.item_history(self.namespace, raw_id, tenant=tenant)
+            return view.named_history(self.namespace, target, tenant=tenant)
+        if await self._topic_info() is None:
+            return []
+        records = await replay(self._laser.log, self.topic, namespace=self.namespace)
+        if raw_id is not None:
+            return item_history(records, raw_id, tenant=tenant)
+        return named_history(records, target, tenant=tenant)
+
+    async def as_of(self, at: AsOf) -> MemorySnapshot:
+        """This namespace's memory as it stood at a past moment: a datetime, seconds
+        since the epoch (float) or milliseconds (int) — records appended at or before it
+        — or positions (partition -> first offset not included). The snapshot's
+        `recall` and `fetch` answer what an agent could have known then.
+
+        >>> before = await memory.as_of(answer_time)                 # doctest: +SKIP
+        >>> before.recall(conversation="support-42")                  # doctest: +SKIP
+        """
+        await self._topic_info()
+        return await snapshot(self._laser.log, self.topic, self.namespace, at)
+
+    def _managed(self, folded: bool | None) -> bool:
+        if folded is None:
+            return self._laser.view_path is not None
+        return not folded
+
+    async def _managed_view(
+        self, after: Receipt | MemoryId | None, timeout: float
+    ) -> MemoryView | None:
+        """The view to read, after waiting for ``after``; None if no folder has written
+        it yet (and there is nothing to wait for)."""
+        view = self._laser.managed_view()
+        position = None
+        if after is not None:
+            receipt = after.receipt if isinstance(after, MemoryId) else after
+            if not isinstance(receipt, Appended):
+                raise InvalidInput("after= takes a receipt returned by a write")
+            if receipt.topic != self.topic:
+                raise InvalidInput(
+                    f"the receipt is for topic {receipt.topic!r}, this handle reads {self.topic!r}"
+                )
+            position = receipt.position
+        deadline = time.monotonic() + timeout
+        while True:
+            topic, _ = view.topic()
+            if topic is not None and topic != self.topic:
+                raise ViewMismatch(
+                    f"the view at {view.path} folds topic {topic!r}, but this handle reads "
+                    f"{self.topic!r}"
+                )
+            if position is None:
+                return view if topic is not None else None
+            if topic is not None and view.has_passed(position):
+                return view
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"the view at {view.path} has not folded {position.topic} partition "
+                    f"{position.partition} offset {position.offset} within {timeout}s; is a "
+                    "folder running ('laser-memory fold')?"
+                )
+            await asyncio.sleep(0.01)
 
     async def recall(
         self,
@@ -382,13 +497,19 @@ class MemoryHandle:
         text: str | None = None,
         strategy: str = "auto",
         limit: int = 50,
-        folded: bool = True,
+        folded: bool | None = None,
+        after: Receipt | MemoryId | None = None,
+        timeout: float = 10.0,
         block: bool = False,
         token_budget: int | None = None,
     ) -> list[MemoryItem] | str:
         """Recall items in scope. Every field you set narrows; a field you leave out
         widens, except ``tenant``, which always applies exactly (unset means ``""``).
 
+        Reads the managed view when the connection has one (``folded=False``, the
+        default then), else folds the topic in this process (``folded=True``). Order
+        and signals are the same either way. A fresh write takes a moment to reach the
+        view: ``after=receipt`` waits (up to ``timeout`` seconds) until it has.
         With ``block=True`` returns the items formatted by `to_context_block`.
 
         >>> items = await memory.recall(conversation="c-1", strategy="recent", limit=5)
@@ -398,11 +519,6 @@ class MemoryHandle:
         validate_limit(limit)
         if text is not None and not isinstance(text, str):
             raise InvalidInput(f"text must be a string, got {type(text).__name__}")
-        if not folded:
-            raise ConfigError(
-                "recall(folded=False) reads the managed view, and this handle has none; "
-                "use folded=True"
-            )
         conversation = self._conversation(conversation)
         where = ItemFilter(
             tenant=validate_name(tenant, "tenant", allow_empty=True),
@@ -412,9 +528,15 @@ class MemoryHandle:
             application=_optional_name(application, "application"),
             kind=parse_kind(kind) if kind is not None else None,
         )
-        info = await self._topic_info()
-        if info is None:
-            items: list[MemoryItem] = []
+        if self._managed(folded):
+            view = await self._managed_view(after, timeout)
+            items = (
+                []
+                if view is None
+                else view.recall(self.namespace, where, strategy=strategy, text=text, limit=limit)
+            )
+        elif (info := await self._topic_info()) is None:
+            items = []
         else:
             partitions = (
                 self._reader.partitions_for_conversation(conversation, info.partitions)

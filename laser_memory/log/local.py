@@ -28,17 +28,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 import lmdb
 import msgspec
 
 from ..errors import InvalidRecord, LogClosed, LogUnavailable, TopicConflict, UnknownTopic
+from ..lmdb_env import SharedEnvironments
 from .naming import validate_partitions, validate_topic
 from .partitioner import partition_for
 from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
@@ -77,44 +76,6 @@ _head_decoder = msgspec.msgpack.Decoder(tuple[int, int, int])
 _record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes | None, bytes, list[tuple[str, bytes]]])
 _encoder = msgspec.msgpack.Encoder()
 _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
-
-
-class _SharedEnv:
-    """One LMDB environment per folder per process, reference counted."""
-
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-    _envs: ClassVar[dict[str, tuple[lmdb.Environment, int, dict[str, object]]]] = {}
-
-    @classmethod
-    def acquire(cls, path: str, config: LocalLogConfig) -> tuple[lmdb.Environment, dict]:
-        with cls._lock:
-            entry = cls._envs.get(path)
-            if entry is not None:
-                env, count, dbs = entry
-                cls._envs[path] = (env, count + 1, dbs)
-                return env, dbs
-            os.makedirs(path, exist_ok=True)
-            env = lmdb.open(
-                path,
-                map_size=config.map_size,
-                max_dbs=4,
-                sync=config.sync,
-                metasync=config.sync,
-                max_readers=512,
-            )
-            dbs = {name: env.open_db(name.encode()) for name in ("topics", "heads", "records")}
-            cls._envs[path] = (env, 1, dbs)
-            return env, dbs
-
-    @classmethod
-    def release(cls, path: str) -> None:
-        with cls._lock:
-            env, count, dbs = cls._envs[path]
-            if count == 1:
-                del cls._envs[path]
-                env.close()
-            else:
-                cls._envs[path] = (env, count - 1, dbs)
 
 
 @dataclass(slots=True)
@@ -179,7 +140,12 @@ class LocalLog:
         if self._state == "stopped":
             raise LogClosed("this LocalLog was stopped; make a new one to open the folder again")
         try:
-            self._env, self._dbs = _SharedEnv.acquire(self._path, self._config)
+            self._env, self._dbs = SharedEnvironments.acquire(
+                self._path,
+                ("topics", "heads", "records"),
+                map_size=self._config.map_size,
+                sync=self._config.sync,
+            )
         except (lmdb.Error, OSError) as exc:
             raise LogUnavailable(f"cannot open the local log at {self._path}: {exc}") from exc
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -204,7 +170,7 @@ class LocalLog:
         finally:
             assert self._executor is not None
             self._executor.shutdown(wait=True)
-            _SharedEnv.release(self._path)
+            SharedEnvironments.release(self._path)
             self._env = None
             self._state = "stopped"
             self._appended.set()

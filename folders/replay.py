@@ -1,0 +1,189 @@
+"""Replay for audit: read the log in order, and fold it as it stood at a past moment.
+
+"What did the agent know when it answered?" is `MemorySnapshot`: the fold of
+every record up to a time or up to given positions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+import msgspec
+
+from laser_memory.errors import InvalidInput, LaserError
+from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
+from laser_memory.log.port import Log, LogRecord
+from laser_memory.recall import rank
+from laser_memory.records import (
+    HEADER_NAMESPACE,
+    MemoryRecord,
+    NamedPatch,
+    NamedRemove,
+    NamedSet,
+    Remember,
+    header_value,
+)
+
+from .state import ItemFilter, MemoryState, decode_for_fold, history_entry, sort_key
+
+__all__ = [
+    "AsOf",
+    "LoggedRecord",
+    "MemorySnapshot",
+    "item_history",
+    "named_history",
+    "replay",
+    "snapshot",
+    "to_millis",
+]
+
+AsOf = dt.datetime | int | float | Mapping[int, int]
+
+
+class LoggedRecord(msgspec.Struct, frozen=True):
+    """A record of the log with its decoded memory record, or why it could not be decoded."""
+
+    log_record: LogRecord
+    record: MemoryRecord | None
+    error: str | None
+
+
+def to_millis(moment: dt.datetime | int | float) -> int:
+    """Milliseconds since the epoch from a datetime (naive means UTC), or from seconds
+    given as a float, or milliseconds given as an int."""
+    if isinstance(moment, dt.datetime):
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return int(moment.timestamp() * 1000)
+    if isinstance(moment, bool) or not isinstance(moment, int | float):
+        raise InvalidInput(
+            f"a moment is a datetime, seconds (float) or milliseconds (int): {moment!r}"
+        )
+    return moment if isinstance(moment, int) else int(moment * 1000)
+
+
+async def replay(
+    log: Log,
+    topic: str,
+    *,
+    namespace: str | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    until: Mapping[int, int] | None = None,
+) -> list[LoggedRecord]:
+    """The topic's records (of one namespace, if given) in position-key order: broker
+    append time, then partition, then offset. ``until`` maps partitions to the first
+    offset *not* to read; partitions it leaves out are not read."""
+    wanted = namespace.encode() if namespace is not None else None
+    kwargs = {}
+    if until is not None:
+        kwargs = {"partitions": sorted(until), "until": dict(until)}
+    out = []
+    async for batch in log.read(topic, **kwargs):
+        for log_record in batch:
+            if since_ms is not None and log_record.append_time_ms < since_ms:
+                continue
+            if until_ms is not None and log_record.append_time_ms > until_ms:
+                continue
+            header = header_value(log_record.headers, HEADER_NAMESPACE)
+            if wanted is not None and header is not None and header != wanted:
+                continue
+            try:
+                record = decode_for_fold(log_record)
+            except LaserError as exc:
+                out.append(LoggedRecord(log_record, None, str(exc)))
+                continue
+            if wanted is not None and record.ns != namespace:
+                continue
+            out.append(LoggedRecord(log_record, record, None))
+    out.sort(key=lambda r: sort_key(r.log_record))
+    return out
+
+
+def item_history(
+    records: list[LoggedRecord], raw_id: bytes, *, tenant: str = ""
+) -> list[HistoryEntry]:
+    """Every replayed record that targeted an item, with the version after it."""
+    out = []
+    for logged in records:
+        record = logged.record
+        if record is None or record.scope.tenant != tenant:
+            continue
+        if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+            continue
+        target = record.id if isinstance(record, Remember) else record.target
+        if target == raw_id:
+            out.append(history_entry(record, logged.log_record, len(out) + 1))
+    return out
+
+
+def named_history(records: list[LoggedRecord], key: str, *, tenant: str = "") -> list[HistoryEntry]:
+    """Every write to a named item, in offset order (they share a partition)."""
+    mine = [
+        logged
+        for logged in records
+        if isinstance(logged.record, NamedSet | NamedPatch | NamedRemove)
+        and logged.record.key == key
+        and logged.record.scope.tenant == tenant
+    ]
+    mine.sort(key=lambda logged: (logged.log_record.partition, logged.log_record.offset))
+    return [history_entry(logged.record, logged.log_record, i + 1) for i, logged in enumerate(mine)]
+
+
+class MemorySnapshot:
+    """A namespace's memory as it stood at a past moment (see `MemoryHandle.as_of`)."""
+
+    def __init__(self, state: MemoryState, *, as_of_ms: int | None, positions: dict[int, int]):
+        self._state = state
+        self.as_of_ms = as_of_ms
+        self.positions = positions
+
+    def recall(
+        self,
+        *,
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str = "",
+        kind=None,
+        text: str | None = None,
+        strategy: str = "auto",
+        limit: int = 50,
+    ) -> list[MemoryItem]:
+        from laser_memory.kinds import parse_kind
+
+        where = ItemFilter(
+            tenant=tenant,
+            conversation=conversation,
+            agent=agent,
+            user=user,
+            application=application,
+            kind=parse_kind(kind) if kind is not None else None,
+        )
+        return rank(self._state.items(where), strategy=strategy, text=text, limit=limit)
+
+    def fetch(self, key: str, *, tenant: str = "") -> NamedItem | None:
+        return self._state.named_item(key, tenant=tenant)
+
+
+async def snapshot(log: Log, topic: str, namespace: str, at: AsOf) -> MemorySnapshot:
+    """Fold a namespace up to a moment (datetime, seconds or milliseconds: records
+    appended at or before it) or up to positions (partition -> first offset not folded)."""
+    info = await log.describe_topic(topic)
+    state = MemoryState(namespace, generation=info.generation)
+    if isinstance(at, Mapping):
+        for partition, offset in at.items():
+            if not isinstance(partition, int) or not isinstance(offset, int) or offset < 0:
+                raise InvalidInput(f"positions map partitions to offsets, got {dict(at)!r}")
+        records = await replay(log, topic, namespace=namespace, until=at)
+        as_of_ms = None
+    else:
+        as_of_ms = to_millis(at)
+        records = await replay(log, topic, namespace=namespace, until_ms=as_of_ms)
+    positions: dict[int, int] = {}
+    for logged in records:
+        state.apply(logged.log_record)
+        positions[logged.log_record.partition] = logged.log_record.offset + 1
+    return MemorySnapshot(state, as_of_ms=as_of_ms, positions=positions)

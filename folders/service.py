@@ -1,0 +1,141 @@
+"""The folder service: keeps a managed view current from the log.
+
+Run it with ``laser-memory fold --url ... --view PATH``, or from code::
+
+    folder = ViewFolder(log, "prod.agent.memory", "./laser-view")
+    await folder.run()                          # until cancelled
+    await folder.run(until_caught_up=True)      # to the end offsets seen at start
+
+A reader task reads every partition from the view's watermark and queues
+batches; a writer task folds everything queued into one LMDB transaction at a
+time (positions included). One folder writes a view at a time (a lock file in
+the view folder says which); several folders may keep separate views of one
+topic as read replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from laser_memory.errors import ViewLocked
+from laser_memory.log.port import Log, LogRecord
+
+from .view import MemoryView
+
+__all__ = ["FolderConfig", "ViewFolder"]
+
+Progress = Callable[[int, dict[int, int]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FolderConfig:
+    """``max_transaction_records`` caps one view transaction; ``read_ahead`` is how
+    many batches the reader may queue while the writer commits."""
+
+    max_transaction_records: int = 20_000
+    read_ahead: int = 16
+    max_read_batch: int = 2_000
+
+
+class ViewFolder:
+    """Folds one memory topic into the view at ``view_path``."""
+
+    def __init__(
+        self,
+        log: Log,
+        topic: str,
+        view_path: str | os.PathLike[str],
+        config: FolderConfig | None = None,
+    ):
+        self._log = log
+        self._topic = topic
+        self._path = os.fspath(view_path)
+        self._config = config or FolderConfig()
+
+    def _lock(self) -> int:
+        os.makedirs(self._path, exist_ok=True)
+        fd = os.open(os.path.join(self._path, "folder.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ViewLocked(
+                f"the view at {self._path} is being folded by {holder}; one folder writes a "
+                "view at a time (use another --view for a replica)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}".encode())
+        return fd
+
+    async def run(
+        self,
+        *,
+        until_caught_up: bool = False,
+        rebuild: bool = False,
+        on_progress: Progress | None = None,
+    ) -> int:
+        """Fold until cancelled (or, with ``until_caught_up``, until the end offsets
+        seen at start). ``rebuild`` empties the view first. Returns records folded."""
+        fd = self._lock()
+        view = MemoryView.open(self._path)
+        try:
+            info = await self._log.describe_topic(self._topic)
+            if rebuild:
+                await asyncio.to_thread(view.clear)
+            view.bind(self._topic, info.generation)
+            start = view.watermark()
+            until = await self._log.end_offsets(self._topic) if until_caught_up else None
+            queue: asyncio.Queue[list[LogRecord] | None] = asyncio.Queue(self._config.read_ahead)
+            folded = 0
+
+            async def read() -> None:
+                async for batch in self._log.read(
+                    self._topic,
+                    start,
+                    until=until,
+                    follow=not until_caught_up,
+                    max_batch=self._config.max_read_batch,
+                ):
+                    await queue.put(batch)
+                await queue.put(None)
+
+            async def write() -> None:
+                nonlocal folded
+                done = False
+                while not done:
+                    first = await queue.get()
+                    if first is None:
+                        return
+                    batches, count = [first], len(first)
+                    while count < self._config.max_transaction_records and not queue.empty():
+                        nxt = queue.get_nowait()
+                        if nxt is None:
+                            done = True
+                            break
+                        batches.append(nxt)
+                        count += len(nxt)
+                    # The transaction finishes even if we are cancelled meanwhile: the view
+                    # must not be closed under a running commit.
+                    commit = asyncio.ensure_future(
+                        asyncio.to_thread(view.apply, batches, info.generation)
+                    )
+                    try:
+                        folded += await asyncio.shield(commit)
+                    except asyncio.CancelledError:
+                        await asyncio.wait([commit])
+                        raise
+                    if on_progress is not None:
+                        on_progress(folded, view.watermark())
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(read(), name="laser-folder-read")
+                group.create_task(write(), name="laser-folder-write")
+            return folded
+        finally:
+            view.close()
+            os.close(fd)

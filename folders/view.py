@@ -1,0 +1,544 @@
+"""The managed view: the fold of one memory topic, kept in LMDB, shared by readers.
+
+A folder (`folders.service.ViewFolder`) is the only writer. Each of its write
+transactions stores the folded changes of a batch **and** the per-partition
+positions the batch came from, so whatever instant the folder dies at, the
+view holds exactly the records up to its positions and a restarted folder
+resumes from them. Readers in any process open the same folder and read in
+short read transactions: no lock is held across an ``await``.
+
+Databases in the environment (``\\0`` separates names, which can never hold
+it; ``id`` is 16 bytes; ``inv(k)`` is a position key ``(append time,
+partition, offset)`` inverted so that ascending byte order is newest first):
+
+============  =============================================  ==================
+database      key                                            value
+============  =============================================  ==================
+meta          ``topic``, ``generation``, ``pos`` + partition  text / offsets
+items         tenant ``\\0`` ns ``\\0`` id                      `ItemState`
+named         tenant ``\\0`` ns ``\\0`` key                     `NamedState`
+versions      tenant ``\\0`` ns ``\\0`` key ``\\0`` version     `HistoryEntry`
+audit         tenant ``\\0`` ns ``\\0`` id + inv-free position  `HistoryEntry`
+aside         partition + offset                             `SetAside`
+index         see below                                      owner of the entry
+============  =============================================  ==================
+
+Indexes (all per tenant and namespace, over *live* remembers, so an item
+remembered in two conversations has an entry for each):
+
+- ``R`` newest first: tag ``*`` (all), ``c:<conversation>``, ``a:<agent>``,
+  ``u:<user>``, ``p:<application>``, ``k:<kind code>``; key ends with
+  ``inv(k) + id``. Filters by conversation, agent, user, application and kind
+  are index-backed: a read walks the narrowest index that applies and checks
+  the other filters on each entry, stopping once it has ``limit`` items.
+- ``F`` feedback-ranked: tag ``*`` or ``c:<conversation>``, then the weight
+  inverted (highest first), then ``inv(k) + id``; only items whose weight is
+  not zero. ``auto`` recall takes positive weights from here, zero weights
+  from ``R`` and negative weights from here again, so its cost grows with the
+  limit, not with the namespace.
+- ``W`` words: ``word \\0 id`` for the words of live bodies; a text recall
+  reads only the items sharing a word with the text.
+- ``I`` irregular items (a typed append reused an id with another owner or
+  kind): with such items present, a read with owner filters ranks every
+  entry of its narrowest index, to stay exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+from collections.abc import Iterator, Sequence
+
+import lmdb
+import msgspec
+
+from laser_memory.errors import LaserError, LogUnavailable, ViewMismatch
+from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
+from laser_memory.lmdb_env import SharedEnvironments
+from laser_memory.log.port import LogRecord, Position
+from laser_memory.recall import rank, validate_limit, validate_strategy, words
+from laser_memory.records import NamedPatch, NamedRemove, NamedSet, Remember
+
+from .state import (
+    ItemFilter,
+    ItemState,
+    NamedState,
+    SetAside,
+    SortKey,
+    apply_named,
+    decode_for_fold,
+    history_entry,
+    sort_key,
+    source_of,
+)
+
+__all__ = ["MemoryView", "ViewStats"]
+
+_DBS = ("meta", "items", "named", "versions", "audit", "aside", "index")
+_SEP = b"\x00"
+_U64 = (1 << 64) - 1
+_U32 = (1 << 32) - 1
+
+_item_decoder = msgspec.msgpack.Decoder(ItemState)
+_named_decoder = msgspec.msgpack.Decoder(NamedState)
+_history_decoder = msgspec.msgpack.Decoder(HistoryEntry)
+_version_decoder = msgspec.msgpack.Decoder(tuple[NamedState, HistoryEntry])
+_aside_decoder = msgspec.msgpack.Decoder(SetAside)
+_owner_decoder = msgspec.msgpack.Decoder(tuple[str, str | None, str | None, str | None, int])
+_encoder = msgspec.msgpack.Encoder()
+
+
+class ViewStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``laser-memory stats`` shows."""
+
+    path: str
+    topic: str | None
+    generation: str | None
+    watermark: dict[int, int]
+    items: int
+    named_items: int
+    set_aside: int
+    set_aside_records: list[SetAside]
+
+
+def _inv_key(key: SortKey) -> bytes:
+    t, p, o = key
+    return (
+        (_U64 - t).to_bytes(8, "big")
+        + (_U32 - p).to_bytes(4, "big")
+        + (_U64 - o).to_bytes(8, "big")
+    )
+
+
+def _inv_weight(weight: float) -> bytes:
+    """Bytes that sort by descending weight."""
+    (bits,) = struct.unpack(">Q", struct.pack(">d", weight))
+    ascending = bits ^ _U64 if bits >> 63 else bits | (1 << 63)
+    return (_U64 - ascending).to_bytes(8, "big")
+
+
+def _weight_of(inverted: bytes) -> float:
+    ascending = _U64 - int.from_bytes(inverted, "big")
+    bits = ascending & ~(1 << 63) if ascending >> 63 else ascending ^ _U64
+    return struct.unpack(">d", struct.pack(">Q", bits))[0]
+
+
+def _scope(tenant: str, namespace: str) -> bytes:
+    return tenant.encode() + _SEP + namespace.encode() + _SEP
+
+
+def _tag_prefix(index: bytes, tenant: str, namespace: str, tag: str) -> bytes:
+    return index + _scope(tenant, namespace) + tag.encode() + _SEP
+
+
+def _index_entries(
+    tenant: str, namespace: str, raw_id: bytes, state: ItemState
+) -> dict[bytes, bytes]:
+    live = state.live_conversations()
+    if not live:
+        return {}
+    entries: dict[bytes, bytes] = {}
+    vocabulary: set[str] = set()
+    owners = set()
+    for conversation, remembered in live.items():
+        record = remembered.record
+        scope = record.scope
+        owner = (conversation, scope.agent, scope.user, scope.application, record.kind)
+        owners.add(owner[1:])
+        value = _encoder.encode(owner)
+        tail = _inv_key(remembered.key) + raw_id
+        tags = ["*", f"k:{record.kind}"]
+        if conversation:
+            tags.append(f"c:{conversation}")
+        if scope.agent is not None:
+            tags.append(f"a:{scope.agent}")
+        if scope.user is not None:
+            tags.append(f"u:{scope.user}")
+        if scope.application is not None:
+            tags.append(f"p:{scope.application}")
+        for tag in tags:
+            entries[_tag_prefix(b"R", tenant, namespace, tag) + tail] = value
+        vocabulary |= words(record.body.decode("utf-8", "replace"))
+        if conversation:
+            weight = state.weight([conversation])
+            if weight != 0:
+                entries[
+                    _tag_prefix(b"F", tenant, namespace, f"c:{conversation}")
+                    + _inv_weight(weight)
+                    + tail
+                ] = b""
+    weight = state.weight(list(live))
+    if weight != 0:
+        newest = max(r.key for r in live.values())
+        entries[
+            _tag_prefix(b"F", tenant, namespace, "*")
+            + _inv_weight(weight)
+            + _inv_key(newest)
+            + raw_id
+        ] = b""
+    for word in vocabulary:
+        entries[_tag_prefix(b"W", tenant, namespace, word) + raw_id] = b""
+    if len(owners) > 1:
+        entries[b"I" + _scope(tenant, namespace) + raw_id] = b""
+    return entries
+
+
+def _prefixed(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    if not cursor.set_range(prefix):
+        return
+    for key, value in cursor:
+        if not key.startswith(prefix):
+            return
+        yield key, value
+
+
+class MemoryView:
+    """The managed view at a folder on disk, for the folder that writes it and for
+    every reader.
+
+    >>> view = MemoryView.open("./laser-view")                          # doctest: +SKIP
+    >>> view.recall("stream:prod/notes", ItemFilter(conversation="c-1"), limit=10)
+    ... # doctest: +SKIP
+    >>> view.close()                                                    # doctest: +SKIP
+    """
+
+    def __init__(self, path: str, env: lmdb.Environment, dbs: dict) -> None:
+        self.path = path
+        self._env = env
+        self._dbs = dbs
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, map_size: int = 64 << 30) -> MemoryView:
+        """Open (creating if needed) the view at ``path``."""
+        real = os.path.realpath(os.fspath(path))
+        try:
+            env, dbs = SharedEnvironments.acquire(real, _DBS, map_size=map_size)
+        except (lmdb.Error, OSError) as exc:
+            raise LogUnavailable(f"cannot open the view at {real}: {exc}") from exc
+        return cls(real, env, dbs)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            SharedEnvironments.release(self.path)
+
+    def __enter__(self) -> MemoryView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self) -> lmdb.Transaction:
+        if self._closed:
+            raise LogUnavailable(f"the view at {self.path} is closed")
+        return self._env.begin()
+
+    # -- meta --------------------------------------------------------------------
+
+    def topic(self) -> tuple[str | None, str | None]:
+        """(topic, generation) this view folds, or (None, None) for a new view."""
+        with self._read() as txn:
+            topic = txn.get(b"topic", db=self._dbs["meta"])
+            generation = txn.get(b"generation", db=self._dbs["meta"])
+        return (
+            topic.decode() if topic is not None else None,
+            generation.decode() if generation is not None else None,
+        )
+
+    def bind(self, topic: str, generation: str) -> None:
+        """Record which topic generation this view folds; refuse another one."""
+        current_topic, current_generation = self.topic()
+        if current_topic is None:
+            with self._env.begin(write=True) as txn:
+                txn.put(b"topic", topic.encode(), db=self._dbs["meta"])
+                txn.put(b"generation", generation.encode(), db=self._dbs["meta"])
+            return
+        if current_topic != topic:
+            raise ViewMismatch(
+                f"the view at {self.path} folds topic {current_topic!r}, not {topic!r}; "
+                "use another view folder for another topic"
+            )
+        if current_generation != generation:
+            raise ViewMismatch(
+                f"topic {topic!r} was recreated since the view at {self.path} was built; "
+                "rebuild the view ('laser-memory rebuild')"
+            )
+
+    def watermark(self) -> dict[int, int]:
+        """Per partition, the next offset the view will fold."""
+        with self._read() as txn:
+            return {
+                int.from_bytes(key[3:], "big"): int.from_bytes(value, "big")
+                for key, value in _prefixed(txn.cursor(db=self._dbs["meta"]), b"pos")
+            }
+
+    def has_passed(self, position: Position) -> bool:
+        return self.watermark().get(position.partition, 0) > position.offset
+
+    def clear(self) -> None:
+        """Empty every database (for a rebuild)."""
+        with self._env.begin(write=True) as txn:
+            for name in _DBS:
+                txn.drop(self._dbs[name], delete=False)
+
+    # -- writing (the folder) --------------------------------------------------------
+
+    def apply(self, batches: Sequence[Sequence[LogRecord]], generation: str) -> int:
+        """Fold batches into the view in one transaction together with their positions.
+        Returns how many records were applied (set-aside ones included)."""
+        count = 0
+        with self._env.begin(write=True) as txn:
+            items: dict[bytes, tuple[ItemState, dict[bytes, bytes], str, str, bytes]] = {}
+            named: dict[bytes, NamedState | None] = {}
+            positions: dict[int, int] = {}
+            for batch in batches:
+                for log_record in batch:
+                    self._apply_one(txn, log_record, generation, items, named)
+                    positions[log_record.partition] = log_record.offset + 1
+                    count += 1
+            index_db = self._dbs["index"]
+            for db_key, (state, before, tenant, namespace, raw_id) in items.items():
+                after = _index_entries(tenant, namespace, raw_id, state)
+                for key in before.keys() - after.keys():
+                    txn.delete(key, db=index_db)
+                for key, value in after.items():
+                    if before.get(key) != value:
+                        txn.put(key, value, db=index_db)
+                txn.put(db_key, _encoder.encode(state), db=self._dbs["items"])
+            for db_key, state in named.items():
+                if state is not None:
+                    txn.put(db_key, _encoder.encode(state), db=self._dbs["named"])
+            for partition, offset in positions.items():
+                txn.put(
+                    b"pos" + partition.to_bytes(4, "big"),
+                    offset.to_bytes(8, "big"),
+                    db=self._dbs["meta"],
+                )
+        return count
+
+    def _apply_one(self, txn, log_record: LogRecord, generation: str, items, named) -> None:
+        try:
+            record = decode_for_fold(log_record)
+        except LaserError as exc:
+            aside = SetAside(log_record.position, log_record.append_time_ms, str(exc))
+            txn.put(
+                log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
+                _encoder.encode(aside),
+                db=self._dbs["aside"],
+            )
+            return
+        key = sort_key(log_record)
+        source = source_of(record, log_record, generation)
+        scope = _scope(record.scope.tenant, record.ns)
+        if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+            db_key = scope + record.key.encode()
+            if db_key not in named:
+                raw = txn.get(db_key, db=self._dbs["named"])
+                named[db_key] = _named_decoder.decode(raw) if raw is not None else None
+            state = apply_named(named[db_key], record, key, source)
+            named[db_key] = state
+            txn.put(
+                db_key + _SEP + state.version.to_bytes(8, "big"),
+                _encoder.encode((state, history_entry(record, log_record, state.version))),
+                db=self._dbs["versions"],
+            )
+            return
+        raw_id = record.id if isinstance(record, Remember) else record.target
+        db_key = scope + raw_id
+        if db_key not in items:
+            raw = txn.get(db_key, db=self._dbs["items"])
+            state = _item_decoder.decode(raw) if raw is not None else ItemState()
+            before = _index_entries(record.scope.tenant, record.ns, raw_id, state)
+            items[db_key] = (state, before, record.scope.tenant, record.ns, raw_id)
+        state = items[db_key][0]
+        state.apply(record, key, source)
+        txn.put(
+            db_key + log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
+            _encoder.encode(history_entry(record, log_record, state.version)),
+            db=self._dbs["audit"],
+        )
+
+    # -- reading -----------------------------------------------------------------------
+
+    def recall(
+        self,
+        namespace: str,
+        where: ItemFilter,
+        *,
+        strategy: str = "auto",
+        text: str | None = None,
+        limit: int = 50,
+    ) -> list[MemoryItem]:
+        """Recall from the view; same order and signals as folded recall."""
+        validate_strategy(strategy)
+        validate_limit(limit)
+        with self._read() as txn:
+            candidates = self._candidates(txn, namespace, where, strategy, text, limit)
+        return rank(candidates, strategy=strategy, text=text, limit=limit)
+
+    def _load(self, txn, namespace: str, where: ItemFilter, raw_id: bytes) -> MemoryItem | None:
+        raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])
+        if raw is None:
+            return None
+        return _item_decoder.decode(raw).visible(raw_id, where)
+
+    def _narrowest_tag(self, where: ItemFilter) -> str:
+        if where.conversation is not None:
+            return f"c:{where.conversation}"
+        for prefix, value in (("a", where.agent), ("u", where.user), ("p", where.application)):
+            if value is not None:
+                return f"{prefix}:{value}"
+        if where.kind is not None:
+            return f"k:{where.kind.code}"
+        return "*"
+
+    @staticmethod
+    def _entry_matches(where: ItemFilter, owner: bytes) -> bool:
+        conversation, agent, user, application, kind = _owner_decoder.decode(owner)
+        return (
+            (where.conversation is None or conversation == where.conversation)
+            and (where.agent is None or agent == where.agent)
+            and (where.user is None or user == where.user)
+            and (where.application is None or application == where.application)
+            and (where.kind is None or kind == where.kind.code)
+        )
+
+    def _newest(
+        self, txn, namespace: str, where: ItemFilter, limit: int | None, skip_weighted: bool = False
+    ) -> Iterator[MemoryItem]:
+        """Visible items, newest first, from the narrowest index (at most ``limit``)."""
+        prefix = _tag_prefix(b"R", where.tenant, namespace, self._narrowest_tag(where))
+        seen: set[bytes] = set()
+        produced = 0
+        for key, owner in _prefixed(txn.cursor(db=self._dbs["index"]), prefix):
+            if limit is not None and produced >= limit:
+                return
+            raw_id = key[-16:]
+            if raw_id in seen or not self._entry_matches(where, owner):
+                continue
+            seen.add(raw_id)
+            item = self._load(txn, namespace, where, raw_id)
+            if item is None or (skip_weighted and item.weight != 0):
+                continue
+            produced += 1
+            yield item
+
+    def _candidates(self, txn, namespace, where, strategy, text, limit) -> list[MemoryItem]:
+        index = txn.cursor(db=self._dbs["index"])
+        if where.has_owner_filter and any(
+            True for _ in _prefixed(index, b"I" + _scope(where.tenant, namespace))
+        ):
+            return list(self._newest(txn, namespace, where, None))
+        if strategy != "recent" and text and words(text):
+            ids: set[bytes] = set()
+            for word in words(text):
+                prefix = _tag_prefix(b"W", where.tenant, namespace, word)
+                ids.update(
+                    key[-16:] for key, _ in _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
+                )
+            loaded = (self._load(txn, namespace, where, raw_id) for raw_id in ids)
+            return [item for item in loaded if item is not None]
+        if strategy == "recent":
+            return list(self._newest(txn, namespace, where, limit))
+        return self._feedback_ranked(txn, namespace, where, limit)
+
+    def _feedback_ranked(
+        self, txn, namespace: str, where: ItemFilter, limit: int
+    ) -> list[MemoryItem]:
+        """Positive weights (highest first), then zero weights (newest first), then
+        negative weights: each part read only as far as the limit needs."""
+        tag = f"c:{where.conversation}" if where.conversation is not None else "*"
+        prefix = _tag_prefix(b"F", where.tenant, namespace, tag)
+        weighted = _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
+        out: list[MemoryItem] = []
+        pending: bytes | None = None
+        for key, _ in weighted:
+            if len(out) >= limit:
+                return out
+            if _weight_of(key[len(prefix) : len(prefix) + 8]) < 0:
+                pending = key[-16:]
+                break
+            item = self._load(txn, namespace, where, key[-16:])
+            if item is not None:
+                out.append(item)
+        if len(out) < limit:
+            out.extend(self._newest(txn, namespace, where, limit - len(out), skip_weighted=True))
+        negatives = itertools.chain(
+            [pending] if pending is not None else [], (k[-16:] for k, _ in weighted)
+        )
+        for raw_id in negatives:
+            if len(out) >= limit:
+                break
+            item = self._load(txn, namespace, where, raw_id)
+            if item is not None:
+                out.append(item)
+        return out
+
+    def fetch(
+        self, namespace: str, key: str, *, tenant: str = "", version: int | None = None
+    ) -> NamedItem | None:
+        """A named item now, or as it was after ``version`` writes; None if absent then."""
+        db_key = _scope(tenant, namespace) + key.encode()
+        with self._read() as txn:
+            if version is None:
+                raw = txn.get(db_key, db=self._dbs["named"])
+            else:
+                raw = txn.get(db_key + _SEP + version.to_bytes(8, "big"), db=self._dbs["versions"])
+        if raw is None:
+            return None
+        state = _named_decoder.decode(raw) if version is None else _version_decoder.decode(raw)[0]
+        return state.to_item(key)
+
+    def named_history(self, namespace: str, key: str, *, tenant: str = "") -> list[HistoryEntry]:
+        db_key = _scope(tenant, namespace) + key.encode() + _SEP
+        with self._read() as txn:
+            return [
+                _version_decoder.decode(v)[1]
+                for _, v in _prefixed(txn.cursor(db=self._dbs["versions"]), db_key)
+            ]
+
+    def item_history(
+        self, namespace: str, raw_id: bytes, *, tenant: str = ""
+    ) -> list[HistoryEntry]:
+        """Every record that touched an item, in position-key order."""
+        db_key = _scope(tenant, namespace) + raw_id
+        with self._read() as txn:
+            entries = [
+                _history_decoder.decode(v)
+                for k, v in _prefixed(txn.cursor(db=self._dbs["audit"]), db_key)
+                if len(k) == len(db_key) + 12
+            ]
+        entries.sort(key=lambda e: (e.append_time_ms, e.partition, e.offset))
+        # The folder may visit partitions in any order; number versions by position key.
+        return [msgspec.structs.replace(e, version=i + 1) for i, e in enumerate(entries)]
+
+    def stats(self, *, aside_limit: int = 100) -> ViewStats:
+        topic, generation = self.topic()
+        with self._read() as txn:
+            aside = [
+                _aside_decoder.decode(v)
+                for _, v in _prefixed(txn.cursor(db=self._dbs["aside"]), b"")
+            ]
+            items = txn.stat(self._dbs["items"])["entries"]
+            named = sum(
+                1
+                for _, v in _prefixed(txn.cursor(db=self._dbs["named"]), b"")
+                if _named_decoder.decode(v).body is not None
+            )
+        return ViewStats(
+            path=self.path,
+            topic=topic,
+            generation=generation,
+            watermark=self.watermark(),
+            items=items,
+            named_items=named,
+            set_aside=len(aside),
+            set_aside_records=aside[:aside_limit],
+        )
+
+    def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
+        """Every key and value of every database, for comparing two views."""
+        with self._read() as txn:
+            return {name: list(_prefixed(txn.cursor(db=self._dbs[name]), b"")) for name in _DBS}
