@@ -86,7 +86,8 @@ _history_decoder = msgspec.msgpack.Decoder(HistoryEntry)
 _version_decoder = msgspec.msgpack.Decoder(tuple[NamedState, HistoryEntry])
 _aside_decoder = msgspec.msgpack.Decoder(SetAside)
 _owner_decoder = msgspec.msgpack.Decoder(tuple[str, str | None, str | None, str | None, int])
-_encoder = msgspec.msgpack.Encoder()
+# Sorted maps, so the same state is the same bytes whatever order a folder met it in.
+_encoder = msgspec.msgpack.Encoder(order="sorted")
 
 
 class ViewStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -356,7 +357,9 @@ class MemoryView:
         state.apply(record, key, source)
         txn.put(
             db_key + log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
-            _encoder.encode(history_entry(record, log_record, state.version)),
+            # Versions are numbered on reading, by position key: the folder's visiting
+            # order across partitions must not show in the view.
+            _encoder.encode(history_entry(record, log_record, 0)),
             db=self._dbs["audit"],
         )
 

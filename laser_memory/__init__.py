@@ -24,15 +24,19 @@ from .errors import (
     LogClosed,
     LogError,
     LogUnavailable,
+    NoView,
     RecordDecodeError,
     TopicConflict,
     UnknownKind,
     UnknownTopic,
     UnsupportedSchemaVersion,
+    ViewError,
+    ViewLocked,
+    ViewMismatch,
     WaitTimeout,
 )
 from .ids import AgentId, ConversationId, MemoryId, memory_id_content
-from .items import MemoryItem, NamedItem, Signal, Source
+from .items import HistoryEntry, MemoryItem, NamedItem, Signal, Source
 from .kinds import MemoryClass, MemoryKind, memory_kind_class, memory_kind_code
 from .memory import MemoryConfig, MemoryHandle, Receipt
 from .recall import fuse_reciprocal_rank, to_context_block
@@ -48,6 +52,7 @@ __all__ = [
     "ConversationContext",
     "ConversationId",
     "EmptyBody",
+    "HistoryEntry",
     "InvalidBody",
     "InvalidId",
     "InvalidInput",
@@ -69,6 +74,7 @@ __all__ = [
     "MemoryKind",
     "MemoryScope",
     "NamedItem",
+    "NoView",
     "Origin",
     "Producer",
     "Receipt",
@@ -79,6 +85,9 @@ __all__ = [
     "UnknownKind",
     "UnknownTopic",
     "UnsupportedSchemaVersion",
+    "ViewError",
+    "ViewLocked",
+    "ViewMismatch",
     "WaitTimeout",
     "connect",
     "fuse_reciprocal_rank",

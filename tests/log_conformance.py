@@ -255,3 +255,9 @@ class LogConformance:
             await log.describe_topic(topic_name)
         with pytest.raises(LogClosed):
             await log.start()
+
+    async def test_read_until_beyond_the_end_stops_at_the_end(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=2)
+        await log.append(topic_name, OutgoingRecord(b"only", partition=0))
+        records = await asyncio.wait_for(read_all(log, topic_name, until={0: 5, 1: 3}), 20)
+        assert [r.value for r in records] == [b"only"]

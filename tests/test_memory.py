@@ -22,6 +22,7 @@ async def test_remember_and_recall_newest_first(laser: lm.Laser):
     memory = laser.memory("notes")
     for body in ("one", "two", "three"):
         await memory.remember(body, conversation="c1")
+    await asyncio.sleep(0.005)  # another partition: in the same millisecond, the partition decides
     await memory.remember("four", conversation="c2")
     recent = await memory.recall(strategy="recent")
     assert [i.text for i in recent] == ["four", "three", "two", "one"]

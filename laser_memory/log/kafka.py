@@ -381,8 +381,10 @@ class KafkaLog:
         for partition in chosen:
             if not 0 <= partition < count:
                 raise UnknownTopic(f"topic {topic!r} has no partition {partition}; it has {count}")
-        if not follow and until is None:
-            until = await self.end_offsets(topic)
+        if not follow:
+            # A read that does not follow ends at the end offsets, even when asked for more.
+            ends = await self.end_offsets(topic)
+            until = ends if until is None else {p: min(o, ends.get(p, 0)) for p, o in until.items()}
         positions = {p: (start or {}).get(p, 0) for p in chosen}
         pending = [p for p in chosen if until is None or positions[p] < until.get(p, 0)]
         if not pending:

@@ -1,0 +1,509 @@
+"""The managed view over both logs: the folder service, readers, read-your-writes, replay."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+from click.testing import CliRunner
+
+import laser_memory as lm
+from folders.http import make_app
+from folders.service import ViewFolder
+from folders.view import MemoryView
+from laser_memory.cli import main
+from laser_memory.log import OutgoingRecord
+
+
+@contextlib.asynccontextmanager
+async def running_folder(laser: lm.Laser, view: Path) -> AsyncIterator[asyncio.Task]:
+    task = asyncio.create_task(ViewFolder(laser.log, laser.memory_topic_name, view).run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def cli(*args: str):
+    """Run the command line from an async test (it runs its own event loop)."""
+    return await asyncio.to_thread(CliRunner().invoke, main, list(args))
+
+
+async def catch_up(laser: lm.Laser, view: Path) -> int:
+    return await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+
+
+@pytest.fixture
+async def viewed(laser: lm.Laser, tmp_path: Path) -> AsyncIterator[tuple[lm.Laser, Path]]:
+    """The `laser` connection's log, reopened with a managed view folder."""
+    view = tmp_path / "view"
+    async with lm.connect(laser.log.url, stream=laser.stream, view=view) as connection:
+        yield connection, view
+
+
+async def test_read_your_writes_while_a_folder_runs(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    async with running_folder(laser, view):
+        for i in range(5):
+            mid = await memory.remember(f"fact {i}", conversation="c1")
+            items = await memory.recall(after=mid, strategy="recent", timeout=20)
+            assert items[0].id == mid
+        receipt = await memory.set("profile", {"channel": "email"})
+        item = await memory.fetch("profile", after=receipt, timeout=20)
+        assert item.json() == {"channel": "email"}
+        receipt = await memory.update("profile", {"office": "Berlin"})
+        assert (await memory.fetch("profile", after=receipt, timeout=20)).version == 2
+
+
+async def test_waiting_for_a_write_no_folder_will_fold_times_out(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    await catch_up(laser, view)
+    mid = await memory.remember("never folded")
+    with pytest.raises(lm.WaitTimeout, match="is a folder running"):
+        await memory.recall(after=mid, timeout=0.3)
+    assert await memory.recall() == []
+    assert [i.text for i in await memory.recall(folded=True)] == ["never folded"]
+
+
+async def test_managed_reads_need_a_view(laser: lm.Laser):
+    memory = laser.memory("notes")
+    with pytest.raises(lm.NoView, match="view=PATH"):
+        await memory.recall(folded=False)
+    with pytest.raises(lm.NoView):
+        await memory.fetch("k", version=1)
+
+
+async def test_bad_records_are_set_aside_and_counted(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    topic = laser.memory_topic_name
+    await memory.remember("before")
+    bad = await laser.log.append(topic, OutgoingRecord(b"\xc1junk", headers=(("lm-ns", b"x"),)))
+    newer = await laser.log.append(topic, OutgoingRecord(b"{}", headers=(("lm-v", b"7"),)))
+    await memory.remember("after")
+    await catch_up(laser, view)
+    assert sorted(i.text for i in await memory.recall()) == ["after", "before"]
+    stats = laser.managed_view().stats()
+    assert stats.set_aside == 2
+    where = {(a.position.partition, a.position.offset): a.reason for a in stats.set_aside_records}
+    assert "not a memory record" in where[(bad.partition, bad.offset)]
+    assert "schema version 7" in where[(newer.partition, newer.offset)]
+    out = await cli("stats", "--view", str(view))
+    assert "set aside:  2" in out.output and "schema version 7" in out.output
+
+
+async def test_one_folder_writes_a_view_at_a_time(viewed):
+    laser, view = viewed
+    await laser.memory("notes").remember("x")
+    async with running_folder(laser, view) as first:
+        await asyncio.sleep(0.3)
+        with pytest.raises(lm.ViewLocked, match="one folder writes a view at a time"):
+            await catch_up(laser, view)
+        assert not first.done()
+
+
+async def test_a_view_refuses_another_topic_and_a_recreated_one(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    await memory.remember("x")
+    await catch_up(laser, view)
+    other = await laser.memory_topic(f"{laser.stream}-other", partitions=1)
+    await other.remember("y")
+    with pytest.raises(lm.ViewMismatch, match="folds topic"):
+        await ViewFolder(laser.log, other.topic, view).run(until_caught_up=True)
+    with pytest.raises(lm.ViewMismatch, match="folds topic"):
+        await laser.memory_on_topic(other.topic).recall(folded=False)
+    await laser.log.delete_topic(laser.memory_topic_name)
+    await laser.bootstrap(partitions=4)
+    with pytest.raises(lm.ViewMismatch, match="rebuild"):
+        await catch_up(laser, view)
+    await ViewFolder(laser.log, laser.memory_topic_name, view).run(
+        until_caught_up=True, rebuild=True
+    )
+    assert await memory.recall() == []
+
+
+async def test_read_replicas_are_identical(viewed, tmp_path):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    for i in range(30):
+        mid = await memory.remember(f"fact {i}", conversation=f"c{i % 4}", user=f"u{i % 3}")
+        if i % 5 == 0:
+            await memory.improve(mid, i / 2)
+        if i % 7 == 0:
+            await memory.forget(mid)
+    await memory.set("k", {"a": 1})
+    await memory.update("k", {"b": 2})
+    await catch_up(laser, view)
+    await catch_up(laser, tmp_path / "replica")
+    with MemoryView.open(tmp_path / "replica") as replica:
+        assert replica.dump() == laser.managed_view().dump()
+
+
+async def test_recall_cost_grows_with_the_limit_not_the_namespace(viewed, monkeypatch):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    ids = await memory.remember_many(
+        [
+            {
+                "body": f"item {i} {'needle' if i % 100 == 0 else 'hay'}",
+                "agent": f"a{i % 10}",
+                "conversation": f"c{i % 20}",
+                "kind": "fact" if i % 2 else "message",
+            }
+            for i in range(1000)
+        ]
+    )
+    for mid in ids[:3]:
+        await memory.improve(mid, 1.0)
+    await memory.improve(ids[3], -1.0)
+    await catch_up(laser, view)
+    opened = laser.managed_view()
+    loads = 0
+    original = opened._load
+
+    def counting(*args):
+        nonlocal loads
+        loads += 1
+        return original(*args)
+
+    monkeypatch.setattr(opened, "_load", counting)
+    cases = [
+        ({"strategy": "recent"}, 5),
+        ({"strategy": "auto"}, 5 + 4),
+        ({"strategy": "recent", "agent": "a3"}, 5),
+        ({"strategy": "recent", "conversation": "c8", "kind": "message"}, 5),
+        ({"strategy": "auto", "user": None, "kind": "fact"}, 5 + 4),
+        ({"strategy": "keyword", "text": "needle"}, 10),
+    ]
+    for query, most in cases:
+        loads = 0
+        items = await memory.recall(limit=5, **{k: v for k, v in query.items() if v is not None})
+        assert len(items) == 5, query
+        assert loads <= most, (query, loads)
+        folded = await memory.recall(
+            limit=5, folded=True, **{k: v for k, v in query.items() if v is not None}
+        )
+        assert items == folded, query
+
+
+async def test_named_items_keep_every_version(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    await memory.set("profile", {"name": "Ada"})
+    await memory.update("profile", {"channel": "phone"})
+    await memory.update("profile", {"channel": "email"})
+    await memory.remove("profile")
+    await memory.set("profile", "plain text")
+    await catch_up(laser, view)
+    bodies = [await memory.fetch("profile", version=n) for n in range(1, 6)]
+    assert [b.json() for b in bodies[:3]] == [
+        {"name": "Ada"},
+        {"name": "Ada", "channel": "phone"},
+        {"name": "Ada", "channel": "email"},
+    ]
+    assert bodies[3] is None and bodies[4].text == "plain text"
+    assert await memory.fetch("profile", version=6) is None
+    history = await memory.history("profile")
+    assert [h.op for h in history] == [
+        "named.set",
+        "named.patch",
+        "named.patch",
+        "named.remove",
+        "named.set",
+    ]
+    assert [h.version for h in history] == [1, 2, 3, 4, 5]
+    assert history == await memory.history("profile", folded=True)
+    with pytest.raises(lm.InvalidInput):
+        await memory.fetch("profile", version=0)
+
+
+async def test_audit_history_of_an_item(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    # These ride different partitions, which history orders by append time: keep the
+    # writes a few milliseconds apart so that order is the order written here.
+    mid = await memory.remember("fact", conversation="c1", dedup=True)
+    await asyncio.sleep(0.005)
+    await memory.remember("fact", conversation="c2", dedup=True)
+    await asyncio.sleep(0.005)
+    await memory.improve(mid, 2.0, conversation="c1")
+    await asyncio.sleep(0.005)
+    await memory.forget(mid, conversation="c2")
+    await memory.remember("other")
+    await catch_up(laser, view)
+    history = await memory.history(mid)
+    assert [(h.op, h.conversation) for h in history] == [
+        ("remember", "c1"),
+        ("remember", "c2"),
+        ("feedback", "c1"),
+        ("forget", "c2"),
+    ]
+    assert [h.version for h in history] == [1, 2, 3, 4]
+    assert history[2].weight == 2.0 and history[0].body == b"fact"
+    assert history == await memory.history(mid, folded=True)
+    items = await memory.recall()  # "other" is newer, but "fact" has feedback
+    assert [(i.text, i.version) for i in items] == [("fact", 4), ("other", 1)]
+    out = await cli(
+        "audit", str(mid), "--url", laser.log.url, "--stream", laser.stream,
+        "--view", str(view), "--json",
+    )  # fmt: skip
+    assert [e["op"] for e in json.loads(out.output)] == [
+        "remember",
+        "remember",
+        "feedback",
+        "forget",
+    ]
+
+
+async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
+    memory = laser.memory("notes")
+    first = await memory.remember("first", conversation="c1")
+    await asyncio.sleep(0.01)
+    await memory.set("profile", {"v": 1})
+    await asyncio.sleep(0.01)
+    second = await memory.remember("second", conversation="c1")
+    await memory.forget(first, conversation="c1")
+    await memory.update("profile", {"v": 2})
+    then = await memory.as_of(second.receipt.append_time_ms - 1)
+    assert [i.text for i in then.recall()] == ["first"]
+    assert then.fetch("profile").json() == {"v": 1}
+    now = await memory.as_of(10**13)
+    assert [i.text for i in now.recall()] == ["second"]
+    assert now.fetch("profile").json() == {"v": 2}
+    by_position = await memory.as_of({first.receipt.partition: first.receipt.offset + 1})
+    assert [i.text for i in by_position.recall(conversation="c1")] == ["first"]
+    import datetime as dt
+
+    moment = dt.datetime.fromtimestamp((second.receipt.append_time_ms - 1) / 1000, tz=dt.UTC)
+    assert [i.text for i in (await memory.as_of(moment)).recall()] == ["first"]
+    with pytest.raises(lm.InvalidInput):
+        await memory.as_of("yesterday")
+
+
+async def test_replay_prints_a_namespace_in_order(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("one", conversation="c1")
+    await laser.memory("elsewhere").remember("not mine")
+    await asyncio.sleep(0.005)  # other partitions: apart in time, so in this order
+    await memory.improve(mid, 1.5)
+    await asyncio.sleep(0.005)
+    await memory.set("k", {"a": 1})
+    common = ["--url", laser.log.url, "--stream", laser.stream]
+    out = await cli("replay", *common, "--json")
+    lines = [json.loads(line) for line in out.output.splitlines()]
+    assert [line["op"] for line in lines] == ["remember", "feedback", "named.set"]
+    assert lines[0]["id"] == str(mid) and lines[1]["weight"] == 1.5
+    times = [line["append_time_ms"] for line in lines]
+    assert times == sorted(times)
+    later = await cli("replay", *common, "--since", str(times[1] + 1))
+    assert "remember" not in later.output
+    human = await cli("replay", *common)
+    assert str(mid) in human.output and "weight 1.5" in human.output
+    bad = await cli("replay", *common, "--since", "last tuesday")
+    assert bad.exit_code != 0 and "ISO 8601" in bad.output
+
+
+async def test_http_server_serves_the_view(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    mid = await memory.remember("the reporter prefers email", conversation="c1", agent="triage")
+    await asyncio.sleep(0.005)  # another partition: apart in time, so history keeps this order
+    await memory.improve(mid, 1.0)
+    await memory.set("profile", {"channel": "email"})
+    await memory.remember("secret", tenant="acme")
+    await catch_up(laser, view)
+    server = TestServer(make_app(laser.managed_view()), host="127.0.0.1")
+    await server.start_server()
+    ns = memory.namespace
+    try:
+        async with ClientSession(base_url=str(server.make_url(""))) as http:
+            async with http.get("/v1/recall", params={"namespace": ns, "agent": "triage"}) as r:
+                assert r.status == 200
+                items = await r.json()
+                assert [(i["id"], i["weight"]) for i in items] == [(str(mid), 1.0)]
+                assert items == [i.to_json() for i in await memory.recall(agent="triage")]
+            async with http.get("/v1/recall", params={"namespace": ns}) as r:
+                assert "secret" not in [i["body"] for i in await r.json()]
+            async with http.get("/v1/recall", params={"namespace": ns, "tenant": "acme"}) as r:
+                assert [i["body"] for i in await r.json()] == ["secret"]
+            async with http.get("/v1/fetch", params={"namespace": ns, "key": "profile"}) as r:
+                assert (await r.json())["version"] == 1
+            async with http.get("/v1/fetch", params={"namespace": ns, "key": "nope"}) as r:
+                assert r.status == 404
+            async with http.get("/v1/history", params={"namespace": ns, "id": str(mid)}) as r:
+                assert [e["op"] for e in await r.json()] == ["remember", "feedback"]
+            async with http.get("/v1/stats") as r:
+                assert (await r.json())["items"] == 2
+            async with http.get("/v1/recall", params={"namespace": ns, "strategy": "graph"}) as r:
+                assert r.status == 400 and (await r.json())["error"] == "InvalidInput"
+            async with http.get("/v1/recall", params={"namespace": ns, "limit": "ten"}) as r:
+                assert r.status == 400
+            async with http.get("/v1/recall") as r:
+                assert r.status == 400 and "namespace" in (await r.json())["message"]
+    finally:
+        await server.close()
+
+
+def test_cli_fold_rebuild_and_managed_reads(any_log_url: str, stream_name: str, tmp_path):
+    view = str(tmp_path / "view")
+    common = ["--url", any_log_url, "--stream", stream_name]
+    runner = CliRunner()
+
+    def run(*args):
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    run("bootstrap", *common)
+    first = json.loads(run("remember", "alpha fact", *common, "--json"))
+    run("remember", "beta fact", *common)
+    run("set", "k", '{"a": 1}', *common)
+    run("update", "k", '{"b": 2}', *common)
+    run("fold", *common, "--view", view, "--exit-when-caught-up")
+    managed = json.loads(run("recall", *common, "--view", view, "--json"))
+    assert [i["body"] for i in managed] == ["beta fact", "alpha fact"]
+    assert json.loads(run("fetch", "k", *common, "--view", view, "--version", "1", "--json"))[
+        "body"
+    ] == {"a": 1}
+    rebuilt = run("rebuild", *common, "--view", view)
+    assert "rebuilt" in rebuilt
+    assert json.loads(run("recall", *common, "--view", view, "--json")) == managed
+    assert "alpha fact" in run("audit", first["id"], *common, "--view", view)
+    assert '"watermark"' in run("stats", "--view", view, "--json")
+
+
+PRODUCER = textwrap.dedent(
+    """
+    import asyncio, random, sys
+    import laser_memory as lm
+
+    async def main(url, stream, seed, count):
+        rng = random.Random(int(seed))
+        async with lm.connect(url, stream=stream) as laser:
+            memory = laser.memory("notes")
+            ids = []
+            for i in range(int(count)):
+                op = rng.random()
+                conversation = rng.choice([None, "c1", "c2", "c3"])
+                if op < 0.55 or not ids:
+                    ids.append(await memory.remember(
+                        f"fact {rng.randrange(40)}", conversation=conversation,
+                        dedup=rng.random() < 0.5, user=rng.choice([None, "u1"])))
+                elif op < 0.7:
+                    await memory.improve(rng.choice(ids), rng.choice([-1.0, 0.5, 2.0]),
+                                         conversation=conversation)
+                elif op < 0.8:
+                    await memory.forget(rng.choice(ids), conversation=conversation)
+                else:
+                    await memory.update(f"k{rng.randrange(3)}", {f"f{rng.randrange(4)}": i})
+    asyncio.run(main(*sys.argv[1:]))
+    """
+)
+
+
+async def test_folder_killed_at_random_points_ends_identical_to_a_rebuild(
+    any_log_url: str, stream_name: str, tmp_path
+):
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        await laser.bootstrap(partitions=3)
+    view = tmp_path / "view"
+    producers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", PRODUCER, any_log_url, stream_name, str(seed), "400"
+        )
+        for seed in (1, 2)
+    ]
+    fold = [
+        sys.executable,
+        "-m",
+        "laser_memory.cli",
+        "fold",
+        "--url",
+        any_log_url,
+        "--stream",
+        stream_name,
+        "--view",
+        str(view),
+    ]
+    kills = 0
+    while any(p.returncode is None for p in producers) or kills < 3:
+        folder = await asyncio.create_subprocess_exec(*fold, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(0.3 + random.random() * 0.9)
+        folder.send_signal(signal.SIGKILL)
+        await folder.wait()
+        kills += 1
+        for producer in producers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(producer.wait(), 0.01)
+    assert all(p.returncode == 0 for p in producers)
+    finish = await asyncio.create_subprocess_exec(*fold, "--exit-when-caught-up")
+    assert await finish.wait() == 0
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        ends = await laser.log.end_offsets(laser.memory_topic_name)
+        await catch_up(laser, tmp_path / "clean")
+    with MemoryView.open(view) as killed, MemoryView.open(tmp_path / "clean") as clean:
+        # A partition that never got a record has no position in a view.
+        ends = {partition: offset for partition, offset in ends.items() if offset}
+        assert killed.watermark() == ends == clean.watermark()
+        assert killed.dump() == clean.dump()
+        assert killed.stats().items > 0
+
+
+READER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import laser_memory as lm
+
+    async def main(url, stream, view, body):
+        async with lm.connect(url, stream=stream, view=view) as laser:
+            memory = laser.memory("notes")
+            for _ in range(500):
+                if [i.text for i in await memory.recall(text=body, strategy="keyword")] == [body]:
+                    print("seen")
+                    return
+                await asyncio.sleep(0.02)
+    asyncio.run(main(*sys.argv[1:]))
+    """
+)
+
+
+async def test_readers_in_other_processes_recall_while_the_folder_writes(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    async with running_folder(laser, view):
+        readers = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                READER,
+                laser.log.url,
+                laser.stream,
+                str(view),
+                f"marker{n}",
+                stdout=subprocess.PIPE,
+            )
+            for n in range(2)
+        ]
+        await asyncio.sleep(1.0)
+        for n in range(2):
+            for i in range(20):
+                await memory.remember(f"filler {n}-{i}")
+            await memory.remember(f"marker{n}")
+        outputs = [await asyncio.wait_for(r.communicate(), 60) for r in readers]
+    assert [out.decode().strip() for out, _ in outputs] == ["seen", "seen"]
