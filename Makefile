@@ -31,6 +31,7 @@ lint: $(VENV)/.dev
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m benchmarks.log_append
+	$(BIN)/python -m benchmarks.recall
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis laser-data

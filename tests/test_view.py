@@ -470,40 +470,91 @@ READER = textwrap.dedent(
     import asyncio, sys
     import laser_memory as lm
 
-    async def main(url, stream, view, body):
+    async def main(url, stream, view, body, topic, partition, offset):
+        receipt = lm.Receipt(topic, int(partition), int(offset), 0)
         async with lm.connect(url, stream=stream, view=view) as laser:
             memory = laser.memory("notes")
-            for _ in range(500):
-                if [i.text for i in await memory.recall(text=body, strategy="keyword")] == [body]:
-                    print("seen")
-                    return
-                await asyncio.sleep(0.02)
+            items = await memory.recall(text=body, strategy="keyword", after=receipt, timeout=30)
+            print(" ".join(i.text for i in items))
     asyncio.run(main(*sys.argv[1:]))
     """
 )
 
 
-async def test_readers_in_other_processes_recall_while_the_folder_writes(viewed):
+async def test_readers_in_other_processes_read_their_writers_writes(viewed):
+    """A writer hands its receipt to readers in other processes; each reader's recall
+    waits until the folder has folded that write, then sees it."""
     laser, view = viewed
     memory = laser.memory("notes")
     async with running_folder(laser, view):
-        readers = [
-            await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-c",
-                READER,
-                laser.log.url,
-                laser.stream,
-                str(view),
-                f"marker{n}",
-                stdout=subprocess.PIPE,
-            )
-            for n in range(2)
-        ]
-        await asyncio.sleep(1.0)
-        for n in range(2):
+        readers = []
+        for n in range(3):
             for i in range(20):
                 await memory.remember(f"filler {n}-{i}")
-            await memory.remember(f"marker{n}")
-        outputs = [await asyncio.wait_for(r.communicate(), 60) for r in readers]
-    assert [out.decode().strip() for out, _ in outputs] == ["seen", "seen"]
+            mid = await memory.remember(f"marker{n}")
+            receipt = mid.receipt
+            readers.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-c",
+                    READER,
+                    laser.log.url,
+                    laser.stream,
+                    str(view),
+                    f"marker{n}",
+                    receipt.topic,
+                    str(receipt.partition),
+                    str(receipt.offset),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
+        outputs = [await asyncio.wait_for(r.communicate(), 90) for r in readers]
+    assert [out.decode().strip() for out, _ in outputs] == ["marker0", "marker1", "marker2"], [
+        err.decode()[-2000:] for _, err in outputs
+    ]
+
+
+def test_serve_runs_as_a_process_bound_to_loopback(tmp_path):
+    async def fill() -> None:
+        async with lm.connect(f"local://{tmp_path / 'log'}", view=tmp_path / "view") as laser:
+            await laser.memory("notes").remember("served fact")
+            await catch_up(laser, tmp_path / "view")
+
+    asyncio.run(fill())
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "laser_memory.cli",
+            "serve",
+            "--view",
+            str(tmp_path / "view"),
+            "--port",
+            str(port),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                url = f"http://127.0.0.1:{port}/v1/recall?namespace=notes"
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    items = json.loads(response.read())
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert [i["body"] for i in items] == ["served fact"]
+    finally:
+        server.terminate()
+        server.wait(10)
