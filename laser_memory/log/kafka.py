@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,8 +31,9 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from ..errors import InvalidRecord, LogClosed, LogUnavailable, TopicConflict, UnknownTopic
+from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic
 from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
+from .lifecycle import LogLifecycle
 from .naming import validate_partitions, validate_topic
 from .partitioner import partition_for
 from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
@@ -64,7 +64,7 @@ class KafkaLogConfig:
     extra_topic_configs: Mapping[str, str] = field(default_factory=dict)
 
 
-class KafkaLog:
+class KafkaLog(LogLifecycle):
     """The log on an Apache Kafka cluster.
 
     >>> async with KafkaLog(KafkaLogConfig("127.0.0.1:9092")) as log:   # doctest: +SKIP
@@ -78,25 +78,16 @@ class KafkaLog:
         self._idle_consumers: list[AIOKafkaConsumer] = []
         self._busy_consumers: set[AIOKafkaConsumer] = set()
         self._partitions: dict[str, int] = {}
-        self._state = "new"
 
     @property
     def url(self) -> str:
         return f"kafka://{self._config.bootstrap_servers}"
 
-    async def __aenter__(self) -> KafkaLog:
-        await self.start()
-        return self
+    def _describe(self) -> str:
+        return f"KafkaLog for {self._config.bootstrap_servers}"
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    async def start(self) -> None:
-        """Connect the admin client and the producer. Safe to call twice."""
-        if self._state == "started":
-            return
-        if self._state == "stopped":
-            raise LogClosed("this KafkaLog was stopped; make a new one to connect again")
+    async def _open(self) -> None:
+        """Connect the admin client and the producer."""
         cfg = self._config
         self._admin = AIOKafkaAdminClient(
             bootstrap_servers=cfg.bootstrap_servers,
@@ -123,14 +114,9 @@ class KafkaLog:
                 f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}; check the address "
                 "and that the broker is up"
             ) from exc
-        self._state = "started"
 
-    async def stop(self) -> None:
-        """Flush pending appends and close every connection. Safe to call twice."""
-        if self._state != "started":
-            self._state = "stopped"
-            return
-        self._state = "stopped"
+    async def _close(self) -> None:
+        """Flush pending appends and close every connection."""
         await self._close_clients()
 
     async def _close_clients(self) -> None:
@@ -143,20 +129,8 @@ class KafkaLog:
         if self._admin is not None:
             await self._admin.close()
 
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) == "started":
-            warnings.warn(
-                f"KafkaLog for {self._config.bootstrap_servers} was not stopped; call stop() "
-                "or use 'async with'",
-                ResourceWarning,
-                stacklevel=1,
-            )
-
     def _require_started(self) -> None:
-        if self._state != "started":
-            if self._state == "new":
-                raise LogClosed("the log is not started; call 'await log.start()' first")
-            raise LogClosed("the log is stopped; open a new one")
+        self._check_started()
 
     # -- topics --------------------------------------------------------------
 

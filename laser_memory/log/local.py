@@ -29,15 +29,15 @@ import asyncio
 import concurrent.futures
 import os
 import time
-import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import lmdb
 import msgspec
 
-from ..errors import InvalidRecord, LogClosed, LogUnavailable, TopicConflict, UnknownTopic
+from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic
 from ..lmdb_env import SharedEnvironments
+from .lifecycle import LogLifecycle
 from .naming import validate_partitions, validate_topic
 from .partitioner import partition_for
 from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
@@ -93,7 +93,7 @@ def _record_key(number: int, partition: int, offset: int) -> bytes:
     return _head_key(number, partition) + offset.to_bytes(_U64, "big")
 
 
-class LocalLog:
+class LocalLog(LogLifecycle):
     """The embedded log: partitioned topics in an LMDB environment in ``path``.
 
     >>> async with LocalLog("./laser-data") as log:       # doctest: +SKIP
@@ -109,7 +109,6 @@ class LocalLog:
         self._writer: asyncio.Task[None] | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._appended = asyncio.Event()
-        self._state = "new"
         self._commits = 0
 
     @property
@@ -126,19 +125,11 @@ class LocalLog:
         grouped."""
         return self._commits
 
-    async def __aenter__(self) -> LocalLog:
-        await self.start()
-        return self
+    def _describe(self) -> str:
+        return f"LocalLog at {self._path}"
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    async def start(self) -> None:
-        """Open the environment and start the group-commit writer. Safe to call twice."""
-        if self._state == "started":
-            return
-        if self._state == "stopped":
-            raise LogClosed("this LocalLog was stopped; make a new one to open the folder again")
+    async def _open(self) -> None:
+        """Open the environment and start the group-commit writer."""
         try:
             self._env, self._dbs = SharedEnvironments.acquire(
                 self._path,
@@ -155,14 +146,9 @@ class LocalLog:
         self._writer = asyncio.get_running_loop().create_task(
             self._write_loop(), name=f"laser-local-log-writer:{self._path}"
         )
-        self._state = "started"
 
-    async def stop(self) -> None:
-        """Finish pending appends, stop the writer and close the environment. Safe twice."""
-        if self._state != "started":
-            self._state = "stopped"
-            return
-        self._state = "stopping"
+    async def _close(self) -> None:
+        """Finish pending appends, stop the writer and release the environment."""
         assert self._queue is not None and self._writer is not None
         await self._queue.put(None)
         try:
@@ -172,22 +158,11 @@ class LocalLog:
             self._executor.shutdown(wait=True)
             SharedEnvironments.release(self._path)
             self._env = None
-            self._state = "stopped"
             self._appended.set()
 
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) == "started":
-            warnings.warn(
-                f"LocalLog at {self._path} was not stopped; call stop() or use 'async with'",
-                ResourceWarning,
-                stacklevel=1,
-            )
-
     def _require_started(self) -> lmdb.Environment:
-        if self._state != "started" or self._env is None:
-            if self._state == "new":
-                raise LogClosed("the log is not started; call 'await log.start()' first")
-            raise LogClosed("the log is stopped; open a new one")
+        self._check_started()
+        assert self._env is not None
         return self._env
 
     # -- topics --------------------------------------------------------------
