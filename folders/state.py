@@ -27,7 +27,8 @@ fixed by the log):
   that conversation. An item's weight sums the feedback that applies to the
   live remembers a read sees.
 - An item's version counts the records that targeted it (remember, feedback,
-  forget) that the reader has folded.
+  forget) that the reader has folded; its last position is that of the latest
+  of them by position key.
 - A named item's writes share one partition, so they apply in offset order:
   set replaces the body, a patch merges into it (RFC 7386), remove clears it.
   Every write counts one version.
@@ -145,10 +146,12 @@ class ItemState(msgspec.Struct, kw_only=True):
     forgets: dict[str, SortKey] = msgspec.field(default_factory=dict)
     weights: dict[str, float] = msgspec.field(default_factory=dict)
     version: int = 0
+    last: SortKey = (-1, -1, -1)
 
     def apply(self, record: Remember | Forget | Feedback, key: SortKey, source: Source) -> None:
         conversation = _conv(record.scope.conversation)
         self.version += 1
+        self.last = max(self.last, key)
         if isinstance(record, Remember):
             current = self.remembers.get(conversation)
             if current is None or current.key < key:
@@ -223,6 +226,7 @@ class ItemState(msgspec.Struct, kw_only=True):
             source=latest.source,
             weight=self.weight(seen_conversations),
             version=self.version,
+            last_position=Position(latest.source.topic, self.last[1], self.last[2]),
             origin=record.origin,
             producer=record.producer,
             embedding=record.embedding,

@@ -9,6 +9,7 @@ import msgspec
 
 from .ids import MemoryId
 from .kinds import MemoryKind
+from .log.port import Position
 from .records import Origin, Producer
 from .scope import Lifetime, MemoryScope
 
@@ -41,7 +42,8 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
 
     ``weight`` is the sum of the feedback that applies to it; ``append_time_ms`` is
     the broker append time of the record it was folded from (``source``);
-    ``version`` counts the records (remember, feedback, forget) that targeted it.
+    ``version`` counts the records (remember, feedback, forget) that targeted it and
+    ``last_position`` is where the latest of them sits.
     """
 
     id: MemoryId
@@ -53,6 +55,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     source: Source
     weight: float = 0.0
     version: int = 0
+    last_position: Position | None = None
     origin: Origin | None = None
     producer: Producer | None = None
     embedding: bytes | None = None
@@ -78,6 +81,9 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
             "lifetime": self.lifetime,
             "weight": self.weight,
             "version": self.version,
+            "last_position": msgspec.to_builtins(self.last_position)
+            if self.last_position
+            else None,
             "score": self.score,
             "signals": [msgspec.to_builtins(s) for s in self.signals],
             "append_time_ms": self.append_time_ms,

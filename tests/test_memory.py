@@ -490,3 +490,15 @@ async def test_a_handle_notices_its_topic_was_recreated(laser: lm.Laser):
     assert item.text == "new"
     info = await laser.log.describe_topic(laser.memory_topic_name)
     assert item.source.generation == info.generation
+
+
+async def test_items_carry_their_version_and_last_change(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("x")
+    [item] = await memory.recall()
+    assert (item.version, item.last_position) == (1, mid.receipt.position)
+    await asyncio.sleep(0.005)
+    receipt = await memory.improve(mid, 1.0)
+    [item] = await memory.recall()
+    assert (item.version, item.last_position) == (2, receipt.position)
+    assert item.source.offset == mid.receipt.offset
