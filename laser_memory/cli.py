@@ -581,7 +581,7 @@ async def demo(url: str | None) -> None:
 
         say(f"improve {email} by 2.0 (it mattered), forget {wrong} (it was wrong)\n")
         await memory.improve(email, 2.0)
-        await planning.forget(wrong)
+        forgotten = await planning.forget(wrong)
 
         say("recall, newest first, every conversation:")
         _print_items(await memory.recall(strategy="recent"), False)
@@ -601,6 +601,20 @@ async def demo(url: str | None) -> None:
         say("\ncontext block for support-42 (budget 20 tokens):")
         say(await support.context(token_budget=20))
         say(f"\nthe pool fact came from {pool.receipt.topic} partition {pool.receipt.partition}")
+
+        before = await memory.as_of(forgotten.append_time_ms - 1)
+        known = [item.text for item in before.recall(conversation="planning-7")]
+        say(f"\nas of just before the forget, planning-7 knew: {known}")
+
+        view = tempfile.mkdtemp(prefix="laser-view-")
+        folded = await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+        say(f"\na folder folded {folded} records into the managed view at {view}")
+    async with connect(url, stream="demo", view=view) as reader:
+        shared = reader.memory("notes")
+        say("recall from the managed view, as any reader process on this host would:")
+        _print_items(await shared.recall(limit=3), False)
+        trail = await shared.history(email)
+        say(f"audit trail of {email}: {[entry.op for entry in trail]}")
 
 
 if __name__ == "__main__":  # pragma: no cover

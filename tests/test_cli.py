@@ -80,5 +80,9 @@ def test_cli_errors_are_clear_and_write_nothing(tmp_path):
 def test_demo_runs_on_the_embedded_log(tmp_path):
     out = run("demo", "--url", f"local://{tmp_path / 'demo'}")
     assert "the reporter prefers email over phone calls" in out
-    assert "node-9" not in out.split("recall, newest first")[1]
+    recalled = out.split("recall, newest first")[1].split("named item")[0]
+    assert "node-7" in recalled and "node-9" not in recalled
     assert '"channel":"email"' in out and "omitted" in out
+    assert "planning-7 knew: ['node-9 rotates keys monthly', 'node-7 sits" in out
+    managed = out.split("recall from the managed view")[1]
+    assert "the reporter prefers email" in managed and "['remember', 'feedback']" in managed
