@@ -607,7 +607,8 @@ async def demo(url: str | None) -> None:
         say(f"\nas of just before the forget, planning-7 knew: {known}")
 
         view = tempfile.mkdtemp(prefix="laser-view-")
-        folded = await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+        folder = ViewFolder(laser.log, laser.memory_topic_name, view)
+        folded = await folder.run(until_caught_up=True)
         say(f"\na folder folded {folded} records into the managed view at {view}")
     async with connect(url, stream="demo", view=view) as reader:
         shared = reader.memory("notes")
