@@ -24,8 +24,7 @@ import msgspec
 from aiohttp import web
 
 from laser_memory.errors import InvalidInput, LaserError
-from laser_memory.ids import MemoryId, validate_name
-from laser_memory.kinds import parse_kind
+from laser_memory.ids import MemoryId
 
 from .state import ItemFilter
 from .view import MemoryView
@@ -72,18 +71,14 @@ class ViewServer:
         return value
 
     def _where(self, request: web.Request) -> ItemFilter:
-        def name(field: str) -> str | None:
-            value = self._arg(request, field)
-            return None if value is None else validate_name(value, field)
-
-        kind = self._arg(request, "kind")
-        return ItemFilter(
-            tenant=validate_name(request.query.get("tenant", ""), "tenant", allow_empty=True),
-            conversation=name("conversation"),
-            agent=name("agent"),
-            user=name("user"),
-            application=name("application"),
-            kind=parse_kind(kind) if kind else None,
+        query = request.query
+        return ItemFilter.build(
+            tenant=query.get("tenant", ""),
+            conversation=query.get("conversation"),
+            agent=query.get("agent"),
+            user=query.get("user"),
+            application=query.get("application"),
+            kind=query.get("kind") or None,
         )
 
     async def recall(self, principal: Principal, request: web.Request) -> web.Response:

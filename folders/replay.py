@@ -13,6 +13,7 @@ import msgspec
 
 from laser_memory.errors import InvalidInput, LaserError
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
+from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Log, LogRecord
 from laser_memory.recall import rank
 from laser_memory.records import (
@@ -147,20 +148,18 @@ class MemorySnapshot:
         user: str | None = None,
         application: str | None = None,
         tenant: str = "",
-        kind=None,
+        kind: str | MemoryKind | None = None,
         text: str | None = None,
         strategy: str = "auto",
         limit: int = 50,
     ) -> list[MemoryItem]:
-        from laser_memory.kinds import parse_kind
-
-        where = ItemFilter(
+        where = ItemFilter.build(
             tenant=tenant,
             conversation=conversation,
             agent=agent,
             user=user,
             application=application,
-            kind=parse_kind(kind) if kind is not None else None,
+            kind=kind,
         )
         return rank(self._state.items(where), strategy=strategy, text=text, limit=limit)
 

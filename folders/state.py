@@ -43,7 +43,7 @@ import msgspec
 from laser_memory.errors import LaserError
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
-from laser_memory.kinds import MemoryKind
+from laser_memory.kinds import MemoryKind, parse_kind
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import apply_patch_bytes
 from laser_memory.records import (
@@ -110,6 +110,31 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
             and (self.user is None or scope.user == self.user)
             and (self.application is None or scope.application == self.application)
             and (self.kind is None or record.kind == self.kind.code)
+        )
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        tenant: str = "",
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        kind: str | MemoryKind | None = None,
+    ) -> ItemFilter:
+        """A filter from a caller's arguments; raises `InvalidName` or `UnknownKind`."""
+
+        def optional(value: str | None, what: str) -> str | None:
+            return None if value is None else validate_name(value, what)
+
+        return cls(
+            tenant=validate_name(tenant, "tenant", allow_empty=True),
+            conversation=optional(conversation, "conversation"),
+            agent=optional(agent, "agent"),
+            user=optional(user, "user"),
+            application=optional(application, "application"),
+            kind=parse_kind(kind) if kind is not None else None,
         )
 
     @property

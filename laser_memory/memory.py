@@ -520,13 +520,13 @@ class MemoryHandle:
         if text is not None and not isinstance(text, str):
             raise InvalidInput(f"text must be a string, got {type(text).__name__}")
         conversation = self._conversation(conversation)
-        where = ItemFilter(
-            tenant=validate_name(tenant, "tenant", allow_empty=True),
+        where = ItemFilter.build(
+            tenant=tenant,
             conversation=conversation,
-            agent=_optional_name(agent, "agent"),
-            user=_optional_name(user, "user"),
-            application=_optional_name(application, "application"),
-            kind=parse_kind(kind) if kind is not None else None,
+            agent=agent,
+            user=user,
+            application=application,
+            kind=kind,
         )
         if self._managed(folded):
             view = await self._managed_view(after, timeout)
@@ -688,10 +688,6 @@ class MemoryHandle:
         if receipts:
             self.last_receipt = receipts[-1]
         return receipts
-
-
-def _optional_name(value: str | None, what: str) -> str | None:
-    return None if value is None else validate_name(value, what)
 
 
 def _origin(value: Any) -> Origin:
