@@ -116,6 +116,21 @@ class LogConformance:
         assert len({(r.partition, r.offset) for r in receipts}) == 200
         assert sorted(int(r.value) for r in await read_all(log, topic_name)) == list(range(200))
 
+    async def test_concurrent_appends_of_one_key_keep_call_order(
+        self, log: Log, log_url: str, topic_name: str
+    ):
+        await log.create_topic(topic_name, partitions=3)
+        # A fresh connection: its first appends must not overtake each other while it
+        # learns the topic's shape.
+        async with connect_log(log_url) as fresh:
+            await asyncio.gather(
+                *(
+                    fresh.append(topic_name, OutgoingRecord(b"%d" % i, key=b"same"))
+                    for i in range(100)
+                )
+            )
+        assert [int(r.value) for r in await read_all(log, topic_name)] == list(range(100))
+
     async def test_follow_sees_records_appended_later(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=1)
         await log.append(topic_name, OutgoingRecord(b"before"))

@@ -78,6 +78,7 @@ class KafkaLog(LogLifecycle):
         self._idle_consumers: list[AIOKafkaConsumer] = []
         self._busy_consumers: set[AIOKafkaConsumer] = set()
         self._partitions: dict[str, int] = {}
+        self._describing: dict[str, asyncio.Future[TopicInfo]] = {}
 
     @property
     def url(self) -> str:
@@ -265,9 +266,16 @@ class KafkaLog(LogLifecycle):
     async def _partition_count(self, topic: str) -> int:
         self._require_started()
         count = self._partitions.get(topic)
-        if count is None:
-            count = (await self.describe_topic(topic)).partitions
-        return count
+        if count is not None:
+            return count
+        # Concurrent first appends share one lookup and resume in the order they came,
+        # so their sends keep the order of the calls.
+        pending = self._describing.get(topic)
+        if pending is None:
+            pending = asyncio.ensure_future(self.describe_topic(topic))
+            self._describing[topic] = pending
+            pending.add_done_callback(lambda _: self._describing.pop(topic, None))
+        return (await asyncio.shield(pending)).partitions
 
     # -- appends -------------------------------------------------------------
 
