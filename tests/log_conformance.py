@@ -255,6 +255,23 @@ class LogConformance:
             )
         assert await log.end_offsets(topic_name) == {0: 0, 1: 0}
 
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            OutgoingRecord("text, not bytes"),
+            OutgoingRecord(b"v", key="text key"),
+            OutgoingRecord(b"v", headers=(("h", "text"),)),
+            OutgoingRecord(b"v", headers=(("only-a-name",),)),
+            OutgoingRecord(b"v", partition="0"),
+            b"raw bytes",
+        ],
+    )
+    async def test_badly_typed_records_write_nothing(self, log: Log, topic_name: str, bad):
+        await log.create_topic(topic_name, partitions=1)
+        with pytest.raises(InvalidRecord):
+            await log.append_batch(topic_name, [OutgoingRecord(b"fine"), bad])
+        assert await log.end_offsets(topic_name) == {0: 0}
+
     async def test_closed_log_is_a_clear_error(self, log_url: str, topic_name: str):
         log = connect_log(log_url)
         with pytest.raises(LogClosed, match="not started"):

@@ -34,7 +34,7 @@ from aiokafka.errors import (
 from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic
 from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
 from .lifecycle import LogLifecycle
-from .naming import validate_partitions, validate_topic
+from .naming import validate_outgoing, validate_partitions, validate_topic
 from .partitioner import partition_for
 from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
 
@@ -284,6 +284,8 @@ class KafkaLog(LogLifecycle):
         return receipt
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
+        self._require_started()
+        validate_outgoing(records)
         partitions = await self._partition_count(topic)
         placed = []
         for record in records:

@@ -38,7 +38,7 @@ import msgspec
 from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic
 from ..lmdb_env import SharedEnvironments
 from .lifecycle import LogLifecycle
-from .naming import validate_partitions, validate_topic
+from .naming import validate_outgoing, validate_partitions, validate_topic
 from .partitioner import partition_for
 from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
 
@@ -255,6 +255,7 @@ class LocalLog(LogLifecycle):
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
         self._require_started()
+        validate_outgoing(records)
         if not records:
             return []
         assert self._queue is not None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
-from ..errors import InvalidInput, InvalidName
+from ..errors import InvalidInput, InvalidName, InvalidRecord
+from .port import OutgoingRecord
 
-__all__ = ["validate_partitions", "validate_topic"]
+__all__ = ["validate_outgoing", "validate_partitions", "validate_topic"]
 
 # Kafka's own rule, applied to the local log too so a topic name works on both.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -36,3 +38,32 @@ def validate_partitions(partitions: int, retention_s: float | None) -> None:
             f"retention must be a positive number of seconds or None (keep forever), "
             f"got {retention_s!r}"
         )
+
+
+def validate_outgoing(records: Sequence[OutgoingRecord]) -> None:
+    """Refuse a batch with any record a log could not store faithfully, before anything
+    is written (msgspec Structs do not check field types when built)."""
+    for index, record in enumerate(records):
+        where = f"record {index}"
+        if not isinstance(record, OutgoingRecord):
+            raise InvalidRecord(f"{where} is a {type(record).__name__}, not an OutgoingRecord")
+        if not isinstance(record.value, bytes):
+            raise InvalidRecord(
+                f"{where}: the value must be bytes, got {type(record.value).__name__}"
+            )
+        if record.key is not None and not isinstance(record.key, bytes):
+            raise InvalidRecord(
+                f"{where}: the key must be bytes or None, got {type(record.key).__name__}"
+            )
+        if record.partition is not None and (
+            not isinstance(record.partition, int) or isinstance(record.partition, bool)
+        ):
+            raise InvalidRecord(f"{where}: the partition must be an int or None")
+        for header in record.headers:
+            if (
+                not isinstance(header, tuple)
+                or len(header) != 2
+                or not isinstance(header[0], str)
+                or not isinstance(header[1], bytes)
+            ):
+                raise InvalidRecord(f"{where}: a header is a (str, bytes) pair, got {header!r}")
