@@ -310,7 +310,8 @@ class KafkaLog(LogLifecycle):
                 )
                 for record, partition in zip(records, placed, strict=True)
             ]
-            metadata = await asyncio.gather(*futures)
+            # One record is the common case: skip gather's bookkeeping for it.
+            metadata = [await futures[0]] if len(futures) == 1 else await asyncio.gather(*futures)
         except UnknownTopicOrPartitionError as exc:
             self._partitions.pop(topic, None)
             raise UnknownTopic(f"topic {topic!r} does not exist: {exc}") from exc
