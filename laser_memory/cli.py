@@ -15,6 +15,7 @@ import functools
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -360,8 +361,15 @@ def _view_option(required: bool = True) -> Callable[..., Any]:
 @_topic_options
 @_view_option()
 @click.option("--exit-when-caught-up", is_flag=True, help="Stop at the end offsets seen at start.")
+@click.option(
+    "--status-every",
+    default=30.0,
+    show_default=True,
+    type=float,
+    help="Seconds between status lines on stderr (0: none).",
+)
 @_run
-async def fold(url, stream, topic, view, exit_when_caught_up) -> None:
+async def fold(url, stream, topic, view, exit_when_caught_up, status_every) -> None:
     """Run a folder: keep the managed view at --view current from the memory topic."""
     async with connect(url, stream=stream) as laser:
         topic = topic or laser.memory_topic_name
@@ -371,7 +379,15 @@ async def fold(url, stream, topic, view, exit_when_caught_up) -> None:
             )
         folder = ViewFolder(laser.log, topic, view)
         click.echo(f"folding {topic} from {laser.log.url} into {view}", err=True)
-        folded = await folder.run(until_caught_up=exit_when_caught_up)
+        last_status = time.monotonic()
+
+        def status(folded: int, watermark: dict[int, int]) -> None:
+            nonlocal last_status
+            if status_every > 0 and time.monotonic() - last_status >= status_every:
+                last_status = time.monotonic()
+                click.echo(f"folded {folded} records; watermark {watermark}", err=True)
+
+        folded = await folder.run(until_caught_up=exit_when_caught_up, on_progress=status)
         click.echo(f"folded {folded} records", err=True)
 
 
