@@ -78,7 +78,7 @@ class KafkaLog(LogLifecycle):
         self._idle_consumers: list[AIOKafkaConsumer] = []
         self._busy_consumers: set[AIOKafkaConsumer] = set()
         self._partitions: dict[str, int] = {}
-        self._describing: dict[str, asyncio.Future[TopicInfo]] = {}
+        self._describing: dict[str, asyncio.Future[int]] = {}
 
     @property
     def url(self) -> str:
@@ -236,7 +236,6 @@ class KafkaLog(LogLifecycle):
         topic_id, partitions = await self._topic_metadata(topic)
         if partitions == 0:
             raise UnknownTopic(f"topic {topic!r} has no partitions yet")
-        self._partitions[topic] = partitions
         retention_s: float | None = None
         try:
             [described] = await self._admin.describe_configs(
@@ -268,14 +267,26 @@ class KafkaLog(LogLifecycle):
         count = self._partitions.get(topic)
         if count is not None:
             return count
-        # Concurrent first appends share one lookup and resume in the order they came,
-        # so their sends keep the order of the calls.
+        # Concurrent first appends share one lookup and resume together, in the order
+        # they came. The lookup also waits until the producer knows the topic: until it
+        # does, its send() waits for metadata, and a later send could overtake an earlier
+        # one that was still waiting.
         pending = self._describing.get(topic)
         if pending is None:
-            pending = asyncio.ensure_future(self.describe_topic(topic))
+            pending = asyncio.ensure_future(self._learn_topic(topic))
             self._describing[topic] = pending
             pending.add_done_callback(lambda _: self._describing.pop(topic, None))
-        return (await asyncio.shield(pending)).partitions
+        return await asyncio.shield(pending)
+
+    async def _learn_topic(self, topic: str) -> int:
+        info = await self.describe_topic(topic)
+        assert self._producer is not None
+        try:
+            await self._producer.partitions_for(topic)
+        except KafkaError as exc:
+            raise LogUnavailable(f"the producer could not learn topic {topic!r}: {exc}") from exc
+        self._partitions[topic] = info.partitions
+        return info.partitions
 
     # -- appends -------------------------------------------------------------
 
