@@ -24,11 +24,10 @@ __all__ = ["FoldedReader"]
 class FoldedReader:
     """Folds one namespace of one topic into a `MemoryState`, incrementally."""
 
-    def __init__(self, log: Log, topic: str, namespace: str, *, stream: str) -> None:
+    def __init__(self, log: Log, topic: str, namespace: str) -> None:
         self._log = log
         self._topic = topic
         self._namespace = namespace
-        self._stream = stream
         self._positions: dict[int, int] = {}
         self._info: TopicInfo | None = None
         self._state: MemoryState | None = None

@@ -215,15 +215,6 @@ class ItemState(msgspec.Struct, kw_only=True):
                 total += self.weights.get(conversation, 0.0)
         return total
 
-    def is_regular(self) -> bool:
-        """Whether every remember agrees on owner and kind (true for content and random
-        ids; only a typed append can reuse an id with another owner)."""
-        owners = {
-            (r.record.scope.agent, r.record.scope.user, r.record.scope.application, r.record.kind)
-            for r in self.remembers.values()
-        }
-        return len(owners) <= 1
-
     def visible(self, raw_id: bytes, where: ItemFilter) -> MemoryItem | None:
         """The item as a read with this filter sees it, or None."""
         conversations = (

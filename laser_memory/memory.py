@@ -118,7 +118,7 @@ class MemoryHandle:
         self.conversation = conversation
         self._origin = origin
         self._producer = producer
-        self._reader = reader or FoldedReader(laser.log, topic, namespace, stream=stream)
+        self._reader = reader or FoldedReader(laser.log, topic, namespace)
         self.last_receipt: Receipt | None = None
 
     def __repr__(self) -> str:
@@ -202,7 +202,7 @@ class MemoryHandle:
                 "embedding": embedding,
             }
         )
-        [receipt] = await self._write([record])
+        receipt = await self._write_one(record)
         mid = MemoryId(record.id)
         mid.receipt = receipt
         return mid
@@ -271,8 +271,7 @@ class MemoryHandle:
             },
             memory_id=mid,
         )
-        [receipt] = await self._write([record])
-        mid.receipt = receipt
+        mid.receipt = await self._write_one(record)
         return mid
 
     async def improve(
@@ -293,10 +292,9 @@ class MemoryHandle:
         ):
             raise InvalidWeight(f"a feedback weight must be a finite number, got {weight!r}")
         scope = self._scope(conversation=conversation, tenant=tenant)
-        [receipt] = await self._write(
-            [Feedback(ns=self.namespace, scope=scope, target=target_id.bytes, weight=float(weight))]
+        return await self._write_one(
+            Feedback(ns=self.namespace, scope=scope, target=target_id.bytes, weight=float(weight))
         )
-        return receipt
 
     async def forget(
         self,
@@ -309,53 +307,39 @@ class MemoryHandle:
         handle) it forgets only the item as remembered in that conversation."""
         target_id = MemoryId.parse(id)
         scope = self._scope(conversation=conversation, tenant=tenant)
-        [receipt] = await self._write(
-            [Forget(ns=self.namespace, scope=scope, target=target_id.bytes)]
-        )
-        return receipt
+        return await self._write_one(Forget(ns=self.namespace, scope=scope, target=target_id.bytes))
 
     async def set(self, key: str, body: str | bytes | dict | list, *, tenant: str = "") -> Receipt:
         """Set a named item to a body (objects and lists are stored as JSON)."""
         data = self._check_body(encode_body(body))
-        [receipt] = await self._write(
-            [
-                NamedSet(
-                    ns=self.namespace,
-                    scope=self._scope(tenant=tenant),
-                    key=validate_key(key),
-                    body=data,
-                )
-            ]
+        return await self._write_one(
+            NamedSet(
+                ns=self.namespace,
+                scope=self._scope(tenant=tenant),
+                key=validate_key(key),
+                body=data,
+            )
         )
-        return receipt
 
     async def update(self, key: str, patch: str | bytes | dict, *, tenant: str = "") -> Receipt:
         """Apply an RFC 7386 JSON merge patch to a named item: fields overwrite, ``null``
         removes. The patch itself is the record, so concurrent updates all apply in
         log order."""
         data = self._check_body(encode_patch(patch))
-        [receipt] = await self._write(
-            [
-                NamedPatch(
-                    ns=self.namespace,
-                    scope=self._scope(tenant=tenant),
-                    key=validate_key(key),
-                    patch=data,
-                )
-            ]
+        return await self._write_one(
+            NamedPatch(
+                ns=self.namespace,
+                scope=self._scope(tenant=tenant),
+                key=validate_key(key),
+                patch=data,
+            )
         )
-        return receipt
 
     async def remove(self, key: str, *, tenant: str = "") -> Receipt:
         """Remove a named item; removing an absent key succeeds."""
-        [receipt] = await self._write(
-            [
-                NamedRemove(
-                    ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key)
-                )
-            ]
+        return await self._write_one(
+            NamedRemove(ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key))
         )
-        return receipt
 
     # -- reads -------------------------------------------------------------------
 
@@ -674,6 +658,10 @@ class MemoryHandle:
             if not await self._laser._create_missing_topic(self.topic):
                 raise
             return await self._reader.topic_info()
+
+    async def _write_one(self, record: MemoryRecord) -> Receipt:
+        [receipt] = await self._write([record])
+        return receipt
 
     async def _write(self, records: Sequence[MemoryRecord]) -> list[Receipt]:
         wires = [encode_record(record) for record in records]
