@@ -7,7 +7,8 @@
 ...     items = await memory.recall(conversation="c-1")
 """
 
-from .client import ConversationContext, Laser, connect
+from typing import TYPE_CHECKING
+
 from .errors import (
     BodyTooLarge,
     ConfigError,
@@ -38,12 +39,39 @@ from .errors import (
 from .ids import AgentId, ConversationId, MemoryId, memory_id_content
 from .items import HistoryEntry, MemoryItem, NamedItem, Signal, Source
 from .kinds import MemoryClass, MemoryKind, memory_kind_class, memory_kind_code
-from .memory import MemoryConfig, MemoryHandle, Receipt
 from .recall import fuse_reciprocal_rank, to_context_block
 from .records import Origin, Producer
 from .scope import MemoryScope
 
+if TYPE_CHECKING:
+    from .client import ConversationContext, Laser, connect
+    from .memory import MemoryConfig, MemoryHandle, Receipt
+
 __version__ = "0.1.0"
+
+# The handle and the connection sit above the folders (they fold and read views), while
+# the folders import this package's lower layers (records, ids, the log). Loading them on
+# first use keeps `import folders.view` from importing the handle back: imports point one
+# way, records <- log <- folders <- memory handle <- cli.
+_UPPER = {
+    "ConversationContext": "client",
+    "Laser": "client",
+    "connect": "client",
+    "MemoryConfig": "memory",
+    "MemoryHandle": "memory",
+    "Receipt": "memory",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _UPPER.get(name)
+    if module is None:
+        raise AttributeError(f"module 'laser_memory' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "AgentId",

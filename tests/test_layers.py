@@ -1,0 +1,65 @@
+"""Each layer imports on its own, and imports point one way:
+records, ids and the log  <-  folders  <-  the memory handle and connection  <-  cli."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+LOWER = [
+    "laser_memory.errors",
+    "laser_memory.records",
+    "laser_memory.ids",
+    "laser_memory.scope",
+    "laser_memory.named",
+    "laser_memory.recall",
+    "laser_memory.items",
+    "laser_memory.log",
+]
+FOLDERS = [
+    "folders.state",
+    "folders.view",
+    "folders.replay",
+    "folders.inprocess",
+    "folders.service",
+    "folders.http",
+]
+UPPER = ["laser_memory.memory", "laser_memory.client", "laser_memory.cli"]
+
+
+def _loaded_after_import(module: str) -> set[str]:
+    code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"import {module} alone failed:\n{done.stderr[-2000:]}"
+    return set(done.stdout.split())
+
+
+@pytest.mark.parametrize("module", LOWER)
+def test_lower_layers_import_nothing_above_them(module: str) -> None:
+    loaded = _loaded_after_import(module)
+    above = {m for m in loaded if m.startswith("folders") or m in UPPER}
+    assert not above, f"{module} pulls in {sorted(above)}"
+
+
+@pytest.mark.parametrize("module", FOLDERS)
+def test_folders_import_alone_and_never_the_handle(module: str) -> None:
+    loaded = _loaded_after_import(module)
+    assert not loaded & set(UPPER), f"{module} pulls in {sorted(loaded & set(UPPER))}"
+
+
+@pytest.mark.parametrize("module", UPPER)
+def test_upper_layers_import_alone(module: str) -> None:
+    assert module in _loaded_after_import(module)
+
+
+def test_package_exposes_the_handle_on_first_use() -> None:
+    import laser_memory as lm
+
+    assert lm.connect.__module__ == "laser_memory.client"
+    assert lm.MemoryHandle.__module__ == "laser_memory.memory"
+    with pytest.raises(AttributeError):
+        _ = lm.no_such_name
