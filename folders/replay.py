@@ -11,13 +11,16 @@ from collections.abc import Mapping
 
 import msgspec
 
-from laser_memory.errors import InvalidInput, LaserError
+import math
+
+from laser_memory.errors import InvalidInput
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Log, LogRecord
 from laser_memory.recall import rank
 from laser_memory.records import (
     HEADER_NAMESPACE,
+    HEADER_TENANT,
     MemoryRecord,
     NamedPatch,
     NamedRemove,
@@ -26,7 +29,7 @@ from laser_memory.records import (
     header_value,
 )
 
-from .state import ItemFilter, MemoryState, decode_for_fold, history_entry, sort_key
+from .state import ItemFilter, MemoryState, _reason, decode_for_fold, history_entry, sort_key
 
 __all__ = [
     "AsOf",
@@ -61,7 +64,14 @@ def to_millis(moment: dt.datetime | int | float) -> int:
         raise InvalidInput(
             f"a moment is a datetime, seconds (float) or milliseconds (int): {moment!r}"
         )
-    return moment if isinstance(moment, int) else int(moment * 1000)
+    if isinstance(moment, float) and not math.isfinite(moment):
+        raise InvalidInput(f"a moment must be a finite number of seconds, got {moment!r}")
+    millis = moment if isinstance(moment, int) else int(moment * 1000)
+    if not 0 <= millis < 1 << 63:
+        raise InvalidInput(
+            f"a moment must fall between the epoch and the year 292 million, got {moment!r}"
+        )
+    return millis
 
 
 async def replay(
@@ -69,14 +79,20 @@ async def replay(
     topic: str,
     *,
     namespace: str | None = None,
+    tenant: str | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
     until: Mapping[int, int] | None = None,
 ) -> list[LoggedRecord]:
-    """The topic's records (of one namespace, if given) in position-key order: broker
-    append time, then partition, then offset. ``until`` maps partitions to the first
-    offset *not* to read; partitions it leaves out are not read."""
+    """The topic's records (of one namespace and one tenant, if given) in position-key
+    order: broker append time, then partition, then offset. ``until`` maps partitions
+    to the first offset *not* to read; partitions it leaves out are not read.
+
+    ``tenant=None`` reads every tenant: that is for an operator, never for a reader
+    acting for one tenant. With a tenant, a record that cannot be decoded is left out
+    too (nobody can tell whose it is)."""
     wanted = namespace.encode() if namespace is not None else None
+    wanted_tenant = tenant.encode() if tenant is not None else None
     kwargs = {}
     if until is not None:
         kwargs = {"partitions": sorted(until), "until": dict(until)}
@@ -90,12 +106,18 @@ async def replay(
             header = header_value(log_record.headers, HEADER_NAMESPACE)
             if wanted is not None and header is not None and header != wanted:
                 continue
+            owner = header_value(log_record.headers, HEADER_TENANT)
+            if wanted_tenant is not None and owner is not None and owner != wanted_tenant:
+                continue
             try:
                 record = decode_for_fold(log_record)
-            except LaserError as exc:
-                out.append(LoggedRecord(log_record, None, str(exc)))
+            except Exception as exc:
+                if tenant is None:
+                    out.append(LoggedRecord(log_record, None, _reason(exc)))
                 continue
             if wanted is not None and record.ns != namespace:
+                continue
+            if tenant is not None and record.scope.tenant != tenant:
                 continue
             out.append(LoggedRecord(log_record, record, None))
     out.sort(key=lambda r: sort_key(r.log_record))

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from laser_memory.errors import ViewLocked
+from laser_memory.errors import ConfigError, ViewLocked
 from laser_memory.log.port import Log, LogRecord
 
 from .view import MemoryView
@@ -34,11 +35,14 @@ Progress = Callable[[int, dict[int, int]], None]
 @dataclass(frozen=True, slots=True)
 class FolderConfig:
     """``max_transaction_records`` caps one view transaction; ``read_ahead`` is how
-    many batches the reader may queue while the writer commits."""
+    many batches the reader may queue while the writer commits; ``map_size`` is the
+    most bytes the view's LMDB map may hold (sparse on disk): past it the folder stops
+    with `ViewFull`, and restarting it with a larger map resumes the fold."""
 
     max_transaction_records: int = 20_000
     read_ahead: int = 16
     max_read_batch: int = 2_000
+    map_size: int = 64 << 30
 
 
 class ViewFolder:
@@ -58,7 +62,19 @@ class ViewFolder:
 
     def _lock(self) -> int:
         os.makedirs(self._path, exist_ok=True)
-        fd = os.open(os.path.join(self._path, "folder.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        path = os.path.join(self._path, "folder.lock")
+        # Never follow a link: a lock file planted as a symlink must not let the folder
+        # truncate whatever it points at.
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot open the lock file {path}: {exc}; it must be a regular file "
+                "(remove it if it is a link)"
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ConfigError(f"the lock file {path} is not a regular file; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -82,7 +98,13 @@ class ViewFolder:
         """Fold until cancelled (or, with ``until_caught_up``, until the end offsets
         seen at start). ``rebuild`` empties the view first. Returns records folded."""
         fd = self._lock()
-        view = MemoryView.open(self._path)
+        try:
+            view = MemoryView.open(
+                self._path, map_size=self._config.map_size, check_format=not rebuild
+            )
+        except BaseException:
+            os.close(fd)
+            raise
         try:
             info = await self._log.describe_topic(self._topic)
             if rebuild:

@@ -32,15 +32,21 @@ fixed by the log):
 - A named item's writes share one partition, so they apply in offset order:
   set replaces the body, a patch merges into it (RFC 7386), remove clears it.
   Every write counts one version.
-- A record that cannot be decoded is set aside with its position and the
-  reason; the fold goes on.
+- A record that cannot be decoded, or that no writer of this version could
+  have sent (names a record cannot hold, a non-finite or oversized weight, a
+  patch that is not a JSON object, a named body that would outgrow
+  `MAX_NAMED_BODY_BYTES` or nest too deep), is set aside with its position
+  and the reason, whatever it raises; the fold goes on. Every fold path
+  (folded recall, the managed view, ``as_of``, replay) follows this rule.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from laser_memory.errors import LaserError
+import math
+
+from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
@@ -60,6 +66,8 @@ from laser_memory.records import (
 )
 
 __all__ = [
+    "MAX_NAMED_BODY_BYTES",
+    "MAX_WEIGHT",
     "ItemFilter",
     "ItemState",
     "MemoryState",
@@ -72,6 +80,11 @@ __all__ = [
     "sort_key",
     "source_of",
 ]
+
+#: The largest feedback weight one record may carry (either sign); sums stay finite.
+MAX_WEIGHT = 1e9
+#: The largest body a named item may reach through patches; a patch past it is set aside.
+MAX_NAMED_BODY_BYTES = 4 << 20
 
 SortKey = tuple[int, int, int]
 _NO_CONVERSATION = ""  # conversation names are never empty, so "" stands for "none"
@@ -155,7 +168,19 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         MemoryKind.from_code(record.kind)
     elif isinstance(record, Feedback | Forget):
         MemoryId(record.target)
+    if isinstance(record, Feedback) and not (
+        math.isfinite(record.weight) and abs(record.weight) <= MAX_WEIGHT
+    ):
+        raise RecordDecodeError(
+            f"feedback weight {record.weight!r} is not a finite number within ±{MAX_WEIGHT:g}"
+        )
     return record
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a record was set aside, for `SetAside.reason`."""
+    message = str(exc) or type(exc).__name__
+    return message if isinstance(exc, LaserError) else f"{type(exc).__name__}: {message}"
 
 
 class Remembered(msgspec.Struct, array_like=True):
@@ -290,6 +315,11 @@ def apply_named(
         body = record.body
     elif isinstance(record, NamedPatch):
         body = apply_patch_bytes(previous.body if previous else None, record.patch)
+        if len(body) > MAX_NAMED_BODY_BYTES:
+            raise InvalidBody(
+                f"the patch would make the named item {len(body)} bytes, over the "
+                f"{MAX_NAMED_BODY_BYTES}-byte limit of a named body"
+            )
     else:
         body = None
     return NamedState(body, (previous.version if previous else 0) + 1, key, source)
@@ -328,21 +358,25 @@ class MemoryState:
         header = header_value(log_record.headers, HEADER_NAMESPACE)
         if header is not None and header != self._encoded_namespace:
             return
+        # Whatever one record raises, it is set aside and the fold goes on; nothing
+        # changes before the record has been fully checked.
         try:
             record = decode_for_fold(log_record)
-        except LaserError as exc:
+            if record.ns != self.namespace:
+                return
+            key = sort_key(log_record)
+            source = source_of(record, log_record, self.generation)
+            tenant = record.scope.tenant
+            if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+                slot = (tenant, record.key)
+                named = apply_named(self._named.get(slot), record, key, source)
+        except Exception as exc:
             self.set_aside.append(
-                SetAside(log_record.position, log_record.append_time_ms, str(exc))
+                SetAside(log_record.position, log_record.append_time_ms, _reason(exc))
             )
             return
-        if record.ns != self.namespace:
-            return
-        key = sort_key(log_record)
-        source = source_of(record, log_record, self.generation)
-        tenant = record.scope.tenant
         if isinstance(record, NamedSet | NamedPatch | NamedRemove):
-            slot = (tenant, record.key)
-            self._named[slot] = apply_named(self._named.get(slot), record, key, source)
+            self._named[slot] = named
         else:
             target = record.id if isinstance(record, Remember) else record.target
             self._items.setdefault((tenant, target), ItemState()).apply(record, key, source)

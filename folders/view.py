@@ -9,12 +9,17 @@ short read transactions: no lock is held across an ``await``.
 
 Databases in the environment (``\\0`` separates names, which can never hold
 it; ``id`` is 16 bytes; ``inv(k)`` is a position key ``(append time,
-partition, offset)`` inverted so that ascending byte order is newest first):
+partition, offset)`` inverted so that ascending byte order is newest first).
+Every part of a key that comes from user data (tenant, namespace, named key,
+index tag, word) is written as `_part`: as itself up to 64 bytes, else as
+``\\x01`` and a 16-byte BLAKE2b digest, so no input can make a key longer than
+LMDB's 511-byte limit, and lookups, which are all exact, work the same:
 
 ============  =============================================  ==================
 database      key                                            value
 ============  =============================================  ==================
-meta          ``topic``, ``generation``, ``pos`` + partition  text / offsets
+meta          ``format``, ``topic``, ``generation``,          text / offsets
+              ``pos`` + partition
 items         tenant ``\\0`` ns ``\\0`` id                      `ItemState`
 named         tenant ``\\0`` ns ``\\0`` key                     `NamedState`
 versions      tenant ``\\0`` ns ``\\0`` key ``\\0`` version     `HistoryEntry`
@@ -22,6 +27,9 @@ audit         tenant ``\\0`` ns ``\\0`` id + inv-free position  `HistoryEntry`
 aside         partition + offset                             `SetAside`
 index         see below                                      owner of the entry
 ============  =============================================  ==================
+
+``format`` is `VIEW_FORMAT`: a view written in another format is refused with
+`ViewMismatch` (rebuild it), never misread.
 
 Indexes (all per tenant and namespace, over *live* remembers, so an item
 remembered in two conversations has an entry for each):
@@ -45,6 +53,7 @@ remembered in two conversations has an entry for each):
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import struct
@@ -53,7 +62,7 @@ from collections.abc import Iterator, Sequence
 import lmdb
 import msgspec
 
-from laser_memory.errors import LaserError, LogUnavailable, ViewMismatch
+from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.lmdb_env import SharedEnvironments
 from laser_memory.log.port import LogRecord, Position
@@ -66,6 +75,7 @@ from .state import (
     NamedState,
     SetAside,
     SortKey,
+    _reason,
     apply_named,
     decode_for_fold,
     history_entry,
@@ -73,7 +83,10 @@ from .state import (
     source_of,
 )
 
-__all__ = ["MemoryView", "ViewStats"]
+__all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
+
+#: The layout of the databases below; bumped whenever a key or value changes shape.
+VIEW_FORMAT = 2
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index")
 _SEP = b"\x00"
@@ -125,12 +138,24 @@ def _weight_of(inverted: bytes) -> float:
     return struct.unpack(">d", struct.pack(">Q", bits))[0]
 
 
+_MAX_PART = 64
+_HASHED = b"\x01"  # never starts a name or a word, so a digest never meets a plain part
+
+
+def _part(text: str) -> bytes:
+    """A key part from user data, bounded: itself when short, else a digest of it."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= _MAX_PART:
+        return raw
+    return _HASHED + hashlib.blake2b(raw, digest_size=16).digest()
+
+
 def _scope(tenant: str, namespace: str) -> bytes:
-    return tenant.encode() + _SEP + namespace.encode() + _SEP
+    return _part(tenant) + _SEP + _part(namespace) + _SEP
 
 
 def _tag_prefix(index: bytes, tenant: str, namespace: str, tag: str) -> bytes:
-    return index + _scope(tenant, namespace) + tag.encode() + _SEP
+    return index + _scope(tenant, namespace) + _part(tag) + _SEP
 
 
 def _index_entries(
@@ -211,14 +236,49 @@ class MemoryView:
         self._closed = False
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, map_size: int = 64 << 30) -> MemoryView:
-        """Open (creating if needed) the view at ``path``."""
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 64 << 30,
+        create: bool = True,
+        check_format: bool = True,
+    ) -> MemoryView:
+        """Open the view at ``path``, creating it unless ``create=False`` (a reader's
+        open: a missing view raises `NoView` and nothing is created). A view written in
+        another format raises `ViewMismatch` unless ``check_format=False`` (a rebuild)."""
         real = os.path.realpath(os.fspath(path))
+        if not create and not os.path.isfile(os.path.join(real, "data.mdb")):
+            raise NoView(
+                f"there is no view at {real}; check --view, or build one with "
+                "'laser-memory fold' or 'laser-memory rebuild'"
+            )
         try:
             env, dbs = SharedEnvironments.acquire(real, _DBS, map_size=map_size)
         except (lmdb.Error, OSError) as exc:
             raise LogUnavailable(f"cannot open the view at {real}: {exc}") from exc
-        return cls(real, env, dbs)
+        view = cls(real, env, dbs)
+        if check_format:
+            try:
+                view.check_format()
+            except ViewMismatch:
+                view.close()
+                raise
+        return view
+
+    def check_format(self) -> None:
+        """Raise `ViewMismatch` if a folder wrote this view in another format."""
+        with self._read() as txn:
+            written = txn.get(b"format", db=self._dbs["meta"])
+            bound = txn.get(b"topic", db=self._dbs["meta"])
+        if bound is None and written is None:
+            return  # a new view: the folder writes the format when it binds a topic
+        found = int(written) if written is not None else 1
+        if found != VIEW_FORMAT:
+            raise ViewMismatch(
+                f"the view at {self.path} is in format {found}, and this laser-memory reads "
+                f"format {VIEW_FORMAT}; rebuild it ('laser-memory rebuild --view {self.path}')"
+            )
 
     def close(self) -> None:
         if not self._closed:
@@ -253,9 +313,11 @@ class MemoryView:
         current_topic, current_generation = self.topic()
         if current_topic is None:
             with self._env.begin(write=True) as txn:
+                txn.put(b"format", str(VIEW_FORMAT).encode(), db=self._dbs["meta"])
                 txn.put(b"topic", topic.encode(), db=self._dbs["meta"])
                 txn.put(b"generation", generation.encode(), db=self._dbs["meta"])
             return
+        self.check_format()
         if current_topic != topic:
             raise ViewMismatch(
                 f"the view at {self.path} folds topic {current_topic!r}, not {topic!r}; "
@@ -288,7 +350,22 @@ class MemoryView:
 
     def apply(self, batches: Sequence[Sequence[LogRecord]], generation: str) -> int:
         """Fold batches into the view in one transaction together with their positions.
-        Returns how many records were applied (set-aside ones included)."""
+        Returns how many records were applied (set-aside ones included). A full map
+        raises `ViewFull` and writes nothing of the batches."""
+        try:
+            return self._apply(batches, generation)
+        except lmdb.MapFullError:
+            info = self._env.info()
+            raise ViewFull(
+                f"the view at {self.path} is full: it reached its map size of "
+                f"{info['map_size']} bytes, and nothing of this batch was written. Restart "
+                "the folder with a larger map ('laser-memory fold --map-size BYTES', or "
+                "FolderConfig.map_size); it resumes where it stopped"
+            ) from None
+        except lmdb.Error as exc:
+            raise LogUnavailable(f"the view at {self.path} could not be written: {exc}") from exc
+
+    def _apply(self, batches: Sequence[Sequence[LogRecord]], generation: str) -> int:
         count = 0
         with self._env.begin(write=True) as txn:
             items: dict[bytes, tuple[ItemState, dict[bytes, bytes], str, str, bytes]] = {}
@@ -320,46 +397,54 @@ class MemoryView:
         return count
 
     def _apply_one(self, txn, log_record: LogRecord, generation: str, items, named) -> None:
+        # Everything that can fail because of the record happens before anything changes;
+        # whatever it raises, the record is set aside and the fold goes on. Only the
+        # storage's own errors (lmdb.Error) stop the batch.
         try:
             record = decode_for_fold(log_record)
-        except LaserError as exc:
-            aside = SetAside(log_record.position, log_record.append_time_ms, str(exc))
+            key = sort_key(log_record)
+            source = source_of(record, log_record, generation)
+            scope = _scope(record.scope.tenant, record.ns)
+            if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+                db_key = scope + _part(record.key)
+                if db_key in named:
+                    previous = named[db_key]
+                else:
+                    raw = txn.get(db_key, db=self._dbs["named"])
+                    previous = _named_decoder.decode(raw) if raw is not None else None
+                state = apply_named(previous, record, key, source)
+                entry = _encoder.encode((state, history_entry(record, log_record, state.version)))
+            else:
+                raw_id = record.id if isinstance(record, Remember) else record.target
+                db_key = scope + raw_id
+                # Versions are numbered on reading, by position key: the folder's visiting
+                # order across partitions must not show in the view.
+                entry = _encoder.encode(history_entry(record, log_record, 0))
+        except lmdb.Error:
+            raise
+        except Exception as exc:
+            aside = SetAside(log_record.position, log_record.append_time_ms, _reason(exc))
             txn.put(
                 log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
                 _encoder.encode(aside),
                 db=self._dbs["aside"],
             )
             return
-        key = sort_key(log_record)
-        source = source_of(record, log_record, generation)
-        scope = _scope(record.scope.tenant, record.ns)
         if isinstance(record, NamedSet | NamedPatch | NamedRemove):
-            db_key = scope + record.key.encode()
-            if db_key not in named:
-                raw = txn.get(db_key, db=self._dbs["named"])
-                named[db_key] = _named_decoder.decode(raw) if raw is not None else None
-            state = apply_named(named[db_key], record, key, source)
             named[db_key] = state
             txn.put(
-                db_key + _SEP + state.version.to_bytes(8, "big"),
-                _encoder.encode((state, history_entry(record, log_record, state.version))),
-                db=self._dbs["versions"],
+                db_key + _SEP + state.version.to_bytes(8, "big"), entry, db=self._dbs["versions"]
             )
             return
-        raw_id = record.id if isinstance(record, Remember) else record.target
-        db_key = scope + raw_id
         if db_key not in items:
             raw = txn.get(db_key, db=self._dbs["items"])
-            state = _item_decoder.decode(raw) if raw is not None else ItemState()
-            before = _index_entries(record.scope.tenant, record.ns, raw_id, state)
-            items[db_key] = (state, before, record.scope.tenant, record.ns, raw_id)
-        state = items[db_key][0]
-        state.apply(record, key, source)
+            loaded = _item_decoder.decode(raw) if raw is not None else ItemState()
+            before = _index_entries(record.scope.tenant, record.ns, raw_id, loaded)
+            items[db_key] = (loaded, before, record.scope.tenant, record.ns, raw_id)
+        items[db_key][0].apply(record, key, source)
         txn.put(
             db_key + log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
-            # Versions are numbered on reading, by position key: the folder's visiting
-            # order across partitions must not show in the view.
-            _encoder.encode(history_entry(record, log_record, 0)),
+            entry,
             db=self._dbs["audit"],
         )
 
@@ -483,7 +568,7 @@ class MemoryView:
         self, namespace: str, key: str, *, tenant: str = "", version: int | None = None
     ) -> NamedItem | None:
         """A named item now, or as it was after ``version`` writes; None if absent then."""
-        db_key = _scope(tenant, namespace) + key.encode()
+        db_key = _scope(tenant, namespace) + _part(key)
         with self._read() as txn:
             if version is None:
                 raw = txn.get(db_key, db=self._dbs["named"])
@@ -495,7 +580,7 @@ class MemoryView:
         return state.to_item(key)
 
     def named_history(self, namespace: str, key: str, *, tenant: str = "") -> list[HistoryEntry]:
-        db_key = _scope(tenant, namespace) + key.encode() + _SEP
+        db_key = _scope(tenant, namespace) + _part(key) + _SEP
         with self._read() as txn:
             return [
                 _version_decoder.decode(v)[1]

@@ -15,17 +15,20 @@ The tree::
     │   ├── InvalidName             namespace, key, topic, stream, scope field
     │   ├── InvalidPatch
     │   └── InvalidRecord           a record the caller built cannot go on the log
+    │       └── RecordTooLarge      over the record cap, or over what the topic takes
     ├── RecordDecodeError           bytes on the log that are not a record we can read
     │   └── UnsupportedSchemaVersion
     ├── LogError
     │   ├── LogClosed               the log was used before start() or after stop()
     │   ├── UnknownTopic
-    │   ├── TopicConflict           a topic exists with another shape
-    │   └── LogUnavailable          the storage or broker cannot be reached
+    │   ├── TopicConflict           a topic exists with another shape or settings
+    │   ├── LogUnavailable          the storage or broker cannot be reached
+    │   └── WriteTimeout            a write passed its deadline: it may or may not have landed
     ├── ViewError
     │   ├── ViewLocked              another folder is writing this view
-    │   ├── ViewMismatch            the view folds another topic or generation
-    │   └── NoView                  a managed read without a view configured
+    │   ├── ViewMismatch            the view folds another topic, generation or format
+    │   ├── ViewFull                the view reached its LMDB map size
+    │   └── NoView                  a managed read without a view, or a view that is not there
     └── WaitTimeout                 a wait for a position ran out of time
 
 Each message says what was wrong and what to do about it.
@@ -51,14 +54,17 @@ __all__ = [
     "LogUnavailable",
     "NoView",
     "RecordDecodeError",
+    "RecordTooLarge",
     "TopicConflict",
     "UnknownKind",
     "UnknownTopic",
     "UnsupportedSchemaVersion",
     "ViewError",
+    "ViewFull",
     "ViewLocked",
     "ViewMismatch",
     "WaitTimeout",
+    "WriteTimeout",
 ]
 
 
@@ -114,6 +120,10 @@ class InvalidRecord(InvalidInput):
     """A record the caller built that cannot be encoded onto the log."""
 
 
+class RecordTooLarge(InvalidRecord):
+    """An encoded record over the configured cap, or over what its topic accepts."""
+
+
 class RecordDecodeError(LaserError):
     """Bytes read from the log are not a record this version can read.
 
@@ -146,6 +156,12 @@ class LogUnavailable(LogError):
     """The log's storage or broker cannot be reached."""
 
 
+class WriteTimeout(LogError, TimeoutError):
+    """A write was not acknowledged within its deadline. It may or may not have landed:
+    check with a read before writing it again (a retried remember is a second item
+    unless it uses a content id)."""
+
+
 class ViewError(LaserError):
     """A managed view cannot be used as asked."""
 
@@ -158,8 +174,13 @@ class ViewMismatch(ViewError):
     """The view folds another topic, or an earlier generation of this one."""
 
 
+class ViewFull(ViewError):
+    """The view's LMDB map is full; the folder stops until restarted with a larger map."""
+
+
 class NoView(ViewError, ConfigError):
-    """A managed read (recall with folded=False, fetch by version) without a view."""
+    """A managed read (recall with folded=False, fetch by version) without a view, or a
+    view path where no view exists."""
 
 
 class WaitTimeout(LaserError, TimeoutError):

@@ -21,7 +21,7 @@ import numpy as np
 
 from folders.inprocess import FoldedReader
 from folders.replay import AsOf, MemorySnapshot, item_history, named_history, replay, snapshot
-from folders.state import ItemFilter
+from folders.state import MAX_WEIGHT, ItemFilter
 from folders.view import MemoryView
 
 from .errors import (
@@ -31,6 +31,7 @@ from .errors import (
     InvalidInput,
     InvalidWeight,
     NoView,
+    RecordTooLarge,
     UnknownTopic,
     ViewMismatch,
     WaitTimeout,
@@ -38,8 +39,9 @@ from .errors import (
 from .ids import MemoryId, validate_name
 from .items import HistoryEntry, MemoryItem, NamedItem, Source
 from .kinds import MemoryKind, parse_kind
-from .log.port import Appended, OutgoingRecord
-from .named import encode_body, encode_patch, validate_key
+from .log.naming import validate_topic
+from .log.port import Appended, OutgoingRecord, record_size
+from .named import apply_patch_bytes, encode_body, encode_patch, validate_key
 from .recall import rank, to_context_block, validate_limit, validate_strategy
 from .records import (
     Feedback,
@@ -82,12 +84,17 @@ _REMEMBER_OPTIONS = {
 class MemoryConfig:
     """Settings of the memory API.
 
-    ``max_body_bytes`` caps a body (1 MiB by default). On the embedded log a
-    missing memory topic is created on first use with ``default_partitions``;
-    on Kafka it must be created with ``bootstrap`` first.
+    ``max_body_bytes`` caps a body, and a named item's body after a patch (1 MiB by
+    default); ``max_record_bytes`` caps the whole encoded record (key, value and
+    headers: body, embedding, scope and lineage together), 1 MiB + 64 KiB by default.
+    Both logs take records of up to 2 MiB unless configured otherwise, so raise
+    theirs with these. On the embedded log a missing memory topic is created on
+    first write with ``default_partitions``; on Kafka it must be created with
+    ``bootstrap`` first.
     """
 
     max_body_bytes: int = 1 << 20
+    max_record_bytes: int = (1 << 20) + (64 << 10)
     default_partitions: int = 4
 
 
@@ -285,15 +292,10 @@ class MemoryHandle:
         """Add a feedback weight to an item. With a conversation (always, on a scoped
         handle) it applies only to the item as remembered in that conversation."""
         target_id = MemoryId.parse(target)
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, int | float)
-            or not math.isfinite(weight)
-        ):
-            raise InvalidWeight(f"a feedback weight must be a finite number, got {weight!r}")
+        value = _weight(weight)
         scope = self._scope(conversation=conversation, tenant=tenant)
         return await self._write_one(
-            Feedback(ns=self.namespace, scope=scope, target=target_id.bytes, weight=float(weight))
+            Feedback(ns=self.namespace, scope=scope, target=target_id.bytes, weight=value)
         )
 
     async def forget(
@@ -326,14 +328,20 @@ class MemoryHandle:
         removes. The patch itself is the record, so concurrent updates all apply in
         log order."""
         data = self._check_body(encode_patch(patch))
-        return await self._write_one(
-            NamedPatch(
-                ns=self.namespace,
-                scope=self._scope(tenant=tenant),
-                key=validate_key(key),
-                patch=data,
-            )
+        record = NamedPatch(
+            ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key), patch=data
         )
+        # The merged body must fit too: fold the key's partition (this handle's fold is
+        # incremental) and try the patch on the current value before writing it.
+        current = await self.fetch_folded(key, tenant=tenant)
+        merged = apply_patch_bytes(current.body if current is not None else None, data)
+        if len(merged) > self._laser.config.max_body_bytes:
+            raise BodyTooLarge(
+                f"after this patch the named item would be {len(merged)} bytes, over the "
+                f"{self._laser.config.max_body_bytes}-byte maximum; remove fields, or set a "
+                "smaller value with set()"
+            )
+        return await self._write_one(record)
 
     async def remove(self, key: str, *, tenant: str = "") -> Receipt:
         """Remove a named item; removing an absent key succeeds."""
@@ -411,7 +419,9 @@ class MemoryHandle:
             return view.named_history(self.namespace, target, tenant=tenant)
         if await self._topic_info() is None:
             return []
-        records = await replay(self._laser.log, self.topic, namespace=self.namespace)
+        records = await replay(
+            self._laser.log, self.topic, namespace=self.namespace, tenant=tenant
+        )
         if raw_id is not None:
             return item_history(records, raw_id, tenant=tenant)
         return named_history(records, target, tenant=tenant)
@@ -425,7 +435,8 @@ class MemoryHandle:
         >>> before = await memory.as_of(answer_time)                 # doctest: +SKIP
         >>> before.recall(conversation="support-42")                  # doctest: +SKIP
         """
-        await self._topic_info()
+        if await self._topic_info() is None:
+            raise UnknownTopic(f"topic {self.topic!r} does not exist: there is no past to read")
         return await snapshot(self._laser.log, self.topic, self.namespace, at)
 
     def _managed(self, folded: bool | None) -> bool:
@@ -437,9 +448,10 @@ class MemoryHandle:
         self, after: Receipt | MemoryId | None, timeout: float
     ) -> MemoryView | None:
         """The view to read, after waiting for ``after``; None if no folder has written
-        it yet (and there is nothing to wait for)."""
-        view = self._laser.managed_view()
-        position = None
+        it yet (and there is nothing to wait for). A view path where no view exists
+        raises `NoView`, unless there is a write to wait for: then a folder may still
+        create it within the timeout."""
+        receipt = None
         if after is not None:
             receipt = after.receipt if isinstance(after, MemoryId) else after
             if not isinstance(receipt, Appended):
@@ -448,23 +460,40 @@ class MemoryHandle:
                 raise InvalidInput(
                     f"the receipt is for topic {receipt.topic!r}, this handle reads {self.topic!r}"
                 )
-            position = receipt.position
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+            0 <= timeout < 1e9
+        ):
+            raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {timeout!r}")
         deadline = time.monotonic() + timeout
         while True:
-            topic, _ = view.topic()
+            try:
+                view = self._laser.managed_view()
+            except NoView:
+                if receipt is None or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
+            topic, generation = view.topic()
             if topic is not None and topic != self.topic:
                 raise ViewMismatch(
                     f"the view at {view.path} folds topic {topic!r}, but this handle reads "
                     f"{self.topic!r}"
                 )
-            if position is None:
+            if receipt is None:
                 return view if topic is not None else None
-            if topic is not None and view.has_passed(position):
+            if topic is not None and receipt.generation and receipt.generation != generation:
+                raise ViewMismatch(
+                    f"the receipt is for generation {receipt.generation} of topic "
+                    f"{receipt.topic!r}, but the view at {view.path} folds generation "
+                    f"{generation}: the topic was recreated; rebuild the view, or drop receipts "
+                    "from before the topic was recreated"
+                )
+            if topic is not None and view.has_passed(receipt.position):
                 return view
             if time.monotonic() >= deadline:
                 raise WaitTimeout(
-                    f"the view at {view.path} has not folded {position.topic} partition "
-                    f"{position.partition} offset {position.offset} within {timeout}s; is a "
+                    f"the view at {view.path} has not folded {receipt.topic} partition "
+                    f"{receipt.partition} offset {receipt.offset} within {timeout}s; is a "
                     "folder running ('laser-memory fold')?"
                 )
             await asyncio.sleep(0.01)
@@ -609,7 +638,10 @@ class MemoryHandle:
             )
         body = entry["body"]
         if isinstance(body, str):
-            data = body.encode("utf-8")
+            try:
+                data = body.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
         elif isinstance(body, bytes | bytearray | memoryview):
             data = bytes(body)
         else:
@@ -651,21 +683,34 @@ class MemoryHandle:
         )
 
     async def _topic_info(self):
-        """The topic's shape, creating it on the embedded log; None if Kafka lacks it."""
+        """The topic's shape, or None if it does not exist. Reads never create a topic:
+        the embedded log creates a missing memory topic on the first write only."""
         try:
             return await self._reader.topic_info()
         except UnknownTopic:
-            if not await self._laser._create_missing_topic(self.topic):
-                raise
-            return await self._reader.topic_info()
+            return None
 
     async def _write_one(self, record: MemoryRecord) -> Receipt:
         [receipt] = await self._write([record])
         return receipt
 
     async def _write(self, records: Sequence[MemoryRecord]) -> list[Receipt]:
-        wires = [encode_record(record) for record in records]
-        outgoing = [OutgoingRecord(w.value, key=w.key, headers=w.headers) for w in wires]
+        # Every record is encoded and measured before any is sent: a batch refused for
+        # bad input writes nothing.
+        limit = self._laser.config.max_record_bytes
+        outgoing = []
+        for index, record in enumerate(records):
+            wire = encode_record(record)
+            out = OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
+            size = record_size(out)
+            if size > limit:
+                where = f"entry {index}: " if len(records) > 1 else ""
+                raise RecordTooLarge(
+                    f"{where}the encoded record is {size} bytes, over the {limit}-byte maximum "
+                    "(body, embedding, scope and lineage together); shorten it, or raise "
+                    "MemoryConfig.max_record_bytes and the log's max_record_bytes"
+                )
+            outgoing.append(out)
         log = self._laser.log
         try:
             receipts = await log.append_batch(self.topic, outgoing)
@@ -678,7 +723,7 @@ class MemoryHandle:
         return receipts
 
 
-def _origin(value: Any) -> Origin:
+def _origin_of(value: Any) -> Origin:
     """An origin from an `Origin`, a `Source`, a receipt, a mapping or a tuple."""
     try:
         if isinstance(value, Origin):
@@ -712,23 +757,64 @@ def _origin(value: Any) -> Origin:
     )
 
 
+def _origin(value: Any) -> Origin:
+    origin = _origin_of(value)
+    if not isinstance(origin.topic, str) or not isinstance(origin.stream, str):
+        raise InvalidInput("an origin's topic and stream are strings")
+    validate_topic(origin.topic)
+    validate_name(origin.stream, "origin stream", allow_empty=True)
+    validate_name(origin.generation, "origin generation", allow_empty=True)
+    for name, number, bound in (
+        ("partition", origin.partition, 1 << 31),
+        ("offset", origin.offset, 1 << 63),
+    ):
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < bound:
+            raise InvalidInput(
+                f"an origin's {name} is a whole number from 0 to {bound - 1}, got {number!r}"
+            )
+    return origin
+
+
 def _producer(value: Any) -> Producer:
+    producer = _producer_of(value)
+    validate_name(producer.name, "producer name")
+    if not isinstance(producer.version, str):
+        raise InvalidInput(f"a producer version is a string, got {producer.version!r}")
+    validate_name(producer.version, "producer version", allow_empty=True)
+    return producer
+
+
+def _producer_of(value: Any) -> Producer:
     if isinstance(value, Producer):
         return value
     if isinstance(value, str):
-        return Producer(name=validate_name(value, "producer name"))
+        return Producer(name=value)
     if isinstance(value, Mapping):
         try:
-            producer = msgspec.convert(dict(value), Producer)
+            return msgspec.convert(dict(value), Producer)
         except msgspec.ValidationError as exc:
             raise InvalidInput(
                 f"producer needs a 'name' and an optional 'version': {exc}"
             ) from None
-        validate_name(producer.name, "producer name")
-        return producer
     if isinstance(value, tuple) and len(value) == 2:
-        return Producer(name=validate_name(value[0], "producer name"), version=str(value[1]))
+        return Producer(name=value[0], version=str(value[1]))
     raise InvalidInput(f"producer is a name, a (name, version) pair or a mapping; got {value!r}")
+
+
+def _weight(weight: Any) -> float:
+    """A feedback weight: a finite number within ±MAX_WEIGHT, so sums stay finite."""
+    try:
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise TypeError
+        value = float(weight)
+    except (TypeError, OverflowError):
+        value = math.nan
+    if not math.isfinite(value) or abs(value) > MAX_WEIGHT:
+        raise InvalidWeight(
+            f"a feedback weight is a finite number from -{MAX_WEIGHT:g} to {MAX_WEIGHT:g}, "
+            f"got {weight!r}"
+        )
+    return value
 
 
 def _embedding(value: Any) -> bytes | None:

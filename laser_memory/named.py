@@ -1,4 +1,9 @@
-"""Named items: key rules and RFC 7386 JSON merge patch.
+"""Named items: key rules, strict JSON, and RFC 7386 JSON merge patch.
+
+JSON here is strict: no ``NaN`` or ``Infinity`` (other parsers reject them), and
+at most `MAX_JSON_DEPTH` levels of nesting, checked before anything parses it,
+so no body or patch can exhaust the parser's recursion, in the writer or in a
+fold.
 
 >>> merge_patch({"a": 1, "b": {"c": 2}}, {"b": {"c": None, "d": 3}})
 {'a': 1, 'b': {'d': 3}}
@@ -7,17 +12,78 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from .errors import InvalidPatch
+import numpy as np
+
+from .errors import InvalidBody, InvalidPatch
 from .ids import validate_name
 
-__all__ = ["apply_patch_bytes", "encode_body", "encode_patch", "merge_patch", "validate_key"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "apply_patch_bytes",
+    "dump_json",
+    "encode_body",
+    "encode_patch",
+    "json_depth",
+    "load_json",
+    "merge_patch",
+    "validate_key",
+]
+
+#: The deepest nesting of arrays and objects a named body or patch may have.
+MAX_JSON_DEPTH = 100
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 def validate_key(key: str) -> str:
     """A named item key: non-empty text up to 255 bytes without control characters."""
     return validate_name(key, "named item key")
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply arrays and objects nest in JSON text (0 for a scalar), counted
+    without parsing, so text of any depth is measured safely."""
+    bare = np.frombuffer(_STRINGS.sub(b"", data), dtype=np.uint8)
+    if bare.size == 0:
+        return 0
+    steps = (
+        (bare == ord("[")).astype(np.int32)
+        + (bare == ord("{"))
+        - (bare == ord("]"))
+        - (bare == ord("}"))
+    )
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def load_json(data: bytes | str, what: str = "the body") -> Any:
+    """Parse strict JSON; raises `InvalidBody` for text that is not JSON, too deep, or
+    holding NaN or Infinity."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidBody(
+            f"{what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed"
+        )
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidBody(f"{what} is not valid JSON: {exc}") from None
+
+
+def dump_json(value: Any, what: str = "the body") -> bytes:
+    """Compact strict JSON bytes; raises `InvalidBody` for values JSON cannot hold."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+        raise InvalidBody(f"{what} cannot be written as JSON: {exc}") from None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -34,23 +100,38 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def encode_body(body: bytes | str | dict | list) -> bytes:
-    """A named item body as bytes: bytes as given, text as UTF-8, objects and lists as JSON."""
+    """A named item body as bytes: bytes as given, text as UTF-8, objects and lists as
+    JSON. Raises `InvalidBody` for text that is not Unicode and for JSON too deep or
+    holding NaN or Infinity."""
     if isinstance(body, bytes | bytearray | memoryview):
-        return bytes(body)
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    if isinstance(body, dict | list):
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raise InvalidPatch(f"a named item body is bytes, str, dict or list, got {type(body).__name__}")
+        data = bytes(body)
+    elif isinstance(body, str):
+        try:
+            data = body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
+    elif isinstance(body, dict | list):
+        data = dump_json(body)
+    else:
+        raise InvalidBody(
+            f"a named item body is bytes, str, dict or list, got {type(body).__name__}"
+        )
+    # Text that looks like JSON is what a later patch parses: keep it within the depth.
+    if data.lstrip()[:1] in (b"{", b"[") and json_depth(data) > MAX_JSON_DEPTH:
+        raise InvalidBody(
+            f"the body nests {json_depth(data)} levels deep; at most {MAX_JSON_DEPTH} are "
+            "allowed"
+        )
+    return data
 
 
 def encode_patch(patch: bytes | str | dict) -> bytes:
     """Check a merge patch is a JSON object and return its canonical bytes."""
     if isinstance(patch, bytes | bytearray | str):
         try:
-            parsed = json.loads(patch)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidPatch(f"the patch is not valid JSON: {exc}") from None
+            parsed = load_json(patch, "the patch")
+        except InvalidBody as exc:
+            raise InvalidPatch(str(exc)) from None
     else:
         parsed = patch
     if not isinstance(parsed, dict):
@@ -59,21 +140,37 @@ def encode_patch(patch: bytes | str | dict) -> bytes:
             "to replace the whole value use set(key, body)"
         )
     try:
-        return json.dumps(
-            parsed, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode()
-    except (TypeError, ValueError) as exc:
-        raise InvalidPatch(f"the patch cannot be written as JSON: {exc}") from None
+        data = dump_json(parsed, "the patch")
+        if json_depth(data) > MAX_JSON_DEPTH:
+            raise InvalidBody(
+                f"the patch nests {json_depth(data)} levels deep; at most {MAX_JSON_DEPTH} "
+                "are allowed"
+            )
+    except InvalidBody as exc:
+        raise InvalidPatch(str(exc)) from None
+    return data
 
 
 def apply_patch_bytes(current: bytes | None, patch: bytes) -> bytes:
-    """Apply an encoded patch to an encoded body. A body that is not JSON counts as
-    absent, as RFC 7386 treats a non-object target."""
+    """Apply an encoded patch to an encoded body. A body that is not JSON (or too deep
+    to be read) counts as absent, as RFC 7386 treats a non-object target. Raises
+    `InvalidPatch` for a patch that is not a JSON object, and `InvalidBody` when the
+    result nests too deep."""
     target: Any = None
     if current is not None:
         try:
-            target = json.loads(current)
-        except (ValueError, UnicodeDecodeError):
+            target = load_json(current)
+        except InvalidBody:
             target = None
-    result = merge_patch(target, json.loads(patch))
-    return json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    try:
+        parsed = load_json(patch, "the patch")
+    except InvalidBody as exc:
+        raise InvalidPatch(str(exc)) from None
+    if not isinstance(parsed, dict):
+        raise InvalidPatch(f"a merge patch is a JSON object, not {type(parsed).__name__}")
+    merged = dump_json(merge_patch(target, parsed), "the merged body")
+    if json_depth(merged) > MAX_JSON_DEPTH:
+        raise InvalidBody(
+            f"the merged body would nest more than {MAX_JSON_DEPTH} levels; patch refused"
+        )
+    return merged

@@ -190,8 +190,8 @@ def encode_record(record: MemoryRecord) -> WireRecord:
         )
     try:
         value = _encoder.encode(record)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRecord(f"record cannot be encoded: {exc}") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidRecord(f"record cannot be encoded: {exc}") from None
     headers = (
         (HEADER_NAMESPACE, record.ns.encode()),
         (HEADER_OPERATION, type(record).__struct_config__.tag.encode()),

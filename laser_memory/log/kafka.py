@@ -10,6 +10,15 @@
   fetch, not a new connection.
 - A topic's generation is its Kafka topic id, which changes when a topic is
   deleted and created again.
+- Topics are created with ``max.message.bytes`` large enough for the largest
+  record the log takes (``max_record_bytes``), and a record too large for its
+  topic is refused before anything is sent. Every append has a deadline
+  (``write_timeout_s``); past it the append raises `WriteTimeout` (it may or may
+  not have landed). A producer that meets a non-retriable error is replaced,
+  so one refused batch never poisons later appends.
+- An existing topic is accepted only with ``LogAppendTime`` timestamps (and, on
+  ``create_topic``, the retention asked for): ordering and forgets must never
+  depend on producer clocks.
 """
 
 from __future__ import annotations
@@ -31,17 +40,35 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic
+from ..errors import (
+    InvalidRecord,
+    LogUnavailable,
+    TopicConflict,
+    UnknownTopic,
+    WriteTimeout,
+)
 from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
 from .lifecycle import LogLifecycle
-from .naming import validate_outgoing, validate_partitions, validate_topic
+from .naming import validate_outgoing, validate_partitions, validate_timeout, validate_topic
 from .partitioner import partition_for
-from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
+from .port import DEFAULT_MAX_RECORD_BYTES, Appended, LogRecord, OutgoingRecord, TopicInfo
 
 __all__ = ["KafkaLog", "KafkaLogConfig"]
 
 _UNKNOWN_TOPIC = 3
 _TOPIC_ALREADY_EXISTS = 36
+# What a record batch adds to its records on the wire (batch header, record framing):
+# a topic's max.message.bytes must leave room for it.
+_BATCH_OVERHEAD = 16 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicSettings:
+    generation: str
+    partitions: int
+    retention_s: float | None
+    max_message_bytes: int | None
+    timestamp_type: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +76,33 @@ class KafkaLogConfig:
     """Settings of a `KafkaLog`. Seconds are floats.
 
     ``replication_factor=None`` keeps three copies, or one per broker on a smaller
-    cluster. ``linger_s`` is how
-    long the producer waits to fill a batch.
+    cluster, and ``min.insync.replicas`` is one less than the copies (at least 1), so
+    ``acks=all`` on a three-broker cluster means two brokers hold every acknowledged
+    record. ``linger_s`` is how long the producer waits to fill a batch.
+    ``max_record_bytes`` is the largest record (key, value, headers) an append takes;
+    topics are created to hold it. ``write_timeout_s`` is the deadline of an append
+    (None: no limit), after which it raises `WriteTimeout`.
     """
 
     bootstrap_servers: str
     client_id: str = "laser-memory"
     linger_s: float = 0.005
     request_timeout_s: float = 30.0
+    write_timeout_s: float | None = 30.0
     fetch_wait_s: float = 0.1
     replication_factor: int | None = None
     max_batch_bytes: int = 1 << 20
     max_request_bytes: int = 8 << 20
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     extra_topic_configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def _millis(retention_s: float | None) -> int:
+    return -1 if retention_s is None else int(retention_s * 1000)
+
+
+def _seconds(retention_s: float | None) -> str:
+    return "forever" if retention_s is None else f"{retention_s:g}s"
 
 
 class KafkaLog(LogLifecycle):
@@ -72,13 +113,20 @@ class KafkaLog(LogLifecycle):
     """
 
     def __init__(self, config: KafkaLogConfig):
+        validate_timeout(config.write_timeout_s, "write_timeout_s")
+        if config.max_request_bytes < config.max_record_bytes + _BATCH_OVERHEAD:
+            raise InvalidRecord(
+                f"max_request_bytes ({config.max_request_bytes}) must exceed max_record_bytes "
+                f"({config.max_record_bytes}) by at least {_BATCH_OVERHEAD}"
+            )
         self._config = config
         self._admin: AIOKafkaAdminClient | None = None
         self._producer: AIOKafkaProducer | None = None
         self._idle_consumers: list[AIOKafkaConsumer] = []
         self._busy_consumers: set[AIOKafkaConsumer] = set()
-        self._partitions: dict[str, int] = {}
-        self._describing: dict[str, asyncio.Future[int]] = {}
+        self._topics: dict[str, _TopicSettings] = {}
+        self._describing: dict[str, asyncio.Future[_TopicSettings]] = {}
+        self._producer_lock = asyncio.Lock()
 
     @property
     def url(self) -> str:
@@ -95,16 +143,7 @@ class KafkaLog(LogLifecycle):
             client_id=f"{cfg.client_id}-admin",
             request_timeout_ms=int(cfg.request_timeout_s * 1000),
         )
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=cfg.client_id,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=int(cfg.linger_s * 1000),
-            max_batch_size=cfg.max_batch_bytes,
-            max_request_size=cfg.max_request_bytes,
-            request_timeout_ms=int(cfg.request_timeout_s * 1000),
-        )
+        self._producer = self._new_producer()
         try:
             await self._admin.start()
             await self._producer.start()
@@ -115,6 +154,35 @@ class KafkaLog(LogLifecycle):
                 f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}; check the address "
                 "and that the broker is up"
             ) from exc
+
+    def _new_producer(self) -> AIOKafkaProducer:
+        cfg = self._config
+        return AIOKafkaProducer(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=int(cfg.linger_s * 1000),
+            max_batch_size=cfg.max_batch_bytes,
+            max_request_size=cfg.max_request_bytes,
+            request_timeout_ms=int(cfg.request_timeout_s * 1000),
+        )
+
+    async def _replace_producer(self, failed: AIOKafkaProducer) -> None:
+        """Swap a producer that met a non-retriable error for a new one. An idempotent
+        producer whose batch the broker refused keeps failing that partition with
+        OutOfOrderSequenceNumber; a new producer gets a new producer id and starts clean."""
+        async with self._producer_lock:
+            if self._producer is not failed or self._state != "started":
+                return  # another append replaced it already
+            fresh = self._new_producer()
+            try:
+                await fresh.start()
+            except KafkaError as exc:
+                raise LogUnavailable(f"cannot restart the Kafka producer: {exc}") from exc
+            self._producer = fresh
+            with contextlib.suppress(Exception):
+                await failed.stop()
 
     async def _close(self) -> None:
         """Flush pending appends and close every connection."""
@@ -160,15 +228,23 @@ class KafkaLog(LogLifecycle):
         validate_partitions(partitions, retention_s)
         self._require_started()
         assert self._admin is not None
+        # Unset: 3 copies where the cluster has three brokers, else one per broker.
+        replication = self._config.replication_factor
+        if replication is None:
+            try:
+                cluster = await self._admin.describe_cluster()
+            except KafkaError as exc:
+                raise LogUnavailable(f"Kafka could not describe the cluster: {exc}") from exc
+            replication = min(3, max(1, len(cluster.get("brokers", []))))
         configs = {
             "message.timestamp.type": "LogAppendTime",
             "retention.ms": "-1" if retention_s is None else str(int(retention_s * 1000)),
+            "max.message.bytes": str(
+                max(self._config.max_record_bytes, self._config.max_batch_bytes) + _BATCH_OVERHEAD
+            ),
+            "min.insync.replicas": str(max(1, replication - 1)),
             **self._config.extra_topic_configs,
         }
-        # Unset: 3 copies where the cluster has three brokers, else one per broker.
-        replication = self._config.replication_factor or min(
-            3, max(1, len(self._admin._client.cluster.brokers()))
-        )
         deadline = time.monotonic() + self._config.request_timeout_s
         while True:
             try:
@@ -199,6 +275,16 @@ class KafkaLog(LogLifecycle):
                     f"topic {topic!r} exists with {info.partitions} partitions, not "
                     f"{partitions}; use the existing count or delete the topic first"
                 )
+            if error_code == _TOPIC_ALREADY_EXISTS and _millis(info.retention_s) != _millis(
+                retention_s
+            ):
+                raise TopicConflict(
+                    f"topic {topic!r} exists with retention {_seconds(info.retention_s)}, not "
+                    f"{_seconds(retention_s)}; pass its retention, or change it with "
+                    f"kafka-configs --alter --entity-type topics --entity-name {topic} "
+                    "--add-config retention.ms=..."
+                )
+            await self._settings(topic, fresh=True)
             return info
 
     async def _wait_visible(self, topic: str, deadline: float) -> TopicInfo:
@@ -221,7 +307,7 @@ class KafkaLog(LogLifecycle):
             raise UnknownTopic(f"topic {topic!r} does not exist") from exc
         except KafkaError as exc:
             raise LogUnavailable(f"Kafka could not delete topic {topic!r}: {exc}") from exc
-        self._partitions.pop(topic, None)
+        self._topics.pop(topic, None)
         deadline = time.monotonic() + self._config.request_timeout_s
         while time.monotonic() < deadline:
             try:
@@ -231,24 +317,38 @@ class KafkaLog(LogLifecycle):
             await asyncio.sleep(0.05)
 
     async def describe_topic(self, topic: str) -> TopicInfo:
+        settings = await self._describe_settings(topic)
+        return TopicInfo(topic, settings.partitions, settings.retention_s, settings.generation)
+
+    async def _describe_settings(self, topic: str) -> _TopicSettings:
         self._require_started()
         assert self._admin is not None
         topic_id, partitions = await self._topic_metadata(topic)
         if partitions == 0:
             raise UnknownTopic(f"topic {topic!r} has no partitions yet")
-        retention_s: float | None = None
+        wanted = ("retention.ms", "max.message.bytes", "message.timestamp.type")
+        values: dict[str, str | None] = dict.fromkeys(wanted)
         try:
             [described] = await self._admin.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": None})]
+                [ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(wanted))]
             )
             for resource in described.resources:
                 for entry in resource[4]:
-                    if entry[0] == "retention.ms" and entry[1] is not None:
-                        millis = int(entry[1])
-                        retention_s = None if millis < 0 else millis / 1000
+                    if entry[0] in values:
+                        values[entry[0]] = entry[1]
         except KafkaError as exc:
             raise LogUnavailable(f"Kafka could not describe topic {topic!r}: {exc}") from exc
-        return TopicInfo(topic, partitions, retention_s, topic_id)
+        retention_s: float | None = None
+        if values["retention.ms"] is not None and int(values["retention.ms"]) >= 0:
+            retention_s = int(values["retention.ms"]) / 1000
+        max_bytes = values["max.message.bytes"]
+        return _TopicSettings(
+            generation=topic_id,
+            partitions=partitions,
+            retention_s=retention_s,
+            max_message_bytes=int(max_bytes) if max_bytes is not None else None,
+            timestamp_type=values["message.timestamp.type"],
+        )
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
         partitions = await self._partition_count(topic)
@@ -263,10 +363,13 @@ class KafkaLog(LogLifecycle):
         return {tp.partition: offset for tp, offset in ends.items()}
 
     async def _partition_count(self, topic: str) -> int:
+        return (await self._settings(topic)).partitions
+
+    async def _settings(self, topic: str, *, fresh: bool = False) -> _TopicSettings:
         self._require_started()
-        count = self._partitions.get(topic)
-        if count is not None:
-            return count
+        settings = None if fresh else self._topics.get(topic)
+        if settings is not None:
+            return settings
         # Concurrent first appends share one lookup and resume together, in the order
         # they came. The lookup also waits until the producer knows the topic: until it
         # does, its send() waits for metadata, and a later send could overtake an earlier
@@ -278,15 +381,22 @@ class KafkaLog(LogLifecycle):
             pending.add_done_callback(lambda _: self._describing.pop(topic, None))
         return await asyncio.shield(pending)
 
-    async def _learn_topic(self, topic: str) -> int:
-        info = await self.describe_topic(topic)
+    async def _learn_topic(self, topic: str) -> _TopicSettings:
+        settings = await self._describe_settings(topic)
+        if settings.timestamp_type not in (None, "LogAppendTime"):
+            raise TopicConflict(
+                f"topic {topic!r} stamps records with {settings.timestamp_type}, so their times "
+                "would come from producer clocks; laser-memory needs the broker's append time: "
+                f"kafka-configs --alter --entity-type topics --entity-name {topic} "
+                "--add-config message.timestamp.type=LogAppendTime"
+            )
         assert self._producer is not None
         try:
             await self._producer.partitions_for(topic)
         except KafkaError as exc:
             raise LogUnavailable(f"the producer could not learn topic {topic!r}: {exc}") from exc
-        self._partitions[topic] = info.partitions
-        return info.partitions
+        self._topics[topic] = settings
+        return settings
 
     # -- appends -------------------------------------------------------------
 
@@ -296,8 +406,13 @@ class KafkaLog(LogLifecycle):
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
         self._require_started()
-        validate_outgoing(records)
-        partitions = await self._partition_count(topic)
+        validate_outgoing(records, self._config.max_record_bytes)
+        settings = await self._settings(topic)
+        if settings.max_message_bytes is not None:
+            # The topic's own limit may be lower than ours (a topic made elsewhere):
+            # refuse before sending, since a refused batch would fail at the broker.
+            validate_outgoing(records, settings.max_message_bytes - _BATCH_OVERHEAD)
+        partitions = settings.partitions
         placed = []
         for record in records:
             if record.partition is None:
@@ -309,28 +424,44 @@ class KafkaLog(LogLifecycle):
                     f"partition {record.partition} does not exist; topic {topic!r} has "
                     f"{partitions} partitions (0 to {partitions - 1})"
                 )
-        assert self._producer is not None
+        producer = self._producer
+        assert producer is not None
         try:
-            futures = [
-                await self._producer.send(
-                    topic,
-                    record.value,
-                    key=record.key,
-                    partition=partition,
-                    headers=list(record.headers),
+            async with asyncio.timeout(self._config.write_timeout_s):
+                futures = [
+                    await producer.send(
+                        topic,
+                        record.value,
+                        key=record.key,
+                        partition=partition,
+                        headers=list(record.headers),
+                    )
+                    for record, partition in zip(records, placed, strict=True)
+                ]
+                # One record is the common case: skip gather's bookkeeping for it.
+                metadata = (
+                    [await futures[0]] if len(futures) == 1 else await asyncio.gather(*futures)
                 )
-                for record, partition in zip(records, placed, strict=True)
-            ]
-            # One record is the common case: skip gather's bookkeeping for it.
-            metadata = [await futures[0]] if len(futures) == 1 else await asyncio.gather(*futures)
+        except TimeoutError:
+            raise WriteTimeout(
+                f"Kafka did not acknowledge the append to {topic!r} within "
+                f"{self._config.write_timeout_s}s; it may or may not have landed: read before "
+                "writing it again"
+            ) from None
         except UnknownTopicOrPartitionError as exc:
-            self._partitions.pop(topic, None)
+            self._topics.pop(topic, None)
             raise UnknownTopic(f"topic {topic!r} does not exist: {exc}") from exc
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             raise LogUnavailable(f"Kafka did not take the append: {exc}") from exc
         except KafkaError as exc:
+            if not exc.retriable:
+                self._topics.pop(topic, None)
+                await self._replace_producer(producer)
             raise LogUnavailable(f"Kafka refused the append: {exc}") from exc
-        return [Appended(m.topic, m.partition, m.offset, m.timestamp) for m in metadata]
+        generation = settings.generation
+        return [
+            Appended(m.topic, m.partition, m.offset, m.timestamp, generation) for m in metadata
+        ]
 
     # -- reads ---------------------------------------------------------------
 

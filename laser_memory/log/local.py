@@ -35,12 +35,12 @@ from dataclasses import dataclass
 import lmdb
 import msgspec
 
-from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic
+from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic, WriteTimeout
 from ..lmdb_env import SharedEnvironments
 from .lifecycle import LogLifecycle
-from .naming import validate_outgoing, validate_partitions, validate_topic
+from .naming import validate_outgoing, validate_partitions, validate_timeout, validate_topic
 from .partitioner import partition_for
-from .port import Appended, LogRecord, OutgoingRecord, TopicInfo
+from .port import DEFAULT_MAX_RECORD_BYTES, Appended, LogRecord, OutgoingRecord, TopicInfo
 
 __all__ = ["LocalLog", "LocalLogConfig"]
 
@@ -55,13 +55,21 @@ class LocalLogConfig:
     ``map_size`` is the largest the environment may grow to (sparse on disk);
     ``poll_interval_s`` is how often a following reader checks for records written
     by other processes (records written in this process wake it at once);
-    ``max_group_records`` caps how many records one group commit carries.
+    ``max_group_records`` caps how many records one group commit carries;
+    ``max_record_bytes`` is the largest record (key, value, headers) an append takes;
+    ``write_timeout_s`` is how long an append may wait for its commit before it raises
+    `WriteTimeout` (None: no limit). With ``create=False`` a folder that holds no log
+    is refused with `LogUnavailable` instead of made: readers pass it, so a mistyped
+    path creates nothing.
     """
 
     map_size: int = 64 << 30
     poll_interval_s: float = 0.05
     max_group_records: int = 50_000
     sync: bool = True
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    write_timeout_s: float | None = 30.0
+    create: bool = True
 
 
 class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
@@ -103,6 +111,7 @@ class LocalLog(LogLifecycle):
     def __init__(self, path: str | os.PathLike[str], config: LocalLogConfig | None = None):
         self._path = os.path.realpath(os.fspath(path))
         self._config = config or LocalLogConfig()
+        validate_timeout(self._config.write_timeout_s, "write_timeout_s")
         self._env: lmdb.Environment | None = None
         self._dbs: dict = {}
         self._queue: asyncio.Queue[_AppendRequest | None] | None = None
@@ -130,6 +139,11 @@ class LocalLog(LogLifecycle):
 
     async def _open(self) -> None:
         """Open the environment and start the group-commit writer."""
+        if not self._config.create and not os.path.isfile(os.path.join(self._path, "data.mdb")):
+            raise LogUnavailable(
+                f"there is no log at {self._path}; check the path in the URL (a read never "
+                "creates a log; the first write does)"
+            )
         try:
             self._env, self._dbs = SharedEnvironments.acquire(
                 self._path,
@@ -200,6 +214,13 @@ class LocalLog(LogLifecycle):
                         f"topic {topic!r} exists with {meta.partitions} partitions, not "
                         f"{partitions}; use the existing count or delete the topic first"
                     )
+                if meta.retention_s != retention_s:
+                    kept = "forever" if meta.retention_s is None else f"{meta.retention_s:g}s"
+                    raise TopicConflict(
+                        f"topic {topic!r} exists with retention {kept}, not "
+                        f"{'forever' if retention_s is None else f'{retention_s:g}s'}; pass "
+                        "its retention, or delete the topic first"
+                    )
                 return self._info(topic, meta)
             counter = txn.get(_NEXT_TOPIC_NUMBER, db=self._dbs["topics"])
             number = int(counter) if counter is not None else 1
@@ -255,13 +276,22 @@ class LocalLog(LogLifecycle):
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
         self._require_started()
-        validate_outgoing(records)
+        validate_outgoing(records, self._config.max_record_bytes)
         if not records:
             return []
         assert self._queue is not None
         future: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
         await self._queue.put(_AppendRequest(topic, list(records), future))
-        return await future
+        try:
+            async with asyncio.timeout(self._config.write_timeout_s):
+                # Shielded: a commit already under way finishes even when we stop waiting.
+                return await asyncio.shield(future)
+        except TimeoutError:
+            raise WriteTimeout(
+                f"the local log at {self._path} did not commit the append within "
+                f"{self._config.write_timeout_s}s; it may or may not have landed: read before "
+                "writing it again"
+            ) from None
 
     async def _run_write(self, fn, *args):
         """Run a write transaction on the writer thread, where LMDB's write lock lives."""
@@ -350,7 +380,9 @@ class LocalLog(LogLifecycle):
                         db=records_db,
                     )
                     head[0], head[1] = offset + 1, append_time
-                    receipts.append(Appended(request.topic, partition, offset, append_time))
+                    receipts.append(
+                        Appended(request.topic, partition, offset, append_time, meta.generation)
+                    )
                 results.append(receipts)
             for meta in metas.values():
                 if isinstance(meta, _TopicMeta) and meta.retention_s is not None:
@@ -443,8 +475,11 @@ class LocalLog(LogLifecycle):
                 if until is not None and not follow:
                     # Records below `until` are gone (retention or a deleted topic).
                     return
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancel that races the wake-up, and a cancelled folder would never stop.
                 try:
-                    await asyncio.wait_for(wake.wait(), self._config.poll_interval_s)
+                    async with asyncio.timeout(self._config.poll_interval_s):
+                        await wake.wait()
                 except TimeoutError:
                     pass
 

@@ -6,10 +6,10 @@ import math
 import re
 from collections.abc import Sequence
 
-from ..errors import InvalidInput, InvalidName, InvalidRecord
-from .port import OutgoingRecord
+from ..errors import InvalidInput, InvalidName, InvalidRecord, RecordTooLarge
+from .port import OutgoingRecord, record_size
 
-__all__ = ["validate_outgoing", "validate_partitions", "validate_topic"]
+__all__ = ["validate_outgoing", "validate_partitions", "validate_timeout", "validate_topic"]
 
 # Kafka's own rule, applied to the local log too so a topic name works on both.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -40,9 +40,20 @@ def validate_partitions(partitions: int, retention_s: float | None) -> None:
         )
 
 
-def validate_outgoing(records: Sequence[OutgoingRecord]) -> None:
-    """Refuse a batch with any record a log could not store faithfully, before anything
-    is written (msgspec Structs do not check field types when built)."""
+def validate_timeout(seconds: float | None, what: str) -> None:
+    if seconds is not None and (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise InvalidInput(f"{what} is a positive number of seconds or None, got {seconds!r}")
+
+
+def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) -> None:
+    """Refuse a batch with any record a log could not store faithfully, or one larger
+    than ``max_record_bytes``, before anything is written (msgspec Structs do not check
+    field types when built)."""
     for index, record in enumerate(records):
         where = f"record {index}"
         if not isinstance(record, OutgoingRecord):
@@ -67,3 +78,9 @@ def validate_outgoing(records: Sequence[OutgoingRecord]) -> None:
                 or not isinstance(header[1], bytes)
             ):
                 raise InvalidRecord(f"{where}: a header is a (str, bytes) pair, got {header!r}")
+        size = record_size(record)
+        if size > max_record_bytes:
+            raise RecordTooLarge(
+                f"{where} is {size} bytes (key, value and headers), over the "
+                f"{max_record_bytes} bytes this log takes; nothing was written"
+            )

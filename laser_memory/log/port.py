@@ -19,13 +19,19 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 __all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
     "Appended",
     "Log",
     "LogRecord",
     "OutgoingRecord",
     "Position",
     "TopicInfo",
+    "record_size",
 ]
+
+#: The largest record (key, value and headers) either log takes unless configured
+#: otherwise; Kafka topics are created to hold records this large.
+DEFAULT_MAX_RECORD_BYTES = 2 << 20
 
 
 class Position(msgspec.Struct, frozen=True, order=True):
@@ -45,13 +51,24 @@ class OutgoingRecord(msgspec.Struct, frozen=True):
     partition: int | None = None
 
 
+def record_size(record: OutgoingRecord) -> int:
+    """The bytes a record carries: key, value and headers (names and values)."""
+    size = len(record.value) + (len(record.key) if record.key is not None else 0)
+    for name, value in record.headers:
+        size += len(name.encode("utf-8", "surrogatepass")) + len(value)
+    return size
+
+
 class Appended(msgspec.Struct, frozen=True):
-    """What an append returns for one record: its position and its append time."""
+    """What an append returns for one record: its position, its append time, and the
+    generation of the topic it went to (so a receipt from a topic that was since deleted
+    and created again is told apart)."""
 
     topic: str
     partition: int
     offset: int
     append_time_ms: int
+    generation: str = ""
 
     @property
     def position(self) -> Position:
