@@ -3,10 +3,20 @@
 ``laser-memory serve --view PATH`` serves, JSON in and out:
 
 - ``GET /v1/recall?namespace=NS`` with any of ``tenant conversation agent user
-  application kind text strategy limit``
+  application kind text strategy limit`` (``limit`` at most `MAX_LIMIT`)
 - ``GET /v1/fetch?namespace=NS&key=K[&tenant=&version=]`` (404 when absent)
 - ``GET /v1/history?namespace=NS&(id=ID|key=K)[&tenant=]``
 - ``GET /v1/stats``
+
+Bad input is a 400, an absent named item a 404, a view that cannot be read a
+503. LMDB reads run on worker threads, at most ``max_concurrent_reads`` at a
+time, so a burst of heavy recalls never holds the event loop: other requests
+are still answered meanwhile.
+
+`ConnectionGuard` keeps the server answering under a flood of connections
+that never finish their request: it bounds the open connections, closes one
+that has not sent its request headers within ``header_timeout_s``, and when
+full makes room by closing the oldest connection still waiting for headers.
 
 Every handler receives the caller's `Principal`. Today every caller is the
 anonymous principal; authentication and grants come later and will only have
@@ -15,7 +25,10 @@ to replace `authenticate` and check the principal where it is passed.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +38,21 @@ from aiohttp import web
 
 from laser_memory.errors import InvalidInput, LaserError
 from laser_memory.ids import MemoryId
+from laser_memory.recall import MAX_LIMIT
 
 from .state import ItemFilter
 from .view import MemoryView
 
-__all__ = ["Principal", "ViewServer", "make_app"]
+__all__ = [
+    "ConnectionGuard",
+    "Principal",
+    "ServerConfig",
+    "ViewServer",
+    "make_app",
+    "serve_view",
+]
+
+_MAX_VERSION = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +60,16 @@ class Principal:
     """Who is asking. ``anonymous`` until authentication lands."""
 
     name: str = "anonymous"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Limits of the HTTP server. Seconds are floats."""
+
+    max_concurrent_reads: int = 4
+    max_connections: int = 512
+    header_timeout_s: float = 5.0
+    keepalive_timeout_s: float = 15.0
 
 
 Authenticate = Callable[[web.Request], Awaitable[Principal]]
@@ -47,8 +80,11 @@ async def authenticate(request: web.Request) -> Principal:
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
+    # allow_nan=False: strict JSON parsers reject NaN and Infinity, so never send them.
     return web.Response(
-        text=json.dumps(data, ensure_ascii=False), status=status, content_type="application/json"
+        text=json.dumps(data, ensure_ascii=False, allow_nan=False),
+        status=status,
+        content_type="application/json",
     )
 
 
@@ -56,12 +92,36 @@ def _error(status: int, exc: Exception) -> web.Response:
     return _json({"error": type(exc).__name__, "message": str(exc)}, status)
 
 
+def _whole_number(request: web.Request, name: str, low: int, high: int) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        number = int(raw)
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise InvalidInput(f"{name} must be a whole number from {low} to {high}, got {raw!r}")
+    return number
+
+
 class ViewServer:
     """Request handlers over one view; each takes the principal and the query."""
 
-    def __init__(self, view: MemoryView, auth: Authenticate = authenticate) -> None:
+    def __init__(
+        self,
+        view: MemoryView,
+        auth: Authenticate = authenticate,
+        config: ServerConfig | None = None,
+    ) -> None:
         self._view = view
         self._auth = auth
+        self._config = config or ServerConfig()
+        self._reads = asyncio.Semaphore(self._config.max_concurrent_reads)
+
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        async with self._reads:
+            return await asyncio.to_thread(fn, *args, **kwargs)
 
     @staticmethod
     def _arg(request: web.Request, name: str, *, required: bool = False) -> str | None:
@@ -83,31 +143,24 @@ class ViewServer:
 
     async def recall(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._arg(request, "namespace", required=True)
-        try:
-            limit = int(request.query.get("limit", "50"))
-        except ValueError:
-            raise InvalidInput(
-                f"limit must be a whole number, got {request.query['limit']!r}"
-            ) from None
-        items = self._view.recall(
+        limit = _whole_number(request, "limit", 0, MAX_LIMIT)
+        items = await self._off_loop(
+            self._view.recall,
             namespace,
             self._where(request),
             strategy=request.query.get("strategy", "auto"),
             text=self._arg(request, "text"),
-            limit=limit,
+            limit=50 if limit is None else limit,
         )
         return _json([item.to_json() for item in items])
 
     async def fetch(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._arg(request, "namespace", required=True)
         key = self._arg(request, "key", required=True)
-        version = request.query.get("version")
-        try:
-            number = int(version) if version is not None else None
-        except ValueError:
-            raise InvalidInput(f"version must be a whole number, got {version!r}") from None
-        item = self._view.fetch(
-            namespace, key, tenant=request.query.get("tenant", ""), version=number
+        version = _whole_number(request, "version", 1, _MAX_VERSION)
+        tenant = request.query.get("tenant", "")
+        item = await self._off_loop(
+            self._view.fetch, namespace, key, tenant=tenant, version=version
         )
         if item is None:
             return _json({"error": "NotFound", "message": f"no named item {key!r}"}, 404)
@@ -125,16 +178,21 @@ class ViewServer:
         namespace = self._arg(request, "namespace", required=True)
         tenant = request.query.get("tenant", "")
         if "id" in request.query:
-            entries = self._view.item_history(
-                namespace, MemoryId.parse(request.query["id"]).bytes, tenant=tenant
+            raw_id = MemoryId.parse(request.query["id"]).bytes
+            entries = await self._off_loop(
+                self._view.item_history, namespace, raw_id, tenant=tenant
             )
         else:
             key = self._arg(request, "key", required=True)
-            entries = self._view.named_history(namespace, key, tenant=tenant)
+            entries = await self._off_loop(
+                self._view.named_history, namespace, key, tenant=tenant
+            )
         return _json([entry.to_json() for entry in entries])
 
     async def stats(self, principal: Principal, request: web.Request) -> web.Response:
-        return _json(msgspec.to_builtins(self._view.stats()))
+        # Not behind the read limit: an operator's stats answer while recalls queue.
+        stats = await asyncio.to_thread(self._view.stats)
+        return _json(msgspec.to_builtins(stats))
 
     def route(self, handler: Callable[[Principal, web.Request], Awaitable[web.Response]]):
         async def serve(request: web.Request) -> web.Response:
@@ -149,12 +207,161 @@ class ViewServer:
         return serve
 
 
-def make_app(view: MemoryView, auth: Authenticate = authenticate) -> web.Application:
+def make_app(
+    view: MemoryView, auth: Authenticate = authenticate, config: ServerConfig | None = None
+) -> web.Application:
     """The aiohttp application serving ``view``."""
-    server = ViewServer(view, auth)
+    server = ViewServer(view, auth, config)
     app = web.Application()
     app.router.add_get("/v1/recall", server.route(server.recall))
     app.router.add_get("/v1/fetch", server.route(server.fetch))
     app.router.add_get("/v1/history", server.route(server.history))
     app.router.add_get("/v1/stats", server.route(server.stats))
     return app
+
+
+class _GuardedProtocol(asyncio.Protocol):
+    """Passes everything to aiohttp's protocol and notes when request headers arrived."""
+
+    def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
+        self._inner = inner
+        self._guard = guard
+        self._head = b""
+        self.headers_seen = False
+        self.opened = time.monotonic()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._guard._opened(self)
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.headers_seen:
+            self._head = (self._head + data)[-4096:]
+            if b"\r\n\r\n" in self._head:
+                self.headers_seen = True
+                self._head = b""
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._guard._closed(self)
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class ConnectionGuard:
+    """Wraps a protocol factory to bound connections and drop slow header senders."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], config: ServerConfig) -> None:
+        self._factory = factory
+        self._config = config
+        self._open: dict[_GuardedProtocol, None] = {}  # insertion order: oldest first
+        self.dropped = 0
+
+    def __call__(self) -> asyncio.Protocol:
+        return _GuardedProtocol(self._factory(), self)
+
+    def _opened(self, conn: _GuardedProtocol) -> None:
+        if len(self._open) >= self._config.max_connections:
+            victim = next((c for c in self._open if not c.headers_seen), None)
+            if victim is None:
+                # Every slot serves a request: the newcomer waits for none of them.
+                self.dropped += 1
+                conn.abort()
+                return
+            self._drop(victim)
+        self._open[conn] = None
+
+    def _closed(self, conn: _GuardedProtocol) -> None:
+        self._open.pop(conn, None)
+
+    def _drop(self, conn: _GuardedProtocol) -> None:
+        self._open.pop(conn, None)
+        self.dropped += 1
+        conn.abort()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    async def reap(self) -> None:
+        """Close connections that sent no complete request headers in time; runs until
+        cancelled."""
+        while True:
+            await asyncio.sleep(min(1.0, self._config.header_timeout_s / 2))
+            cutoff = time.monotonic() - self._config.header_timeout_s
+            for conn in [c for c in self._open if not c.headers_seen and c.opened < cutoff]:
+                self._drop(conn)
+
+
+class _RepeatFilter(logging.Filter):
+    """Lets one record of each message through per second and counts the rest, so an
+    error that repeats at every accept (for example 'Too many open files') cannot fill
+    the disk with log lines."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        super().__init__()
+        self._interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.msg}"
+        now = time.monotonic()
+        if now - self._last.get(key, -1e9) < self._interval_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        skipped = self._suppressed.pop(key, 0)
+        if skipped:
+            record.msg = f"{record.msg} (and {skipped} more like it)"
+        return True
+
+
+async def serve_view(
+    view: MemoryView,
+    host: str,
+    port: int,
+    *,
+    config: ServerConfig | None = None,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``view`` on host:port until cancelled, behind a `ConnectionGuard`."""
+    config = config or ServerConfig()
+    repeat = _RepeatFilter()
+    for name in ("asyncio", "aiohttp.server", "aiohttp.access"):
+        logging.getLogger(name).addFilter(repeat)
+    runner = web.AppRunner(
+        make_app(view, config=config),
+        access_log=None,
+        keepalive_timeout=config.keepalive_timeout_s,
+    )
+    await runner.setup()
+    try:
+        assert runner.server is not None
+        guard = ConnectionGuard(runner.server, config)
+        server = await asyncio.get_running_loop().create_server(
+            guard, host, port, backlog=1024, reuse_address=True
+        )
+        async with server, asyncio.TaskGroup() as tasks:
+            tasks.create_task(guard.reap(), name="laser-http-reaper")
+            if ready is not None:
+                ready(f"serving {view.path} on http://{host}:{port}")
+            await server.serve_forever()
+    finally:
+        await runner.cleanup()
+        for name in ("asyncio", "aiohttp.server", "aiohttp.access"):
+            logging.getLogger(name).removeFilter(repeat)

@@ -24,18 +24,19 @@ import msgspec
 
 from folders.replay import replay as replay_log
 from folders.replay import to_millis
-from folders.service import ViewFolder
+from folders.service import FolderConfig, ViewFolder
 from folders.state import history_entry
 from folders.view import MemoryView
 
 from . import connect
 from .errors import LaserError, UnknownTopic
-from .ids import MemoryId
+from .named import load_json
+from .ids import MemoryId, validate_name
 from .items import MemoryItem
 from .kinds import MemoryKind
 from .log import DEFAULT_URL
 from .memory import MemoryHandle, Receipt
-from .recall import STRATEGIES
+from .recall import MAX_LIMIT, STRATEGIES
 from .records import Feedback, Forget, Remember
 
 
@@ -82,8 +83,19 @@ def _scope_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _Session:
-    def __init__(self, url: str, stream: str | None, namespace: str, view: str | None = None):
-        self.laser = connect(url, stream=stream, view=view)
+    """A connection and a handle for one command. Reads pass ``read=True``: they never
+    create a log (a mistyped --url says there is none)."""
+
+    def __init__(
+        self,
+        url: str,
+        stream: str | None,
+        namespace: str,
+        view: str | None = None,
+        *,
+        read: bool = False,
+    ):
+        self.laser = connect(url, stream=stream, view=view, create=not read)
         self.namespace = namespace
 
     async def __aenter__(self) -> MemoryHandle:
@@ -197,7 +209,7 @@ async def remember(
 @click.option("--kind", default=None, type=click.Choice([k.value for k in MemoryKind]))
 @click.option("--text", default=None, help="Keep items sharing a word with this text.")
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(STRATEGIES))
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=0))
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(0, MAX_LIMIT))
 @_run
 async def recall(
     url,
@@ -216,7 +228,7 @@ async def recall(
     limit,
 ) -> None:
     """Recall items in scope: from the managed view with --view, else folded from the log."""
-    async with _Session(url, stream, namespace, view) as memory:
+    async with _Session(url, stream, namespace, view, read=True) as memory:
         items = await memory.recall(
             conversation=conversation,
             agent=agent,
@@ -231,7 +243,8 @@ async def recall(
     _print_items(items, as_json)
 
 
-@main.command()
+# ignore_unknown_options: a negative WEIGHT such as -1.5 is an argument, not an option.
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("id")
 @click.argument("weight", type=float)
 @_connection_options
@@ -260,9 +273,9 @@ async def forget(id, url, stream, namespace, as_json, view, conversation, tenant
 
 def _parse_json(value: str, what: str) -> Any:
     try:
-        return json.loads(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
+        return load_json(value, what)
+    except LaserError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @main.command(name="set")
@@ -272,13 +285,10 @@ def _parse_json(value: str, what: str) -> Any:
 @click.option("--tenant", default="")
 @_run
 async def set_(key, body, url, stream, namespace, as_json, view, tenant) -> None:
-    """Set named item KEY to BODY (JSON, or plain text)."""
-    try:
-        value: Any = json.loads(body)
-        if not isinstance(value, dict | list):
-            value = body
-    except ValueError:
-        value = body
+    """Set named item KEY to BODY (a JSON object or array, or plain text)."""
+    value: Any = body
+    if body.lstrip()[:1] in ("{", "["):
+        value = _parse_json(body, "BODY")
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.set(key, value, tenant=tenant)
     _print_write(as_json, receipt, key=key)
@@ -297,7 +307,7 @@ async def set_(key, body, url, stream, namespace, as_json, view, tenant) -> None
 @_run
 async def fetch(key, url, stream, namespace, as_json, view, tenant, version) -> None:
     """Print named item KEY (exit code 1 if absent)."""
-    async with _Session(url, stream, namespace, view) as memory:
+    async with _Session(url, stream, namespace, view, read=True) as memory:
         item = await memory.fetch(key, tenant=tenant, version=version)
     if item is None:
         if as_json:
@@ -306,7 +316,7 @@ async def fetch(key, url, stream, namespace, as_json, view, tenant, version) -> 
     if as_json:
         try:
             body: Any = item.json()
-        except ValueError:
+        except LaserError:
             body = item.text
         click.echo(json.dumps({"key": key, "body": body, "version": item.version}))
     else:
@@ -357,6 +367,16 @@ def _view_option(required: bool = True) -> Callable[..., Any]:
     )
 
 
+def _map_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--map-size",
+        default=FolderConfig().map_size,
+        show_default=True,
+        type=click.IntRange(min=1 << 20),
+        help="Most bytes the view may hold (sparse on disk); raise it when the view is full.",
+    )(fn)
+
+
 @main.command()
 @_topic_options
 @_view_option()
@@ -368,16 +388,17 @@ def _view_option(required: bool = True) -> Callable[..., Any]:
     type=float,
     help="Seconds between status lines on stderr (0: none).",
 )
+@_map_size_option
 @_run
-async def fold(url, stream, topic, view, exit_when_caught_up, status_every) -> None:
+async def fold(url, stream, topic, view, exit_when_caught_up, status_every, map_size) -> None:
     """Run a folder: keep the managed view at --view current from the memory topic."""
-    async with connect(url, stream=stream) as laser:
+    async with connect(url, stream=stream, create=False) as laser:
         topic = topic or laser.memory_topic_name
         if not await _topic_exists(laser, topic):
             raise click.ClickException(
                 f"topic {topic!r} does not exist yet; write to it or run 'laser-memory bootstrap'"
             )
-        folder = ViewFolder(laser.log, topic, view)
+        folder = ViewFolder(laser.log, topic, view, FolderConfig(map_size=map_size))
         click.echo(f"folding {topic} from {laser.log.url} into {view}", err=True)
         last_status = time.monotonic()
 
@@ -392,21 +413,22 @@ async def fold(url, stream, topic, view, exit_when_caught_up, status_every) -> N
 
 
 async def _topic_exists(laser, topic: str) -> bool:
+    """Whether the topic exists; reading commands never create it."""
     try:
         await laser.log.describe_topic(topic)
     except UnknownTopic:
-        if not await laser._create_missing_topic(topic):
-            return False
+        return False
     return True
 
 
 @main.command()
 @_topic_options
 @_view_option()
+@_map_size_option
 @_run
-async def rebuild(url, stream, topic, view) -> None:
+async def rebuild(url, stream, topic, view, map_size) -> None:
     """Empty the view at --view and fold the whole topic into it again, with progress."""
-    async with connect(url, stream=stream) as laser:
+    async with connect(url, stream=stream, create=False) as laser:
         topic = topic or laser.memory_topic_name
         if not await _topic_exists(laser, topic):
             raise click.ClickException(f"topic {topic!r} does not exist")
@@ -419,9 +441,9 @@ async def rebuild(url, stream, topic, view) -> None:
                 bar.update(folded - done)
                 done = folded
 
-            folded = await ViewFolder(laser.log, topic, view).run(
-                until_caught_up=True, rebuild=True, on_progress=progress
-            )
+            folded = await ViewFolder(
+                laser.log, topic, view, FolderConfig(map_size=map_size)
+            ).run(until_caught_up=True, rebuild=True, on_progress=progress)
         click.echo(f"rebuilt {view} from {folded} records", err=True)
 
 
@@ -431,7 +453,7 @@ async def rebuild(url, stream, topic, view) -> None:
 def stats(view: str, as_json: bool) -> None:
     """Show a view's watermark, item counts and set-aside records."""
     try:
-        with MemoryView.open(view) as opened:
+        with MemoryView.open(view, create=False) as opened:
             result = opened.stats()
     except LaserError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
@@ -455,12 +477,17 @@ def stats(view: str, as_json: bool) -> None:
 @click.option("--port", default=8765, show_default=True, type=int)
 def serve(view: str, host: str, port: int) -> None:
     """Serve the view read-only over HTTP (recall, fetch, history, stats)."""
-    from aiohttp import web
+    from folders.http import serve_view
 
-    from folders.http import make_app
-
-    with MemoryView.open(view) as opened:
-        web.run_app(make_app(opened), host=host, port=port, print=lambda m: click.echo(m, err=True))
+    try:
+        opened = MemoryView.open(view, create=False)
+    except LaserError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    with opened:
+        try:
+            asyncio.run(serve_view(opened, host, port, ready=lambda m: click.echo(m, err=True)))
+        except KeyboardInterrupt:
+            pass
 
 
 def _print_history(entries, as_json: bool) -> None:
@@ -494,7 +521,7 @@ def _format_ms(millis: int) -> str:
 @_run
 async def audit(target, url, stream, namespace, as_json, view, tenant, is_key) -> None:
     """Every record that touched item TARGET (or named item, with --key)."""
-    async with _Session(url, stream, namespace, view) as memory:
+    async with _Session(url, stream, namespace, view, read=True) as memory:
         what = target if is_key else MemoryId.parse(target)
         entries = await memory.history(what, tenant=tenant)
     _print_history(entries, as_json)
@@ -503,7 +530,7 @@ async def audit(target, url, stream, namespace, as_json, view, tenant, is_key) -
 def _moment(value: str | None) -> int | None:
     if value is None:
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return int(value)
     try:
         return to_millis(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
@@ -517,17 +544,30 @@ def _moment(value: str | None) -> int | None:
 @_connection_options
 @click.option("--since", default=None, help="ISO time or epoch milliseconds (inclusive).")
 @click.option("--until", default=None, help="ISO time or epoch milliseconds (inclusive).")
+@click.option("--tenant", default="", help="The tenant whose records to print (default '').")
+@click.option(
+    "--all-tenants",
+    is_flag=True,
+    help="Operators only: print every tenant's records, and records nobody can read.",
+)
 @_run
-async def replay(url, stream, namespace, as_json, view, since, until) -> None:
-    """Print a namespace's records from the log, in order (append time, partition, offset)."""
+async def replay(
+    url, stream, namespace, as_json, view, since, until, tenant, all_tenants
+) -> None:
+    """Print a tenant's records of a namespace from the log, in order (append time,
+    partition, offset)."""
     since_ms, until_ms = _moment(since), _moment(until)
-    async with _Session(url, stream, namespace) as memory:
+    if all_tenants and tenant:
+        raise click.UsageError("--tenant and --all-tenants exclude each other")
+    validate_name(tenant, "tenant", allow_empty=True)
+    async with _Session(url, stream, namespace, read=True) as memory:
         if not await _topic_exists(memory._laser, memory.topic):
             raise click.ClickException(f"topic {memory.topic!r} does not exist")
         records = await replay_log(
             memory._laser.log,
             memory.topic,
             namespace=memory.namespace,
+            tenant=None if all_tenants else tenant,
             since_ms=since_ms,
             until_ms=until_ms,
         )

@@ -72,7 +72,8 @@ class Laser:
                 "(and run 'laser-memory fold --view PATH'), or use folded=True"
             )
         if self._view is None:
-            self._view = MemoryView.open(self.view_path)
+            # A reader never creates a view: a mistyped path says so instead.
+            self._view = MemoryView.open(self.view_path, create=False)
         return self._view
 
     @property
@@ -160,17 +161,19 @@ def connect(
     stream: str | None = None,
     config: MemoryConfig | None = None,
     view: str | os.PathLike[str] | None = None,
+    create: bool = True,
 ) -> Laser:
     """Connect to the log a URL names: ``local://PATH`` (the default,
     ``$LASER_URL`` or ``local://./laser-data``) or ``kafka://host:port[,host:port]``.
     With ``view=PATH`` (default ``$LASER_VIEW``), recall and fetch read the managed view
-    a folder keeps at PATH.
+    a folder keeps at PATH. With ``create=False`` an embedded log that does not exist
+    is an error (`LogUnavailable`) rather than created: use it for read-only work.
 
     >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
     ...     await laser.bootstrap(partitions=8)
     """
     return Laser(
-        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL),
+        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL, create=create),
         stream=stream,
         config=config,
         view=view if view is not None else os.environ.get("LASER_VIEW") or None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 import msgspec
@@ -10,6 +9,7 @@ import msgspec
 from .ids import MemoryId
 from .kinds import MemoryKind
 from .log.port import Position
+from .named import load_json
 from .records import Origin, Producer
 from .scope import Lifetime, MemoryScope
 
@@ -108,8 +108,8 @@ class NamedItem(msgspec.Struct, frozen=True, kw_only=True):
         return self.body.decode("utf-8", "replace")
 
     def json(self) -> Any:
-        """The body parsed as JSON."""
-        return json.loads(self.body)
+        """The body parsed as strict JSON; raises `InvalidBody` if it is not JSON."""
+        return load_json(self.body)
 
 
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,6 +30,7 @@ from .errors import InvalidInput
 from .items import MemoryItem, Signal
 
 __all__ = [
+    "MAX_LIMIT",
     "RRF_K",
     "STRATEGIES",
     "estimate_tokens",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 STRATEGIES = ("auto", "recent", "keyword", "semantic", "hybrid")
+#: The most items one recall returns; page with filters for more.
+MAX_LIMIT = 1000
 RRF_K = 60
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -56,8 +59,10 @@ def validate_strategy(strategy: str) -> str:
 
 
 def validate_limit(limit: int) -> int:
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise InvalidInput(f"limit must be a whole number of items, 0 or more, got {limit!r}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_LIMIT:
+        raise InvalidInput(
+            f"limit must be a whole number of items from 0 to {MAX_LIMIT}, got {limit!r}"
+        )
     return limit
 
 

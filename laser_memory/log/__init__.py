@@ -62,9 +62,11 @@ def parse_url(url: str) -> tuple[str, str]:
     )
 
 
-def connect_log(url: str = DEFAULT_URL) -> Log:
-    """Make the log a URL names; start it with ``await log.start()`` or ``async with``."""
+def connect_log(url: str = DEFAULT_URL, *, create: bool = True) -> Log:
+    """Make the log a URL names; start it with ``await log.start()`` or ``async with``.
+    With ``create=False`` an embedded log that does not exist yet is refused on start
+    (`LogUnavailable`) instead of created: a read never creates anything."""
     kind, where = parse_url(url)
     if kind == "local":
-        return LocalLog(where)
+        return LocalLog(where, LocalLogConfig(create=create))
     return KafkaLog(KafkaLogConfig(bootstrap_servers=where))
