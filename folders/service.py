@@ -154,9 +154,14 @@ class ViewFolder:
                     if on_progress is not None:
                         on_progress(folded, view.watermark())
 
-            async with asyncio.TaskGroup() as group:
-                group.create_task(read(), name="laser-folder-read")
-                group.create_task(write(), name="laser-folder-write")
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(read(), name="laser-folder-read")
+                    group.create_task(write(), name="laser-folder-write")
+            except BaseExceptionGroup as failed:
+                # One task failing cancels the other: raise its error as itself, so a
+                # caller catches the LaserError it expects, not a group.
+                raise failed.exceptions[0] from None
             return folded
         finally:
             view.close()

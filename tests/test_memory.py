@@ -391,6 +391,13 @@ async def test_two_writers_updating_one_key_both_apply(laser: lm.Laser):
 # -- bad input writes nothing -------------------------------------------------------------
 
 
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
     return await laser.log.end_offsets(laser.memory_topic_name)
 
@@ -399,7 +406,28 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
     ("call", "error"),
     [
         (lambda m: m.remember(""), lm.EmptyBody),
-        (lambda m: m.remember(b"x" * (1 << 20 + 1)), lm.BodyTooLarge),
+        (lambda m: m.remember(b"x" * ((1 << 20) + 1)), lm.BodyTooLarge),
+        (lambda m: m.remember("lone \ud800 surrogate"), lm.InvalidBody),
+        (lambda m: m.remember("x", embedding=[0.5] * 2_000_000), lm.RecordTooLarge),
+        (lambda m: m.remember("x", producer={"name": "p", "version": "v" * 5_000_000}), lm.InvalidName),
+        (lambda m: m.remember("x", origin={"topic": "t" * 5_000_000, "partition": 0, "offset": 0}), lm.InvalidName),
+        (lambda m: m.remember("x", origin={"topic": "t", "partition": 2**70, "offset": 0}), lm.InvalidInput),
+        (lambda m: m.remember("x", origin={"topic": "t", "partition": 0, "offset": -1}), lm.InvalidInput),
+        (lambda m: m.improve(lm.MemoryId.new(), 10**400), lm.InvalidWeight),
+        (lambda m: m.improve(lm.MemoryId.new(), 1e308), lm.InvalidWeight),
+        (lambda m: m.set("k", "\udcff"), lm.InvalidBody),
+        (lambda m: m.set("k", {"a": float("nan")}), lm.InvalidBody),
+        (lambda m: m.set("k", "[" * 5000 + "]" * 5000), lm.InvalidBody),
+        (lambda m: m.set("k", _nested(5000)), lm.InvalidBody),
+        (lambda m: m.update("k", "{\"a\":" * 5000 + "1" + "}" * 5000), lm.InvalidPatch),
+        (lambda m: m.update("k", _nested(5000)), lm.InvalidPatch),
+        (lambda m: m.update("k", '{"a": NaN}'), lm.InvalidPatch),
+        (lambda m: m.update("k", {"a": "\ud800"}), lm.InvalidPatch),
+        (lambda m: m.remember_many(["small-a", {"body": "x", "embedding": [0.5] * 400_000}, "small-b"]), lm.RecordTooLarge),
+        (lambda m: m.as_of(float("nan")), lm.InvalidInput),
+        (lambda m: m.as_of(float("inf")), lm.InvalidInput),
+        (lambda m: m.as_of(10**30), lm.InvalidInput),
+        (lambda m: m.recall(limit=10**12), lm.InvalidInput),
         (lambda m: m.remember(42), lm.InvalidBody),
         (lambda m: m.remember("x", kind="facts"), lm.UnknownKind),
         (lambda m: m.remember("x", conversation=""), lm.InvalidName),
@@ -437,6 +465,29 @@ async def test_bad_namespace_is_refused(laser: lm.Laser):
     for bad in ("", "a\x00b", "n" * 300):
         with pytest.raises(lm.InvalidName):
             laser.memory(bad)
+
+
+async def test_a_body_at_the_limit_is_taken_one_byte_over_is_not(laser: lm.Laser):
+    memory = laser.memory("notes")
+    at_limit = await memory.remember(b"x" * (1 << 20))
+    with pytest.raises(lm.BodyTooLarge):
+        await memory.remember(b"x" * ((1 << 20) + 1))
+    # The same partition keeps taking writes after a refused one (on Kafka a refused batch
+    # used to poison the idempotent producer's partition).
+    after = await memory.remember("small", conversation=None)
+    assert after.receipt.partition == at_limit.receipt.partition
+    assert [i.id for i in await memory.recall(strategy="recent")] == [after, at_limit]
+
+
+async def test_a_named_body_cannot_outgrow_the_limit_through_patches(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.set("k", {"a": "x" * 600_000})
+    before = await _end_offsets(laser)
+    with pytest.raises(lm.BodyTooLarge, match="after this patch"):
+        await memory.update("k", {"b": "y" * 600_000})
+    assert await _end_offsets(laser) == before
+    await memory.update("k", {"a": None, "b": "y" * 600_000})
+    assert set((await memory.fetch("k")).json()) == {"b"}
 
 
 def test_body_limit_is_configurable(tmp_path):
