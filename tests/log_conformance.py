@@ -13,7 +13,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from laser_memory.errors import InvalidRecord, LogClosed, TopicConflict, UnknownTopic
+from laser_memory.errors import (
+    InvalidRecord,
+    LogClosed,
+    RecordTooLarge,
+    TopicConflict,
+    UnknownTopic,
+)
 from laser_memory.log import Log, LogRecord, OutgoingRecord, connect_log, partition_for
 
 
@@ -233,6 +239,32 @@ class LogConformance:
         assert await log.create_topic(topic_name, partitions=3, retention_s=3600) == info
         with pytest.raises(TopicConflict, match="3 partitions"):
             await log.create_topic(topic_name, partitions=5)
+        # Records of a topic kept an hour must never silently become a topic kept forever,
+        # nor the other way round.
+        with pytest.raises(TopicConflict, match="retention 3600s"):
+            await log.create_topic(topic_name, partitions=3, retention_s=None)
+
+    async def test_the_largest_record_is_taken_a_larger_one_writes_nothing(
+        self, log: Log, topic_name: str
+    ):
+        from laser_memory.log.port import DEFAULT_MAX_RECORD_BYTES, record_size
+
+        await log.create_topic(topic_name, partitions=1)
+        largest = OutgoingRecord(b"x" * (DEFAULT_MAX_RECORD_BYTES - 20), key=b"k" * 20)
+        assert record_size(largest) == DEFAULT_MAX_RECORD_BYTES
+        [receipt] = await log.append_batch(topic_name, [largest])
+        over = OutgoingRecord(b"x" * (DEFAULT_MAX_RECORD_BYTES - 19), key=b"k" * 20)
+        with pytest.raises(RecordTooLarge, match="nothing was written"):
+            await log.append_batch(topic_name, [OutgoingRecord(b"small"), over])
+        # The partition keeps taking writes after a refused batch.
+        [after] = await log.append_batch(topic_name, [OutgoingRecord(b"after")])
+        assert after.offset == receipt.offset + 1
+        assert [r.value[:5] for r in await read_all(log, topic_name)] == [b"xxxxx", b"after"]
+
+    async def test_receipts_carry_the_topic_generation(self, log: Log, topic_name: str):
+        info = await log.create_topic(topic_name, partitions=2)
+        receipts = await log.append_batch(topic_name, [OutgoingRecord(b"a"), OutgoingRecord(b"b")])
+        assert {r.generation for r in receipts} == {info.generation}
 
     async def test_unknown_topic_is_a_clear_error(self, log: Log, topic_name: str):
         with pytest.raises(UnknownTopic, match=topic_name):

@@ -275,6 +275,9 @@ class KafkaLog(LogLifecycle):
                     f"topic {topic!r} exists with {info.partitions} partitions, not "
                     f"{partitions}; use the existing count or delete the topic first"
                 )
+            # An existing topic must stamp broker times (checked on learning it) and keep
+            # records as long as asked.
+            await self._settings(topic, fresh=True)
             if error_code == _TOPIC_ALREADY_EXISTS and _millis(info.retention_s) != _millis(
                 retention_s
             ):
@@ -284,7 +287,6 @@ class KafkaLog(LogLifecycle):
                     f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                     "--add-config retention.ms=..."
                 )
-            await self._settings(topic, fresh=True)
             return info
 
     async def _wait_visible(self, topic: str, deadline: float) -> TopicInfo:

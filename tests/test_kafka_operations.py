@@ -1,0 +1,234 @@
+"""Kafka as an operator expects it: existing topics are checked, a record too large for
+its topic is refused before sending, a refused batch never poisons later appends, every
+write has a deadline, and a broker killed during writes loses and duplicates nothing.
+
+The last two need a broker this module can pause and kill, so it starts its own with
+``docker/kafka-local`` (whatever broker the rest of the suite uses)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+import laser_memory as lm
+from laser_memory.log import KafkaLog, KafkaLogConfig, OutgoingRecord, connect_log
+from log_conformance import read_all
+
+pytestmark = pytest.mark.kafka
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "docker" / "kafka-local"
+
+
+@contextlib.asynccontextmanager
+async def admin(bootstrap: str):
+    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def _topic_config(bootstrap: str, topic: str, name: str) -> str:
+    async with admin(bootstrap) as client:
+        [described] = await client.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {name: None})]
+        )
+    return {entry[0]: entry[1] for entry in described.resources[0][4]}[name]
+
+
+async def test_bootstrap_refuses_a_topic_stamped_with_producer_clocks(kafka_bootstrap):
+    stream = f"s{os.urandom(5).hex()}"
+    async with admin(kafka_bootstrap) as client:
+        await client.create_topics(
+            [
+                NewTopic(
+                    f"{stream}.agent.memory",
+                    4,
+                    1,
+                    topic_configs={"message.timestamp.type": "CreateTime"},
+                )
+            ]
+        )
+    async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
+        with pytest.raises(lm.TopicConflict, match="LogAppendTime"):
+            await laser.bootstrap(partitions=4)
+        with pytest.raises(lm.TopicConflict, match="producer clocks"):
+            await laser.memory("notes").remember("would carry a producer's clock")
+
+
+async def test_topics_are_made_for_the_largest_record_and_acks_all(kafka_bootstrap, topic_name):
+    async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+        await log.create_topic(topic_name, partitions=1)
+    max_bytes = int(await _topic_config(kafka_bootstrap, topic_name, "max.message.bytes"))
+    assert max_bytes > 2 << 20
+    # One broker here: one copy, so at least one in sync (two of three on a real cluster).
+    assert await _topic_config(kafka_bootstrap, topic_name, "min.insync.replicas") == "1"
+
+
+async def test_a_record_too_large_for_its_topic_is_refused_before_sending(
+    kafka_bootstrap, topic_name
+):
+    async with admin(kafka_bootstrap) as client:
+        await client.create_topics(
+            [
+                NewTopic(
+                    topic_name,
+                    1,
+                    1,
+                    topic_configs={
+                        "message.timestamp.type": "LogAppendTime",
+                        "max.message.bytes": "100000",
+                    },
+                )
+            ]
+        )
+    async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+        await log.append(topic_name, OutgoingRecord(b"small"))
+        with pytest.raises(lm.RecordTooLarge, match="nothing was written"):
+            await log.append_batch(
+                topic_name, [OutgoingRecord(b"a"), OutgoingRecord(b"x" * 200_000)]
+            )
+        await log.append(topic_name, OutgoingRecord(b"still fine"))
+        assert [r.value for r in await read_all(log, topic_name)] == [b"small", b"still fine"]
+
+
+async def test_a_batch_the_broker_refuses_never_poisons_later_appends(
+    kafka_bootstrap, topic_name
+):
+    async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"before"))
+        # Shrink the topic's limit behind the log's back: the log still believes the
+        # larger one, so the broker is the one to refuse.
+        async with admin(kafka_bootstrap) as client:
+            await client.alter_configs(
+                [
+                    ConfigResource(
+                        ConfigResourceType.TOPIC,
+                        topic_name,
+                        # AlterConfigs replaces the topic's whole set: restate the rest.
+                        {
+                            "max.message.bytes": "50000",
+                            "message.timestamp.type": "LogAppendTime",
+                            "retention.ms": "-1",
+                        },
+                    )
+                ]
+            )
+        await asyncio.sleep(1.0)  # config changes reach the broker asynchronously
+        with pytest.raises(lm.LogUnavailable, match="refused"):
+            await log.append(topic_name, OutgoingRecord(b"x" * 200_000))
+        # Later appends to the same partition go through (before, the idempotent producer
+        # failed them all with OutOfOrderSequenceNumber until restarted) ...
+        for i in range(3):
+            await log.append(topic_name, OutgoingRecord(f"after {i}".encode()))
+        # ... and the log now knows the smaller limit and refuses before sending.
+        with pytest.raises(lm.RecordTooLarge):
+            await log.append(topic_name, OutgoingRecord(b"x" * 200_000))
+        values = [r.value for r in await read_all(log, topic_name)]
+        assert values == [b"before", b"after 0", b"after 1", b"after 2"]
+
+
+# -- a broker of our own, to pause and to kill ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    workdir = tmp_path_factory.mktemp("own-kafka")
+    started = subprocess.run(
+        ["bash", str(SCRIPT), "start", "--dir", str(workdir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        yield started.stdout.strip().splitlines()[-1], workdir
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", "--dir", str(workdir)], check=False)
+
+
+def _pid(workdir: Path) -> int:
+    return int((workdir / "pid").read_text())
+
+
+async def test_every_write_has_a_deadline_kafka(own_broker, topic_name):
+    bootstrap, workdir = own_broker
+    config = KafkaLogConfig(bootstrap_servers=bootstrap, write_timeout_s=1.5)
+    async with KafkaLog(config) as log:
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"before"))
+        os.kill(_pid(workdir), signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(lm.WriteTimeout, match="may or may not have landed"):
+                await log.append(topic_name, OutgoingRecord(b"while paused"))
+            assert time.monotonic() - started < 5
+        finally:
+            os.kill(_pid(workdir), signal.SIGCONT)
+        receipt = await log.append(topic_name, OutgoingRecord(b"after"))
+        values = [r.value for r in await read_all(log, topic_name)]
+        # The paused write may have landed once the broker woke; never twice.
+        assert values in ([b"before", b"after"], [b"before", b"while paused", b"after"])
+        assert receipt.offset == len(values) - 1
+
+
+async def test_a_broker_killed_during_writes_loses_and_duplicates_nothing_kafka(
+    own_broker, topic_name
+):
+    bootstrap, workdir = own_broker
+    config = KafkaLogConfig(bootstrap_servers=bootstrap, write_timeout_s=5.0)
+    acknowledged: list[bytes] = []
+    unsure: list[bytes] = []
+    async with KafkaLog(config) as log:
+        await log.create_topic(topic_name, partitions=3)
+        stop = asyncio.Event()
+
+        async def write(writer: int) -> None:
+            i = 0
+            while not stop.is_set():
+                value = f"w{writer}-{i}".encode()
+                i += 1
+                try:
+                    await log.append(topic_name, OutgoingRecord(value, key=value))
+                except (lm.LogUnavailable, lm.WriteTimeout):
+                    unsure.append(value)
+                    await asyncio.sleep(0.2)
+                else:
+                    acknowledged.append(value)
+
+        writers = [asyncio.create_task(write(n)) for n in range(4)]
+        await asyncio.sleep(1.0)
+        os.kill(_pid(workdir), signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        restarted = await asyncio.to_thread(
+            subprocess.run,
+            ["bash", str(SCRIPT), "start", "--dir", str(workdir)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert restarted.returncode == 0, restarted.stderr[-3000:]
+        assert restarted.stdout.strip().splitlines()[-1] == bootstrap  # same address
+        await asyncio.sleep(2.0)
+        stop.set()
+        await asyncio.gather(*writers)
+        values = [r.value for r in await read_all(log, topic_name)]
+    assert len(acknowledged) > 50
+    lost = set(acknowledged) - set(values)
+    duplicated = {v for v in values if values.count(v) > 1}
+    assert not lost, f"{len(lost)} acknowledged writes lost"
+    assert not duplicated, f"{len(duplicated)} writes duplicated"
+    assert set(values) <= set(acknowledged) | set(unsure)
