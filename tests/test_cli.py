@@ -86,3 +86,103 @@ def test_demo_runs_on_the_embedded_log(tmp_path):
     assert "planning-7 knew: ['node-9 rotates keys monthly', 'node-7 sits" in out
     managed = out.split("recall from the managed view")[1]
     assert "the reporter prefers email" in managed and "['remember', 'feedback']" in managed
+
+
+def test_negative_weights_work_from_the_shell(any_log_url: str, stream_name: str):
+    common = ["--url", any_log_url, "--stream", stream_name]
+    if any_log_url.startswith("kafka"):
+        run("bootstrap", *common, "--partitions", "3")
+    mid = json.loads(run("remember", "a fact", *common, "--json"))["id"]
+    run("improve", mid, "-1.5", *common)
+    [item] = json.loads(run("recall", *common, "--json"))
+    assert item["weight"] == -1.5
+
+
+def test_bad_input_is_a_message_never_a_traceback(tmp_path):
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    cases = [
+        ("set", "k", '{"a": NaN}'),
+        ("set", "k", "[" * 5000 + "]" * 5000),
+        ("update", "k", '{"a":' * 5000 + "1" + "}" * 5000),
+        ("update", "k", '{"a": Infinity}'),
+        ("remember", "lone \udcff surrogate"),
+        ("set", "k", "\udcff"),
+        ("improve", "0" * 26, "1e400"),
+        ("recall", "--limit", "1000000000000"),
+        ("replay", "--since", "²"),
+    ]
+    for args in cases:
+        result = CliRunner().invoke(main, [*args, *common])
+        assert result.exit_code != 0, args
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            args,
+            result.exception,
+        )
+        assert "Traceback" not in result.output
+    # Nothing was written by any of them: the log, if made at all, holds no record.
+    assert run("recall", *common) == "(nothing recalled)\n"
+    assert run("fetch", "k", *common, ok=False).startswith("Error: no named item")
+
+
+def test_named_bodies_are_json_or_text_and_json_output_is_strict(tmp_path):
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    run("set", "k", "plain text", *common)
+    assert json.loads(run("fetch", "k", "--json", *common))["body"] == "plain text"
+    assert "not valid JSON" in run("set", "k", "{ looks like json", *common, ok=False)
+    run("set", "j", '{"a": [1, 2]}', *common)
+    assert json.loads(run("fetch", "j", "--json", *common))["body"] == {"a": [1, 2]}
+
+
+def test_reads_never_create_a_log_a_view_or_a_topic(tmp_path):
+    missing = tmp_path / "typo"
+    for args in (
+        ("recall", "--url", f"local://{missing}"),
+        ("replay", "--url", f"local://{missing}"),
+        ("fetch", "k", "--url", f"local://{missing}"),
+        ("audit", "0" * 26, "--url", f"local://{missing}"),
+        ("stats", "--view", str(missing)),
+        ("recall", "--url", f"local://{tmp_path / 'log'}", "--view", str(missing)),
+    ):
+        if args[0] == "recall" and "--view" in args:
+            run("remember", "x", "--url", f"local://{tmp_path / 'log'}")
+        output = run(*args, ok=False)
+        assert "no log at" in output or "no view at" in output, (args, output)
+        assert not missing.exists(), args
+    # A read of a log that exists creates no topic in it.
+    log = tmp_path / "empty"
+    run("bootstrap", "--url", f"local://{log}", "--stream", "a")
+    run("recall", "--url", f"local://{log}", "--stream", "b")
+    run("replay", "--url", f"local://{log}", "--stream", "b", ok=False)
+
+    async def topics() -> list[str]:
+        from laser_memory.log import connect_log
+
+        async with connect_log(f"local://{log}") as opened:
+            names = []
+            for name in ("a.agent.memory", "b.agent.memory"):
+                try:
+                    await opened.describe_topic(name)
+                    names.append(name)
+                except Exception:
+                    pass
+            return names
+
+    import asyncio
+
+    assert asyncio.run(topics()) == ["a.agent.memory"]
+
+
+def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    run("remember", "ours", *common, "--tenant", "acme")
+    run("remember", "theirs", *common, "--tenant", "globex")
+    run("remember", "default", *common)
+
+    def bodies(*extra: str) -> list[str]:
+        lines = run("replay", *common, "--json", *extra).splitlines()
+        return [json.loads(line)["body"] for line in lines]
+
+    assert bodies() == ["default"]
+    assert bodies("--tenant", "acme") == ["ours"]
+    assert bodies("--all-tenants") == ["ours", "theirs", "default"]
+    run("replay", *common, "--tenant", "acme", "--all-tenants", ok=False)

@@ -1,0 +1,155 @@
+"""The HTTP server as a hostile client would try it: bad parameters are 400s, heavy
+reads never hold other requests, and a flood of half-open connections neither exhausts
+the server nor keeps a normal client out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import ClientSession, ClientTimeout
+
+import laser_memory as lm
+from folders.http import ConnectionGuard, ServerConfig, serve_view
+from folders.service import ViewFolder
+from folders.view import MemoryView
+
+
+@pytest.fixture(scope="module")
+def big_view(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A view of 20,000 items that all share the word 'common'."""
+    root = tmp_path_factory.mktemp("http")
+
+    async def build() -> None:
+        async with lm.connect(f"local://{root / 'log'}", stream="s") as laser:
+            memory = laser.memory("notes")
+            for start in range(0, 20_000, 5_000):
+                await memory.remember_many(
+                    [f"common fact number {i}" for i in range(start, start + 5_000)]
+                )
+            await memory.set("profile", {"a": 1})
+            await ViewFolder(laser.log, laser.memory_topic_name, root / "view").run(
+                until_caught_up=True
+            )
+
+    asyncio.run(build())
+    return root / "view"
+
+
+@contextlib.asynccontextmanager
+async def serving(view_path: Path, config: ServerConfig) -> AsyncIterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ready = asyncio.Event()
+    with MemoryView.open(view_path, create=False) as view:
+        task = asyncio.create_task(
+            serve_view(view, "127.0.0.1", port, config=config, ready=lambda _: ready.set())
+        )
+        await asyncio.wait_for(ready.wait(), 10)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_bad_parameters_are_400s_never_500s(big_view: Path):
+    async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
+        for path, params in [
+            ("/v1/recall", {"namespace": "stream:s/notes", "limit": str(10**12)}),
+            ("/v1/recall", {"namespace": "stream:s/notes", "limit": "-1"}),
+            ("/v1/recall", {"namespace": "stream:s/notes", "tenant": "a\x01b"}),
+            ("/v1/fetch", {"namespace": "stream:s/notes", "key": "profile", "version": "-1"}),
+            ("/v1/fetch", {"namespace": "stream:s/notes", "key": "profile", "version": str(2**64)}),
+            ("/v1/fetch", {"namespace": "stream:s/notes", "key": "profile", "version": "1e3"}),
+            ("/v1/history", {"namespace": "stream:s/notes", "id": "not-an-id"}),
+        ]:
+            async with http.get(path, params=params) as response:
+                assert response.status == 400, (path, params, await response.text())
+                assert (await response.json())["error"]
+        params = {"namespace": "stream:s/notes", "limit": "1000", "text": "common"}
+        async with http.get("/v1/recall", params=params) as response:
+            assert response.status == 200 and len(await response.json()) == 1000
+
+
+async def test_heavy_recalls_never_hold_other_requests(big_view: Path):
+    config = ServerConfig(max_concurrent_reads=2)
+    async with serving(big_view, config) as base, ClientSession(base) as http:
+        finished: list[str] = []
+
+        async def recall(n: int) -> None:
+            params = {"namespace": "stream:s/notes", "text": "common fact", "limit": "10"}
+            async with http.get("/v1/recall", params=params) as response:
+                assert response.status == 200
+                await response.read()
+            finished.append(f"recall {n}")
+
+        async def stats() -> None:
+            await asyncio.sleep(0.05)  # after every recall was sent
+            async with http.get("/v1/stats") as response:
+                assert response.status == 200
+                assert (await response.json())["items"] == 20_000
+            finished.append("stats")
+
+        await asyncio.gather(*(recall(n) for n in range(12)), stats())
+        # Twelve recalls through two read slots: stats answered while they queued.
+        assert finished.index("stats") < len(finished) - 1
+
+
+async def test_a_flood_of_half_open_connections_keeps_a_normal_client_answered(
+    big_view: Path,
+):
+    config = ServerConfig(max_connections=40, header_timeout_s=1.0)
+    async with serving(big_view, config) as base:
+        host, port = base.removeprefix("http://").split(":")
+        flood: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        try:
+            for _ in range(300):  # far more than the server keeps
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(b"GET /v1/stats HTTP/1.1\r\nHost: x\r\n")  # never finished
+                flood.append((reader, writer))
+            timeout = ClientTimeout(total=10)
+            async with ClientSession(base, timeout=timeout) as http:
+                for _ in range(3):
+                    async with http.get("/v1/stats") as response:
+                        assert response.status == 200
+            # The server closed the flood's connections: the oldest when full, the rest
+            # once they had not finished their headers in time.
+            await asyncio.sleep(config.header_timeout_s * 2.5)
+            closed = 0
+            for reader, _ in flood:
+                with contextlib.suppress(ConnectionError):
+                    data = await asyncio.wait_for(reader.read(), 5)
+                    closed += data == b""
+            assert closed == len(flood)
+        finally:
+            for _, writer in flood:
+                writer.close()
+
+
+def test_the_guard_drops_the_oldest_connection_still_waiting_for_headers():
+    class Inner(asyncio.Protocol):
+        def connection_made(self, transport):
+            pass
+
+    class Transport:
+        aborted = False
+
+        def abort(self):
+            self.aborted = True
+
+    guard = ConnectionGuard(Inner, ServerConfig(max_connections=2))
+    first, second, third = guard(), guard(), guard()
+    transports = [Transport(), Transport(), Transport()]
+    first.connection_made(transports[0])
+    second.connection_made(transports[1])
+    first.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # first is being served
+    third.connection_made(transports[2])
+    assert [t.aborted for t in transports] == [False, True, False]
+    assert guard.open_connections == 2
