@@ -1,0 +1,208 @@
+"""Fuzz: random hostile inputs through the handle, the CLI and HTTP.
+
+Every call either succeeds or raises a `LaserError` (HTTP: a 4xx) having written
+nothing, and every record the API accepted folds, in process and into a view, without
+being set aside."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import laser_memory as lm
+from folders.http import make_app
+from folders.service import ViewFolder
+from folders.view import MemoryView
+from laser_memory.cli import main
+
+# Text as hostile callers send it: lone surrogates, controls, NULs, very long runs.
+text = st.one_of(
+    st.text(st.characters(codec=None, exclude_categories=()), max_size=40),
+    st.sampled_from(["", "\x00", "\ud800", "a\nb", "x" * 300, "{" * 200, "[" * 150 + "]" * 150]),
+)
+number = st.one_of(
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.just(True),
+)
+json_like = st.recursive(
+    st.one_of(st.none(), st.booleans(), number, text),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(text, inner, max_size=3)),
+    max_leaves=12,
+)
+anything = st.one_of(text, number, json_like, st.binary(max_size=40), st.none())
+maybe = lambda s: st.one_of(st.none(), s)  # noqa: E731
+
+remember = st.fixed_dictionaries(
+    {"body": st.one_of(text, st.binary(max_size=40), number)},
+    optional={
+        "kind": st.one_of(text, st.sampled_from(["fact", "message", "summary"])),
+        "conversation": maybe(text),
+        "agent": maybe(text),
+        "tenant": st.one_of(text, st.just("")),
+        "origin": maybe(st.one_of(anything, st.fixed_dictionaries({"topic": text, "partition": number, "offset": number}))),
+        "producer": maybe(st.one_of(text, st.tuples(text, anything), st.fixed_dictionaries({"name": text, "version": anything}))),
+        "embedding": maybe(st.lists(number, max_size=4)),
+        "dedup": st.booleans(),
+    },
+)
+call = st.one_of(
+    st.tuples(st.just("remember"), remember),
+    st.tuples(st.just("improve"), st.fixed_dictionaries({"weight": number, "tenant": st.one_of(text, st.just(""))})),
+    st.tuples(st.just("forget"), st.fixed_dictionaries({"conversation": maybe(text)})),
+    st.tuples(st.just("set"), st.fixed_dictionaries({"key": text, "body": json_like})),
+    st.tuples(st.just("update"), st.fixed_dictionaries({"key": text, "patch": st.one_of(json_like, text)})),
+    st.tuples(st.just("remove"), st.fixed_dictionaries({"key": text})),
+    st.tuples(st.just("recall"), st.fixed_dictionaries({}, optional={"text": maybe(anything), "limit": number, "strategy": text, "kind": maybe(text), "tenant": text})),
+    st.tuples(st.just("as_of"), st.fixed_dictionaries({"at": anything})),
+    st.tuples(st.just("fetch"), st.fixed_dictionaries({"key": text}, optional={"version": number})),
+)
+
+def _settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+async def _apply(memory: lm.MemoryHandle, known: list[lm.MemoryId], name: str, args: dict):
+    target = known[-1] if known else lm.MemoryId.new()
+    if name == "remember":
+        entry = dict(args)
+        known.append(await memory.remember(entry.pop("body"), **entry))
+    elif name == "improve":
+        await memory.improve(target, args["weight"], tenant=args["tenant"])
+    elif name == "forget":
+        await memory.forget(target, conversation=args["conversation"])
+    elif name == "set":
+        await memory.set(args["key"], args["body"])
+    elif name == "update":
+        await memory.update(args["key"], args["patch"])
+    elif name == "remove":
+        await memory.remove(args["key"])
+    elif name == "recall":
+        await memory.recall(**args)
+    elif name == "as_of":
+        await memory.as_of(args["at"])
+    else:
+        await memory.fetch(args["key"], version=args.get("version"), folded=True)
+
+
+async def _fuzz_handle(url: str, calls: list) -> None:
+    stream = f"s{uuid.uuid4().hex[:10]}"
+    async with lm.connect(url, stream=stream) as laser:
+        await laser.bootstrap(partitions=3)
+        memory = laser.memory("notes")
+        topic = memory.topic
+        known: list[lm.MemoryId] = []
+        for name, args in calls:
+            before = await laser.log.end_offsets(topic)
+            try:
+                await _apply(memory, known, name, args)
+            except lm.LaserError:
+                assert await laser.log.end_offsets(topic) == before, (name, args)
+        # Every accepted record folds: in a fresh process-local fold and into a view.
+        fresh = laser.memory("notes")
+        await fresh.recall(limit=1000, folded=True)
+        assert fresh.set_aside == []
+        with tempfile.TemporaryDirectory() as view:
+            await ViewFolder(laser.log, topic, view).run(until_caught_up=True)
+            with MemoryView.open(view) as opened:
+                assert opened.stats().set_aside == 0
+
+
+@_settings(120)
+@given(calls=st.lists(call, min_size=1, max_size=8))
+def test_hostile_calls_through_the_handle_local(calls, tmp_path_factory):
+    url = f"local://{tmp_path_factory.mktemp('fuzz')}"
+    asyncio.run(_fuzz_handle(url, calls))
+
+
+@pytest.mark.kafka
+@_settings(15)
+@given(calls=st.lists(call, min_size=1, max_size=6))
+def test_hostile_calls_through_the_handle_kafka(calls, kafka_bootstrap):
+    asyncio.run(_fuzz_handle(f"kafka://{kafka_bootstrap}", calls))
+
+
+cli_word = st.one_of(
+    text.filter(lambda s: "\x00" not in s),
+    st.sampled_from(["--limit", "-1", "--tenant", "--kind", "--version", "0", "1e400", "NaN", "--json"]),
+)
+
+
+@_settings(60)
+@given(
+    command=st.sampled_from(
+        ["remember", "recall", "improve", "forget", "set", "update", "remove", "fetch", "audit", "replay"]
+    ),
+    words=st.lists(cli_word, max_size=4),
+)
+def test_hostile_command_lines_end_in_a_message(command, words, tmp_path_factory):
+    url = f"local://{tmp_path_factory.mktemp('cli')}"
+    result = CliRunner().invoke(main, [command, *words, "--url", url])
+    assert result.exit_code in (0, 1, 2), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        command,
+        words,
+        repr(result.exception),
+    )
+
+
+@pytest.fixture(scope="module")
+def served_view(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("served")
+
+    async def build() -> None:
+        async with lm.connect(f"local://{root / 'log'}", stream="s") as laser:
+            memory = laser.memory("notes")
+            await memory.remember_many(["alpha fact", "beta fact"])
+            await memory.set("k", {"a": 1})
+            await ViewFolder(laser.log, laser.memory_topic_name, root / "view").run(
+                until_caught_up=True
+            )
+
+    asyncio.run(build())
+    return root / "view"
+
+
+query_value = st.one_of(text, st.sampled_from(["stream:s/notes", "k", "-1", str(2**64), "1e3", "0"]))
+
+
+@_settings(80)
+@given(
+    path=st.sampled_from(["/v1/recall", "/v1/fetch", "/v1/history", "/v1/stats"]),
+    params=st.dictionaries(
+        st.sampled_from(["namespace", "key", "id", "version", "limit", "text", "strategy", "tenant", "kind", "agent", "conversation"]),
+        query_value,
+        max_size=5,
+    ),
+)
+def test_hostile_queries_get_4xx_never_5xx(path, params, served_view):
+    async def go() -> None:
+        with MemoryView.open(served_view, create=False) as view:
+            server = TestServer(make_app(view), host="127.0.0.1")
+            await server.start_server()
+            try:
+                async with ClientSession(str(server.make_url(""))) as http:
+                    clean = {
+                        k: v.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+                        for k, v in params.items()
+                    }
+                    async with http.get(path, params=clean) as response:
+                        assert response.status < 500, (path, params, await response.text())
+                        await response.json()  # always valid, strict JSON
+            finally:
+                await server.close()
+
+    asyncio.run(go())
