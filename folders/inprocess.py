@@ -53,20 +53,19 @@ class FoldedReader:
         return partition_for(f"{self._namespace}/{key}".encode(), partitions)
 
     async def catch_up(self, partitions: Iterable[int] | None = None) -> MemoryState:
-        """Fold every record appended so far to the given partitions (default: all)."""
+        """Fold every record appended so far to the given partitions (default: all).
+        A topic deleted and created again since the last catch-up (another generation)
+        is folded afresh from its start."""
         async with self._lock:
-            info = await self.topic_info()
-            if self._state is None:
+            # Every catch-up asks for the generation: a recreated topic may already be
+            # longer than the one folded, so the offsets alone cannot tell.
+            self._info = await self._log.describe_topic(self._topic)
+            info = self._info
+            if self._state is None or self._state.generation != info.generation:
+                self._positions = {}
                 self._state = MemoryState(self._namespace, generation=info.generation)
             chosen = sorted(partitions) if partitions is not None else list(range(info.partitions))
             ends = await self._log.end_offsets(self._topic)
-            if any(ends.get(p, 0) < offset for p, offset in self._positions.items()):
-                # The log is shorter than what we folded: the topic was deleted and
-                # created again. Fold the new topic from the start.
-                self._info = await self._log.describe_topic(self._topic)
-                if self._info.generation != self._state.generation:
-                    self._positions = {}
-                    self._state = MemoryState(self._namespace, generation=self._info.generation)
             behind = [p for p in chosen if self._positions.get(p, 0) < ends.get(p, 0)]
             if behind:
                 async for batch in self._log.read(
@@ -76,6 +75,7 @@ class FoldedReader:
                     until={p: ends[p] for p in behind},
                 ):
                     for record in batch:
+                        # Apply and advance together: nothing is ever folded twice.
                         self._state.apply(record)
-                    self._positions[batch[-1].partition] = batch[-1].offset + 1
+                        self._positions[record.partition] = record.offset + 1
             return self._state

@@ -14,11 +14,18 @@ fixed by the log):
 - An item is keyed by (namespace, tenant, id). A tombstone or feedback from
   another tenant never touches it.
 - For each conversation an item was remembered in (``None`` for none) the
-  state keeps the latest remember (they share one partition). That remember
-  is *live* unless a later forget names the same conversation, or names none.
-  "Later" is by offset when both records are in one partition; across
-  partitions (a forget without a conversation of an item remembered in one) it
-  is by append time, and a forget in the same millisecond counts as later.
+  state keeps the latest remember (they share one partition, so "latest" is by
+  offset). That remember is *live* unless a forget naming the same
+  conversation, or naming none, was written after it. "After" never depends on
+  a clock: a forget carries ``seen``, the end offset of every partition when
+  its writer wrote it, and forgets exactly the remembers below those offsets,
+  plus, in its own partition, those before it. A remember appended later, even
+  with an earlier append time (a clock stepped back, brokers whose clocks
+  disagree), is not forgotten: remembering an id again after a forget brings it
+  back. Forgets of each conversation fold into one horizon (per partition, the
+  highest such offset), an order-free maximum. Forgets written before ``seen``
+  existed fall back to append times: across partitions, a forget in the same
+  millisecond as a remember or later counts as after it.
 - An item is visible to a read when a live remember matches the read's
   filters; the latest such remember gives its body, scope, lineage and source.
   Remembering an id again after a forget brings it back.
@@ -87,6 +94,7 @@ MAX_WEIGHT = 1e9
 MAX_NAMED_BODY_BYTES = 4 << 20
 
 SortKey = tuple[int, int, int]
+_MAX_PARTITIONS = 10_000
 _NO_CONVERSATION = ""  # conversation names are never empty, so "" stands for "none"
 
 
@@ -168,6 +176,13 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         MemoryKind.from_code(record.kind)
     elif isinstance(record, Feedback | Forget):
         MemoryId(record.target)
+    if isinstance(record, Forget) and record.seen is not None and (
+        len(record.seen) > _MAX_PARTITIONS
+        or any(not 0 <= end < 1 << 63 for end in record.seen)
+    ):
+        raise RecordDecodeError(
+            f"forget.seen must list at most {_MAX_PARTITIONS} offsets from 0 to 2**63-1"
+        )
     if isinstance(record, Feedback) and not (
         math.isfinite(record.weight) and abs(record.weight) <= MAX_WEIGHT
     ):
@@ -190,10 +205,15 @@ class Remembered(msgspec.Struct, array_like=True):
 
 
 class ItemState(msgspec.Struct, kw_only=True):
-    """Everything the fold knows about one (namespace, tenant, id)."""
+    """Everything the fold knows about one (namespace, tenant, id).
+
+    ``forgets`` maps a conversation ("" for none) to its forget horizon: for each
+    partition in order, the first offset its forgets spare. ``forgets_at`` holds forgets
+    written without ``seen``, by position key."""
 
     remembers: dict[str, Remembered] = msgspec.field(default_factory=dict)
-    forgets: dict[str, SortKey] = msgspec.field(default_factory=dict)
+    forgets: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    forgets_at: dict[str, SortKey] = msgspec.field(default_factory=dict)
     weights: dict[str, float] = msgspec.field(default_factory=dict)
     version: int = 0
     last: SortKey = (-1, -1, -1)
@@ -207,8 +227,14 @@ class ItemState(msgspec.Struct, kw_only=True):
             if current is None or current.key < key:
                 self.remembers[conversation] = Remembered(key, record, source)
         elif isinstance(record, Forget):
-            if self.forgets.get(conversation, (-1, -1, -1)) < key:
-                self.forgets[conversation] = key
+            if record.seen is None:
+                if self.forgets_at.get(conversation, (-1, -1, -1)) < key:
+                    self.forgets_at[conversation] = key
+                return
+            # In its own partition the forget follows everything before its offset.
+            reach = list(record.seen) + [0] * (key[1] + 1 - len(record.seen))
+            reach[key[1]] = max(reach[key[1]], key[2])
+            self.forgets[conversation] = _highest(self.forgets.get(conversation, []), reach)
         else:
             self.weights[conversation] = self.weights.get(conversation, 0.0) + record.weight
 
@@ -217,9 +243,13 @@ class ItemState(msgspec.Struct, kw_only=True):
         remembered = self.remembers.get(conversation)
         if remembered is None:
             return None
+        _, partition, offset = remembered.key
         scopes = (conversation, _NO_CONVERSATION) if conversation else (_NO_CONVERSATION,)
         for scope in scopes:
-            forgotten = self.forgets.get(scope)
+            horizon = self.forgets.get(scope)
+            if horizon is not None and partition < len(horizon) and offset < horizon[partition]:
+                return None
+            forgotten = self.forgets_at.get(scope)
             if forgotten is not None and _kills(forgotten, remembered.key):
                 return None
         return remembered
@@ -274,10 +304,17 @@ class ItemState(msgspec.Struct, kw_only=True):
         )
 
 
+def _highest(one: list[int], other: list[int]) -> list[int]:
+    """Elementwise maximum of two horizons (the shorter one padded with zeros)."""
+    if len(one) < len(other):
+        one, other = other, one
+    return [max(a, other[i]) if i < len(other) else a for i, a in enumerate(one)]
+
+
 def _kills(forget: SortKey, remember: SortKey) -> bool:
-    """Whether a forget comes after a remember. In one partition the offsets say so.
-    Across partitions only the append times can, and a forget in the same millisecond
-    wins: a caller who forgets right after remembering means the item to be gone."""
+    """Whether a forget written without ``seen`` comes after a remember. In one
+    partition the offsets say so. Across partitions only the append times can, and a
+    forget in the same millisecond wins."""
     if forget[1] == remember[1]:
         return forget[2] > remember[2]
     return forget[0] >= remember[0]

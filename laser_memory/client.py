@@ -11,6 +11,7 @@ import os
 
 from folders.view import MemoryView
 
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import InvalidName, NoView
 from .ids import validate_name
 from .log import DEFAULT_URL, LocalLog, Log, TopicInfo, connect_log
@@ -39,10 +40,12 @@ class Laser:
         stream: str | None = None,
         config: MemoryConfig | None = None,
         view: str | os.PathLike[str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         if stream is not None:
             validate_topic(stream)
         self.log = log
+        self.clock = clock
         self.stream = stream
         self.config = config or MemoryConfig()
         self.view_path = os.fspath(view) if view is not None else None
@@ -162,19 +165,23 @@ def connect(
     config: MemoryConfig | None = None,
     view: str | os.PathLike[str] | None = None,
     create: bool = True,
+    clock: Clock | None = None,
 ) -> Laser:
     """Connect to the log a URL names: ``local://PATH`` (the default,
     ``$LASER_URL`` or ``local://./laser-data``) or ``kafka://host:port[,host:port]``.
     With ``view=PATH`` (default ``$LASER_VIEW``), recall and fetch read the managed view
     a folder keeps at PATH. With ``create=False`` an embedded log that does not exist
     is an error (`LogUnavailable`) rather than created: use it for read-only work.
+    ``clock`` (a `laser_memory.clock.Clock`) stamps random ids and the embedded log's
+    append times; tests pass a `SteppedClock`.
 
     >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
     ...     await laser.bootstrap(partitions=8)
     """
     return Laser(
-        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL, create=create),
+        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL, create=create, clock=clock),
         stream=stream,
         config=config,
+        clock=clock or SYSTEM_CLOCK,
         view=view if view is not None else os.environ.get("LASER_VIEW") or None,
     )

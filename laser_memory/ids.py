@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from typing import Self
 
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import InvalidId, InvalidName
 from .kinds import MemoryKind, parse_kind
 
@@ -81,9 +81,9 @@ class MemoryId:
         self._bytes = bytes(raw)
 
     @classmethod
-    def new(cls) -> Self:
-        """A random, time-ordered id."""
-        millis = time.time_ns() // 1_000_000
+    def new(cls, clock: Clock = SYSTEM_CLOCK) -> Self:
+        """A random id, ordered by the clock's time (the machine's unless given)."""
+        millis = clock.now_ms() % (1 << 48)
         return cls(millis.to_bytes(6, "big") + os.urandom(10))
 
     @classmethod

@@ -309,7 +309,17 @@ class MemoryHandle:
         handle) it forgets only the item as remembered in that conversation."""
         target_id = MemoryId.parse(id)
         scope = self._scope(conversation=conversation, tenant=tenant)
-        return await self._write_one(Forget(ns=self.namespace, scope=scope, target=target_id.bytes))
+        # What the log holds now is what this forget forgets: the fold compares offsets
+        # with these, never clocks (see folders/state.py).
+        info = await self._topic_info()
+        if info is None:
+            seen: tuple[int, ...] = ()
+        else:
+            ends = await self._laser.log.end_offsets(self.topic)
+            seen = tuple(ends.get(p, 0) for p in range(info.partitions))
+        return await self._write_one(
+            Forget(ns=self.namespace, scope=scope, target=target_id.bytes, seen=seen)
+        )
 
     async def set(self, key: str, body: str | bytes | dict | list, *, tenant: str = "") -> Receipt:
         """Set a named item to a body (objects and lists are stored as JSON)."""
@@ -667,7 +677,7 @@ class MemoryHandle:
                     application=scope.application,
                 )
             else:
-                memory_id = MemoryId.new()
+                memory_id = MemoryId.new(self._laser.clock)
         origin = entry.get("origin")
         producer = entry.get("producer")
         return Remember(

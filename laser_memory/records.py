@@ -123,9 +123,15 @@ class Feedback(_Record, tag="feedback"):
 
 class Forget(_Record, tag="forget"):
     """A tombstone for an item; with a conversation in its scope it only applies to an
-    item remembered in that conversation."""
+    item remembered in that conversation.
+
+    ``seen`` holds, per partition in partition order, the end offset of the topic when
+    the forget was written: it forgets every remember of its target below those offsets
+    (and, in its own partition, before it), and no later one, whatever the clocks say.
+    Forgets written before ``seen`` existed (None) fall back to append times."""
 
     target: bytes
+    seen: tuple[int, ...] | None = None
 
 
 class NamedSet(_Record, tag="named.set"):

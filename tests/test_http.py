@@ -153,3 +153,27 @@ def test_the_guard_drops_the_oldest_connection_still_waiting_for_headers():
     third.connection_made(transports[2])
     assert [t.aborted for t in transports] == [False, True, False]
     assert guard.open_connections == 2
+
+
+def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
+    import logging
+
+    from folders.http import _RepeatFilter
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("laser-test-repeat")
+    logger.propagate = False
+    logger.addHandler(Keep())
+    logger.addFilter(_RepeatFilter(interval_s=60.0))
+    for _ in range(10_000):
+        logger.error("socket.accept() out of system resource: Too many open files")
+    logger.error("another error")
+    assert records == [
+        "socket.accept() out of system resource: Too many open files",
+        "another error",
+    ]

@@ -49,6 +49,14 @@ EXPECTED_V1 = {
         scope=MemoryScope(stream="prod", tenant="acme"),
         target=bytes(range(16)),
     ),
+    # Written once forgets carried the end offsets their writer saw (a field added with a
+    # default inside version 1; "forget" above predates it and decodes with seen=None).
+    "forget-seen": Forget(
+        ns="stream:prod/notes",
+        scope=MemoryScope(stream="prod", tenant="acme"),
+        target=bytes(range(16)),
+        seen=(3, 0, 17, 2),
+    ),
     "named-set": NamedSet(ns="stream:prod/notes", scope=SCOPE, key="prefs", body=b'{"a":1}'),
     "named-patch": NamedPatch(
         ns="stream:prod/notes", scope=SCOPE, key="prefs", patch=b'{"a":null,"b":2}'
@@ -77,7 +85,7 @@ def test_round_trip_with_headers(name: str):
     assert header_value(wire.headers, "lm-tenant") == record.scope.tenant.encode()
     assert (
         header_value(wire.headers, "lm-op")
-        == name.replace("-minimal", "").replace("-", ".").encode()
+        == name.replace("-minimal", "").replace("-seen", "").replace("-", ".").encode()
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import InvalidUrl
 from .kafka import KafkaLog, KafkaLogConfig
 from .local import LocalLog, LocalLogConfig
@@ -62,11 +63,12 @@ def parse_url(url: str) -> tuple[str, str]:
     )
 
 
-def connect_log(url: str = DEFAULT_URL, *, create: bool = True) -> Log:
+def connect_log(url: str = DEFAULT_URL, *, create: bool = True, clock: Clock | None = None) -> Log:
     """Make the log a URL names; start it with ``await log.start()`` or ``async with``.
     With ``create=False`` an embedded log that does not exist yet is refused on start
-    (`LogUnavailable`) instead of created: a read never creates anything."""
+    (`LogUnavailable`) instead of created: a read never creates anything. ``clock``
+    stamps the embedded log's append times (Kafka's are the broker's)."""
     kind, where = parse_url(url)
     if kind == "local":
-        return LocalLog(where, LocalLogConfig(create=create))
+        return LocalLog(where, LocalLogConfig(create=create, clock=clock or SYSTEM_CLOCK))
     return KafkaLog(KafkaLogConfig(bootstrap_servers=where))

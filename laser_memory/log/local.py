@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import lmdb
 import msgspec
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic, WriteTimeout
 from ..lmdb_env import SharedEnvironments
 from .lifecycle import LogLifecycle
@@ -60,7 +61,8 @@ class LocalLogConfig:
     ``write_timeout_s`` is how long an append may wait for its commit before it raises
     `WriteTimeout` (None: no limit). With ``create=False`` a folder that holds no log
     is refused with `LogUnavailable` instead of made: readers pass it, so a mistyped
-    path creates nothing.
+    path creates nothing. ``clock`` stamps append times (they never decrease within a
+    partition, whatever it says) and drives retention; tests step it.
     """
 
     map_size: int = 64 << 30
@@ -70,6 +72,7 @@ class LocalLogConfig:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     write_timeout_s: float | None = 30.0
     create: bool = True
+    clock: Clock = SYSTEM_CLOCK
 
 
 class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
@@ -345,7 +348,7 @@ class LocalLog(LogLifecycle):
         with self._env.begin(write=True) as txn:
             metas: dict[str, _TopicMeta | Exception] = {}
             heads: dict[tuple[int, int], list[int]] = {}
-            now_ms = time.time_ns() // 1_000_000
+            now_ms = self._config.clock.now_ms()
             for request in group:
                 meta = metas.get(request.topic)
                 if meta is None:

@@ -1,0 +1,60 @@
+"""The clock port: where laser-memory reads the time.
+
+The embedded log stamps append times from a `Clock`, and random `MemoryId`s take
+their millisecond prefix from one, so tests can step time forward and back. On
+Kafka append times are the broker's and no clock here is read for them. Nothing
+that decides what a memory holds depends on a clock: a forget carries the log
+positions its writer had seen (see `folders.state`).
+
+>>> clock = SteppedClock(1_000)
+>>> clock.step(-20)
+>>> clock.now_ms()
+980
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, runtime_checkable
+
+__all__ = ["SYSTEM_CLOCK", "Clock", "SteppedClock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch."""
+        ...
+
+
+class SystemClock:
+    """The machine's wall clock."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class SteppedClock:
+    """A clock that moves only when told to: for tests of skew, steps back and ties."""
+
+    def __init__(self, start_ms: int | None = None) -> None:
+        self._now = time.time_ns() // 1_000_000 if start_ms is None else start_ms
+
+    def now_ms(self) -> int:
+        return self._now
+
+    def step(self, millis: int) -> None:
+        """Move the clock by ``millis`` (negative steps it back)."""
+        self._now += millis
+
+    def set(self, now_ms: int) -> None:
+        self._now = now_ms
+
+    def __repr__(self) -> str:
+        return f"SteppedClock({self._now})"
+
+
+SYSTEM_CLOCK = SystemClock()
