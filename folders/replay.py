@@ -16,7 +16,7 @@ import math
 from laser_memory.errors import InvalidInput
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
-from laser_memory.log.port import Log, LogRecord
+from laser_memory.log.port import Appended, Log, LogRecord
 from laser_memory.recall import rank
 from laser_memory.records import (
     HEADER_NAMESPACE,
@@ -42,7 +42,7 @@ __all__ = [
     "to_millis",
 ]
 
-AsOf = dt.datetime | int | float | Mapping[int, int]
+AsOf = dt.datetime | int | float | Mapping[int, int] | Appended
 
 
 class LoggedRecord(msgspec.Struct, frozen=True):
@@ -190,16 +190,48 @@ class MemorySnapshot:
 
 
 async def snapshot(log: Log, topic: str, namespace: str, at: AsOf) -> MemorySnapshot:
-    """Fold a namespace up to a moment (datetime, seconds or milliseconds: records
-    appended at or before it) or up to positions (partition -> first offset not folded)."""
+    """Fold a namespace up to a moment:
+
+    - a receipt (`Appended`): just after that write. Exact in the write's partition
+      (everything up to and including it); in other partitions, the records appended
+      at or before its append time.
+    - positions (partition -> first offset not folded): exactly those records;
+      partitions left out are not read.
+    - a datetime, seconds (float) or milliseconds (int): the records appended at or
+      before it. Two records in one millisecond are told apart only by a receipt or
+      positions.
+    """
     info = await log.describe_topic(topic)
     state = MemoryState(namespace, generation=info.generation)
-    if isinstance(at, Mapping):
+    as_of_ms: int | None = None
+    if isinstance(at, Appended):
+        if at.topic != topic:
+            raise InvalidInput(f"the receipt is for topic {at.topic!r}, not {topic!r}")
+        if at.generation and at.generation != info.generation:
+            raise InvalidInput(
+                f"the receipt is for generation {at.generation} of {topic!r}, which was "
+                "deleted since; there is no past of it to read"
+            )
+        as_of_ms = at.append_time_ms
+        records = [
+            logged
+            for logged in await replay(log, topic, namespace=namespace)
+            if (
+                logged.log_record.offset <= at.offset
+                if logged.log_record.partition == at.partition
+                else logged.log_record.append_time_ms <= at.append_time_ms
+            )
+        ]
+    elif isinstance(at, Mapping):
         for partition, offset in at.items():
-            if not isinstance(partition, int) or not isinstance(offset, int) or offset < 0:
+            if (
+                not isinstance(partition, int)
+                or not isinstance(offset, int)
+                or isinstance(offset, bool)
+                or offset < 0
+            ):
                 raise InvalidInput(f"positions map partitions to offsets, got {dict(at)!r}")
         records = await replay(log, topic, namespace=namespace, until=at)
-        as_of_ms = None
     else:
         as_of_ms = to_millis(at)
         records = await replay(log, topic, namespace=namespace, until_ms=as_of_ms)

@@ -658,9 +658,14 @@ async def demo(url: str | None) -> None:
         say(await support.context(token_budget=20))
         say(f"\nthe pool fact came from {pool.receipt.topic} partition {pool.receipt.partition}")
 
-        before = await memory.as_of(forgotten.append_time_ms - 1)
-        known = [item.text for item in before.recall(conversation="planning-7")]
-        say(f"\nas of just before the forget, planning-7 knew: {known}")
+        # A receipt names one write exactly, where a millisecond may hold several.
+        then = await memory.as_of(wrong)
+        known = [item.text for item in then.recall(conversation="planning-7")]
+        say(f"\nas of the moment {wrong} was remembered, planning-7 knew: {known}")
+        now = [item.text for item in (await memory.as_of(forgotten)).recall(
+            conversation="planning-7"
+        )]
+        say(f"and just after it was forgotten: {now}")
 
         view = tempfile.mkdtemp(prefix="laser-view-")
         folder = ViewFolder(laser.log, laser.memory_topic_name, view)

@@ -436,15 +436,22 @@ class MemoryHandle:
             return item_history(records, raw_id, tenant=tenant)
         return named_history(records, target, tenant=tenant)
 
-    async def as_of(self, at: AsOf) -> MemorySnapshot:
-        """This namespace's memory as it stood at a past moment: a datetime, seconds
-        since the epoch (float) or milliseconds (int) — records appended at or before it
-        — or positions (partition -> first offset not included). The snapshot's
-        `recall` and `fetch` answer what an agent could have known then.
+    async def as_of(self, at: AsOf | MemoryId) -> MemorySnapshot:
+        """This namespace's memory as it stood at a past moment. ``at`` is a write's
+        receipt (or the `MemoryId` a remember returned): just after that write, exact in
+        its partition; or positions (partition -> first offset not included): exactly
+        those records; or a datetime, seconds since the epoch (float) or milliseconds
+        (int): records appended at or before it (two records in one millisecond are told
+        apart only by a receipt or positions). The snapshot's `recall` and `fetch`
+        answer what an agent could have known then.
 
-        >>> before = await memory.as_of(answer_time)                 # doctest: +SKIP
-        >>> before.recall(conversation="support-42")                  # doctest: +SKIP
+        >>> mid = await memory.remember("node-9 rotates keys monthly")   # doctest: +SKIP
+        >>> (await memory.as_of(mid)).recall()                            # doctest: +SKIP
         """
+        if isinstance(at, MemoryId):
+            if at.receipt is None:
+                raise InvalidInput("as_of takes the MemoryId a remember returned (with a receipt)")
+            at = at.receipt
         if await self._topic_info() is None:
             raise UnknownTopic(f"topic {self.topic!r} does not exist: there is no past to read")
         return await snapshot(self._laser.log, self.topic, self.namespace, at)

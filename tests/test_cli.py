@@ -84,6 +84,7 @@ def test_demo_runs_on_the_embedded_log(tmp_path):
     assert "node-7" in recalled and "node-9" not in recalled
     assert '"channel":"email"' in out and "omitted" in out
     assert "planning-7 knew: ['node-9 rotates keys monthly', 'node-7 sits" in out
+    assert "just after it was forgotten: ['node-7 sits in the eu-west pool']" in out
     managed = out.split("recall from the managed view")[1]
     assert "the reporter prefers email" in managed and "['remember', 'feedback']" in managed
 

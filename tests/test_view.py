@@ -555,6 +555,28 @@ def test_serve_runs_as_a_process_bound_to_loopback(tmp_path):
                     raise
                 time.sleep(0.2)
         assert [i["body"] for i in items] == ["served fact"]
+        # The listening socket is on loopback only: never on every interface.
+        assert _listening_addresses(port) == {"127.0.0.1"}
     finally:
         server.terminate()
         server.wait(10)
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The IPv4 and IPv6 addresses a socket listens on at this port, from /proc/net."""
+    import ipaddress
+
+    found = set()
+    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        with contextlib.suppress(OSError), open(table) as lines:
+            next(lines)
+            for line in lines:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                    continue
+                raw = bytes.fromhex(address)
+                # /proc prints each 32-bit word in host (little-endian) order.
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                found.add(str(ipaddress.ip_address(raw)))
+    return found

@@ -1,0 +1,170 @@
+"""What a memory holds never depends on a clock: a forget forgets exactly the remembers
+its writer could see, on both logs, with clocks stepped back and writes in one
+millisecond; append times, retention and receipts behave as documented."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from pathlib import Path
+
+import pytest
+
+import laser_memory as lm
+from folders.service import ViewFolder
+from laser_memory.clock import SteppedClock
+from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord
+from log_conformance import read_all
+
+SECOND = 1000
+
+
+async def _everywhere(laser: lm.Laser, tmp_path: Path, **query) -> dict[str, list[str]]:
+    """What folded recall (fresh handle), managed recall and as_of(now) each return."""
+    memory = laser.memory("notes")
+    view = tmp_path / f"view-{random.getrandbits(32)}"
+    await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    async with lm.connect(laser.log.url, stream=laser.stream, view=view) as reader:
+        managed = [i.text for i in await reader.memory("notes").recall(**query)]
+    snapshot = await memory.as_of(await laser.log.end_offsets(memory.topic))
+    return {
+        "folded": [i.text for i in await laser.memory("notes").recall(folded=True, **query)],
+        "managed": managed,
+        "as_of": [i.text for i in snapshot.recall(**query)],
+    }
+
+
+def _agree(results: dict[str, list[str]], expected: list[str]) -> None:
+    assert results == dict.fromkeys(results, expected)
+
+
+@contextlib.asynccontextmanager
+async def stepped(tmp_path: Path):
+    clock = SteppedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s", clock=clock) as laser:
+        await laser.bootstrap(partitions=4)
+        yield laser, clock
+
+
+async def test_a_clock_stepped_back_cannot_resurrect_a_forgotten_item(tmp_path):
+    async with stepped(tmp_path) as (laser, clock):
+        memory = laser.memory("notes")
+        secret = await memory.remember("the door code is 4021", conversation="c1")
+        clock.step(-20)  # the forget, in another partition, gets an earlier append time
+        forget = await memory.forget(secret)  # no conversation: every conversation
+        assert forget.partition != secret.receipt.partition
+        assert forget.append_time_ms < secret.receipt.append_time_ms
+        _agree(await _everywhere(laser, tmp_path), [])
+
+
+async def test_a_remember_after_a_forget_brings_it_back_even_with_an_earlier_time(tmp_path):
+    async with stepped(tmp_path) as (laser, clock):
+        memory = laser.memory("notes")
+        mid = await memory.remember("node-7 is in eu-west", conversation="c1")
+        await memory.forget(mid)
+        clock.step(-50)
+        again = await memory.append(mid, "node-7 is in eu-west", kind="fact", conversation="c1")
+        assert again.receipt.append_time_ms < mid.receipt.append_time_ms + 1
+        _agree(await _everywhere(laser, tmp_path), ["node-7 is in eu-west"])
+
+
+async def test_writes_in_one_millisecond_keep_their_order(tmp_path):
+    async with stepped(tmp_path) as (laser, _frozen):
+        memory = laser.memory("notes")
+        a = await memory.remember("a", conversation="c1")
+        b = await memory.remember("b", conversation="c2")
+        await memory.forget(a)
+        await memory.append(a, "a again", kind="fact", conversation="c2")
+        await memory.forget(b, conversation="c2")
+        results = await _everywhere(laser, tmp_path, strategy="recent")
+        _agree(results, ["a again"])
+        # A receipt names one write exactly in its partition, where a time cannot: the
+        # millisecond holds every write of this test.
+        c = await memory.remember("c", conversation="c3")
+        gone = await memory.forget(c, conversation="c3")
+        assert c.receipt.append_time_ms == gone.append_time_ms
+        assert [i.text for i in (await memory.as_of(c)).recall(conversation="c3")] == ["c"]
+        assert (await memory.as_of(gone)).recall(conversation="c3") == []
+
+
+async def test_a_forget_forgets_only_what_was_written_before_it(laser: lm.Laser, tmp_path):
+    """Over both logs, as fast as the log takes writes (often one millisecond apart)."""
+    memory = laser.memory("notes")
+    for round_ in range(5):
+        mid = await memory.remember(f"fact {round_}", conversation=f"c{round_}")
+        await memory.forget(mid)
+        await memory.append(mid, f"fact {round_} again", kind="fact", conversation="other")
+        await memory.forget(mid, conversation=f"c{round_}")  # that conversation only
+    expected = [f"fact {r} again" for r in reversed(range(5))]
+    _agree(await _everywhere(laser, tmp_path, strategy="recent"), expected)
+
+
+async def test_append_times_never_decrease_within_a_partition(tmp_path):
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=2)
+        first = await log.append("t", OutgoingRecord(b"1", partition=0))
+        clock.step(-5 * SECOND)
+        second = await log.append("t", OutgoingRecord(b"2", partition=0))
+        other = await log.append("t", OutgoingRecord(b"3", partition=1))
+        assert second.append_time_ms == first.append_time_ms
+        # Another partition has no earlier record to stay after: it takes the clock.
+        assert other.append_time_ms == first.append_time_ms - 5 * SECOND
+
+
+async def test_retention_is_counted_in_seconds(tmp_path):
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=1, retention_s=3600)
+        await log.append("t", OutgoingRecord(b"old"))
+        clock.step(3599 * SECOND)
+        await log.append("t", OutgoingRecord(b"hour"))  # a write is what expires records
+        assert [r.value for r in await read_all(log, "t")] == [b"old", b"hour"]
+        clock.step(2 * SECOND)
+        await log.append("t", OutgoingRecord(b"new"))
+        assert [r.value for r in await read_all(log, "t")] == [b"hour", b"new"]
+
+
+async def test_a_folder_stops_when_cancelled_in_the_middle_of_appends(tmp_path):
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        memory = laser.memory("notes")
+        await memory.remember("first")
+        stop = asyncio.Event()
+
+        async def write() -> None:
+            while not stop.is_set():
+                await memory.remember("more")
+                await asyncio.sleep(0)
+
+        writer = asyncio.create_task(write())
+        try:
+            for attempt in range(30):
+                folder = ViewFolder(laser.log, memory.topic, tmp_path / "view")
+                task = asyncio.create_task(folder.run())
+                await asyncio.sleep(random.uniform(0, 0.06))
+                task.cancel()
+                done, _ = await asyncio.wait([task], timeout=10)
+                assert done, f"the folder ignored its cancel (attempt {attempt})"
+                with contextlib.suppress(asyncio.CancelledError):
+                    task.result()
+        finally:
+            stop.set()
+            await writer
+
+
+async def test_a_long_lived_handle_follows_a_recreated_longer_topic(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.remember("from the old topic")
+    assert [i.text for i in await memory.recall()] == ["from the old topic"]
+    await laser.log.delete_topic(memory.topic)
+    await laser.log.create_topic(memory.topic, partitions=4)
+    for i in range(3):  # longer than before: offsets alone cannot tell
+        await memory.remember(f"new {i}", conversation=None)
+    assert [i.text for i in await memory.recall(strategy="recent")] == ["new 2", "new 1", "new 0"]
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), True])
+def test_a_bad_write_deadline_is_refused(tmp_path, bad):
+    with pytest.raises(lm.InvalidInput, match="write_timeout_s"):
+        LocalLog(tmp_path, LocalLogConfig(write_timeout_s=bad))
