@@ -1,37 +1,28 @@
-"""A plain reference model of memory: what recall and fetch must return, computed by
-scanning the full list of writes with no incremental state and no indexes.
+"""A plain reference model of memory, fed the calls a user makes (never records read
+back from the log), so a writer that drops or changes what it was asked to write is as
+visible as a fold that misreads it.
 
-It follows the rules written at the top of ``folders/state.py`` literally, so the
-fold (in process or managed) can be checked against it on random operations.
+It is the semantics a user expects, stated sequentially: calls happen in the order the
+test makes them, a forget forgets the remembers made before it (in its conversation, or
+in every conversation when it names none), a later remember brings an item back. The
+only thing it takes from the log is each write's receipt, which the API returns to the
+caller: "recent" orders by receipt (broker append time, partition, offset), and an item
+seen in several conversations shows its newest remember.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
 from laser_memory.named import merge_patch
-from laser_memory.records import (
-    Feedback,
-    Forget,
-    MemoryRecord,
-    NamedPatch,
-    NamedRemove,
-    NamedSet,
-    Remember,
-)
+
+_WORD = re.compile(r"\w+")
 
 
-@dataclass(frozen=True)
-class Write:
-    record: MemoryRecord
-    append_time_ms: int
-    partition: int
-    offset: int
-
-    @property
-    def key(self) -> tuple[int, int, int]:
-        return (self.append_time_ms, self.partition, self.offset)
+def _words(text: str) -> set[str]:
+    return {w.casefold() for w in _WORD.findall(text)}
 
 
 @dataclass(frozen=True)
@@ -41,91 +32,141 @@ class ModelItem:
     conversation: str | None
     weight: float
     key: tuple[int, int, int]
+    version: int
 
 
-def recall(
-    writes: list[Write],
-    *,
-    tenant: str = "",
-    conversation: str | None = None,
-    user: str | None = None,
-    kind: int | None = None,
-    strategy: str = "auto",
-) -> list[ModelItem]:
-    mine = [w for w in writes if w.record.scope.tenant == tenant]
-    ids = {w.record.id for w in mine if isinstance(w.record, Remember)}
-    items = []
-    for item_id in ids:
-        remembers = [w for w in mine if isinstance(w.record, Remember) and w.record.id == item_id]
-        forgets = [w for w in mine if isinstance(w.record, Forget) and w.record.target == item_id]
-        feedback = [
-            w for w in mine if isinstance(w.record, Feedback) and w.record.target == item_id
-        ]
-        live = []
-        for conv in {w.record.scope.conversation for w in remembers}:
-            if conversation is not None and conv != conversation:
+@dataclass
+class _Remember:
+    call: int
+    body: bytes
+    conversation: str | None
+    user: str | None
+    agent: str | None
+    kind: int
+    key: tuple[int, int, int]
+
+
+@dataclass
+class _Item:
+    remembers: list[_Remember] = field(default_factory=list)
+    forgets: list[tuple[int, str | None]] = field(default_factory=list)  # (call, conversation)
+    feedback: list[tuple[float, str | None]] = field(default_factory=list)
+    version: int = 0
+
+
+class Model:
+    """Memory as a user's calls define it."""
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._items: dict[tuple[str, bytes], _Item] = {}
+        self._named: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        self._content_ids: dict[tuple, bytes] = {}
+
+    def _next(self) -> int:
+        self._calls += 1
+        return self._calls
+
+    def remember(
+        self,
+        mid: bytes,
+        body: bytes,
+        *,
+        tenant: str,
+        conversation: str | None,
+        user: str | None,
+        agent: str | None,
+        kind: int,
+        key: tuple[int, int, int],
+        dedup_of: tuple | None = None,
+    ) -> None:
+        """``dedup_of`` is the owner scope, kind and body of a ``dedup=True`` remember:
+        the same ones must give the same id, and no two tenants or users share one."""
+        if dedup_of is not None:
+            known = self._content_ids.setdefault(dedup_of, mid)
+            assert known == mid, f"content id changed for {dedup_of}"
+            others = {v for k, v in self._content_ids.items() if k != dedup_of}
+            assert mid not in others, f"content id of {dedup_of} is another scope's"
+        item = self._items.setdefault((tenant, mid), _Item())
+        item.remembers.append(
+            _Remember(self._next(), body, conversation, user, agent, kind, key)
+        )
+        item.version += 1
+
+    def forget(self, mid: bytes, *, tenant: str, conversation: str | None) -> None:
+        item = self._items.setdefault((tenant, mid), _Item())
+        item.forgets.append((self._next(), conversation))
+        item.version += 1
+
+    def improve(self, mid: bytes, weight: float, *, tenant: str, conversation: str | None) -> None:
+        item = self._items.setdefault((tenant, mid), _Item())
+        item.feedback.append((weight, conversation))
+        item.version += 1
+
+    def named(self, op: str, key: str, value: Any, *, tenant: str) -> None:
+        self._named.setdefault((tenant, key), []).append((op, value))
+
+    def recall(
+        self,
+        *,
+        tenant: str = "",
+        conversation: str | None = None,
+        user: str | None = None,
+        agent: str | None = None,
+        kind: int | None = None,
+        strategy: str = "auto",
+        text: str | None = None,
+        limit: int = 1000,
+    ) -> list[ModelItem]:
+        items = []
+        for (item_tenant, mid), item in self._items.items():
+            if item_tenant != tenant:
                 continue
-            latest = max(
-                (w for w in remembers if w.record.scope.conversation == conv), key=lambda w: w.key
-            )
-            killed = any(
-                (f.record.scope.conversation is None or f.record.scope.conversation == conv)
-                and (
-                    f.offset > latest.offset
-                    if f.partition == latest.partition
-                    else f.append_time_ms >= latest.append_time_ms
+            live: list[_Remember] = []
+            for conv in {r.conversation for r in item.remembers}:
+                if conversation is not None and conv != conversation:
+                    continue
+                latest = max(
+                    (r for r in item.remembers if r.conversation == conv), key=lambda r: r.call
                 )
-                for f in forgets
+                if any(
+                    call > latest.call and (scope is None or scope == conv)
+                    for call, scope in item.forgets
+                ):
+                    continue
+                if (user is not None and latest.user != user) or (
+                    agent is not None and latest.agent != agent
+                ):
+                    continue
+                if kind is not None and latest.kind != kind:
+                    continue
+                live.append(latest)
+            if not live:
+                continue
+            convs = {r.conversation for r in live}
+            weight = sum(w for w, scope in item.feedback if scope is None or scope in convs)
+            newest = max(live, key=lambda r: r.key)
+            items.append(
+                ModelItem(mid, newest.body, newest.conversation, weight, newest.key, item.version)
             )
-            if killed:
-                continue
-            if user is not None and latest.record.scope.user != user:
-                continue
-            if kind is not None and latest.record.kind != kind:
-                continue
-            live.append(latest)
-        if not live:
-            continue
-        convs = {w.record.scope.conversation for w in live}
-        weight = sum(
-            f.record.weight
-            for f in feedback
-            if f.record.scope.conversation is None or f.record.scope.conversation in convs
-        )
-        newest = max(live, key=lambda w: w.key)
-        items.append(
-            ModelItem(
-                item_id, newest.record.body, newest.record.scope.conversation, weight, newest.key
-            )
-        )
-    items.sort(key=lambda i: i.key, reverse=True)
-    if strategy == "auto":
-        items.sort(key=lambda i: i.weight, reverse=True)
-    return items
+        items.sort(key=lambda i: i.key, reverse=True)
+        if strategy != "recent":
+            query = _words(text) if text else set()
+            if query:
+                items = [i for i in items if query & _words(i.body.decode("utf-8", "replace"))]
+            items.sort(key=lambda i: i.weight, reverse=True)
+        return items[:limit]
 
-
-def fetch(writes: list[Write], key: str, *, tenant: str = "") -> tuple[object, int] | None:
-    """(parsed JSON body, version) of a named item, or None."""
-    mine = sorted(
-        (
-            w
-            for w in writes
-            if isinstance(w.record, NamedSet | NamedPatch | NamedRemove)
-            and w.record.key == key
-            and w.record.scope.tenant == tenant
-        ),
-        key=lambda w: (w.partition, w.offset),
-    )
-    value: object = None
-    present = False
-    for w in mine:
-        if isinstance(w.record, NamedSet):
-            value, present = json.loads(w.record.body), True
-        elif isinstance(w.record, NamedPatch):
-            value, present = (
-                merge_patch(value if present else None, json.loads(w.record.patch)),
-                True,
-            )
-        else:
-            value, present = None, False
-    return (value, len(mine)) if present else None
+    def fetch(self, key: str, *, tenant: str = "") -> tuple[Any, int] | None:
+        """(value, version) of a named item, or None."""
+        writes = self._named.get((tenant, key), [])
+        value: Any = None
+        present = False
+        for op, given in writes:
+            if op == "set":
+                value, present = given, True
+            elif op == "update":
+                value, present = merge_patch(value if present else None, given), True
+            else:
+                value, present = None, False
+        return (value, len(writes)) if present else None

@@ -1,11 +1,15 @@
-"""Property test: folded recall agrees with the plain reference model on random
-operation sequences, over both logs.
+"""Property test: folded recall, managed recall and a plain reference model fed the same
+API calls agree on random operation sequences, over both logs.
 
-Each example writes a random sequence of remember (with and without dedup),
-improve and forget (scoped to conversations or not, across two tenants) and
-named-item set / merge-patch / remove from two writers on two connections. A
-handle that recalls along the way (incremental fold) and a fresh handle at the
-end (whole fold) must both match the model for every query shape.
+Each example makes a random sequence of remember (with and without dedup, and again
+under an id already used, with another owner or kind), improve and forget (scoped to
+conversations or not, across two tenants) and named-item set / merge-patch / remove from
+two writers on two connections. On the embedded log the clock is a `SteppedClock` that
+mostly stands still (every write in one millisecond) and sometimes steps back, so no
+answer may depend on append times except "recent" order. A handle that recalls along
+the way (incremental fold), fresh handles at the end (whole fold, and a conversation's
+partitions only) and the managed view must all match the model, for every query shape:
+owners, kinds, text, limits, versions.
 """
 
 from __future__ import annotations
@@ -20,13 +24,15 @@ from hypothesis import strategies as st
 
 import laser_memory as lm
 from folders.service import ViewFolder
-from laser_memory.records import decode_record, header_value
-from log_conformance import read_all
-from reference_model import Write, fetch, recall
+from laser_memory.clock import SteppedClock
+from reference_model import Model
 
 WORDS = ["alpha", "beta", "gamma", "delta"]
 CONVERSATIONS = [None, "c1", "c2"]
 TENANTS = ["", "t1"]
+USERS = [None, "u1"]
+AGENTS = [None, "a1"]
+KINDS = ["fact", "message"]
 WEIGHTS = [-2.0, -0.5, 0.5, 1.0, 3.0]  # exact in binary, so sums do not depend on order
 KEYS = ["k1", "k2"]
 
@@ -35,8 +41,9 @@ remember_op = st.tuples(
     st.lists(st.sampled_from(WORDS), min_size=1, max_size=2).map(" ".join),
     st.sampled_from(CONVERSATIONS),
     st.sampled_from(TENANTS),
-    st.sampled_from([None, "u1"]),
-    st.sampled_from(["fact", "message"]),
+    st.sampled_from(USERS),
+    st.sampled_from(AGENTS),
+    st.sampled_from(KINDS),
     st.booleans(),
 )
 # "same" targets the conversation or tenant the item was remembered with, so scoped
@@ -59,11 +66,39 @@ named_op = st.tuples(
     st.sampled_from(TENANTS),
     st.integers(0, 1),
 )
-again_op = st.tuples(st.just("again"), st.integers(0, 30))
+# The same id once more: as it was, or with another owner, kind or conversation (a typed
+# append may reuse an id so; the view must stay exact for owner filters then).
+again_op = st.tuples(
+    st.just("again"),
+    st.integers(0, 30),
+    st.one_of(
+        st.just({}),
+        st.fixed_dictionaries(
+            {"conversation": st.sampled_from(CONVERSATIONS)},
+            optional={
+                "body": st.sampled_from(WORDS),
+                "user": st.sampled_from(USERS),
+                "agent": st.sampled_from(AGENTS),
+                "kind": st.sampled_from(KINDS),
+            },
+        ),
+    ),
+)
 recall_op = st.tuples(st.just("recall"))
+clock_op = st.tuples(st.just("clock"), st.sampled_from([-30, -1, 0, 2]))
 operations = st.lists(
     st.one_of(
-        remember_op, remember_op, forget_op, forget_op, improve_op, named_op, again_op, recall_op
+        remember_op,
+        remember_op,
+        forget_op,
+        forget_op,
+        improve_op,
+        improve_op,
+        named_op,
+        again_op,
+        again_op,
+        recall_op,
+        clock_op,
     ),
     min_size=2,
     max_size=30,
@@ -76,92 +111,106 @@ QUERIES = [
     for strategy in ("auto", "recent")
 ] + [
     {"tenant": "", "user": "u1", "strategy": "auto"},
+    {"tenant": "", "agent": "a1", "strategy": "recent"},
     {"tenant": "t1", "kind": "message", "strategy": "recent"},
     {"tenant": "", "conversation": "c1", "user": "u1", "strategy": "recent"},
     {"tenant": "", "user": "u1", "kind": "fact", "strategy": "auto"},
+    {"tenant": "", "text": "alpha", "strategy": "keyword"},
+    {"tenant": "t1", "text": "beta gamma", "strategy": "hybrid", "conversation": "c2"},
+    {"tenant": "", "text": "delta", "strategy": "keyword", "user": "u1"},
 ]
 
 
-def _check(items: list[lm.MemoryItem], expected, query) -> None:
+def _expected(model: Model, query: dict, limit: int = 1000):
+    kind = query.get("kind")
+    return model.recall(
+        tenant=query["tenant"],
+        conversation=query.get("conversation"),
+        user=query.get("user"),
+        agent=query.get("agent"),
+        kind=lm.memory_kind_code(kind) if kind else None,
+        strategy=query["strategy"],
+        text=query.get("text"),
+        limit=limit,
+    )
+
+
+def _check(items: list[lm.MemoryItem], expected, query, *, versions: bool = True) -> None:
     got = [(i.id.bytes, i.body, i.conversation, i.weight) for i in items]
     want = [(m.id, m.body, m.conversation, m.weight) for m in expected]
     assert got == want, query
+    if versions:
+        assert [i.version for i in items] == [m.version for m in expected], query
 
 
-async def _model_writes(laser: lm.Laser, namespace: str) -> list[Write]:
-    writes = []
-    topic = laser.memory_topic_name
-    for record in await read_all(laser.log, topic):
-        if header_value(record.headers, "lm-ns") == namespace.encode():
-            writes.append(
-                Write(
-                    decode_record(record.value, record.headers),
-                    record.append_time_ms,
-                    record.partition,
-                    record.offset,
-                )
-            )
-    return writes
-
-
-async def _compare(laser: lm.Laser, memory: lm.MemoryHandle) -> None:
-    writes = await _model_writes(laser, memory.namespace)
+async def _compare(memory: lm.MemoryHandle, model: Model) -> None:
     for query in QUERIES:
-        kind = query.get("kind")
-        expected = recall(
-            writes,
-            tenant=query["tenant"],
-            conversation=query.get("conversation"),
-            user=query.get("user"),
-            kind=lm.memory_kind_code(kind) if kind else None,
-            strategy=query["strategy"],
-        )
-        items = await memory.recall(limit=1000, **query)
-        _check(items, expected, query)
+        _check(await memory.recall(limit=1000, **query), _expected(model, query), query)
+        _check(await memory.recall(limit=2, **query), _expected(model, query, 2), query)
     for tenant in TENANTS:
         for key in KEYS:
-            want = fetch(writes, key, tenant=tenant)
+            want = model.fetch(key, tenant=tenant)
             got = await memory.fetch_folded(key, tenant=tenant)
             assert (None if got is None else (got.json(), got.version)) == want, (key, tenant)
 
 
-async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, ids) -> None:
-    """The managed view, caught up, must answer exactly as a whole fold does."""
+async def _compare_conversation_first(laser: lm.Laser, namespace: str, model: Model) -> None:
+    """A fresh handle whose first recall names a conversation reads only that
+    conversation's partition and the namespace's unscoped one: forgets and feedback
+    without a conversation must still reach it."""
+    for conversation in ("c1", "c2"):
+        for tenant in TENANTS:
+            query = {"tenant": tenant, "conversation": conversation, "strategy": "auto"}
+            fresh = laser.memory(namespace)
+            # Versions count what a reader folded: this one skipped other conversations.
+            items = await fresh.recall(limit=1000, **query)
+            _check(items, _expected(model, query), query, versions=False)
+
+
+async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, model, ids) -> None:
+    """The managed view, caught up, must answer exactly as the model and a fold do."""
     await ViewFolder(laser.log, laser.memory_topic_name, view_path).run(until_caught_up=True)
     # The same log connection, reading the view too (a new connection costs more than
     # an example on Kafka).
     reader = lm.Laser(laser.log, stream=laser.stream, view=view_path)
     try:
-        folded = reader.memory(namespace)
+        managed = reader.memory(namespace)
         for query in QUERIES:
+            _check(await managed.recall(limit=1000, **query), _expected(model, query), query)
+            _check(await managed.recall(limit=2, **query), _expected(model, query, 2), query)
             for text in (None, "alpha gamma"):
-                managed = await folded.recall(limit=1000, text=text, folded=False, **query)
-                assert managed == await folded.recall(limit=1000, text=text, folded=True, **query)
-            small = await folded.recall(limit=2, folded=False, **query)
-            assert small == await folded.recall(limit=2, folded=True, **query), query
+                asked = {**query, "text": text} if text else query
+                assert await managed.recall(limit=1000, **asked) == await managed.recall(
+                    limit=1000, folded=True, **asked
+                ), asked
         for tenant in TENANTS:
             for key in KEYS:
-                assert await folded.fetch(key, tenant=tenant) == await folded.fetch(
-                    key, tenant=tenant, folded=True
-                )
-                history = await folded.history(key, tenant=tenant)
-                assert history == await folded.history(key, tenant=tenant, folded=True)
+                want = model.fetch(key, tenant=tenant)
+                got = await managed.fetch(key, tenant=tenant)
+                assert (None if got is None else (got.json(), got.version)) == want
+                history = await managed.history(key, tenant=tenant)
+                assert history == await managed.history(key, tenant=tenant, folded=True)
                 for entry in history:
-                    versioned = await folded.fetch(key, tenant=tenant, version=entry.version)
-                    snapshot = await folded.as_of({entry.partition: entry.offset + 1})
+                    versioned = await managed.fetch(key, tenant=tenant, version=entry.version)
+                    snapshot = await managed.as_of({entry.partition: entry.offset + 1})
                     assert versioned == snapshot.fetch(key, tenant=tenant)
         for mid, _, tenant in ids:
-            assert await folded.history(mid, tenant=tenant) == await folded.history(
+            assert await managed.history(mid, tenant=tenant) == await managed.history(
                 mid, tenant=tenant, folded=True
             )
     finally:
         reader.managed_view().close()
 
 
-async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str) -> None:
+def _key(receipt) -> tuple[int, int, int]:
+    return (receipt.append_time_ms, receipt.partition, receipt.offset)
+
+
+async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str, clock) -> None:
     namespace = f"prop-{uuid.uuid4().hex[:8]}"
     memory = laser.memory(namespace)
     other_writer = second.memory(namespace)
+    model = Model()
     remembered: list[tuple[lm.MemoryId, str | None, str]] = []
     arguments: list[dict] = []
 
@@ -175,31 +224,59 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str) -> None:
             its_tenant if tenant == "same" else tenant,
         )
 
+    def tell_model(mid: lm.MemoryId, args: dict, body: str, dedup: bool) -> None:
+        kind = lm.memory_kind_code(args["kind"])
+        model.remember(
+            mid.bytes,
+            body.encode(),
+            tenant=args["tenant"],
+            conversation=args["conversation"],
+            user=args["user"],
+            agent=args["agent"],
+            kind=kind,
+            key=_key(mid.receipt),
+            dedup_of=(args["tenant"], args["agent"], args["user"], kind, body) if dedup else None,
+        )
+
     for op in ops:
         match op:
-            case ("remember", body, conversation, tenant, user, kind, dedup):
-                args = {"conversation": conversation, "tenant": tenant, "user": user, "kind": kind}
+            case ("remember", body, conversation, tenant, user, agent, kind, dedup):
+                args = {
+                    "conversation": conversation,
+                    "tenant": tenant,
+                    "user": user,
+                    "agent": agent,
+                    "kind": kind,
+                }
                 mid = await memory.remember(body, dedup=dedup, **args)
+                tell_model(mid, args, body, dedup)
                 remembered.append((mid, conversation, tenant))
                 arguments.append({"body": body, **args})
-            case ("again", index) if remembered:
-                # The same item once more (typed append with its id): it comes back if
-                # it was forgotten, and the latest remember is the one recall shows.
+            case ("again", index, changes) if remembered:
                 mid = remembered[index % len(remembered)][0]
-                args = dict(arguments[index % len(arguments)])
-                await memory.append(mid, args.pop("body"), **args)
+                args = {**arguments[index % len(arguments)], **changes}
+                body = args.pop("body")
+                again = await memory.append(mid, body, **args)
+                tell_model(again, args, body, False)
             case ("forget", index, conversation, tenant):
                 mid, conversation, tenant = target(index, conversation, tenant)
                 await memory.forget(mid, conversation=conversation, tenant=tenant)
+                model.forget(mid.bytes, tenant=tenant, conversation=conversation)
             case ("improve", index, weight, conversation, tenant):
                 mid, conversation, tenant = target(index, conversation, tenant)
                 await memory.improve(mid, weight, conversation=conversation, tenant=tenant)
+                model.improve(mid.bytes, weight, tenant=tenant, conversation=conversation)
             case ("set", key, body, tenant, writer):
                 await (memory, other_writer)[writer].set(key, body, tenant=tenant)
+                model.named("set", key, body, tenant=tenant)
             case ("update", key, patch, tenant, writer):
                 await (memory, other_writer)[writer].update(key, patch, tenant=tenant)
+                model.named("update", key, patch, tenant=tenant)
             case ("remove", key, _, tenant, writer):
                 await (memory, other_writer)[writer].remove(key, tenant=tenant)
+                model.named("remove", key, None, tenant=tenant)
+            case ("clock", step) if clock is not None:
+                clock.step(step)
             case ("recall",):
                 await memory.recall(conversation="c1")
                 await memory.recall()
@@ -207,9 +284,10 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str) -> None:
                 await ViewFolder(laser.log, laser.memory_topic_name, view_path).run(
                     until_caught_up=True
                 )
-    await _compare(laser, memory)
-    await _compare(laser, laser.memory(namespace))
-    await _compare_managed(laser, namespace, view_path, remembered)
+    await _compare(memory, model)
+    await _compare(laser.memory(namespace), model)
+    await _compare_conversation_first(laser, namespace, model)
+    await _compare_managed(laser, namespace, view_path, model, remembered)
 
 
 # Examples cost a few milliseconds on the embedded log and far more on Kafka, where each
@@ -222,20 +300,24 @@ _SETTINGS = {
 
 @pytest.fixture
 async def local_pair(tmp_path, stream_name):
-    async with open_pair(f"local://{tmp_path / 'log'}", stream_name) as pair:
-        yield pair
+    # Most writes land in one millisecond, some after the clock stepped back.
+    clock = SteppedClock(1_700_000_000_000)
+    async with open_pair(f"local://{tmp_path / 'log'}", stream_name, clock) as pair:
+        yield (*pair, clock)
 
 
 @pytest.fixture
 async def kafka_pair(kafka_bootstrap, stream_name):
-    async with open_pair(f"kafka://{kafka_bootstrap}", stream_name) as pair:
-        yield pair
+    async with open_pair(f"kafka://{kafka_bootstrap}", stream_name, None) as pair:
+        yield (*pair, None)
 
 
 @contextlib.asynccontextmanager
-async def open_pair(url: str, stream: str):
+async def open_pair(url: str, stream: str, clock):
     """Two connections to one log: two writers."""
-    async with lm.connect(url, stream=stream) as first, lm.connect(url, stream=stream) as second:
+    async with lm.connect(url, stream=stream, clock=clock) as first, lm.connect(
+        url, stream=stream, clock=clock
+    ) as second:
         await first.bootstrap(partitions=4)
         yield first, second
 
@@ -243,13 +325,15 @@ async def open_pair(url: str, stream: str):
 @settings(max_examples=100, **_SETTINGS)
 @given(ops=operations)
 async def test_folded_and_managed_recall_match_reference_model_local(local_pair, ops):
+    laser, second, clock = local_pair
     with tempfile.TemporaryDirectory() as view_path:
-        await _run(*local_pair, ops, view_path)
+        await _run(laser, second, ops, view_path, clock)
 
 
 @pytest.mark.kafka
 @settings(max_examples=25, **_SETTINGS)
 @given(ops=operations)
 async def test_folded_and_managed_recall_match_reference_model_kafka(kafka_pair, ops):
+    laser, second, _ = kafka_pair
     with tempfile.TemporaryDirectory() as view_path:
-        await _run(*kafka_pair, ops, view_path)
+        await _run(laser, second, ops, view_path, None)

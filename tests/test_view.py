@@ -580,3 +580,24 @@ def _listening_addresses(port: int) -> set[str]:
                 raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                 found.add(str(ipaddress.ip_address(raw)))
     return found
+
+
+async def test_owner_filters_stay_exact_when_an_id_is_reused_with_another_owner(viewed):
+    """An item remembered by user u1 in c1 and, under the same id, by nobody in c2: a
+    read for u1 weighs only the c1 remember, so the feedback-ranked index (which weighs
+    both) must not decide which items a limited read returns."""
+    laser, view = viewed
+    memory = laser.memory("notes")
+    a = await memory.remember("a", user="u1", conversation="c1")
+    b = await memory.remember("b", user="u1", conversation="c1")
+    await memory.remember("c", user="u1", conversation="c1")
+    x = await memory.remember("x", user="u1", conversation="c1")
+    await memory.append(x, "x elsewhere", kind="fact", conversation="c2")
+    await memory.improve(a, 1.0)
+    await memory.improve(b, 0.5)
+    await memory.improve(x, 2.0, conversation="c1")
+    await memory.improve(x, -10.0, conversation="c2")
+    await catch_up(laser, view)
+    folded = [(i.id, i.weight) for i in await memory.recall(user="u1", limit=2, folded=True)]
+    assert folded == [(x, 2.0), (a, 1.0)]
+    assert [(i.id, i.weight) for i in await memory.recall(user="u1", limit=2)] == folded
