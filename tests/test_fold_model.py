@@ -159,9 +159,9 @@ async def _compare_conversation_first(laser: lm.Laser, namespace: str, model: Mo
     conversation's partition and the namespace's unscoped one: forgets and feedback
     without a conversation must still reach it."""
     for conversation in ("c1", "c2"):
+        fresh = laser.memory(namespace)
         for tenant in TENANTS:
             query = {"tenant": tenant, "conversation": conversation, "strategy": "auto"}
-            fresh = laser.memory(namespace)
             # Versions count what a reader folded: this one skipped other conversations.
             items = await fresh.recall(limit=1000, **query)
             _check(items, _expected(model, query), query, versions=False)

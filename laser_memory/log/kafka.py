@@ -328,6 +328,11 @@ class KafkaLog(LogLifecycle):
         topic_id, partitions = await self._topic_metadata(topic)
         if partitions == 0:
             raise UnknownTopic(f"topic {topic!r} has no partitions yet")
+        known = self._topics.get(topic)
+        if known is not None and known.generation == topic_id:
+            # Same topic as learned: its configs were read then (a reader checks the
+            # generation on every catch-up; one metadata request is enough for that).
+            return known
         wanted = ("retention.ms", "max.message.bytes", "message.timestamp.type")
         values: dict[str, str | None] = dict.fromkeys(wanted)
         try:
@@ -384,6 +389,7 @@ class KafkaLog(LogLifecycle):
         return await asyncio.shield(pending)
 
     async def _learn_topic(self, topic: str) -> _TopicSettings:
+        self._topics.pop(topic, None)  # read the configs afresh
         settings = await self._describe_settings(topic)
         if settings.timestamp_type not in (None, "LogAppendTime"):
             raise TopicConflict(
