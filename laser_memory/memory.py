@@ -306,7 +306,14 @@ class MemoryHandle:
         tenant: str = "",
     ) -> Receipt:
         """Write a tombstone for an item. With a conversation (always, on a scoped
-        handle) it forgets only the item as remembered in that conversation."""
+        handle) it forgets only the item as remembered in that conversation.
+
+        It forgets every remember of the id already in the log, and no later one: the
+        record carries the topic's end offsets, read just before it is written, so the
+        rule never depends on clocks (see ``folders/state.py``).
+
+        >>> await memory.forget(mid)                                  # doctest: +SKIP
+        """
         target_id = MemoryId.parse(id)
         scope = self._scope(conversation=conversation, tenant=tenant)
         # What the log holds now is what this forget forgets: the fold compares offsets
