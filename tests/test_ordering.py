@@ -100,6 +100,30 @@ async def test_a_forget_forgets_only_what_was_written_before_it(laser: lm.Laser,
     _agree(await _everywhere(laser, tmp_path, strategy="recent"), expected)
 
 
+async def test_a_forget_from_before_seen_existed_still_uses_append_times(tmp_path):
+    """Forgets written by earlier releases carry no `seen`: across partitions, one in
+    the same millisecond as a remember counts as after it, an earlier one does not."""
+    from laser_memory.records import Forget, encode_record
+
+    async with stepped(tmp_path) as (laser, clock):
+        memory = laser.memory("notes")
+        kept = await memory.remember("kept", conversation="c1")
+        gone = await memory.remember("gone", conversation="c1")
+
+        async def legacy_forget(mid: lm.MemoryId) -> None:
+            record = Forget(ns=memory.namespace, scope=lm.MemoryScope(stream="s"), target=mid.bytes)
+            wire = encode_record(record)
+            await laser.log.append(
+                memory.topic, OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
+            )
+
+        clock.step(-1)
+        await legacy_forget(kept)  # a millisecond earlier: before the remember
+        clock.step(1)
+        await legacy_forget(gone)  # the same millisecond: after it
+        _agree(await _everywhere(laser, tmp_path), ["kept"])
+
+
 async def test_append_times_never_decrease_within_a_partition(tmp_path):
     clock = SteppedClock(1_700_000_000_000)
     async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:
