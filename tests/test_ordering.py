@@ -192,3 +192,29 @@ async def test_a_long_lived_handle_follows_a_recreated_longer_topic(laser: lm.La
 def test_a_bad_write_deadline_is_refused(tmp_path, bad):
     with pytest.raises(lm.InvalidInput, match="write_timeout_s"):
         LocalLog(tmp_path, LocalLogConfig(write_timeout_s=bad))
+
+
+async def test_an_embedded_append_has_a_deadline_too(tmp_path):
+    import threading
+
+    async with LocalLog(tmp_path / "log", LocalLogConfig(write_timeout_s=0.3)) as log:
+        await log.create_topic("t", partitions=1)
+        held, release = threading.Event(), threading.Event()
+
+        def hold_the_write_lock() -> None:
+            with log._env.begin(write=True):  # what another process's long commit does
+                held.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold_the_write_lock)
+        holder.start()
+        held.wait(5)
+        try:
+            with pytest.raises(lm.WriteTimeout, match="may or may not have landed"):
+                await log.append("t", OutgoingRecord(b"blocked"))
+        finally:
+            release.set()
+            holder.join()
+        await log.append("t", OutgoingRecord(b"after"))
+        # The late append landed once the lock was free; never twice.
+        assert [r.value for r in await read_all(log, "t")] == [b"blocked", b"after"]

@@ -283,18 +283,28 @@ class LocalLog(LogLifecycle):
         if not records:
             return []
         assert self._queue is not None
-        future: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Appended]] = loop.create_future()
         await self._queue.put(_AppendRequest(topic, list(records), future))
+        if self._config.write_timeout_s is None:
+            return await future
+        # One timer per append (cheaper than a timeout scope): past the deadline it fails
+        # the caller's future; a commit already under way still finishes.
+        timer = loop.call_later(self._config.write_timeout_s, self._expire_append, future)
         try:
-            async with asyncio.timeout(self._config.write_timeout_s):
-                # Shielded: a commit already under way finishes even when we stop waiting.
-                return await asyncio.shield(future)
-        except TimeoutError:
-            raise WriteTimeout(
-                f"the local log at {self._path} did not commit the append within "
-                f"{self._config.write_timeout_s}s; it may or may not have landed: read before "
-                "writing it again"
-            ) from None
+            return await future
+        finally:
+            timer.cancel()
+
+    def _expire_append(self, future: asyncio.Future[list[Appended]]) -> None:
+        if not future.done():
+            future.set_exception(
+                WriteTimeout(
+                    f"the local log at {self._path} did not commit the append within "
+                    f"{self._config.write_timeout_s}s; it may or may not have landed: read "
+                    "before writing it again"
+                )
+            )
 
     async def _run_write(self, fn, *args):
         """Run a write transaction on the writer thread, where LMDB's write lock lives."""
