@@ -184,9 +184,7 @@ class ViewServer:
             )
         else:
             key = self._arg(request, "key", required=True)
-            entries = await self._off_loop(
-                self._view.named_history, namespace, key, tenant=tenant
-            )
+            entries = await self._off_loop(self._view.named_history, namespace, key, tenant=tenant)
         return _json([entry.to_json() for entry in entries])
 
     async def stats(self, principal: Principal, request: web.Request) -> web.Response:

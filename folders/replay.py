@@ -7,11 +7,10 @@ every record up to a time or up to given positions.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping
 
 import msgspec
-
-import math
 
 from laser_memory.errors import InvalidInput
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem

@@ -49,9 +49,9 @@ fixed by the log):
 
 from __future__ import annotations
 
-import msgspec
-
 import math
+
+import msgspec
 
 from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError
 from laser_memory.ids import MemoryId, validate_name
@@ -176,9 +176,12 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         MemoryKind.from_code(record.kind)
     elif isinstance(record, Feedback | Forget):
         MemoryId(record.target)
-    if isinstance(record, Forget) and record.seen is not None and (
-        len(record.seen) > _MAX_PARTITIONS
-        or any(not 0 <= end < 1 << 63 for end in record.seen)
+    if (
+        isinstance(record, Forget)
+        and record.seen is not None
+        and (
+            len(record.seen) > _MAX_PARTITIONS or any(not 0 <= end < 1 << 63 for end in record.seen)
+        )
     ):
         raise RecordDecodeError(
             f"forget.seen must list at most {_MAX_PARTITIONS} offsets from 0 to 2**63-1"

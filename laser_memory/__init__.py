@@ -76,6 +76,7 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "AgentId",
     "BodyTooLarge",

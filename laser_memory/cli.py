@@ -30,12 +30,12 @@ from folders.view import MemoryView
 
 from . import connect
 from .errors import LaserError, UnknownTopic
-from .named import load_json
 from .ids import MemoryId, validate_name
 from .items import MemoryItem
 from .kinds import MemoryKind
 from .log import DEFAULT_URL
 from .memory import MemoryHandle, Receipt
+from .named import load_json
 from .recall import MAX_LIMIT, STRATEGIES
 from .records import Feedback, Forget, Remember
 
@@ -441,9 +441,9 @@ async def rebuild(url, stream, topic, view, map_size) -> None:
                 bar.update(folded - done)
                 done = folded
 
-            folded = await ViewFolder(
-                laser.log, topic, view, FolderConfig(map_size=map_size)
-            ).run(until_caught_up=True, rebuild=True, on_progress=progress)
+            folded = await ViewFolder(laser.log, topic, view, FolderConfig(map_size=map_size)).run(
+                until_caught_up=True, rebuild=True, on_progress=progress
+            )
         click.echo(f"rebuilt {view} from {folded} records", err=True)
 
 
@@ -551,9 +551,7 @@ def _moment(value: str | None) -> int | None:
     help="Operators only: print every tenant's records, and records nobody can read.",
 )
 @_run
-async def replay(
-    url, stream, namespace, as_json, view, since, until, tenant, all_tenants
-) -> None:
+async def replay(url, stream, namespace, as_json, view, since, until, tenant, all_tenants) -> None:
     """Print a tenant's records of a namespace from the log, in order (append time,
     partition, offset)."""
     since_ms, until_ms = _moment(since), _moment(until)
@@ -662,9 +660,9 @@ async def demo(url: str | None) -> None:
         then = await memory.as_of(wrong)
         known = [item.text for item in then.recall(conversation="planning-7")]
         say(f"\nas of the moment {wrong} was remembered, planning-7 knew: {known}")
-        now = [item.text for item in (await memory.as_of(forgotten)).recall(
-            conversation="planning-7"
-        )]
+        now = [
+            item.text for item in (await memory.as_of(forgotten)).recall(conversation="planning-7")
+        ]
         say(f"and just after it was forgotten: {now}")
 
         view = tempfile.mkdtemp(prefix="laser-view-")

@@ -436,9 +436,7 @@ class MemoryHandle:
             return view.named_history(self.namespace, target, tenant=tenant)
         if await self._topic_info() is None:
             return []
-        records = await replay(
-            self._laser.log, self.topic, namespace=self.namespace, tenant=tenant
-        )
+        records = await replay(self._laser.log, self.topic, namespace=self.namespace, tenant=tenant)
         if raw_id is not None:
             return item_history(records, raw_id, tenant=tenant)
         return named_history(records, target, tenant=tenant)
@@ -484,8 +482,10 @@ class MemoryHandle:
                 raise InvalidInput(
                     f"the receipt is for topic {receipt.topic!r}, this handle reads {self.topic!r}"
                 )
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
-            0 <= timeout < 1e9
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (0 <= timeout < 1e9)
         ):
             raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {timeout!r}")
         deadline = time.monotonic() + timeout

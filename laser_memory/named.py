@@ -68,9 +68,7 @@ def load_json(data: bytes | str, what: str = "the body") -> Any:
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     depth = json_depth(raw)
     if depth > MAX_JSON_DEPTH:
-        raise InvalidBody(
-            f"{what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed"
-        )
+        raise InvalidBody(f"{what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed")
     try:
         return json.loads(raw, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -119,8 +117,7 @@ def encode_body(body: bytes | str | dict | list) -> bytes:
     # Text that looks like JSON is what a later patch parses: keep it within the depth.
     if data.lstrip()[:1] in (b"{", b"[") and json_depth(data) > MAX_JSON_DEPTH:
         raise InvalidBody(
-            f"the body nests {json_depth(data)} levels deep; at most {MAX_JSON_DEPTH} are "
-            "allowed"
+            f"the body nests {json_depth(data)} levels deep; at most {MAX_JSON_DEPTH} are allowed"
         )
     return data
 

@@ -88,9 +88,7 @@ class Model:
             others = {v for k, v in self._content_ids.items() if k != dedup_of}
             assert mid not in others, f"content id of {dedup_of} is another scope's"
         item = self._items.setdefault((tenant, mid), _Item())
-        item.remembers.append(
-            _Remember(self._next(), body, conversation, user, agent, kind, key)
-        )
+        item.remembers.append(_Remember(self._next(), body, conversation, user, agent, kind, key))
         item.version += 1
 
     def forget(self, mid: bytes, *, tenant: str, conversation: str | None) -> None:

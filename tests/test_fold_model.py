@@ -315,9 +315,10 @@ async def kafka_pair(kafka_bootstrap, stream_name):
 @contextlib.asynccontextmanager
 async def open_pair(url: str, stream: str, clock):
     """Two connections to one log: two writers."""
-    async with lm.connect(url, stream=stream, clock=clock) as first, lm.connect(
-        url, stream=stream, clock=clock
-    ) as second:
+    async with (
+        lm.connect(url, stream=stream, clock=clock) as first,
+        lm.connect(url, stream=stream, clock=clock) as second,
+    ):
         await first.bootstrap(partitions=4)
         yield first, second
 

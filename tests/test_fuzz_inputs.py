@@ -49,23 +49,52 @@ remember = st.fixed_dictionaries(
         "conversation": maybe(text),
         "agent": maybe(text),
         "tenant": st.one_of(text, st.just("")),
-        "origin": maybe(st.one_of(anything, st.fixed_dictionaries({"topic": text, "partition": number, "offset": number}))),
-        "producer": maybe(st.one_of(text, st.tuples(text, anything), st.fixed_dictionaries({"name": text, "version": anything}))),
+        "origin": maybe(
+            st.one_of(
+                anything,
+                st.fixed_dictionaries({"topic": text, "partition": number, "offset": number}),
+            )
+        ),
+        "producer": maybe(
+            st.one_of(
+                text,
+                st.tuples(text, anything),
+                st.fixed_dictionaries({"name": text, "version": anything}),
+            )
+        ),
         "embedding": maybe(st.lists(number, max_size=4)),
         "dedup": st.booleans(),
     },
 )
 call = st.one_of(
     st.tuples(st.just("remember"), remember),
-    st.tuples(st.just("improve"), st.fixed_dictionaries({"weight": number, "tenant": st.one_of(text, st.just(""))})),
+    st.tuples(
+        st.just("improve"),
+        st.fixed_dictionaries({"weight": number, "tenant": st.one_of(text, st.just(""))}),
+    ),
     st.tuples(st.just("forget"), st.fixed_dictionaries({"conversation": maybe(text)})),
     st.tuples(st.just("set"), st.fixed_dictionaries({"key": text, "body": json_like})),
-    st.tuples(st.just("update"), st.fixed_dictionaries({"key": text, "patch": st.one_of(json_like, text)})),
+    st.tuples(
+        st.just("update"), st.fixed_dictionaries({"key": text, "patch": st.one_of(json_like, text)})
+    ),
     st.tuples(st.just("remove"), st.fixed_dictionaries({"key": text})),
-    st.tuples(st.just("recall"), st.fixed_dictionaries({}, optional={"text": maybe(anything), "limit": number, "strategy": text, "kind": maybe(text), "tenant": text})),
+    st.tuples(
+        st.just("recall"),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "text": maybe(anything),
+                "limit": number,
+                "strategy": text,
+                "kind": maybe(text),
+                "tenant": text,
+            },
+        ),
+    ),
     st.tuples(st.just("as_of"), st.fixed_dictionaries({"at": anything})),
     st.tuples(st.just("fetch"), st.fixed_dictionaries({"key": text}, optional={"version": number})),
 )
+
 
 def _settings(examples: int) -> settings:
     return settings(
@@ -137,14 +166,27 @@ def test_hostile_calls_through_the_handle_kafka(calls, kafka_bootstrap):
 
 cli_word = st.one_of(
     text.filter(lambda s: "\x00" not in s),
-    st.sampled_from(["--limit", "-1", "--tenant", "--kind", "--version", "0", "1e400", "NaN", "--json"]),
+    st.sampled_from(
+        ["--limit", "-1", "--tenant", "--kind", "--version", "0", "1e400", "NaN", "--json"]
+    ),
 )
 
 
 @_settings(60)
 @given(
     command=st.sampled_from(
-        ["remember", "recall", "improve", "forget", "set", "update", "remove", "fetch", "audit", "replay"]
+        [
+            "remember",
+            "recall",
+            "improve",
+            "forget",
+            "set",
+            "update",
+            "remove",
+            "fetch",
+            "audit",
+            "replay",
+        ]
     ),
     words=st.lists(cli_word, max_size=4),
 )
@@ -176,14 +218,30 @@ def served_view(tmp_path_factory) -> Path:
     return root / "view"
 
 
-query_value = st.one_of(text, st.sampled_from(["stream:s/notes", "k", "-1", str(2**64), "1e3", "0"]))
+query_value = st.one_of(
+    text, st.sampled_from(["stream:s/notes", "k", "-1", str(2**64), "1e3", "0"])
+)
 
 
 @_settings(80)
 @given(
     path=st.sampled_from(["/v1/recall", "/v1/fetch", "/v1/history", "/v1/stats"]),
     params=st.dictionaries(
-        st.sampled_from(["namespace", "key", "id", "version", "limit", "text", "strategy", "tenant", "kind", "agent", "conversation"]),
+        st.sampled_from(
+            [
+                "namespace",
+                "key",
+                "id",
+                "version",
+                "limit",
+                "text",
+                "strategy",
+                "tenant",
+                "kind",
+                "agent",
+                "conversation",
+            ]
+        ),
         query_value,
         max_size=5,
     ),

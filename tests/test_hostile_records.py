@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+import pytest
 
 import laser_memory as lm
 from folders.replay import replay
@@ -44,20 +45,69 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
     patch_size = 3 * MAX_NAMED_BODY_BYTES // 8  # the third patch outgrows the limit
     # (record, set aside?) in write order
     hostile = [
-        (OutgoingRecord(b"\xff\x00 not msgpack", key=b"x", headers=((HEADER_NAMESPACE, ns.encode()),)), True),
-        (OutgoingRecord(encode_record(Feedback(ns=ns, scope=scope, target=target, weight=1.0)).value, key=b"x", headers=((HEADER_NAMESPACE, ns.encode()), (HEADER_VERSION, b"abc"))), True),
+        (
+            OutgoingRecord(
+                b"\xff\x00 not msgpack", key=b"x", headers=((HEADER_NAMESPACE, ns.encode()),)
+            ),
+            True,
+        ),
+        (
+            OutgoingRecord(
+                encode_record(Feedback(ns=ns, scope=scope, target=target, weight=1.0)).value,
+                key=b"x",
+                headers=((HEADER_NAMESPACE, ns.encode()), (HEADER_VERSION, b"abc")),
+            ),
+            True,
+        ),
         (_outgoing(Feedback(ns=ns, scope=scope, target=target, weight=float("nan"))), True),
         (_outgoing(Feedback(ns=ns, scope=scope, target=target, weight=1e300)), True),
-        (_outgoing(Remember(ns=ns, scope=MemoryScope(conversation="a\x00b"), id=lm.MemoryId.new().bytes, kind=1, body=b"x")), True),
+        (
+            _outgoing(
+                Remember(
+                    ns=ns,
+                    scope=MemoryScope(conversation="a\x00b"),
+                    id=lm.MemoryId.new().bytes,
+                    kind=1,
+                    body=b"x",
+                )
+            ),
+            True,
+        ),
         (_outgoing(NamedSet(ns=ns, scope=scope, key="deep", body=DEEP)), False),
         (_outgoing(NamedPatch(ns=ns, scope=scope, key="deep", patch=b'{"a":1}')), False),
-        (_outgoing(NamedPatch(ns=ns, scope=scope, key="k", patch=b'{"a":' * 5000 + b"1" + b"}" * 5000)), True),
+        (
+            _outgoing(
+                NamedPatch(ns=ns, scope=scope, key="k", patch=b'{"a":' * 5000 + b"1" + b"}" * 5000)
+            ),
+            True,
+        ),
         (_outgoing(NamedPatch(ns=ns, scope=scope, key="k", patch=b"not json")), True),
         (_outgoing(NamedPatch(ns=ns, scope=scope, key="k", patch=b"[1]")), True),
         (_outgoing(NamedPatch(ns=ns, scope=scope, key="k", patch=b'{"a": NaN}')), True),
-        (_outgoing(NamedPatch(ns=ns, scope=scope, key="big", patch=b'{"a":"' + b"x" * patch_size + b'"}')), False),
-        (_outgoing(NamedPatch(ns=ns, scope=scope, key="big", patch=b'{"b":"' + b"x" * patch_size + b'"}')), False),
-        (_outgoing(NamedPatch(ns=ns, scope=scope, key="big", patch=b'{"c":"' + b"x" * patch_size + b'"}')), True),
+        (
+            _outgoing(
+                NamedPatch(
+                    ns=ns, scope=scope, key="big", patch=b'{"a":"' + b"x" * patch_size + b'"}'
+                )
+            ),
+            False,
+        ),
+        (
+            _outgoing(
+                NamedPatch(
+                    ns=ns, scope=scope, key="big", patch=b'{"b":"' + b"x" * patch_size + b'"}'
+                )
+            ),
+            False,
+        ),
+        (
+            _outgoing(
+                NamedPatch(
+                    ns=ns, scope=scope, key="big", patch=b'{"c":"' + b"x" * patch_size + b'"}'
+                )
+            ),
+            True,
+        ),
     ]
     receipts = [await log.append(topic, record) for record, _ in hostile]
     aside = {(r.partition, r.offset) for r, (_, bad) in zip(receipts, hostile, strict=True) if bad}
@@ -89,15 +139,15 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
         stats = view.stats()
         ends = await log.end_offsets(topic)
         assert stats.watermark == {p: offset for p, offset in ends.items() if offset}
-        assert {
-            (a.position.partition, a.position.offset) for a in stats.set_aside_records
-        } == aside
+        assert {(a.position.partition, a.position.offset) for a in stats.set_aside_records} == aside
     async with lm.connect(log.url, stream=laser.stream, view=view_path) as reader:
         managed = reader.memory("notes")
         assert await managed.recall(strategy="recent") == items
         assert [i.id for i in await managed.recall(text=word, strategy="keyword")] == [long_word]
         assert (await managed.fetch("big")).body == (await folded.fetch_folded("big")).body
-        assert [i.id for i in await reader.memory(wide_ns.namespace).recall(tenant="t" * 255)] == [wide]
+        assert [i.id for i in await reader.memory(wide_ns.namespace).recall(tenant="t" * 255)] == [
+            wide
+        ]
     rebuilt = tmp_path / "rebuilt"
     await ViewFolder(log, topic, rebuilt).run(until_caught_up=True, rebuild=True)
     with MemoryView.open(view_path) as one, MemoryView.open(rebuilt) as other:
@@ -131,12 +181,8 @@ async def test_a_full_view_stops_the_folder_with_what_to_do(tmp_path: Path):
         await memory.remember_many([f"fact {i} " + "x" * 2000 for i in range(400)])
         small = FolderConfig(map_size=256 << 10)
         folder = ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view", small)
-        try:
+        with pytest.raises(lm.ViewFull, match="--map-size"):
             await folder.run(until_caught_up=True)
-        except lm.ViewFull as exc:
-            assert "--map-size" in str(exc)
-        else:
-            raise AssertionError("a 256 KiB view took 800 KB of records")
         # Restarted with a larger map, the folder resumes and finishes.
         big = FolderConfig(map_size=64 << 20)
         await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view", big).run(
@@ -156,19 +202,11 @@ async def test_a_view_in_another_format_is_refused_until_rebuilt(tmp_path: Path)
         with MemoryView.open(view) as opened:
             with opened._env.begin(write=True) as txn:
                 txn.put(b"format", b"1", db=opened._dbs["meta"])
-        try:
+        with pytest.raises(lm.ViewMismatch, match=f"reads format {VIEW_FORMAT}; rebuild"):
             MemoryView.open(view)
-        except lm.ViewMismatch as exc:
-            assert "rebuild" in str(exc) and f"format {VIEW_FORMAT}" in str(exc)
-        else:
-            raise AssertionError("a view in format 1 was opened")
         folder = ViewFolder(laser.log, laser.memory_topic_name, view)
-        try:
+        with pytest.raises(lm.ViewMismatch):
             await folder.run(until_caught_up=True)
-        except lm.ViewMismatch:
-            pass
-        else:
-            raise AssertionError("a folder folded into a view of another format")
         await folder.run(until_caught_up=True, rebuild=True)
         with MemoryView.open(view) as opened:
             assert opened.stats().items == 1
@@ -183,12 +221,8 @@ async def test_the_folder_lock_never_follows_a_link(tmp_path: Path):
     async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
         await laser.memory("notes").remember("a fact")
         folder = ViewFolder(laser.log, laser.memory_topic_name, view)
-        try:
+        with pytest.raises(lm.ConfigError, match="regular file"):
             await folder.run(until_caught_up=True)
-        except lm.ConfigError as exc:
-            assert "regular file" in str(exc)
-        else:
-            raise AssertionError("the folder used a symlinked lock file")
     assert victim.read_text() == "precious"
 
 
@@ -206,12 +240,8 @@ async def test_a_receipt_of_an_earlier_topic_generation_is_refused(laser: lm.Las
     async with lm.connect(laser.log.url, stream=laser.stream, view=view) as reader:
         managed = reader.memory("notes")
         assert [i.id for i in await managed.recall(after=new)] == [new]
-        try:
+        with pytest.raises(lm.ViewMismatch, match="generation"):
             await managed.recall(after=old, timeout=0.5)
-        except lm.ViewMismatch as exc:
-            assert "generation" in str(exc)
-        else:
-            raise AssertionError("a receipt of a deleted topic was waited for")
 
 
 def test_set_aside_reasons_survive_encoding():

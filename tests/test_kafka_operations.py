@@ -104,9 +104,7 @@ async def test_a_record_too_large_for_its_topic_is_refused_before_sending(
         assert [r.value for r in await read_all(log, topic_name)] == [b"small", b"still fine"]
 
 
-async def test_a_batch_the_broker_refuses_never_poisons_later_appends(
-    kafka_bootstrap, topic_name
-):
+async def test_a_batch_the_broker_refuses_never_poisons_later_appends(kafka_bootstrap, topic_name):
     async with connect_log(f"kafka://{kafka_bootstrap}") as log:
         await log.create_topic(topic_name, partitions=1)
         await log.append(topic_name, OutgoingRecord(b"before"))

@@ -31,9 +31,7 @@ UPPER = ["laser_memory.memory", "laser_memory.client", "laser_memory.cli"]
 
 def _loaded_after_import(module: str) -> set[str]:
     code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"import {module} alone failed:\n{done.stderr[-2000:]}"
     return set(done.stdout.split())
 

@@ -409,21 +409,40 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
         (lambda m: m.remember(b"x" * ((1 << 20) + 1)), lm.BodyTooLarge),
         (lambda m: m.remember("lone \ud800 surrogate"), lm.InvalidBody),
         (lambda m: m.remember("x", embedding=[0.5] * 2_000_000), lm.RecordTooLarge),
-        (lambda m: m.remember("x", producer={"name": "p", "version": "v" * 5_000_000}), lm.InvalidName),
-        (lambda m: m.remember("x", origin={"topic": "t" * 5_000_000, "partition": 0, "offset": 0}), lm.InvalidName),
-        (lambda m: m.remember("x", origin={"topic": "t", "partition": 2**70, "offset": 0}), lm.InvalidInput),
-        (lambda m: m.remember("x", origin={"topic": "t", "partition": 0, "offset": -1}), lm.InvalidInput),
+        (
+            lambda m: m.remember("x", producer={"name": "p", "version": "v" * 5_000_000}),
+            lm.InvalidName,
+        ),
+        (
+            lambda m: m.remember(
+                "x", origin={"topic": "t" * 5_000_000, "partition": 0, "offset": 0}
+            ),
+            lm.InvalidName,
+        ),
+        (
+            lambda m: m.remember("x", origin={"topic": "t", "partition": 2**70, "offset": 0}),
+            lm.InvalidInput,
+        ),
+        (
+            lambda m: m.remember("x", origin={"topic": "t", "partition": 0, "offset": -1}),
+            lm.InvalidInput,
+        ),
         (lambda m: m.improve(lm.MemoryId.new(), 10**400), lm.InvalidWeight),
         (lambda m: m.improve(lm.MemoryId.new(), 1e308), lm.InvalidWeight),
         (lambda m: m.set("k", "\udcff"), lm.InvalidBody),
         (lambda m: m.set("k", {"a": float("nan")}), lm.InvalidBody),
         (lambda m: m.set("k", "[" * 5000 + "]" * 5000), lm.InvalidBody),
         (lambda m: m.set("k", _nested(5000)), lm.InvalidBody),
-        (lambda m: m.update("k", "{\"a\":" * 5000 + "1" + "}" * 5000), lm.InvalidPatch),
+        (lambda m: m.update("k", '{"a":' * 5000 + "1" + "}" * 5000), lm.InvalidPatch),
         (lambda m: m.update("k", _nested(5000)), lm.InvalidPatch),
         (lambda m: m.update("k", '{"a": NaN}'), lm.InvalidPatch),
         (lambda m: m.update("k", {"a": "\ud800"}), lm.InvalidPatch),
-        (lambda m: m.remember_many(["small-a", {"body": "x", "embedding": [0.5] * 400_000}, "small-b"]), lm.RecordTooLarge),
+        (
+            lambda m: m.remember_many(
+                ["small-a", {"body": "x", "embedding": [0.5] * 400_000}, "small-b"]
+            ),
+            lm.RecordTooLarge,
+        ),
         (lambda m: m.as_of(float("nan")), lm.InvalidInput),
         (lambda m: m.as_of(float("inf")), lm.InvalidInput),
         (lambda m: m.as_of(10**30), lm.InvalidInput),

@@ -567,7 +567,7 @@ def _listening_addresses(port: int) -> set[str]:
     import ipaddress
 
     found = set()
-    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as lines:
             next(lines)
             for line in lines:

@@ -467,9 +467,7 @@ class KafkaLog(LogLifecycle):
                 await self._replace_producer(producer)
             raise LogUnavailable(f"Kafka refused the append: {exc}") from exc
         generation = settings.generation
-        return [
-            Appended(m.topic, m.partition, m.offset, m.timestamp, generation) for m in metadata
-        ]
+        return [Appended(m.topic, m.partition, m.offset, m.timestamp, generation) for m in metadata]
 
     # -- reads ---------------------------------------------------------------
 

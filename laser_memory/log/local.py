@@ -142,7 +142,9 @@ class LocalLog(LogLifecycle):
 
     async def _open(self) -> None:
         """Open the environment and start the group-commit writer."""
-        if not self._config.create and not os.path.isfile(os.path.join(self._path, "data.mdb")):
+        # One stat, where opening LMDB right after blocks far longer.
+        data_file = os.path.join(self._path, "data.mdb")
+        if not self._config.create and not os.path.isfile(data_file):  # noqa: ASYNC240
             raise LogUnavailable(
                 f"there is no log at {self._path}; check the path in the URL (a read never "
                 "creates a log; the first write does)"
