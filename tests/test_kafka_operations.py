@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +20,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 import laser_memory as lm
+from kafka_broker import kafka_local
 from laser_memory.log import KafkaLog, KafkaLogConfig, OutgoingRecord, connect_log
 from log_conformance import read_all
 
 pytestmark = pytest.mark.kafka
-
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "docker" / "kafka-local"
 
 
 @contextlib.asynccontextmanager
@@ -145,17 +142,12 @@ async def test_a_batch_the_broker_refuses_never_poisons_later_appends(kafka_boot
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     workdir = tmp_path_factory.mktemp("own-kafka")
-    started = subprocess.run(
-        ["bash", str(SCRIPT), "start", "--dir", str(workdir)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    started = kafka_local("start", "--dir", str(workdir))
     assert started.returncode == 0, started.stderr[-3000:]
     try:
         yield started.stdout.strip().splitlines()[-1], workdir
     finally:
-        subprocess.run(["bash", str(SCRIPT), "stop", "--dir", str(workdir)], check=False)
+        kafka_local("stop", "--dir", str(workdir))
 
 
 def _pid(workdir: Path) -> int:
@@ -211,13 +203,7 @@ async def test_a_broker_killed_during_writes_loses_and_duplicates_nothing_kafka(
         await asyncio.sleep(1.0)
         os.kill(_pid(workdir), signal.SIGKILL)
         await asyncio.sleep(0.5)
-        restarted = await asyncio.to_thread(
-            subprocess.run,
-            ["bash", str(SCRIPT), "start", "--dir", str(workdir)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        restarted = await asyncio.to_thread(kafka_local, "start", "--dir", str(workdir))
         assert restarted.returncode == 0, restarted.stderr[-3000:]
         assert restarted.stdout.strip().splitlines()[-1] == bootstrap  # same address
         await asyncio.sleep(2.0)
