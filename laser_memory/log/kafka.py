@@ -276,13 +276,13 @@ class KafkaLog(LogLifecycle):
                     f"{partitions}; use the existing count or delete the topic first"
                 )
             # An existing topic must stamp broker times (checked on learning it) and keep
-            # records as long as asked.
-            await self._settings(topic, fresh=True)
-            if error_code == _TOPIC_ALREADY_EXISTS and _millis(info.retention_s) != _millis(
+            # records as long as asked; its configs are read afresh for both.
+            settings = await self._settings(topic, fresh=True)
+            if error_code == _TOPIC_ALREADY_EXISTS and _millis(settings.retention_s) != _millis(
                 retention_s
             ):
                 raise TopicConflict(
-                    f"topic {topic!r} exists with retention {_seconds(info.retention_s)}, not "
+                    f"topic {topic!r} exists with retention {_seconds(settings.retention_s)}, not "
                     f"{_seconds(retention_s)}; pass its retention, or change it with "
                     f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                     "--add-config retention.ms=..."
