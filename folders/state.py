@@ -304,6 +304,7 @@ class ItemState(msgspec.Struct, kw_only=True):
             origin=record.origin,
             producer=record.producer,
             embedding=record.embedding,
+            embedder=record.embedder,
         )
 
 

@@ -61,6 +61,7 @@ from collections.abc import Iterator, Sequence
 
 import lmdb
 import msgspec
+import numpy as np
 
 from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
@@ -458,13 +459,32 @@ class MemoryView:
         strategy: str = "auto",
         text: str | None = None,
         limit: int = 50,
+        query_vector: np.ndarray | None = None,
+        embedder: str | None = None,
+        min_similarity: float | None = None,
+        exclude: frozenset[bytes] = frozenset(),
     ) -> list[MemoryItem]:
-        """Recall from the view; same order and signals as folded recall."""
+        """Recall from the view; same order and signals as folded recall. A semantic
+        recall (``query_vector`` given) compares every visible item in scope, exactly."""
         validate_strategy(strategy)
         validate_limit(limit)
         with self._read() as txn:
-            candidates = self._candidates(txn, namespace, where, strategy, text, limit)
-        return rank(candidates, strategy=strategy, text=text, limit=limit)
+            if strategy == "semantic" and query_vector is not None:
+                candidates = list(self._newest(txn, namespace, where, None))
+            else:
+                # Excluded ids would take places the limit counts: fetch that many more.
+                wanted = limit + len(exclude)
+                candidates = self._candidates(txn, namespace, where, strategy, text, wanted)
+        return rank(
+            candidates,
+            strategy=strategy,
+            text=text,
+            limit=limit,
+            query_vector=query_vector,
+            embedder=embedder,
+            min_similarity=min_similarity,
+            exclude=exclude,
+        )
 
     def _load(self, txn, namespace: str, where: ItemFilter, raw_id: bytes) -> MemoryItem | None:
         raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])

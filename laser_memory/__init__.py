@@ -9,9 +9,11 @@
 
 from typing import TYPE_CHECKING
 
+from .embedding import Embedder, WordHashEmbedder
 from .errors import (
     BodyTooLarge,
     ConfigError,
+    EmbeddingFailed,
     EmptyBody,
     InvalidBody,
     InvalidId,
@@ -83,6 +85,8 @@ __all__ = [
     "ConfigError",
     "ConversationContext",
     "ConversationId",
+    "Embedder",
+    "EmbeddingFailed",
     "EmptyBody",
     "HistoryEntry",
     "InvalidBody",
@@ -123,6 +127,7 @@ __all__ = [
     "ViewLocked",
     "ViewMismatch",
     "WaitTimeout",
+    "WordHashEmbedder",
     "WriteTimeout",
     "connect",
     "fuse_reciprocal_rank",

@@ -12,6 +12,7 @@ import os
 from folders.view import MemoryView
 
 from .clock import SYSTEM_CLOCK, Clock
+from .embedding import Embedder, validate_embedder
 from .errors import InvalidName, NoView
 from .ids import validate_name
 from .log import DEFAULT_URL, LocalLog, Log, TopicInfo, connect_log
@@ -41,11 +42,13 @@ class Laser:
         config: MemoryConfig | None = None,
         view: str | os.PathLike[str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        embedder: Embedder | None = None,
     ):
         if stream is not None:
             validate_topic(stream)
         self.log = log
         self.clock = clock
+        self.embedder = validate_embedder(embedder) if embedder is not None else None
         self.stream = stream
         self.config = config or MemoryConfig()
         self.view_path = os.fspath(view) if view is not None else None
@@ -96,10 +99,16 @@ class Laser:
             for topic in AGENT_TOPICS
         ]
 
-    def memory(self, namespace: str) -> MemoryHandle:
+    def memory(self, namespace: str, *, embedder: Embedder | None = None) -> MemoryHandle:
         """A handle on a memory namespace. With a default stream, ``"notes"`` becomes
         ``stream:<stream>/notes``; a name starting with ``stream:`` is used as written
-        and rides that stream's memory topic."""
+        and rides that stream's memory topic. ``embedder`` (default: the connection's)
+        embeds every body it remembers and the text of semantic recalls."""
+        handle = self._memory(namespace)
+        chosen = embedder if embedder is not None else self.embedder
+        return handle._derive(embedder=chosen) if chosen is not None else handle
+
+    def _memory(self, namespace: str) -> MemoryHandle:
         validate_name(namespace, "namespace")
         if namespace.startswith("stream:"):
             stream, slash, rest = namespace[len("stream:") :].partition("/")
@@ -124,7 +133,13 @@ class Laser:
     def memory_on_topic(self, topic: str, stream: str | None = None) -> MemoryHandle:
         """A handle on an existing topic, using the topic name as the namespace."""
         validate_topic(topic)
-        return MemoryHandle(self, namespace=topic, topic=topic, stream=stream or self.stream or "")
+        return MemoryHandle(
+            self,
+            namespace=topic,
+            topic=topic,
+            stream=stream or self.stream or "",
+            embedder=self.embedder,
+        )
 
     async def memory_topic(
         self, topic: str, *, partitions: int = 4, retention: float | None = None
@@ -166,6 +181,7 @@ def connect(
     view: str | os.PathLike[str] | None = None,
     create: bool = True,
     clock: Clock | None = None,
+    embedder: Embedder | None = None,
 ) -> Laser:
     """Connect to the log a URL names: ``local://PATH`` (the default,
     ``$LASER_URL`` or ``local://./laser-data``) or ``kafka://host:port[,host:port]``.
@@ -173,7 +189,9 @@ def connect(
     a folder keeps at PATH. With ``create=False`` an embedded log that does not exist
     is an error (`LogUnavailable`) rather than created: use it for read-only work.
     ``clock`` (a `laser_memory.clock.Clock`) stamps random ids and the embedded log's
-    append times; tests pass a `SteppedClock`.
+    append times; tests pass a `SteppedClock`. ``embedder`` (an `Embedder`) is every
+    handle's default: bodies are embedded as they are remembered, the vectors and the
+    embedder's label go in the records.
 
     >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
     ...     await laser.bootstrap(partitions=8)
@@ -183,5 +201,6 @@ def connect(
         stream=stream,
         config=config,
         clock=clock or SYSTEM_CLOCK,
+        embedder=embedder,
         view=view if view is not None else os.environ.get("LASER_VIEW") or None,
     )

@@ -16,6 +16,7 @@ The tree::
     │   ├── InvalidPatch
     │   └── InvalidRecord           a record the caller built cannot go on the log
     │       └── RecordTooLarge      over the record cap, or over what the topic takes
+    ├── EmbeddingFailed             the embedder raised or returned bad vectors; nothing written
     ├── RecordDecodeError           bytes on the log that are not a record we can read
     │   └── UnsupportedSchemaVersion
     ├── LogError
@@ -39,6 +40,7 @@ from __future__ import annotations
 __all__ = [
     "BodyTooLarge",
     "ConfigError",
+    "EmbeddingFailed",
     "EmptyBody",
     "InvalidBody",
     "InvalidId",
@@ -118,6 +120,11 @@ class InvalidPatch(InvalidInput):
 
 class InvalidRecord(InvalidInput):
     """A record the caller built that cannot be encoded onto the log."""
+
+
+class EmbeddingFailed(LaserError):
+    """The embedder raised, or returned vectors of the wrong shape or with non-finite
+    values; nothing was written."""
 
 
 class RecordTooLarge(InvalidRecord):

@@ -59,6 +59,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     origin: Origin | None = None
     producer: Producer | None = None
     embedding: bytes | None = None
+    embedder: str | None = None
     score: float = 0.0
     signals: tuple[Signal, ...] = ()
 

@@ -24,6 +24,7 @@ from folders.replay import AsOf, MemorySnapshot, item_history, named_history, re
 from folders.state import MAX_WEIGHT, ItemFilter
 from folders.view import MemoryView
 
+from .embedding import Embedder, embed_texts, validate_embedder
 from .errors import (
     BodyTooLarge,
     EmptyBody,
@@ -117,8 +118,10 @@ class MemoryHandle:
         origin: Origin | None = None,
         producer: Producer | None = None,
         reader: FoldedReader | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self._laser = laser
+        self._embedder = validate_embedder(embedder) if embedder is not None else None
         self.namespace = namespace
         self.topic = topic
         self.stream = stream
@@ -143,6 +146,7 @@ class MemoryHandle:
             "origin": self._origin,
             "producer": self._producer,
             "reader": self._reader,
+            "embedder": self._embedder,
         }
         fields.update(changes)
         return MemoryHandle(self._laser, **fields)
@@ -209,6 +213,7 @@ class MemoryHandle:
                 "embedding": embedding,
             }
         )
+        [record] = await self._embedded([record])
         receipt = await self._write_one(record)
         mid = MemoryId(record.id)
         mid.receipt = receipt
@@ -235,7 +240,7 @@ class MemoryHandle:
                 raise type(exc)(f"entry {index}: {exc}") from None
             records.append(record)
             ids.append(MemoryId(record.id))
-        receipts = await self._write(records)
+        receipts = await self._write(await self._embedded(records))
         for mid, receipt in zip(ids, receipts, strict=True):
             mid.receipt = receipt
         return ids
@@ -278,6 +283,7 @@ class MemoryHandle:
             },
             memory_id=mid,
         )
+        [record] = await self._embedded([record])
         mid.receipt = await self._write_one(record)
         return mid
 
@@ -539,6 +545,8 @@ class MemoryHandle:
         timeout: float = 10.0,
         block: bool = False,
         token_budget: int | None = None,
+        min_similarity: float | None = None,
+        exclude: Sequence[MemoryId | str | bytes] = (),
     ) -> list[MemoryItem] | str:
         """Recall items in scope. Every field you set narrows; a field you leave out
         widens, except ``tenant``, which always applies exactly (unset means ``""``).
@@ -549,6 +557,12 @@ class MemoryHandle:
         view: ``after=receipt`` waits (up to ``timeout`` seconds) until it has.
         With ``block=True`` returns the items formatted by `to_context_block`.
 
+        ``strategy="semantic"`` with text ranks by the cosine similarity of the handle's
+        embedder's vectors (``min_similarity`` drops weaker matches), comparing only
+        vectors of that embedder, over every item the filters allow; without an
+        embedder it keeps items sharing a word, like ``keyword``. ``exclude`` ids are
+        never returned.
+
         >>> items = await memory.recall(conversation="c-1", strategy="recent", limit=5)
         ... # doctest: +SKIP
         """
@@ -556,6 +570,24 @@ class MemoryHandle:
         validate_limit(limit)
         if text is not None and not isinstance(text, str):
             raise InvalidInput(f"text must be a string, got {type(text).__name__}")
+        if min_similarity is not None and (
+            isinstance(min_similarity, bool)
+            or not isinstance(min_similarity, int | float)
+            or not -1.0 <= min_similarity <= 1.0
+        ):
+            raise InvalidInput(f"min_similarity is from -1 to 1, got {min_similarity!r}")
+        if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence):
+            raise InvalidInput("exclude is a list of memory ids")
+        excluded = frozenset(MemoryId.parse(item).bytes for item in exclude)
+        query_vector = None
+        if strategy == "semantic" and text and self._embedder is not None:
+            query_vector = (await embed_texts(self._embedder, [text]))[0]
+        ranking = {
+            "query_vector": query_vector,
+            "embedder": self._embedder.label if self._embedder is not None else None,
+            "min_similarity": min_similarity,
+            "exclude": excluded,
+        }
         conversation = self._conversation(conversation)
         where = ItemFilter.build(
             tenant=tenant,
@@ -570,7 +602,9 @@ class MemoryHandle:
             items = (
                 []
                 if view is None
-                else view.recall(self.namespace, where, strategy=strategy, text=text, limit=limit)
+                else view.recall(
+                    self.namespace, where, strategy=strategy, text=text, limit=limit, **ranking
+                )
             )
         elif (info := await self._topic_info()) is None:
             items = []
@@ -581,7 +615,7 @@ class MemoryHandle:
                 else None
             )
             state = await self._reader.catch_up(partitions)
-            items = rank(state.items(where), strategy=strategy, text=text, limit=limit)
+            items = rank(state.items(where), strategy=strategy, text=text, limit=limit, **ranking)
         if block:
             return to_context_block(items, token_budget)
         return items
@@ -705,6 +739,39 @@ class MemoryHandle:
             producer=_producer(producer) if producer is not None else self._producer,
             embedding=_embedding(entry.get("embedding")),
         )
+
+    async def _embedded(self, records: list[Remember]) -> list[Remember]:
+        """The records with their bodies' vectors and the embedder's label: one batch
+        for the bodies that came without an embedding. Without an embedder, unchanged."""
+        embedder = self._embedder
+        if embedder is None:
+            return records
+        for index, record in enumerate(records):
+            given = record.embedding
+            if given is not None and len(given) != 4 * embedder.dimensions:
+                where = f"entry {index}: " if len(records) > 1 else ""
+                raise InvalidInput(
+                    f"{where}the embedding has {len(given) // 4} values; {embedder.label} "
+                    f"makes {embedder.dimensions}"
+                )
+        missing = [i for i, record in enumerate(records) if record.embedding is None]
+        vectors = (
+            await embed_texts(
+                embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
+            )
+            if missing
+            else None
+        )
+        out = []
+        for index, record in enumerate(records):
+            embedding = record.embedding
+            if embedding is None:
+                assert vectors is not None
+                embedding = vectors[missing.index(index)].astype("<f4").tobytes()
+            out.append(
+                msgspec.structs.replace(record, embedding=embedding, embedder=embedder.label)
+            )
+        return out
 
     async def _topic_info(self):
         """The topic's shape, or None if it does not exist. Reads never create a topic:

@@ -7,11 +7,19 @@ Strategies on log memory:
 
 - ``recent``: newest first by broker append time, ties by (partition, offset),
   also newest first. Text and feedback are ignored.
-- ``keyword``, ``semantic``, ``hybrid``: with text, keep the items that share
-  at least one word with it (words are runs of letters and digits, compared
+- ``semantic`` with a query vector (the handle's embedder embeds the text):
+  the items whose vector has the query's embedder label, by cosine similarity
+  (ties newest first), at least ``min_similarity`` when given. Without an
+  embedder it falls back to ``keyword``.
+- ``keyword``, ``hybrid``: with text, keep the items that share at least one
+  word with it (words are runs of letters and digits, compared
   case-insensitively), then order as ``auto`` does. Without text they keep
   every item.
 - ``auto`` (the default): feedback first (higher weight first), then newest.
+
+Every strategy ranks only the items it is given: the caller's candidate set
+(tenant, namespace and scope filters applied, forgotten items gone), never a
+global top-k filtered afterwards. ``exclude`` ids are never returned.
 
 Every item carries the signal of the strategy that surfaced it; an item with
 feedback also carries an ``auto`` signal with its rank among the items that
@@ -25,7 +33,9 @@ import re
 from collections.abc import Iterable, Sequence
 
 import msgspec
+import numpy as np
 
+from .embedding import cosine_similarities, to_vector
 from .errors import InvalidInput
 from .items import MemoryItem, Signal
 
@@ -85,11 +95,18 @@ def rank(
     strategy: str = "auto",
     text: str | None = None,
     limit: int = 50,
+    query_vector: np.ndarray | None = None,
+    embedder: str | None = None,
+    min_similarity: float | None = None,
+    exclude: frozenset[bytes] = frozenset(),
 ) -> list[MemoryItem]:
-    """Order visible items for one recall and attach their score and signals."""
+    """Order visible items for one recall and attach their score and signals.
+    ``query_vector`` and ``embedder`` (its label) make ``semantic`` rank by meaning."""
     validate_strategy(strategy)
     validate_limit(limit)
-    candidates = list(items)
+    candidates = [item for item in items if item.id.bytes not in exclude]
+    if strategy == "semantic" and query_vector is not None:
+        return _by_similarity(candidates, query_vector, embedder, min_similarity, limit)
     if strategy == "recent":
         candidates.sort(key=_newest_key, reverse=True)
         chosen = candidates[:limit]
@@ -126,6 +143,40 @@ def rank(
         if id(item) in feedback_rank and strategy != "auto":
             signals.append(Signal("auto", feedback_rank[id(item)], item.weight))
         out.append(msgspec.structs.replace(item, score=item.weight, signals=tuple(signals)))
+    return out
+
+
+def _by_similarity(
+    items: list[MemoryItem],
+    query: np.ndarray,
+    embedder: str | None,
+    min_similarity: float | None,
+    limit: int,
+) -> list[MemoryItem]:
+    comparable = [
+        item
+        for item in items
+        if item.embedder == embedder
+        and item.embedding is not None
+        and len(item.embedding) == 4 * len(query)
+    ]
+    if not comparable:
+        return []
+    # Newest first, then a stable sort by similarity: equal scores stay newest first.
+    comparable.sort(key=_newest_key, reverse=True)
+    matrix = np.stack([to_vector(item.embedding) for item in comparable])
+    scores = cosine_similarities(query.astype(np.float32), matrix)
+    order = sorted(range(len(comparable)), key=lambda i: -float(scores[i]))
+    if min_similarity is not None:
+        order = [i for i in order if scores[i] >= min_similarity]
+    out = []
+    for rank_, i in enumerate(order[:limit]):
+        score = float(scores[i])
+        out.append(
+            msgspec.structs.replace(
+                comparable[i], score=score, signals=(Signal("semantic", rank_, score),)
+            )
+        )
     return out
 
 

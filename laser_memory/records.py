@@ -101,7 +101,9 @@ class _Record(msgspec.Struct, frozen=True, tag_field="op", kw_only=True):
 class Remember(_Record, tag="remember"):
     """An item remembered: id, kind code, body, scope, lifetime, lineage, optional embedding.
 
-    ``embedding`` holds little-endian float32 values when present.
+    ``embedding`` holds little-endian float32 values when present; ``embedder`` is the
+    label (``<provider>/<model>``) of the model that made it, so a search never
+    compares vectors of two models. An embedding given without an embedder has none.
     """
 
     id: bytes
@@ -111,6 +113,7 @@ class Remember(_Record, tag="remember"):
     origin: Origin | None = None
     producer: Producer | None = None
     embedding: bytes | None = None
+    embedder: str | None = None
 
 
 class Feedback(_Record, tag="feedback"):

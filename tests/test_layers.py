@@ -15,6 +15,8 @@ LOWER = [
     "laser_memory.scope",
     "laser_memory.named",
     "laser_memory.recall",
+    "laser_memory.embedding",
+    "laser_memory.clock",
     "laser_memory.items",
     "laser_memory.log",
 ]

@@ -43,6 +43,16 @@ EXPECTED_V1 = {
         embedding=b"\x00\x00\x80?\x00\x00\x00@",
     ),
     "remember-minimal": Remember(ns="notes", id=bytes(16), kind=2, body=b"hi"),
+    # Written once records named the embedder of their vector (a field added with a
+    # default inside version 1; the fixtures above predate it and decode with None).
+    "remember-embedded": Remember(
+        ns="notes",
+        id=bytes(16),
+        kind=1,
+        body=b"rotate keys",
+        embedding=b"\x00\x00\x80?\x00\x00\x00@",
+        embedder="test/word-hash",
+    ),
     "feedback": Feedback(ns="stream:prod/notes", scope=SCOPE, target=bytes(range(16)), weight=-1.5),
     "forget": Forget(
         ns="stream:prod/notes",
@@ -85,7 +95,11 @@ def test_round_trip_with_headers(name: str):
     assert header_value(wire.headers, "lm-tenant") == record.scope.tenant.encode()
     assert (
         header_value(wire.headers, "lm-op")
-        == name.replace("-minimal", "").replace("-seen", "").replace("-", ".").encode()
+        == name.replace("-minimal", "")
+        .replace("-seen", "")
+        .replace("-embedded", "")
+        .replace("-", ".")
+        .encode()
     )
 
 

@@ -1,0 +1,159 @@
+"""Recall by meaning: an embedder's vectors go in the records, and a semantic recall
+ranks by cosine similarity inside the candidate set the caller may see, the same in
+folded and managed recall, over both logs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import laser_memory as lm
+from folders.service import ViewFolder
+from laser_memory.embedding import WordHashEmbedder
+from laser_memory.records import decode_record
+from log_conformance import read_all
+
+
+def test_word_hash_vectors_are_the_specified_ones():
+    from laser_memory.embedding import _fnv1a_32
+
+    # FNV-1a 32-bit test vectors from the algorithm's authors.
+    assert [_fnv1a_32(b""), _fnv1a_32(b"a"), _fnv1a_32(b"foobar")] == [
+        0x811C9DC5,
+        0xE40C292C,
+        0xBF9CF968,
+    ]
+    [vector] = WordHashEmbedder().embed_many(["FOOBAR, foobar! a bc xyz"])
+    expected = [0.0] * 64
+    expected[0xBF9CF968 % 64] = 2.0  # words shorter than four characters do not count
+    expected[0] += 0.01
+    assert vector == pytest.approx(expected)
+
+
+async def _both_ways(laser: lm.Laser, tmp_path: Path, **query) -> list[lm.MemoryItem]:
+    """Semantic recall folded and from a view: the two must agree exactly."""
+    memory = laser.memory("notes")
+    folded = await memory.recall(folded=True, **query)
+    view = tmp_path / "view"
+    await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    async with lm.connect(
+        laser.log.url, stream=laser.stream, view=view, embedder=laser.embedder
+    ) as reader:
+        managed = await reader.memory("notes").recall(**query)
+    assert managed == folded
+    return folded
+
+
+@pytest.fixture
+async def embedded(any_log_url: str, stream_name: str):
+    async with lm.connect(any_log_url, stream=stream_name, embedder=WordHashEmbedder()) as laser:
+        await laser.bootstrap(partitions=4)
+        yield laser
+
+
+async def test_vectors_and_their_label_go_in_the_records(embedded: lm.Laser):
+    memory = embedded.memory("notes")
+    mid = await memory.remember("rotate the signing keys monthly")
+    await memory.remember_many(["one", {"body": "two", "embedding": [0.5] * 64}])
+    records = [
+        decode_record(r.value, r.headers) for r in await read_all(embedded.log, memory.topic)
+    ]
+    assert {r.embedder for r in records} == {"test/word-hash"}
+    [first] = [r for r in records if r.id == mid.bytes]
+    expected = np.asarray(WordHashEmbedder().embed_many(["rotate the signing keys monthly"])[0])
+    assert np.frombuffer(first.embedding, dtype="<f4") == pytest.approx(expected)
+    assert np.frombuffer(records[-1].embedding, dtype="<f4") == pytest.approx([0.5] * 64)
+
+
+async def test_semantic_recall_ranks_by_meaning_folded_and_managed(embedded, tmp_path):
+    memory = embedded.memory("notes")
+    keys = await memory.remember("rotate signing keys every month", conversation="c1")
+    await memory.remember("the cafeteria serves lunch at noon", conversation="c1")
+    pool = await memory.remember("node-7 sits in the eu-west pool", conversation="c2")
+    items = await _both_ways(embedded, tmp_path, text="when do we rotate keys", strategy="semantic")
+    assert items[0].id == keys
+    assert items[0].signals[0].strategy == "semantic"
+    assert [i.score for i in items] == sorted((i.score for i in items), reverse=True)
+    # Filters narrow before ranking; min_similarity and exclude apply.
+    scoped = await _both_ways(
+        embedded, tmp_path, text="which pool is node-7 in", strategy="semantic", conversation="c2"
+    )
+    assert [i.id for i in scoped] == [pool]
+    strict = await memory.recall(text="rotate keys", strategy="semantic", min_similarity=0.5)
+    assert [i.id for i in strict] == [keys]
+    assert keys not in [
+        i.id for i in await memory.recall(text="rotate keys", strategy="semantic", exclude=[keys])
+    ]
+
+
+async def test_another_tenants_best_matches_never_crowd_out_this_tenants(embedded, tmp_path):
+    memory = embedded.memory("notes")
+    for i in range(30):  # the global top hits all belong to another tenant
+        await memory.remember(f"rotate signing keys monthly {i}", tenant="other")
+    ours = await memory.remember("keys are rotated by the platform team", tenant="ours")
+    items = await _both_ways(
+        embedded, tmp_path, text="rotate signing keys", strategy="semantic", tenant="ours", limit=5
+    )
+    assert [i.id for i in items] == [ours]
+
+
+async def test_vectors_of_another_model_are_never_compared(embedded, tmp_path):
+    class OtherModel(WordHashEmbedder):
+        label = "test/other-model"
+
+    other = embedded.memory("notes", embedder=OtherModel())
+    await other.remember("rotate signing keys monthly")
+    mine = await embedded.memory("notes").remember("keys rotate monthly")
+    items = await _both_ways(embedded, tmp_path, text="rotate keys", strategy="semantic")
+    assert [i.id for i in items] == [mine]
+
+
+@pytest.mark.parametrize(
+    "embed",
+    [
+        lambda texts: 1 / 0,
+        lambda texts: [[0.0] * 63 for _ in texts],
+        lambda texts: [[float("nan")] * 64 for _ in texts],
+        lambda texts: [[0.0] * 64],  # one vector for several texts
+    ],
+)
+async def test_a_failing_embedder_writes_nothing(embedded: lm.Laser, embed):
+    class Broken(WordHashEmbedder):
+        label = "test/broken"
+
+        def embed_many(self, texts):
+            return embed(texts)
+
+    memory = embedded.memory("notes", embedder=Broken())
+    before = await embedded.log.end_offsets(memory.topic)
+    with pytest.raises(lm.EmbeddingFailed, match="test/broken"):
+        await memory.remember_many(["a", "b"])
+    assert await embedded.log.end_offsets(memory.topic) == before
+
+
+async def test_embedding_checks_and_an_async_embedder(embedded: lm.Laser):
+    memory = embedded.memory("notes")
+    with pytest.raises(lm.InvalidInput, match="64"):
+        await memory.remember("x", embedding=[0.5] * 3)
+    threads = []
+
+    class Recording(WordHashEmbedder):
+        def embed_many(self, texts):
+            threads.append(threading.current_thread())
+            return super().embed_many(texts)
+
+    class Async(WordHashEmbedder):
+        async def embed_many(self, texts):
+            await asyncio.sleep(0)
+            return super().embed_many(texts)
+
+    await embedded.memory("notes", embedder=Recording()).remember("a sync model")
+    assert threads and threads[0] is not threading.main_thread()  # off the event loop
+    await embedded.memory("notes", embedder=Async()).remember("an async model")
+    for bad in (object(), type("NoLabel", (WordHashEmbedder,), {"label": "nolabel"})()):
+        with pytest.raises(lm.InvalidInput):
+            embedded.memory("notes", embedder=bad)
