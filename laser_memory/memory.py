@@ -762,16 +762,17 @@ class MemoryHandle:
             if missing
             else None
         )
-        out = []
-        for index, record in enumerate(records):
-            embedding = record.embedding
-            if embedding is None:
-                assert vectors is not None
-                embedding = vectors[missing.index(index)].astype("<f4").tobytes()
-            out.append(
-                msgspec.structs.replace(record, embedding=embedding, embedder=embedder.label)
+        made = dict(zip(missing, vectors if vectors is not None else [], strict=True))
+        return [
+            msgspec.structs.replace(
+                record,
+                embedding=record.embedding
+                if record.embedding is not None
+                else made[index].astype("<f4").tobytes(),
+                embedder=embedder.label,
             )
-        return out
+            for index, record in enumerate(records)
+        ]
 
     async def _topic_info(self):
         """The topic's shape, or None if it does not exist. Reads never create a topic:
