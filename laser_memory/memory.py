@@ -579,15 +579,6 @@ class MemoryHandle:
         if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence):
             raise InvalidInput("exclude is a list of memory ids")
         excluded = frozenset(MemoryId.parse(item).bytes for item in exclude)
-        query_vector = None
-        if strategy == "semantic" and text and self._embedder is not None:
-            query_vector = (await embed_texts(self._embedder, [text]))[0]
-        ranking = {
-            "query_vector": query_vector,
-            "embedder": self._embedder.label if self._embedder is not None else None,
-            "min_similarity": min_similarity,
-            "exclude": excluded,
-        }
         conversation = self._conversation(conversation)
         where = ItemFilter.build(
             tenant=tenant,
@@ -597,6 +588,16 @@ class MemoryHandle:
             application=application,
             kind=kind,
         )
+        # Embed the query only once every argument has been checked.
+        query_vector = None
+        if strategy == "semantic" and text and self._embedder is not None:
+            query_vector = (await embed_texts(self._embedder, [text]))[0]
+        ranking = {
+            "query_vector": query_vector,
+            "embedder": self._embedder.label if self._embedder is not None else None,
+            "min_similarity": min_similarity,
+            "exclude": excluded,
+        }
         if self._managed(folded):
             view = await self._managed_view(after, timeout)
             items = (
@@ -889,7 +890,7 @@ def _producer_of(value: Any) -> Producer:
                 f"producer needs a 'name' and an optional 'version': {exc}"
             ) from None
     if isinstance(value, tuple) and len(value) == 2:
-        return Producer(name=value[0], version=str(value[1]))
+        return Producer(name=value[0], version=value[1])
     raise InvalidInput(f"producer is a name, a (name, version) pair or a mapping; got {value!r}")
 
 
