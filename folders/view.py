@@ -44,8 +44,6 @@ remembered in two conversations has an entry for each):
   not zero. ``auto`` recall takes positive weights from here, zero weights
   from ``R`` and negative weights from here again, so its cost grows with the
   limit, not with the namespace.
-- ``W`` words: ``word \\0 id`` for the words of live bodies; a text recall
-  reads only the items sharing a word with the text.
 - ``I`` irregular items (a typed append reused an id with another owner or
   kind): with such items present, a read with owner filters ranks every
   entry of its narrowest index, to stay exact.
@@ -67,13 +65,16 @@ from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.lmdb_env import SharedEnvironments
 from laser_memory.log.port import LogRecord, Position
-from laser_memory.recall import rank, validate_limit, validate_strategy, words
+from laser_memory.recall import rank, validate_limit, validate_strategy
 from laser_memory.records import NamedPatch, NamedRemove, NamedSet, Remember
+from laser_memory.scoring import TermStatistics
+from laser_memory.terms import term_counts, terms
 
 from .state import (
     ItemFilter,
     ItemState,
     NamedState,
+    Remembered,
     SetAside,
     SortKey,
     _reason,
@@ -87,7 +88,7 @@ from .state import (
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
-VIEW_FORMAT = 2
+VIEW_FORMAT = 3
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index")
 _SEP = b"\x00"
@@ -139,6 +140,9 @@ def _weight_of(inverted: bytes) -> float:
     return struct.unpack(">d", struct.pack(">Q", bits))[0]
 
 
+# Not a key: the length in terms of the item's document, carried from `_index_entries`
+# to the namespace's counters (every real index key starts with a letter).
+_DOCUMENT = b""
 _MAX_PART = 64
 _HASHED = b"\x01"  # never starts a name or a word, so a digest never meets a plain part
 
@@ -166,7 +170,6 @@ def _index_entries(
     if not live:
         return {}
     entries: dict[bytes, bytes] = {}
-    vocabulary: set[str] = set()
     owners = set()
     for conversation, remembered in live.items():
         record = remembered.record
@@ -186,7 +189,6 @@ def _index_entries(
             tags.append(f"p:{scope.application}")
         for tag in tags:
             entries[_tag_prefix(b"R", tenant, namespace, tag) + tail] = value
-        vocabulary |= words(record.body.decode("utf-8", "replace"))
         if conversation:
             weight = state.weight([conversation])
             if weight != 0:
@@ -195,6 +197,10 @@ def _index_entries(
                     + _inv_weight(weight)
                     + tail
                 ] = b""
+    counts, length = _document(live)
+    for term in counts:
+        entries[_tag_prefix(b"W", tenant, namespace, term) + raw_id] = b""
+    entries[_DOCUMENT] = length.to_bytes(8, "big")
     weight = state.weight(list(live))
     if weight != 0:
         newest = max(r.key for r in live.values())
@@ -204,11 +210,16 @@ def _index_entries(
             + _inv_key(newest)
             + raw_id
         ] = b""
-    for word in vocabulary:
-        entries[_tag_prefix(b"W", tenant, namespace, word) + raw_id] = b""
     if len(owners) > 1:
         entries[b"I" + _scope(tenant, namespace) + raw_id] = b""
     return entries
+
+
+def _document(live: dict[str, Remembered]) -> tuple[dict[str, int], int]:
+    """The terms an unfiltered text recall scores an item by: its newest live body's."""
+    if not live:
+        return {}, 0
+    return term_counts(max(live.values(), key=lambda r: r.key).record.body)
 
 
 def _prefixed(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -378,8 +389,16 @@ class MemoryView:
                     positions[log_record.partition] = log_record.offset + 1
                     count += 1
             index_db = self._dbs["index"]
+            documents: dict[bytes, list[int]] = {}
             for db_key, (state, before, tenant, namespace, raw_id) in items.items():
                 after = _index_entries(tenant, namespace, raw_id, state)
+                was, now = before.pop(_DOCUMENT, None), after.pop(_DOCUMENT, None)
+                if was != now:
+                    totals = documents.setdefault(_scope(tenant, namespace), [0, 0])
+                    for sign, value in ((-1, was), (1, now)):
+                        if value is not None:
+                            totals[0] += sign
+                            totals[1] += sign * int.from_bytes(value, "big")
                 for key in before.keys() - after.keys():
                     txn.delete(key, db=index_db)
                 for key, value in after.items():
@@ -389,6 +408,15 @@ class MemoryView:
             for db_key, state in named.items():
                 if state is not None:
                     txn.put(db_key, _encoder.encode(state), db=self._dbs["named"])
+            for scope, (count, length) in documents.items():
+                raw = txn.get(b"docs" + scope, db=self._dbs["meta"])
+                count += int.from_bytes(raw[:8], "big") if raw else 0
+                length += int.from_bytes(raw[8:], "big") if raw else 0
+                txn.put(
+                    b"docs" + scope,
+                    count.to_bytes(8, "big") + length.to_bytes(8, "big"),
+                    db=self._dbs["meta"],
+                )
             for partition, offset in positions.items():
                 txn.put(
                     b"pos" + partition.to_bytes(4, "big"),
@@ -464,12 +492,20 @@ class MemoryView:
         min_similarity: float | None = None,
         exclude: frozenset[bytes] = frozenset(),
     ) -> list[MemoryItem]:
-        """Recall from the view; same order and signals as folded recall. A semantic
-        recall (``query_vector`` given) compares every visible item in scope, exactly."""
+        """Recall from the view; same order and signals as folded recall. A recall by
+        text or meaning scores every visible item in scope, exactly."""
         validate_strategy(strategy)
         validate_limit(limit)
+        stats = None
         with self._read() as txn:
-            if strategy == "semantic" and query_vector is not None:
+            if (
+                strategy in ("keyword", "semantic")
+                and query_vector is None
+                and text
+                and where == ItemFilter(tenant=where.tenant)
+            ):
+                candidates, stats = self._matching(txn, namespace, where.tenant, terms(text))
+            elif strategy != "recent" and ((text and text.strip()) or query_vector is not None):
                 candidates = list(self._newest(txn, namespace, where, None))
             else:
                 # Excluded ids would take places the limit counts: fetch that many more.
@@ -484,7 +520,32 @@ class MemoryView:
             embedder=embedder,
             min_similarity=min_similarity,
             exclude=exclude,
+            stats=stats,
         )
+
+    def _matching(
+        self, txn, namespace: str, tenant: str, query: list[str]
+    ) -> tuple[list[MemoryItem], TermStatistics]:
+        """The tenant's items holding a query term, from the ``W`` postings, and the BM25
+        statistics of all its items in the namespace, from the counters: an unfiltered
+        keyword recall reads only the items it can return."""
+        ids: dict[bytes, None] = {}
+        for term in dict.fromkeys(query):
+            prefix = _tag_prefix(b"W", tenant, namespace, term)
+            ids.update(
+                (key[-16:], None) for key, _ in _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
+            )
+        where = ItemFilter(tenant=tenant)
+        loaded = (self._load(txn, namespace, where, raw_id) for raw_id in ids)
+        items = [item for item in loaded if item is not None]
+        raw = txn.get(b"docs" + _scope(tenant, namespace), db=self._dbs["meta"]) or bytes(16)
+        frequency = TermStatistics.of((term_counts(item.body) for item in items), query)
+        stats = TermStatistics(
+            int.from_bytes(raw[:8], "big"),
+            int.from_bytes(raw[8:], "big"),
+            frequency.document_frequency,
+        )
+        return items, stats
 
     def _load(self, txn, namespace: str, where: ItemFilter, raw_id: bytes) -> MemoryItem | None:
         raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])
@@ -539,15 +600,6 @@ class MemoryView:
             True for _ in _prefixed(index, b"I" + _scope(where.tenant, namespace))
         ):
             return list(self._newest(txn, namespace, where, None))
-        if strategy != "recent" and text and words(text):
-            ids: set[bytes] = set()
-            for word in words(text):
-                prefix = _tag_prefix(b"W", where.tenant, namespace, word)
-                ids.update(
-                    key[-16:] for key, _ in _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
-                )
-            loaded = (self._load(txn, namespace, where, raw_id) for raw_id in ids)
-            return [item for item in loaded if item is not None]
         if strategy == "recent":
             return list(self._newest(txn, namespace, where, limit))
         return self._feedback_ranked(txn, namespace, where, limit)

@@ -590,7 +590,12 @@ class MemoryHandle:
         )
         # Embed the query only once every argument has been checked.
         query_vector = None
-        if strategy == "semantic" and text and self._embedder is not None:
+        if (
+            strategy in ("semantic", "hybrid", "auto")
+            and text
+            and text.strip()
+            and self._embedder is not None
+        ):
             query_vector = (await embed_texts(self._embedder, [text]))[0]
         ranking = {
             "query_vector": query_vector,
@@ -914,13 +919,17 @@ def _embedding(value: Any) -> bytes | None:
     if value is None:
         return None
     try:
-        array = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
+        # A number beyond float32 becomes inf, refused below as not finite.
+        with np.errstate(over="ignore"):
+            array = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidInput(f"an embedding is a list of numbers: {exc}") from None
     if array.ndim != 1 or array.size == 0:
         raise InvalidInput(
             f"an embedding is a non-empty flat list of numbers, got shape {array.shape}"
         )
     if not np.all(np.isfinite(array)):
-        raise InvalidInput("an embedding must hold finite numbers only")
+        raise InvalidInput(
+            "an embedding must hold finite numbers within float32's range (about ±3.4e38)"
+        )
     return array.astype("<f4").tobytes()

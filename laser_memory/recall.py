@@ -29,7 +29,6 @@ have feedback and its weight as the score.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -38,6 +37,8 @@ import numpy as np
 from .embedding import cosine_similarities, to_vector
 from .errors import InvalidInput
 from .items import MemoryItem, Signal
+from .scoring import TermStatistics, bm25, fuse, with_neighbours
+from .terms import term_counts, terms
 
 __all__ = [
     "MAX_LIMIT",
@@ -46,18 +47,18 @@ __all__ = [
     "estimate_tokens",
     "fuse_reciprocal_rank",
     "rank",
-    "shared_words",
     "to_context_block",
     "validate_limit",
     "validate_strategy",
-    "words",
 ]
 
 STRATEGIES = ("auto", "recent", "keyword", "semantic", "hybrid")
 #: The most items one recall returns; page with filters for more.
 MAX_LIMIT = 1000
 RRF_K = 60
-_WORD = re.compile(r"\w+", re.UNICODE)
+#: How much feedback moves a text recall: weight w adds FEEDBACK_SHARE * tanh(w) to a
+#: score whose best keyword-plus-meaning part is 1.
+FEEDBACK_SHARE = 0.1
 
 
 def validate_strategy(strategy: str) -> str:
@@ -76,15 +77,6 @@ def validate_limit(limit: int) -> int:
     return limit
 
 
-def words(text: str) -> set[str]:
-    """The set of lowercase words in a text."""
-    return {w.casefold() for w in _WORD.findall(text)}
-
-
-def shared_words(query: set[str], body: bytes) -> int:
-    return len(query & words(body.decode("utf-8", "replace")))
-
-
 def _newest_key(item: MemoryItem) -> tuple[int, int, int]:
     return (item.append_time_ms, item.source.partition, item.source.offset)
 
@@ -99,12 +91,32 @@ def rank(
     embedder: str | None = None,
     min_similarity: float | None = None,
     exclude: frozenset[bytes] = frozenset(),
+    stats: TermStatistics | None = None,
 ) -> list[MemoryItem]:
     """Order visible items for one recall and attach their score and signals.
-    ``query_vector`` and ``embedder`` (its label) make ``semantic`` rank by meaning."""
+
+    ``query_vector`` and ``embedder`` (its label) let ``semantic``, ``hybrid`` and
+    ``auto`` rank by meaning. Keyword statistics (document frequencies, average
+    length) are the candidates' own: BM25 over the candidate set."""
     validate_strategy(strategy)
     validate_limit(limit)
-    candidates = [item for item in items if item.id.bytes not in exclude]
+    candidates = list(items)
+    query = terms(text) if text else []
+    if text and text.strip() and not (strategy == "semantic" and query_vector is not None):
+        if strategy != "recent":
+            vectors = query_vector if strategy in ("auto", "hybrid") else None
+            return _by_text(
+                candidates,
+                query,
+                strategy,
+                vectors,
+                embedder,
+                min_similarity,
+                limit,
+                exclude,
+                stats,
+            )
+    candidates = [item for item in candidates if item.id.bytes not in exclude]
     if strategy == "semantic" and query_vector is not None:
         return _by_similarity(candidates, query_vector, embedder, min_similarity, limit)
     if strategy == "recent":
@@ -118,16 +130,11 @@ def rank(
             )
             for i, item in enumerate(chosen)
         ]
-    overlap: dict[int, float] = {}
-    query = words(text) if text else set()
-    if query:
-        kept = []
-        for item in candidates:
-            shared = shared_words(query, item.body)
-            if shared:
-                overlap[id(item)] = shared / len(query)
-                kept.append(item)
-        candidates = kept
+    return _by_feedback(candidates, strategy, limit)
+
+
+def _by_feedback(candidates: list[MemoryItem], strategy: str, limit: int) -> list[MemoryItem]:
+    """Feedback first (higher weight first), then newest."""
     candidates.sort(key=_newest_key, reverse=True)
     candidates.sort(key=lambda item: item.weight, reverse=True)
     chosen = candidates[:limit]
@@ -139,11 +146,101 @@ def rank(
     feedback_rank = {id(item): i for i, item in enumerate(weighted)}
     out = []
     for i, item in enumerate(chosen):
-        signals = [Signal(strategy, i, overlap.get(id(item), item.weight))]
+        signals = [Signal(strategy, i, item.weight)]
         if id(item) in feedback_rank and strategy != "auto":
             signals.append(Signal("auto", feedback_rank[id(item)], item.weight))
         out.append(msgspec.structs.replace(item, score=item.weight, signals=tuple(signals)))
     return out
+
+
+def _comparable(item: MemoryItem, embedder: str | None, dimensions: int) -> bool:
+    return (
+        item.embedder == embedder
+        and item.embedding is not None
+        and len(item.embedding) == 4 * dimensions
+    )
+
+
+def _by_text(
+    candidates: list[MemoryItem],
+    query: list[str],
+    strategy: str,
+    query_vector: np.ndarray | None,
+    embedder: str | None,
+    min_similarity: float | None,
+    limit: int,
+    exclude: frozenset[bytes],
+    stats: TermStatistics | None,
+) -> list[MemoryItem]:
+    """Keyword (BM25) scores, fused with cosine similarity when there is a query vector
+    and the candidates have vectors of its embedder, spread to neighbouring items, then
+    nudged by feedback."""
+    # Oldest first, so each conversation's items are in the order they were written,
+    # and ties of the final score can be broken newest first by position.
+    candidates.sort(key=_newest_key)
+    documents = [term_counts(item.body) for item in candidates]
+    if stats is None:
+        stats = TermStatistics.of(documents, query)
+    keyword = bm25(query, documents, stats)
+    semantic = None
+    if query_vector is not None:
+        dimensions = len(query_vector)
+        with_vectors = [
+            i for i, item in enumerate(candidates) if _comparable(item, embedder, dimensions)
+        ]
+        if with_vectors:
+            matrix = np.stack([to_vector(candidates[i].embedding) for i in with_vectors])
+            similar = cosine_similarities(query_vector.astype(np.float32), matrix)
+            # Items without a comparable vector score as the least similar one.
+            semantic = np.full(len(candidates), float(similar.min()), dtype=np.float64)
+            semantic[with_vectors] = similar
+            has_vector = np.zeros(len(candidates), dtype=bool)
+            has_vector[with_vectors] = True
+    fused = fuse(keyword, semantic if semantic is not None else np.empty(0))
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(candidates):
+        groups.setdefault(item.scope.conversation or "", []).append(i)
+    # Neighbours count in hybrid recall only: keyword recall returns what has the words.
+    label = "keyword" if strategy in ("keyword", "semantic") else "hybrid"
+    spread = with_neighbours(fused, list(groups.values())) if label == "hybrid" else fused
+    if semantic is None:
+        keep = spread > 0
+    else:
+        keep = has_vector | (spread > 0)
+        if min_similarity is not None:
+            keep &= (semantic >= min_similarity) | (keyword > 0)
+    weights = np.fromiter((item.weight for item in candidates), dtype=np.float64)
+    final = spread + FEEDBACK_SHARE * np.tanh(weights)
+    if exclude:
+        keep &= np.fromiter((item.id.bytes not in exclude for item in candidates), dtype=bool)
+    kept = np.flatnonzero(keep)
+    # Best first; equal scores newest first (kept is oldest first, and the sort is stable).
+    order = kept[::-1][np.argsort(-final[kept[::-1]], kind="stable")][:limit]
+    keyword_rank = _ranks(keyword, keyword > 0)
+    semantic_rank = _ranks(semantic, has_vector) if semantic is not None else {}
+    # As in the other strategies, the feedback rank is among the items returned.
+    returned = np.zeros(len(candidates), dtype=bool)
+    returned[order] = True
+    feedback_rank = _ranks(weights, returned & (weights != 0))
+    out = []
+    for position, i in enumerate(order):
+        item = candidates[i]
+        signals = [Signal(label, position, float(final[i]))]
+        if label != "keyword" and i in keyword_rank:
+            signals.append(Signal("keyword", keyword_rank[i], float(keyword[i])))
+        if i in semantic_rank:
+            signals.append(Signal("semantic", semantic_rank[i], float(semantic[i])))
+        if i in feedback_rank:
+            signals.append(Signal("auto", feedback_rank[i], item.weight))
+        out.append(msgspec.structs.replace(item, score=float(final[i]), signals=tuple(signals)))
+    return out
+
+
+def _ranks(scores: np.ndarray, mask: np.ndarray) -> dict[int, int]:
+    """Each masked index's rank by descending score (ties: later index first)."""
+    chosen = np.flatnonzero(mask)[::-1]
+    ordered = chosen[np.argsort(-scores[chosen], kind="stable")]
+    return {int(i): r for r, i in enumerate(ordered)}
 
 
 def _by_similarity(
@@ -153,13 +250,7 @@ def _by_similarity(
     min_similarity: float | None,
     limit: int,
 ) -> list[MemoryItem]:
-    comparable = [
-        item
-        for item in items
-        if item.embedder == embedder
-        and item.embedding is not None
-        and len(item.embedding) == 4 * len(query)
-    ]
+    comparable = [item for item in items if _comparable(item, embedder, len(query))]
     if not comparable:
         return []
     # Newest first, then a stable sort by similarity: equal scores stay newest first.

@@ -12,17 +12,16 @@ seen in several conversations shows its newest remember.
 
 from __future__ import annotations
 
-import re
+import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from laser_memory.named import merge_patch
+from laser_memory.terms import terms
 
-_WORD = re.compile(r"\w+")
-
-
-def _words(text: str) -> set[str]:
-    return {w.casefold() for w in _WORD.findall(text)}
+# The ranking constants of the README's recall section.
+K1, B, NEIGHBOUR, FEEDBACK = 1.2, 0.75, 0.3, 0.1
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,54 @@ class ModelItem:
     weight: float
     key: tuple[int, int, int]
     version: int
+    score: float | None = None
+
+
+def rank_by_text(items: list[ModelItem], text: str, neighbours: bool) -> list[ModelItem]:
+    """Text recall as the README states it, one item at a time: BM25 over the
+    candidates, divided by the best; in hybrid recall plus 0.3 of the scores of the
+    items written just before and after in the same conversation; kept when that is
+    above 0; plus 0.1 * tanh(feedback); best first, ties newest first."""
+    query = list(dict.fromkeys(terms(text)))
+    docs = [terms(item.body.decode("utf-8", "replace")) for item in items]
+    average = sum(len(d) for d in docs) / len(docs) if docs else 0.0
+    bm25 = []
+    for doc in docs:
+        score = 0.0
+        for term in query:
+            df = sum(1 for other in docs if term in other)
+            tf = doc.count(term)
+            if df:
+                idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+                norm = K1 * (1 - B + B * len(doc) / max(average, 1e-9))
+                score += idf * tf * (K1 + 1) / (tf + norm)
+        bm25.append(score)
+    best = max(bm25, default=0.0)
+    own = {item.id: (s / best if best > 0 else 0.0) for item, s in zip(items, bm25, strict=True)}
+    spread = dict(own)
+    by_conversation: dict[str, list[ModelItem]] = {}
+    for item in sorted(items, key=lambda i: i.key):
+        by_conversation.setdefault(item.conversation or "", []).append(item)
+    for run in by_conversation.values() if neighbours else ():
+        for before, after in itertools.pairwise(run):
+            spread[after.id] += NEIGHBOUR * own[before.id]
+            spread[before.id] += NEIGHBOUR * own[after.id]
+    kept = [
+        ModelItem(
+            i.id,
+            i.body,
+            i.conversation,
+            i.weight,
+            i.key,
+            i.version,
+            spread[i.id] + FEEDBACK * math.tanh(i.weight),
+        )
+        for i in items
+        if spread[i.id] > 0
+    ]
+    kept.sort(key=lambda i: i.key, reverse=True)
+    kept.sort(key=lambda i: i.score, reverse=True)
+    return kept
 
 
 @dataclass
@@ -148,10 +195,9 @@ class Model:
                 ModelItem(mid, newest.body, newest.conversation, weight, newest.key, item.version)
             )
         items.sort(key=lambda i: i.key, reverse=True)
+        if strategy != "recent" and text and text.strip():
+            return rank_by_text(items, text, neighbours=strategy != "keyword")[:limit]
         if strategy != "recent":
-            query = _words(text) if text else set()
-            if query:
-                items = [i for i in items if query & _words(i.body.decode("utf-8", "replace"))]
             items.sort(key=lambda i: i.weight, reverse=True)
         return items[:limit]
 

@@ -189,12 +189,12 @@ async def test_feedback_scoped_to_a_conversation(laser: lm.Laser):
     assert [i.weight for i in await memory.recall()] == [3.0]
 
 
-async def test_text_strategies_keep_items_sharing_a_word(laser: lm.Laser):
+async def test_keyword_recall_ranks_by_bm25_and_keeps_only_items_with_a_term(laser: lm.Laser):
     memory = laser.memory("notes")
     await memory.remember("Node-7 sits in the EU-west pool")
     await memory.remember("node-9 rotates keys monthly")
     await memory.remember("the reporter prefers email")
-    for strategy in ("keyword", "semantic", "hybrid", "auto"):
+    for strategy in ("keyword", "semantic"):  # semantic without an embedder is keyword
         assert await texts(memory, text="which POOL sits WEST?", strategy=strategy) == [
             "Node-7 sits in the EU-west pool"
         ], strategy
@@ -202,10 +202,40 @@ async def test_text_strategies_keep_items_sharing_a_word(laser: lm.Laser):
             "Node-7 sits in the EU-west pool",
             "node-9 rotates keys monthly",
         ]
+        # The identifier matches exactly; its parts match too.
+        assert (await texts(memory, text="NODE-9", strategy=strategy))[0:1] == [
+            "node-9 rotates keys monthly"
+        ]
+    [hit] = await memory.recall(text="rotating key", strategy="keyword")  # stems match
+    assert hit.text == "node-9 rotates keys monthly"
+    assert hit.signals[0].strategy == "keyword" and hit.signals[0].score > 0
     assert len(await texts(memory, text="nothing matches", strategy="recent")) == 3
     assert await texts(memory, text="zebra") == []
+    assert await texts(memory, text="which of the", strategy="keyword") == []  # no terms
     assert len(await memory.recall(limit=2)) == 2
     assert await memory.recall(limit=0) == []
+
+
+async def test_hybrid_recall_adds_the_neighbours_of_a_match(laser: lm.Laser):
+    """An answer is often the turn after the question: hybrid (and auto with text) also
+    scores each item by the items written next to it in its conversation."""
+    memory = laser.memory("chat")
+    await memory.remember("Ada: what did you adopt last week?", conversation="c1")
+    await memory.remember("Bo: a puppy named Rex!", conversation="c1")
+    await memory.remember("Bo: work is busy", conversation="c1")
+    await memory.remember("Cy: I adopted nothing", conversation="c2")
+    for strategy in ("hybrid", "auto"):
+        got = await memory.recall(text="what did they adopt?", strategy=strategy)
+        assert [i.text for i in got] == [
+            "Cy: I adopted nothing",  # shorter, so a higher BM25
+            "Ada: what did you adopt last week?",
+            "Bo: a puppy named Rex!",  # no shared word, but next to a match
+        ]
+        assert [s.strategy for s in got[1].signals] == ["hybrid", "keyword"]
+        assert [s.strategy for s in got[2].signals] == ["hybrid"]
+        assert got[2].score == pytest.approx(0.3 * got[1].score)
+    keyword = await texts(memory, text="what did they adopt?", strategy="keyword")
+    assert keyword == ["Cy: I adopted nothing", "Ada: what did you adopt last week?"]
 
 
 async def test_recall_reads_only_new_records_and_a_fresh_handle_reads_all(laser: lm.Laser):
