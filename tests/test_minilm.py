@@ -1,0 +1,57 @@
+"""The local model: its vectors are sentence-transformers' own (the reference vectors in
+``fixtures/minilm-reference.json`` were computed with sentence-transformers 6.2 and
+torch 2.15 from the same weights), and a memory handle given it recalls by meaning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import laser_memory as lm
+from laser_memory.minilm import MiniLMEmbedder
+
+REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "minilm-reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder()
+
+
+def test_vectors_match_sentence_transformers(minilm: MiniLMEmbedder):
+    ours = minilm.embed_many(REFERENCE["texts"])
+    theirs = np.asarray(REFERENCE["vectors"], dtype=np.float32)
+    assert ours.shape == theirs.shape == (len(REFERENCE["texts"]), 384)
+    cosines = (ours * theirs).sum(1) / np.linalg.norm(theirs, axis=1)
+    assert cosines.min() > 0.99999, cosines
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_batching_does_not_change_a_vector(minilm: MiniLMEmbedder):
+    alone = minilm.embed_many([REFERENCE["texts"][1]])[0]
+    together = minilm.embed_many(REFERENCE["texts"])[1]
+    assert float(alone @ together) > 0.99999
+    assert minilm.embed_many([]).shape == (0, 384)
+
+
+def test_a_folder_without_the_model_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(lm.InvalidInput, match="no all-MiniLM-L6-v2 model found"):
+        MiniLMEmbedder(tmp_path)
+
+
+async def test_semantic_recall_with_the_local_model(tmp_path: Path, minilm: MiniLMEmbedder):
+    async with lm.connect(f"local://{tmp_path}", stream="s", embedder=minilm) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many(
+            [
+                "the customer wants to be contacted by email",
+                "our cat sleeps on the sofa all afternoon",
+                "the deploy pipeline failed on the integration tests",
+            ]
+        )
+        [best, *_] = await memory.recall(text="how should we reach the client?", strategy="semantic")
+        assert best.text == "the customer wants to be contacted by email"
+        assert best.embedder == minilm.label
