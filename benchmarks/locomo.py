@@ -59,16 +59,20 @@ def make_embedder(name: str):
     return MiniLMEmbedder()
 
 
-async def evaluate(
-    path: Path, strategies: list[str], embedder, use_view: bool
-) -> dict[str, dict[int, list[float]]]:
-    scores: dict[str, dict[int, list[float]]] = {s: {k: [] for k in KS} for s in strategies}
+def load(path: Path) -> list[tuple[str, dict]]:
+    """(file stem, conversation) of every LoCoMo file in a folder."""
     files = sorted(path.glob("*.json"))
     if not files:
         raise SystemExit(f"no LoCoMo conversation files (*.json) in {path}")
-    for file in files:
+    return [(file.stem, json.loads(file.read_text())) for file in files]
+
+
+async def evaluate(
+    conversations: list[tuple[str, dict]], strategies: list[str], embedder, use_view: bool
+) -> dict[str, dict[int, list[float]]]:
+    scores: dict[str, dict[int, list[float]]] = {s: {k: [] for k in KS} for s in strategies}
+    for name, conversation in conversations:
         started = time.perf_counter()
-        conversation = json.loads(file.read_text())
         turns = turns_of(conversation)
         questions = [q for q in conversation["qa"] if q.get("category") in CATEGORIES]
         with tempfile.TemporaryDirectory() as log_dir, tempfile.TemporaryDirectory() as view:
@@ -76,7 +80,7 @@ async def evaluate(
             async with lm.connect(
                 f"local://{log_dir}", stream="locomo", embedder=embedder, **options
             ) as laser:
-                memory = laser.memory("turns").scoped(file.stem)
+                memory = laser.memory("turns").scoped(name)
                 ids = await memory.remember_many([text for _, text in turns])
                 turn_of = {mid.bytes: dia_id for mid, (dia_id, _) in zip(ids, turns, strict=True)}
                 if use_view:
@@ -98,7 +102,7 @@ async def evaluate(
                             hits = len(evidence & set(found[:k]))
                             scores[strategy][k].append(hits / len(evidence))
         print(
-            f"  {file.name}: {len(turns)} turns, {len(questions)} questions, "
+            f"  {name}: {len(turns)} turns, {len(questions)} questions, "
             f"{time.perf_counter() - started:.0f} s",
             file=sys.stderr,
         )
@@ -118,8 +122,9 @@ def main() -> None:
     args = parser.parse_args()
     embedder = make_embedder(args.embedder)
     label = embedder.label if embedder is not None else "no embedder"
-    print(f"LoCoMo recall@k, {label}, {'managed' if args.view else 'folded'} recall", file=sys.stderr)
-    scores = asyncio.run(evaluate(args.path, args.strategies, embedder, args.view))
+    how = "managed" if args.view else "folded"
+    print(f"LoCoMo recall@k, {label}, {how} recall", file=sys.stderr)
+    scores = asyncio.run(evaluate(load(args.path), args.strategies, embedder, args.view))
     questions = len(next(iter(scores.values()))[KS[0]])
     print(f"{questions} questions (categories 1-4), embedder: {label}")
     print(f"{'strategy':<10}" + "".join(f"{f'R@{k}':>8}" for k in KS))

@@ -33,8 +33,12 @@ fixed by the log):
   feedback naming a conversation applies only where the item was remembered in
   that conversation. An item's weight sums the feedback that applies to the
   live remembers a read sees.
+- An embedded record gives the item a vector of another model for the bodies
+  with its digest, in its conversation (or any, without one); the latest by
+  position key wins. A read asking for that model's vectors gets it where the
+  remember's own vector is of another model.
 - An item's version counts the records that targeted it (remember, feedback,
-  forget) that the reader has folded; its last position is that of the latest
+  forget, embedded) that the reader has folded; its last position is that of the latest
   of them by position key.
 - A named item's writes share one partition, so they apply in offset order:
   set replaces the body, a patch merges into it (RFC 7386), remove clears it.
@@ -61,6 +65,7 @@ from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import apply_patch_bytes
 from laser_memory.records import (
     HEADER_NAMESPACE,
+    Embedded,
     Feedback,
     Forget,
     MemoryRecord,
@@ -68,6 +73,7 @@ from laser_memory.records import (
     NamedRemove,
     NamedSet,
     Remember,
+    body_digest,
     decode_record,
     header_value,
 )
@@ -123,6 +129,9 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
     application: str | None = None
     kind: MemoryKind | None = None
+    #: Whose vectors the read wants (an embedder label): an item then shows a vector of
+    #: that model from an embedded record where its own is another model's.
+    embedder: str | None = None
 
     def matches(self, record: Remember) -> bool:
         scope = record.scope
@@ -159,6 +168,11 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         )
 
     @property
+    def unfiltered(self) -> bool:
+        """Whether the read sees the tenant's whole namespace."""
+        return not self.has_owner_filter and self.conversation is None
+
+    @property
     def has_owner_filter(self) -> bool:
         return any(v is not None for v in (self.agent, self.user, self.application, self.kind))
 
@@ -174,8 +188,10 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
     if isinstance(record, Remember):
         MemoryId(record.id)
         MemoryKind.from_code(record.kind)
-    elif isinstance(record, Feedback | Forget):
+    elif isinstance(record, Feedback | Forget | Embedded):
         MemoryId(record.target)
+    if isinstance(record, Embedded):
+        _check_embedded(record)
     if (
         isinstance(record, Forget)
         and record.seen is not None
@@ -193,6 +209,16 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
             f"feedback weight {record.weight!r} is not a finite number within ±{MAX_WEIGHT:g}"
         )
     return record
+
+
+def _check_embedded(record: Embedded) -> None:
+    if len(record.body_digest) != 16:
+        raise RecordDecodeError("embedded.body_digest must be 16 bytes")
+    if not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 * 65536:
+        raise RecordDecodeError("embedded.embedding must be 1 to 65536 float32 values")
+    label = record.embedder
+    if "/" not in label or len(label.encode("utf-8", "surrogatepass")) > 255 or "\x00" in label:
+        raise RecordDecodeError(f"embedded.embedder {label[:80]!r} is no '<provider>/<model>'")
 
 
 def _reason(exc: BaseException) -> str:
@@ -220,8 +246,13 @@ class ItemState(msgspec.Struct, kw_only=True):
     weights: dict[str, float] = msgspec.field(default_factory=dict)
     version: int = 0
     last: SortKey = (-1, -1, -1)
+    #: Vectors from embedded records: "<conversation>\0<label>\0<body digest hex>" ->
+    #: (position key, float32 bytes).
+    vectors: dict[str, tuple[SortKey, bytes]] = msgspec.field(default_factory=dict)
 
-    def apply(self, record: Remember | Forget | Feedback, key: SortKey, source: Source) -> None:
+    def apply(
+        self, record: Remember | Forget | Feedback | Embedded, key: SortKey, source: Source
+    ) -> None:
         conversation = _conv(record.scope.conversation)
         self.version += 1
         self.last = max(self.last, key)
@@ -238,8 +269,26 @@ class ItemState(msgspec.Struct, kw_only=True):
             reach = list(record.seen) + [0] * (key[1] + 1 - len(record.seen))
             reach[key[1]] = max(reach[key[1]], key[2])
             self.forgets[conversation] = _highest(self.forgets.get(conversation, []), reach)
+        elif isinstance(record, Embedded):
+            slot = f"{conversation}\x00{record.embedder}\x00{record.body_digest.hex()}"
+            current = self.vectors.get(slot)
+            if current is None or current[0] < key:
+                self.vectors[slot] = (key, record.embedding)
         else:
             self.weights[conversation] = self.weights.get(conversation, 0.0) + record.weight
+
+    def vector(self, conversation: str, record: Remember, label: str) -> bytes | None:
+        """The item's vector of model ``label`` for this remember: its own, else the
+        latest embedded one for its body in its conversation or in none."""
+        if record.embedder == label:
+            return record.embedding
+        digest = body_digest(record.body).hex()
+        found = [
+            self.vectors.get(f"{scope}\x00{label}\x00{digest}")
+            for scope in {conversation, _NO_CONVERSATION}
+        ]
+        found = [f for f in found if f is not None]
+        return max(found)[1] if found else None
 
     def live(self, conversation: str) -> Remembered | None:
         """The live remember in a conversation ("" for none), or None."""
@@ -290,6 +339,12 @@ class ItemState(msgspec.Struct, kw_only=True):
             return None
         latest = max(seen, key=lambda r: r.key)
         record = latest.record
+        embedding, embedder = record.embedding, record.embedder
+        if where.embedder is not None and embedder != where.embedder:
+            latest_conversation = seen_conversations[seen.index(latest)]
+            found = self.vector(latest_conversation, record, where.embedder)
+            if found is not None:
+                embedding, embedder = found, where.embedder
         return MemoryItem(
             id=MemoryId(raw_id),
             kind=MemoryKind.from_code(record.kind),
@@ -303,8 +358,8 @@ class ItemState(msgspec.Struct, kw_only=True):
             last_position=Position(latest.source.topic, self.last[1], self.last[2]),
             origin=record.origin,
             producer=record.producer,
-            embedding=record.embedding,
-            embedder=record.embedder,
+            embedding=embedding,
+            embedder=embedder,
         )
 
 
@@ -433,6 +488,19 @@ class MemoryState:
             if item is not None:
                 out.append(item)
         return out
+
+    def missing_vectors(self, tenant: str, label: str) -> list[tuple[bytes, Remember]]:
+        """(id, remember) of every live remember of the tenant without a vector of the
+        model ``label``, one per distinct body and conversation, oldest first."""
+        out: list[tuple[SortKey, bytes, Remember]] = []
+        for (item_tenant, raw_id), state in self._items.items():
+            if item_tenant != tenant:
+                continue
+            for conversation, remembered in state.live_conversations().items():
+                if state.vector(conversation, remembered.record, label) is None:
+                    out.append((remembered.key, raw_id, remembered.record))
+        out.sort(key=lambda entry: entry[0])
+        return [(raw_id, record) for _, raw_id, record in out]
 
     def named_item(self, key: str, *, tenant: str = "") -> NamedItem | None:
         """A named item's current value, or None when it was never set or was removed."""

@@ -502,7 +502,7 @@ class MemoryView:
                 strategy in ("keyword", "semantic")
                 and query_vector is None
                 and text
-                and where == ItemFilter(tenant=where.tenant)
+                and where.unfiltered
             ):
                 candidates, stats = self._matching(txn, namespace, where.tenant, terms(text))
             elif strategy != "recent" and ((text and text.strip()) or query_vector is not None):

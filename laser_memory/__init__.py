@@ -30,6 +30,7 @@ from .errors import (
     NoView,
     RecordDecodeError,
     RecordTooLarge,
+    RerankFailed,
     TopicConflict,
     UnknownKind,
     UnknownTopic,
@@ -65,6 +66,8 @@ _UPPER = {
     "MemoryConfig": "memory",
     "MemoryHandle": "memory",
     "Receipt": "memory",
+    "RerankedMemory": "rerank",
+    "Reranker": "rerank",
 }
 
 
@@ -116,6 +119,9 @@ __all__ = [
     "Receipt",
     "RecordDecodeError",
     "RecordTooLarge",
+    "RerankFailed",
+    "RerankedMemory",
+    "Reranker",
     "Signal",
     "Source",
     "TopicConflict",

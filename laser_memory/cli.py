@@ -37,7 +37,7 @@ from .log import DEFAULT_URL
 from .memory import MemoryHandle, Receipt
 from .named import load_json
 from .recall import MAX_LIMIT, STRATEGIES
-from .records import Feedback, Forget, Remember
+from .records import Embedded, Feedback, Forget, Remember
 
 
 def _run(coro_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
@@ -82,6 +82,32 @@ def _scope_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+EMBEDDERS = ("word-hash", "minilm")
+
+
+def _embedder_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--embedder",
+        envvar="LASER_EMBEDDER",
+        default=None,
+        type=click.Choice(EMBEDDERS),
+        help="Embed bodies and queries: minilm (the local all-MiniLM-L6-v2, `make model`) "
+        "or word-hash (tests); default $LASER_EMBEDDER, else none.",
+    )(fn)
+
+
+def _make_embedder(name: str | None):
+    if name is None:
+        return None
+    if name == "word-hash":
+        from .embedding import WordHashEmbedder
+
+        return WordHashEmbedder()
+    from .minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder()
+
+
 class _Session:
     """A connection and a handle for one command. Reads pass ``read=True``: they never
     create a log (a mistyped --url says there is none)."""
@@ -94,8 +120,11 @@ class _Session:
         view: str | None = None,
         *,
         read: bool = False,
+        embedder: str | None = None,
     ):
-        self.laser = connect(url, stream=stream, view=view, create=not read)
+        self.laser = connect(
+            url, stream=stream, view=view, create=not read, embedder=_make_embedder(embedder)
+        )
         self.namespace = namespace
 
     async def __aenter__(self) -> MemoryHandle:
@@ -170,6 +199,7 @@ async def bootstrap(url, stream, namespace, as_json, view, partitions, retention
 )
 @click.option("--durable", is_flag=True, help="Durable lifetime instead of session.")
 @click.option("--dedup", is_flag=True, help="Use the content id: the same fact is stored once.")
+@_embedder_option
 @_run
 async def remember(
     text,
@@ -186,9 +216,10 @@ async def remember(
     kind,
     durable,
     dedup,
+    embedder,
 ) -> None:
     """Remember TEXT; prints the new item's id."""
-    async with _Session(url, stream, namespace) as memory:
+    async with _Session(url, stream, namespace, embedder=embedder) as memory:
         mid = await memory.remember(
             text,
             kind=kind,
@@ -207,9 +238,10 @@ async def remember(
 @_connection_options
 @_scope_options
 @click.option("--kind", default=None, type=click.Choice([k.value for k in MemoryKind]))
-@click.option("--text", default=None, help="Keep items sharing a word with this text.")
+@click.option("--text", default=None, help="Rank by this text (keyword, meaning or both).")
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(STRATEGIES))
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(0, MAX_LIMIT))
+@_embedder_option
 @_run
 async def recall(
     url,
@@ -226,9 +258,10 @@ async def recall(
     text,
     strategy,
     limit,
+    embedder,
 ) -> None:
     """Recall items in scope: from the managed view with --view, else folded from the log."""
-    async with _Session(url, stream, namespace, view, read=True) as memory:
+    async with _Session(url, stream, namespace, view, read=True, embedder=embedder) as memory:
         items = await memory.recall(
             conversation=conversation,
             agent=agent,
@@ -448,6 +481,43 @@ async def rebuild(url, stream, topic, view, map_size) -> None:
 
 
 @main.command()
+@_connection_options
+@click.option("--tenant", default="", help="Tenant whose items to embed (default '').")
+@click.option(
+    "--embedder",
+    envvar="LASER_EMBEDDER",
+    required=True,
+    type=click.Choice(EMBEDDERS),
+    help="The model to embed with (default $LASER_EMBEDDER).",
+)
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 4096))
+@_run
+async def reembed(url, stream, namespace, as_json, view, tenant, embedder, batch_size) -> None:
+    """Write the --embedder model's vector for every live item of the namespace that has
+    none, as records (history kept), with progress. Rerun it to resume."""
+    model = _make_embedder(embedder)
+    async with _Session(url, stream, namespace, read=True) as memory:
+        with click.progressbar(
+            length=0, label=f"embedding with {model.label}", file=sys.stderr
+        ) as bar:
+            shown = 0
+
+            def progress(done: int, total: int) -> None:
+                nonlocal shown
+                bar.length = total
+                bar.update(done - shown)
+                shown = done
+
+            written = await memory.reembed(
+                model, tenant=tenant, batch_size=batch_size, progress=progress
+            )
+    if as_json:
+        click.echo(json.dumps({"written": written, "embedder": model.label}))
+    else:
+        click.echo(f"wrote {written} vector(s) of {model.label}")
+
+
+@main.command()
 @_view_option()
 @click.option("--json", "as_json", is_flag=True)
 def stats(view: str, as_json: bool) -> None:
@@ -592,20 +662,22 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
             data.pop("version")
             if isinstance(logged.record, Remember):
                 data["id"] = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget):
+            elif isinstance(logged.record, Feedback | Forget | Embedded):
                 data["id"] = str(MemoryId(logged.record.target))
             click.echo(json.dumps(data, ensure_ascii=False))
         else:
             target = ""
             if isinstance(logged.record, Remember):
                 target = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget):
+            elif isinstance(logged.record, Feedback | Forget | Embedded):
                 target = str(MemoryId(logged.record.target))
             else:
                 target = entry.key or ""
             detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
             if entry.weight is not None:
                 detail = f"weight {entry.weight:g}"
+            if isinstance(logged.record, Embedded):
+                detail = f"{len(logged.record.embedding) // 4}-d vector of {logged.record.embedder}"
             click.echo(
                 f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
                 f"{entry.conversation or '-':<12} {detail}"

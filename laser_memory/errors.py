@@ -17,6 +17,7 @@ The tree::
     │   └── InvalidRecord           a record the caller built cannot go on the log
     │       └── RecordTooLarge      over the record cap, or over what the topic takes
     ├── EmbeddingFailed             the embedder raised or returned bad vectors; nothing written
+    ├── RerankFailed                the reranker raised or returned bad scores
     ├── RecordDecodeError           bytes on the log that are not a record we can read
     │   └── UnsupportedSchemaVersion
     ├── LogError
@@ -57,6 +58,7 @@ __all__ = [
     "NoView",
     "RecordDecodeError",
     "RecordTooLarge",
+    "RerankFailed",
     "TopicConflict",
     "UnknownKind",
     "UnknownTopic",
@@ -125,6 +127,10 @@ class InvalidRecord(InvalidInput):
 class EmbeddingFailed(LaserError):
     """The embedder raised, or returned vectors of the wrong shape or with non-finite
     values; nothing was written."""
+
+
+class RerankFailed(LaserError):
+    """The reranker raised, or did not return one finite score per text."""
 
 
 class RecordTooLarge(InvalidRecord):

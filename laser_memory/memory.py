@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,7 @@ from .scope import MemoryScope
 
 if TYPE_CHECKING:
     from .client import Laser
+    from .rerank import RerankedMemory, Reranker
 
 __all__ = ["MemoryConfig", "MemoryHandle", "Receipt"]
 
@@ -160,6 +161,36 @@ class MemoryHandle:
                 f"it cannot be rescoped to {conversation!r}"
             )
         return self._derive(conversation=conversation)
+
+    def reranker(self, reranker: Reranker, *, depth: int = 50) -> RerankedMemory:
+        """This handle with its text recalls reranked: the best ``depth`` items of each
+        are ordered again by ``reranker`` (see `laser_memory.rerank`).
+
+        >>> reranked = memory.reranker(my_cross_encoder, depth=30)   # doctest: +SKIP
+        """
+        from .rerank import RerankedMemory
+
+        return RerankedMemory(self, reranker, depth)
+
+    async def reembed(
+        self,
+        embedder: Embedder,
+        *,
+        tenant: str = "",
+        batch_size: int = 64,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int:
+        """Give every live item of the namespace (in ``tenant``) a vector of
+        ``embedder``, as `Embedded` records; returns how many were written. See
+        `laser_memory.reembed`.
+
+        >>> await memory.reembed(MiniLMEmbedder())                   # doctest: +SKIP
+        """
+        from .reembed import reembed
+
+        return await reembed(
+            self, embedder, tenant=tenant, batch_size=batch_size, progress=progress
+        )
 
     def with_lineage(self, origin: Any = None, producer: Any = None) -> MemoryHandle:
         """A handle that stamps every item it remembers with this origin and producer.
@@ -597,6 +628,10 @@ class MemoryHandle:
             and self._embedder is not None
         ):
             query_vector = (await embed_texts(self._embedder, [text]))[0]
+        if query_vector is not None:
+            # Items show the vector of the handle's model, from an embedded record where
+            # their own is another model's.
+            where = msgspec.structs.replace(where, embedder=self._embedder.label)
         ranking = {
             "query_vector": query_vector,
             "embedder": self._embedder.label if self._embedder is not None else None,

@@ -1,6 +1,6 @@
 """The records that go on the memory log, and their wire format.
 
-Every write the memory makes is one of six frozen, tagged records. They are
+Every write the memory makes is one of seven frozen, tagged records. They are
 the whole persistent state of laser-memory: folders rebuild everything else
 from them.
 
@@ -13,8 +13,8 @@ One log record per memory record:
   ==================================  ==========================================
   record                              key (UTF-8)
   ==================================  ==========================================
-  remember / feedback / forget with   ``c/<conversation>``: a conversation's
-  a conversation                      records share a partition, in write order
+  remember / feedback / forget /      ``c/<conversation>``: a conversation's
+  embedded with a conversation        records share a partition, in write order
   the same without a conversation     ``n/<namespace>``
   named.set / named.patch /           ``<namespace>/<key>``: every write to one
   named.remove                        named item shares a partition
@@ -27,7 +27,8 @@ One log record per memory record:
   can skip another namespace's or tenant's records without decoding the value.
 
 Schema evolution rules: within a version, new fields are only added with a
-default and old readers ignore fields they do not know; removing or
+default and old readers ignore fields they do not know; a new record type (a new
+tag) may be added, and a reader that predates it sets it aside; removing or
 re-typing a field, or changing a meaning, takes a new version number. A record
 whose version is newer than `SCHEMA_VERSION` is refused with
 `UnsupportedSchemaVersion`, never half-read. Encoded bytes of every version
@@ -36,6 +37,7 @@ are kept under ``tests/fixtures/`` and must keep decoding.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import msgspec
@@ -49,6 +51,7 @@ __all__ = [
     "HEADER_TENANT",
     "HEADER_VERSION",
     "SCHEMA_VERSION",
+    "Embedded",
     "Feedback",
     "Forget",
     "MemoryRecord",
@@ -59,6 +62,7 @@ __all__ = [
     "Producer",
     "Remember",
     "WireRecord",
+    "body_digest",
     "decode_record",
     "encode_record",
     "header_value",
@@ -137,6 +141,26 @@ class Forget(_Record, tag="forget"):
     seen: tuple[int, ...] | None = None
 
 
+class Embedded(_Record, tag="embedded"):
+    """Another model's vector for a remembered item (``laser-memory reembed``), so a
+    namespace can move to a new embedder without rewriting its items.
+
+    It applies to the item's remembers in its conversation (or in any, without one)
+    whose body has ``body_digest`` (`body_digest`), so a vector never outlives the
+    text it was computed from. ``embedding`` is little-endian float32; ``embedder``
+    the model's label."""
+
+    target: bytes
+    body_digest: bytes
+    embedding: bytes
+    embedder: str
+
+
+def body_digest(body: bytes) -> bytes:
+    """The 16-byte BLAKE2b digest of a body, as `Embedded.body_digest` holds it."""
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
 class NamedSet(_Record, tag="named.set"):
     """A named item set to a whole new body."""
 
@@ -158,7 +182,7 @@ class NamedRemove(_Record, tag="named.remove"):
     key: str
 
 
-MemoryRecord = Remember | Feedback | Forget | NamedSet | NamedPatch | NamedRemove
+MemoryRecord = Remember | Feedback | Forget | Embedded | NamedSet | NamedPatch | NamedRemove
 
 
 class _Envelope(msgspec.Struct):

@@ -52,6 +52,8 @@ async def test_semantic_recall_with_the_local_model(tmp_path: Path, minilm: Mini
                 "the deploy pipeline failed on the integration tests",
             ]
         )
-        [best, *_] = await memory.recall(text="how should we reach the client?", strategy="semantic")
+        [best, *_] = await memory.recall(
+            text="how should we reach the client?", strategy="semantic"
+        )
         assert best.text == "the customer wants to be contacted by email"
         assert best.embedder == minilm.label

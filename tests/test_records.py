@@ -10,6 +10,7 @@ import pytest
 
 from laser_memory.errors import InvalidRecord, RecordDecodeError, UnsupportedSchemaVersion
 from laser_memory.records import (
+    Embedded,
     Feedback,
     Forget,
     NamedPatch,
@@ -66,6 +67,15 @@ EXPECTED_V1 = {
         scope=MemoryScope(stream="prod", tenant="acme"),
         target=bytes(range(16)),
         seen=(3, 0, 17, 2),
+    ),
+    # Written when reembed arrived (a record type added inside version 1).
+    "embedded": Embedded(
+        ns="stream:prod/notes",
+        scope=MemoryScope(stream="prod", tenant="acme", conversation="c-1"),
+        target=bytes(range(16)),
+        body_digest=bytes.fromhex("184de41debdcf98901af654a1c1ab03e"),
+        embedding=b"\x00\x00\x80?\x00\x00\x00@",
+        embedder="sentence-transformers/all-MiniLM-L6-v2",
     ),
     "named-set": NamedSet(ns="stream:prod/notes", scope=SCOPE, key="prefs", body=b'{"a":1}'),
     "named-patch": NamedPatch(

@@ -90,15 +90,42 @@ async def test_semantic_recall_ranks_by_meaning_folded_and_managed(embedded, tmp
     ]
 
 
-async def test_another_tenants_best_matches_never_crowd_out_this_tenants(embedded, tmp_path):
+@pytest.mark.parametrize("strategy", ["semantic", "keyword", "hybrid", "auto"])
+async def test_another_tenants_best_matches_never_crowd_out_this_tenants(
+    embedded, tmp_path, strategy
+):
     memory = embedded.memory("notes")
-    for i in range(30):  # the global top hits all belong to another tenant
+    for i in range(30):  # the global top hits all belong to another tenant...
         await memory.remember(f"rotate signing keys monthly {i}", tenant="other")
-    ours = await memory.remember("keys are rotated by the platform team", tenant="ours")
-    items = await _both_ways(
-        embedded, tmp_path, text="rotate signing keys", strategy="semantic", tenant="ours", limit=5
+    # ...or to another conversation or agent of this one.
+    for i in range(30):
+        await memory.remember(f"rotate signing keys monthly {i}", tenant="ours", agent="bot")
+    ours = await memory.remember(
+        "signing keys are rotated by the platform team", tenant="ours", agent="ops"
     )
-    assert [i.id for i in items] == [ours]
+    await memory.remember("the cafeteria serves lunch", tenant="ours", agent="ops")
+    query = {"text": "rotate signing keys", "strategy": strategy, "limit": 5}
+    items = await _both_ways(embedded, tmp_path, tenant="ours", agent="ops", **query)
+    assert items[0].id == ours
+    assert all(i.scope.tenant == "ours" and i.scope.agent == "ops" for i in items)
+    assert all(i.scope.tenant == "ours" for i in await memory.recall(tenant="ours", **query))
+    assert await memory.recall(tenant="nobody", **query) == []
+
+
+async def test_hybrid_finds_an_error_code_that_vectors_alone_miss(embedded, tmp_path):
+    """The word-hash embedder ignores words under four letters, as real models blur
+    codes: to vectors alone the two incidents are the same text."""
+    memory = embedded.memory("notes")
+    e17 = await memory.remember("incident E17: payment service timed out in checkout")
+    await memory.remember("incident E18: payment service timed out in checkout")
+    semantic = await _both_ways(embedded, tmp_path, text="E17 payment timeout", strategy="semantic")
+    assert semantic[0].score == semantic[1].score  # a tie: the vectors cannot tell
+    for strategy in ("hybrid", "auto", "keyword"):
+        items = await _both_ways(embedded, tmp_path, text="E17 payment timeout", strategy=strategy)
+        assert items[0].id == e17, strategy
+    [top, *_] = await memory.recall(text="E17 payment timeout", strategy="hybrid")
+    assert [s.strategy for s in top.signals] == ["hybrid", "keyword", "semantic"]
+    assert top.signals[1].rank == 0 and top.signals[1].score > 0
 
 
 async def test_vectors_of_another_model_are_never_compared(embedded, tmp_path):

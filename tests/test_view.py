@@ -199,7 +199,9 @@ async def test_recall_cost_grows_with_the_limit_not_the_namespace(viewed, monkey
         folded = await memory.recall(
             limit=5, folded=True, **{k: v for k, v in query.items() if v is not None}
         )
-        assert [(i.id, i.score, i.signals) for i in items] == [(i.id, i.score, i.signals) for i in folded], query
+        assert [(i.id, i.score, i.signals) for i in items] == [
+            (i.id, i.score, i.signals) for i in folded
+        ], query
         assert items == folded, query
 
 

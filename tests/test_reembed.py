@@ -1,0 +1,135 @@
+"""Moving a namespace to another model: vectors written as records, folded and managed
+recall comparing only the new model's vectors, a rerun that resumes, over both logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import laser_memory as lm
+from folders.service import ViewFolder
+from laser_memory.cli import main
+from laser_memory.embedding import WordHashEmbedder
+from laser_memory.log.port import OutgoingRecord
+from laser_memory.records import Embedded, body_digest, encode_record
+
+
+class ReversedWords(WordHashEmbedder):
+    """Another model: the word-hash of each word spelled backwards."""
+
+    label = "test/reversed-words"
+    dimensions = 32
+
+    def embed_many(self, texts):
+        full = super().embed_many([" ".join(w[::-1] for w in t.split()) for t in texts])
+        return [v[:32] for v in full]
+
+
+async def test_reembed_gives_every_item_the_new_models_vectors(any_log_url, stream_name, tmp_path):
+    async with lm.connect(any_log_url, stream=stream_name, embedder=WordHashEmbedder()) as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        keys = await memory.remember("rotate signing keys monthly", conversation="c1")
+        await memory.remember("the cafeteria serves lunch", conversation="c2")
+        async with lm.connect(any_log_url, stream=stream_name) as no_model:
+            plain = await no_model.memory("notes").remember("deploys happen at dawn")
+        await memory.remember("another tenant's secret", tenant="other")
+
+        new = laser.memory("notes", embedder=ReversedWords())
+        # Before: no item has the new model's vectors, so a semantic recall finds none.
+        assert await new.recall(text="signing keys", strategy="semantic") == []
+        seen: list[tuple[int, int]] = []
+        assert (
+            await memory.reembed(ReversedWords(), batch_size=2, progress=lambda *a: seen.append(a))
+            == 3
+        )
+        assert seen == [(0, 3), (2, 3), (3, 3)]
+        assert await memory.reembed(ReversedWords()) == 0  # a rerun writes what is missing
+        assert await memory.reembed(ReversedWords(), tenant="other") == 1
+
+        items = await new.recall(text="signing keys", strategy="semantic")
+        assert items[0].id == keys
+        assert {i.embedder for i in items} == {"test/reversed-words"}
+        assert all(len(i.embedding) == 4 * 32 for i in items)
+        assert plain in [i.id for i in items]
+        # The old model's vectors are still there for the old model.
+        old = await memory.recall(text="signing keys", strategy="semantic")
+        assert old[0].id == keys and old[0].embedder == "test/word-hash"
+        assert plain not in [i.id for i in old]
+        # The record is in the item's history; the view agrees with the fold.
+        assert [h.op for h in await memory.history(keys, folded=True)] == ["remember", "embedded"]
+        view = tmp_path / "view"
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url, stream=laser.stream, view=view, embedder=ReversedWords()
+        ) as reader:
+            assert (
+                await reader.memory("notes").recall(text="signing keys", strategy="semantic")
+                == items
+            )
+
+        # A new body under the same id needs its own vector: the old one was of other text.
+        again = await memory.append(
+            keys, "keys are rotated by the platform team", conversation="c1", kind="fact"
+        )
+        assert again == keys
+        assert await memory.reembed(ReversedWords()) == 1
+
+
+async def test_hostile_embedded_records_are_set_aside(laser: lm.Laser):
+    memory = laser.memory("notes")
+    mid = await memory.remember("rotate keys")
+    good = {
+        "ns": memory.namespace,
+        "target": mid.bytes,
+        "body_digest": body_digest(b"rotate keys"),
+        "embedding": b"\x00\x00\x80?",
+        "embedder": "test/one",
+    }
+    hostile = [
+        {**good, "body_digest": b"short"},
+        {**good, "embedding": b""},
+        {**good, "embedding": b"\x00\x00\x80"},
+        {**good, "embedder": "no-slash"},
+        {**good, "target": b"\x01" * 3},
+    ]
+    for fields in hostile:
+        wire = encode_record(Embedded(**fields))
+        await laser.log.append(
+            memory.topic, OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
+        )
+    fresh = laser.memory("notes")
+    assert [i.id for i in await fresh.recall()] == [mid]
+    assert len(fresh.set_aside) == len(hostile)
+
+
+def test_reembed_from_the_command_line(tmp_path: Path):
+    url = f"local://{tmp_path / 'log'}"
+    runner = CliRunner()
+    for text in ("rotate signing keys monthly", "lunch at noon"):
+        result = runner.invoke(main, ["remember", text, "--url", url])
+        assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["reembed", "--url", url, "--embedder", "word-hash", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.splitlines()[-1]) == {
+        "written": 2,
+        "embedder": "test/word-hash",
+    }
+    result = runner.invoke(
+        main,
+        ["recall", "--url", url, "--embedder", "word-hash", "--text", "signing keys",
+         "--strategy", "semantic", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["body"] == "rotate signing keys monthly"
+    result = runner.invoke(main, ["reembed", "--url", url])
+    assert result.exit_code != 0 and "--embedder" in result.output
+
+
+@pytest.mark.parametrize("batch_size", [0, True, "2"])
+async def test_reembed_checks_its_arguments(laser: lm.Laser, batch_size):
+    with pytest.raises(lm.InvalidInput, match="batch_size"):
+        await laser.memory("notes").reembed(WordHashEmbedder(), batch_size=batch_size)

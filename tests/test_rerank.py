@@ -1,0 +1,97 @@
+"""Rerankers: a second pass over the first pass's best items, folded and managed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import laser_memory as lm
+from folders.service import ViewFolder
+
+
+class ShortestFirst:
+    label = "test/shortest-first"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def rerank(self, query: str, texts):
+        self.calls.append((query, list(texts)))
+        return [-len(t) for t in texts]
+
+
+BODIES = [
+    "signing keys rotate monthly, and the rotation is logged in the audit trail",
+    "keys rotate monthly",
+    "signing keys rotate",
+    "the cafeteria serves lunch at noon",
+]
+
+
+async def test_reranked_recall_folded_and_managed(laser: lm.Laser, tmp_path: Path):
+    memory = laser.memory("notes")
+    ids = await memory.remember_many(BODIES)
+    reranker = ShortestFirst()
+    reranked = memory.reranker(reranker, depth=3)
+    assert isinstance(reranked, lm.RerankedMemory)
+    first = await memory.recall(text="signing keys rotate", strategy="keyword")
+    items = await reranked.recall(text="signing keys rotate", strategy="keyword", limit=2)
+    # The reranker saw the first pass's best three, and ordered them shortest first.
+    assert reranker.calls == [("signing keys rotate", [i.text for i in first[:3]])]
+    assert [i.text for i in items] == ["signing keys rotate", "keys rotate monthly"]
+    assert items[0].signals[0] == lm.Signal("rerank", 0, -len("signing keys rotate"))
+    assert items[0].signals[1].strategy == "keyword"
+
+    view = tmp_path / "view"
+    await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    async with lm.connect(laser.log.url, stream=laser.stream, view=view) as reader:
+        managed = reader.memory("notes").reranker(ShortestFirst(), depth=3)
+        assert await managed.recall(text="signing keys rotate", strategy="keyword", limit=2) == (
+            items
+        )
+
+    # Without text, or by recency, nothing is reranked; writes and reads pass through.
+    assert await reranked.recall(strategy="recent") == await memory.recall(strategy="recent")
+    await reranked.forget(ids[1])
+    assert len(reranker.calls) == 1
+    block = await reranked.recall(text="keys", strategy="keyword", block=True)
+    assert block.splitlines()[0] == "- [fact] signing keys rotate"
+
+
+async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.remember_many(BODIES)
+
+    class Broken:
+        label = "test/broken"
+
+        def __init__(self, answer):
+            self.answer = answer
+
+        def rerank(self, query, texts):
+            return self.answer(texts)
+
+    for answer in (lambda t: 1 / 0, lambda t: [1.0], lambda t: [float("nan")] * len(t)):
+        with pytest.raises(lm.RerankFailed, match="test/broken"):
+            await memory.reranker(Broken(answer)).recall(text="keys", strategy="keyword")
+
+    class Async:
+        label = "test/async"
+
+        async def rerank(self, query, texts):
+            return [len(t) for t in texts]  # longest first
+
+    [top, *_] = await memory.reranker(Async()).recall(text="keys", strategy="keyword")
+    assert top.text == BODIES[0]
+
+    def longest_first(query, texts):
+        return [len(t) for t in texts]
+
+    [top, *_] = await lm.RerankedMemory(memory, longest_first).recall(text="keys")
+    assert top.text == BODIES[0] and top.signals[0].strategy == "rerank"
+    for depth in (0, True, 1001, "5"):
+        with pytest.raises(lm.InvalidInput, match="depth"):
+            memory.reranker(ShortestFirst(), depth=depth)
+    with pytest.raises(lm.InvalidInput, match="rerank"):
+        memory.reranker(object())
