@@ -8,14 +8,16 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 from folders.view import MemoryView
 
 from .clock import SYSTEM_CLOCK, Clock
 from .embedding import Embedder, validate_embedder
-from .errors import InvalidName, NoView
+from .errors import InvalidInput, InvalidName, NoView
 from .ids import validate_name
-from .log import DEFAULT_URL, LocalLog, Log, TopicInfo, connect_log
+from .log import DEFAULT_URL, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
 from .log.naming import validate_topic
 from .memory import MemoryConfig, MemoryHandle
 
@@ -53,6 +55,8 @@ class Laser:
         self.config = config or MemoryConfig()
         self.view_path = os.fspath(view) if view is not None else None
         self._view: MemoryView | None = None
+        # Vector-backend handles: (connection, folder) of each private log.
+        self._private: list[tuple[Laser, str]] = []
 
     async def __aenter__(self) -> Laser:
         await self.start()
@@ -68,7 +72,46 @@ class Laser:
         if self._view is not None:
             self._view.close()
             self._view = None
+        private, self._private = self._private, []
+        for laser, folder in private:
+            await laser.stop()
+            shutil.rmtree(folder, ignore_errors=True)
         await self.log.stop()
+
+    async def memory_with(
+        self, namespace: str, backend: str = "log", *, embedder: Embedder | None = None
+    ) -> MemoryHandle:
+        """A handle on a namespace with the chosen backend.
+
+        ``"log"`` is `memory`. ``"vector"`` keeps items only for the life of this
+        connection, in a private embedded log of its own (no fsync, deleted when the
+        connection stops), for scratch memory that should never reach the shared log:
+        every strategy works as on the log, and it needs an embedder. Without text a
+        recall returns the newest items, feedback-ranked when any has feedback.
+
+        >>> scratch = await laser.memory_with("runbooks", "vector", embedder=e)  # doctest: +SKIP
+        """
+        if backend == "log":
+            return self.memory(namespace, embedder=embedder)
+        if backend != "vector":
+            raise InvalidInput(f"unknown memory backend {backend!r}; use 'log' or 'vector'")
+        chosen = embedder if embedder is not None else self.embedder
+        if chosen is None:
+            raise InvalidInput(
+                "the vector backend ranks by meaning and needs an embedder: "
+                "memory_with(namespace, 'vector', embedder=...)"
+            )
+        validate_embedder(chosen)
+        folder = tempfile.mkdtemp(prefix="laser-vector-")
+        log = LocalLog(folder, LocalLogConfig(sync=False, map_size=4 << 30, clock=self.clock))
+        private = Laser(log, stream=self.stream, config=self.config, clock=self.clock)
+        try:
+            await private.start()
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._private.append((private, folder))
+        return private.memory(namespace, embedder=chosen)
 
     def managed_view(self) -> MemoryView:
         """The managed view this connection reads (``connect(..., view=PATH)``)."""

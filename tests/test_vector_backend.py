@@ -1,0 +1,52 @@
+"""memory_with(namespace, "vector"): scratch memory for the life of a connection, in a
+private log of its own, never on the shared one."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import laser_memory as lm
+from laser_memory.embedding import WordHashEmbedder
+
+
+async def test_vector_backend_lives_and_dies_with_its_connection(laser: lm.Laser):
+    scratch = await laser.memory_with("runbooks", "vector", embedder=WordHashEmbedder())
+    pool = await scratch.remember("node-7 sits in the eu-west pool", conversation="c1")
+    keys = await scratch.remember("node-9 rotates keys monthly", conversation="c1")
+    [best, *_] = await scratch.recall(text="which pool is node-7 in", strategy="semantic")
+    assert best.id == pool and best.embedder == "test/word-hash"
+    # Without text: newest first, then feedback-ranked once any item has feedback.
+    assert [i.id for i in await scratch.recall()] == [keys, pool]
+    await scratch.improve(pool, 1.0)
+    assert [i.id for i in await scratch.recall()] == [pool, keys]
+    await scratch.forget(keys)
+    assert [i.id for i in await scratch.recall()] == [pool]
+    # Keyword recall never calls the embedder.
+    calls = []
+
+    class Counting(WordHashEmbedder):
+        def embed_many(self, texts):
+            calls.append(list(texts))
+            return super().embed_many(texts)
+
+    counted = await laser.memory_with("other", "vector", embedder=Counting())
+    await counted.remember("rotate the signing keys")
+    calls.clear()
+    assert len(await counted.recall(text="signing", strategy="keyword")) == 1
+    assert calls == []
+    # Nothing reached the connection's own log.
+    assert await laser.memory("runbooks").recall(folded=True) == []
+    folder = laser._private[0][1]
+    assert os.path.isdir(folder)
+    await laser.stop()
+    assert not os.path.exists(folder)
+
+
+async def test_vector_backend_needs_an_embedder(laser: lm.Laser):
+    with pytest.raises(lm.InvalidInput, match="needs an embedder"):
+        await laser.memory_with("runbooks", "vector")
+    with pytest.raises(lm.InvalidInput, match="unknown memory backend"):
+        await laser.memory_with("runbooks", "graph")
+    assert (await laser.memory_with("runbooks")).namespace == laser.memory("runbooks").namespace
