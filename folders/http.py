@@ -36,9 +36,10 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from laser_memory.embedding import Embedder, embed_texts
 from laser_memory.errors import InvalidInput, LaserError
 from laser_memory.ids import MemoryId
-from laser_memory.recall import MAX_LIMIT
+from laser_memory.recall import MAX_LIMIT, validate_strategy
 
 from .state import ItemFilter
 from .view import MemoryView
@@ -70,6 +71,9 @@ class ServerConfig:
     max_connections: int = 512
     header_timeout_s: float = 5.0
     keepalive_timeout_s: float = 15.0
+    #: Embeds the text of semantic, hybrid and auto recalls (``serve --embedder``);
+    #: without one they rank by keyword alone.
+    embedder: Embedder | None = None
 
 
 Authenticate = Callable[[web.Request], Awaitable[Principal]]
@@ -144,13 +148,24 @@ class ViewServer:
     async def recall(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._arg(request, "namespace", required=True)
         limit = _whole_number(request, "limit", 0, MAX_LIMIT)
+        strategy = validate_strategy(request.query.get("strategy", "auto"))
+        text = self._arg(request, "text")
+        where = self._where(request)
+        embedder = self._config.embedder
+        ranking: dict[str, Any] = {}
+        if embedder is not None and text and text.strip() and strategy != "recent":
+            if strategy != "keyword":
+                ranking["query_vector"] = (await embed_texts(embedder, [text]))[0]
+                ranking["embedder"] = embedder.label
+                where = msgspec.structs.replace(where, embedder=embedder.label)
         items = await self._off_loop(
             self._view.recall,
             namespace,
-            self._where(request),
-            strategy=request.query.get("strategy", "auto"),
-            text=self._arg(request, "text"),
+            where,
+            strategy=strategy,
+            text=text,
             limit=50 if limit is None else limit,
+            **ranking,
         )
         return _json([item.to_json() for item in items])
 

@@ -545,9 +545,15 @@ def stats(view: str, as_json: bool) -> None:
 @_view_option()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int)
-def serve(view: str, host: str, port: int) -> None:
+@_embedder_option
+def serve(view: str, host: str, port: int, embedder: str | None) -> None:
     """Serve the view read-only over HTTP (recall, fetch, history, stats)."""
-    from folders.http import serve_view
+    from folders.http import ServerConfig, serve_view
+
+    try:
+        config = ServerConfig(embedder=_make_embedder(embedder))
+    except LaserError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
     try:
         opened = MemoryView.open(view, create=False)
@@ -555,7 +561,11 @@ def serve(view: str, host: str, port: int) -> None:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     with opened:
         try:
-            asyncio.run(serve_view(opened, host, port, ready=lambda m: click.echo(m, err=True)))
+            asyncio.run(
+                serve_view(
+                    opened, host, port, config=config, ready=lambda m: click.echo(m, err=True)
+                )
+            )
         except KeyboardInterrupt:
             pass
 

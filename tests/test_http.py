@@ -177,3 +177,31 @@ def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
         "socket.accept() out of system resource: Too many open files",
         "another error",
     ]
+
+
+async def test_recall_by_meaning_over_http(tmp_path: Path):
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        keys = await memory.remember("rotate signing keys every month")
+        await memory.remember("the cafeteria serves lunch at noon")
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+        query = {"namespace": memory.namespace, "text": "when do keys rotate"}
+        for strategy in ("semantic", "hybrid"):
+            want = await memory.recall(strategy=strategy, text=query["text"], folded=True)
+            config = ServerConfig(embedder=lm.WordHashEmbedder())
+            async with serving(tmp_path / "view", config) as base, ClientSession(base) as http:
+                async with http.get("/v1/recall", params={**query, "strategy": strategy}) as got:
+                    assert got.status == 200
+                    body = await got.json()
+            assert [item["id"] for item in body] == [str(i.id) for i in want]
+            assert body[0]["id"] == str(keys)
+            assert body[0]["signals"][0]["strategy"] == strategy
+        # Without an embedder the server ranks semantic recalls by keyword.
+        async with serving(tmp_path / "view", ServerConfig()) as base, ClientSession(base) as http:
+            async with http.get("/v1/recall", params={**query, "strategy": "semantic"}) as got:
+                body = await got.json()
+        assert body[0]["signals"][0]["strategy"] == "keyword"
