@@ -30,6 +30,8 @@ from pathlib import Path
 
 import laser_memory as lm
 
+from .figures import Figure, rows
+
 KS = (1, 5, 10, 20)
 CATEGORIES = {1, 2, 3, 4}
 
@@ -107,6 +109,26 @@ async def evaluate(
             file=sys.stderr,
         )
     return scores
+
+
+def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Figure]:
+    """The figures for ``python -m benchmarks`` (none without ``--locomo PATH``); quick
+    runs the first conversation only."""
+    if not locomo:
+        return []
+    conversations = load(Path(locomo))[: 1 if quick else None]
+    embedder = make_embedder("minilm")
+    scores = asyncio.run(
+        evaluate(conversations, ["keyword", "semantic", "hybrid"], embedder, False)
+    )
+    values = {
+        f"{strategy} R@{k}": (sum(v) / len(v), "recall")
+        for strategy, by_k in scores.items()
+        for k, v in by_k.items()
+        if k in (5, 10)
+    }
+    ratios = {f"hybrid R@{k}": f"keyword R@{k}" for k in (5, 10)}
+    return rows("locomo", values, ratios)
 
 
 def main() -> None:

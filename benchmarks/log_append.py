@@ -22,6 +22,8 @@ import lmdb
 
 from laser_memory.log import KafkaLog, KafkaLogConfig, LocalLog, OutgoingRecord
 
+from .figures import Figure, rows
+
 VALUE = b"x" * 200
 
 
@@ -98,6 +100,22 @@ async def raw_aiokafka(bootstrap: str, records: int, concurrency: int) -> float:
     await admin.delete_topics([topic])
     await admin.close()
     return rate
+
+
+def run(quick: bool = False, kafka: str | None = None, **_: object) -> list[Figure]:
+    """The figures for ``python -m benchmarks``."""
+    n, c = (5_000 if quick else 20_000), 200
+    values = {
+        "raw LMDB, a commit per record": (raw_lmdb(min(n, 3000), per_record=True), "records/s"),
+        "raw LMDB, one transaction": (raw_lmdb(n, per_record=False), "records/s"),
+        "LocalLog, concurrent appends": (asyncio.run(local_log(n, c)), "records/s"),
+    }
+    ratios = {"LocalLog, concurrent appends": "raw LMDB, a commit per record"}
+    if kafka:
+        values["raw aiokafka"] = (asyncio.run(raw_aiokafka(kafka, n, c)), "records/s")
+        values["KafkaLog"] = (asyncio.run(kafka_log(kafka, n, c)), "records/s")
+        ratios["KafkaLog"] = "raw aiokafka"
+    return rows("log_append", values, ratios)
 
 
 def main() -> None:

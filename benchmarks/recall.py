@@ -20,6 +20,8 @@ import time
 import laser_memory as lm
 from folders.service import ViewFolder
 
+from .figures import Figure, rows
+
 
 async def measure(size: int, limit: int, repeat: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as log_dir, tempfile.TemporaryDirectory() as view_dir:
@@ -52,6 +54,18 @@ async def measure(size: int, limit: int, repeat: int) -> dict[str, float]:
                 "managed auto": await timed(),
                 "managed agent": await timed(agent="a3"),
             }
+
+
+def run(quick: bool = False, **_: object) -> list[Figure]:
+    """The figures for ``python -m benchmarks``."""
+    sizes = (2_000, 5_000) if quick else (2_000, 20_000)
+    out: list[Figure] = []
+    for size in sizes:
+        timings = asyncio.run(measure(size, 10, 20 if quick else 100))
+        values = {f"{name} @{size}": (seconds * 1e3, "ms p50") for name, seconds in timings.items()}
+        ratios = {f"{name} @{size}": f"folded @{size}" for name in timings if name != "folded"}
+        out.extend(rows("recall", values, ratios))
+    return out
 
 
 def main() -> None:

@@ -30,6 +30,8 @@ import numpy as np
 import laser_memory as lm
 from folders.service import ViewFolder
 
+from .figures import Figure, rows
+
 
 class StandInEmbedder:
     """Pseudo-random unit vectors seeded by the text: same text, same vector."""
@@ -75,9 +77,7 @@ async def measure(size: int, dims: int, repeat: int) -> dict[str, float]:
             for start in range(0, size, 5000):
                 await memory.remember_many(texts[start : start + 5000])
             started = time.perf_counter()
-            await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(
-                until_caught_up=True
-            )
+            await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(until_caught_up=True)
             fold_rate = size / (time.perf_counter() - started)
             vectors = np.stack(embedder.embed_many(texts[:size]))
             query = embedder.embed_many(["w1 w2 w3"])[0]
@@ -88,19 +88,34 @@ async def measure(size: int, dims: int, repeat: int) -> dict[str, float]:
             def recall(**query):
                 return lambda: memory.recall(limit=10, **query)
 
-            out = {
-                "numpy mat-vec (baseline)": await timed(matvec, repeat),
-                "keyword rare word": await timed(recall(text="w19999 node-5", strategy="keyword"), repeat),
-                "keyword common word": await timed(recall(text="w1", strategy="keyword"), repeat),
-                "keyword stop words": await timed(recall(text="what did the", strategy="keyword"), repeat),
-                "semantic": await timed(recall(text="w1 w2 w3", strategy="semantic"), repeat),
-                "hybrid": await timed(recall(text="w1 w2 w3", strategy="hybrid"), repeat),
-                "folded keyword rare": await timed(
-                    recall(text="w19999 node-5", strategy="keyword", folded=True), repeat
+            queries = {
+                "keyword rare word": recall(text="w19999 node-5", strategy="keyword"),
+                "keyword common word": recall(text="w1", strategy="keyword"),
+                "keyword stop words": recall(text="what did the", strategy="keyword"),
+                "semantic": recall(text="w1 w2 w3", strategy="semantic"),
+                "hybrid": recall(text="w1 w2 w3", strategy="hybrid"),
+                "folded keyword rare": recall(
+                    text="w19999 node-5", strategy="keyword", folded=True
                 ),
-            }  # fmt: skip
+            }
+            out = {"numpy mat-vec (baseline)": await timed(matvec, repeat)}
+            for name, call in queries.items():
+                out[name] = await timed(call, repeat)
             out["fold records/s"] = fold_rate
             return out
+
+
+def run(quick: bool = False, **_: object) -> list[Figure]:
+    """The figures for ``python -m benchmarks``."""
+    out: list[Figure] = []
+    for size in (2_000, 10_000) if quick else (10_000, 100_000):
+        timings = asyncio.run(measure(size, 384, 5))
+        fold = timings.pop("fold records/s")
+        values = {f"{name} @{size}": (seconds * 1e3, "ms p50") for name, seconds in timings.items()}
+        base = f"numpy mat-vec (baseline) @{size}"
+        out.extend(rows("search", values, {name: base for name in values if name != base}))
+        out.extend(rows("search", {f"fold with vectors @{size}": (fold, "records/s")}, {}))
+    return out
 
 
 def main() -> None:

@@ -37,8 +37,9 @@ import numpy as np
 from .embedding import cosine_similarities, to_vector
 from .errors import InvalidInput
 from .items import MemoryItem, Signal
-from .scoring import TermStatistics, bm25, fuse, with_neighbours
+from .scoring import TermStatistics, bm25
 from .terms import term_counts, terms
+from .text_ranking import Columns, Ranked, rank_by_similarity, rank_by_text
 
 __all__ = [
     "MAX_LIMIT",
@@ -56,9 +57,6 @@ STRATEGIES = ("auto", "recent", "keyword", "semantic", "hybrid")
 #: The most items one recall returns; page with filters for more.
 MAX_LIMIT = 1000
 RRF_K = 60
-#: How much feedback moves a text recall: weight w adds FEEDBACK_SHARE * tanh(w) to a
-#: score whose best keyword-plus-meaning part is 1.
-FEEDBACK_SHARE = 0.1
 
 
 def validate_strategy(strategy: str) -> str:
@@ -173,74 +171,71 @@ def _by_text(
     stats: TermStatistics | None,
 ) -> list[MemoryItem]:
     """Keyword (BM25) scores, fused with cosine similarity when there is a query vector
-    and the candidates have vectors of its embedder, spread to neighbouring items, then
-    nudged by feedback."""
-    # Oldest first, so each conversation's items are in the order they were written,
-    # and ties of the final score can be broken newest first by position.
-    candidates.sort(key=_newest_key)
+    and the candidates have vectors of its embedder, spread to neighbouring items in
+    hybrid recall, then nudged by feedback (see `laser_memory.text_ranking`)."""
     documents = [term_counts(item.body) for item in candidates]
     if stats is None:
         stats = TermStatistics.of(documents, query)
-    keyword = bm25(query, documents, stats)
-    semantic = None
+    columns = columns_of(candidates, query_vector, embedder, exclude)
+    columns.keyword = bm25(query, documents, stats)
+    if columns.semantic is not None and not columns.has_vector.any():
+        columns.semantic = columns.has_vector = None
+    hybrid = strategy not in ("keyword", "semantic")
+    ranked = rank_by_text(columns, hybrid=hybrid, min_similarity=min_similarity, limit=limit)
+    return [_with(candidates[r.row], r) for r in ranked]
+
+
+def _with(item: MemoryItem, ranked: Ranked) -> MemoryItem:
+    return msgspec.structs.replace(item, score=ranked.score, signals=ranked.signals)
+
+
+def columns_of(
+    items: Sequence[MemoryItem],
+    query_vector: np.ndarray | None,
+    embedder: str | None,
+    exclude: frozenset[bytes],
+) -> Columns:
+    """The candidates as `Columns` (keyword scores left at zero for the caller)."""
+    n = len(items)
+    time = np.fromiter((item.append_time_ms for item in items), dtype=np.int64, count=n)
+    partition = np.fromiter((item.source.partition for item in items), dtype=np.int64, count=n)
+    offset = np.fromiter((item.source.offset for item in items), dtype=np.int64, count=n)
+    before = np.full(n, -1, dtype=np.int64)
+    after = np.full(n, -1, dtype=np.int64)
+    groups: dict[str, list[int]] = {}
+    for i in sorted(range(n), key=lambda i: (time[i], partition[i], offset[i])):
+        groups.setdefault(items[i].scope.conversation or "", []).append(i)
+    for group in groups.values():
+        index = np.asarray(group, dtype=np.int64)
+        before[index[1:]] = index[:-1]
+        after[index[:-1]] = index[1:]
+    semantic = has_vector = None
     if query_vector is not None:
         dimensions = len(query_vector)
-        with_vectors = [
-            i for i, item in enumerate(candidates) if _comparable(item, embedder, dimensions)
-        ]
-        if with_vectors:
-            matrix = np.stack([to_vector(candidates[i].embedding) for i in with_vectors])
+        has_vector = np.fromiter(
+            (_comparable(item, embedder, dimensions) for item in items), dtype=bool, count=n
+        )
+        semantic = np.zeros(n, dtype=np.float64)
+        rows = np.flatnonzero(has_vector)
+        if len(rows):
+            matrix = np.stack([to_vector(items[i].embedding) for i in rows])
             similar = cosine_similarities(query_vector.astype(np.float32), matrix)
             # Items without a comparable vector score as the least similar one.
-            semantic = np.full(len(candidates), float(similar.min()), dtype=np.float64)
-            semantic[with_vectors] = similar
-            has_vector = np.zeros(len(candidates), dtype=bool)
-            has_vector[with_vectors] = True
-    fused = fuse(keyword, semantic if semantic is not None else np.empty(0))
-    groups: dict[str, list[int]] = {}
-    for i, item in enumerate(candidates):
-        groups.setdefault(item.scope.conversation or "", []).append(i)
-    # Neighbours count in hybrid recall only: keyword recall returns what has the words.
-    label = "keyword" if strategy in ("keyword", "semantic") else "hybrid"
-    spread = with_neighbours(fused, list(groups.values())) if label == "hybrid" else fused
-    if semantic is None:
-        keep = spread > 0
-    else:
-        keep = has_vector | (spread > 0)
-        if min_similarity is not None:
-            keep &= (semantic >= min_similarity) | (keyword > 0)
-    weights = np.fromiter((item.weight for item in candidates), dtype=np.float64)
-    final = spread + FEEDBACK_SHARE * np.tanh(weights)
-    if exclude:
-        keep &= np.fromiter((item.id.bytes not in exclude for item in candidates), dtype=bool)
-    kept = np.flatnonzero(keep)
-    # Best first; equal scores newest first (kept is oldest first, and the sort is stable).
-    order = kept[::-1][np.argsort(-final[kept[::-1]], kind="stable")][:limit]
-    keyword_rank = _ranks(keyword, keyword > 0)
-    semantic_rank = _ranks(semantic, has_vector) if semantic is not None else {}
-    # As in the other strategies, the feedback rank is among the items returned.
-    returned = np.zeros(len(candidates), dtype=bool)
-    returned[order] = True
-    feedback_rank = _ranks(weights, returned & (weights != 0))
-    out = []
-    for position, i in enumerate(order):
-        item = candidates[i]
-        signals = [Signal(label, position, float(final[i]))]
-        if label != "keyword" and i in keyword_rank:
-            signals.append(Signal("keyword", keyword_rank[i], float(keyword[i])))
-        if i in semantic_rank:
-            signals.append(Signal("semantic", semantic_rank[i], float(semantic[i])))
-        if i in feedback_rank:
-            signals.append(Signal("auto", feedback_rank[i], item.weight))
-        out.append(msgspec.structs.replace(item, score=float(final[i]), signals=tuple(signals)))
-    return out
-
-
-def _ranks(scores: np.ndarray, mask: np.ndarray) -> dict[int, int]:
-    """Each masked index's rank by descending score (ties: later index first)."""
-    chosen = np.flatnonzero(mask)[::-1]
-    ordered = chosen[np.argsort(-scores[chosen], kind="stable")]
-    return {int(i): r for r, i in enumerate(ordered)}
+            semantic[:] = float(similar.min())
+            semantic[rows] = similar
+    return Columns(
+        keyword=np.zeros(n, dtype=np.float64),
+        semantic=semantic,
+        has_vector=has_vector,
+        weight=np.fromiter((item.weight for item in items), dtype=np.float64, count=n),
+        time=time,
+        partition=partition,
+        offset=offset,
+        before=before,
+        after=after,
+        alive=np.ones(n, dtype=bool),
+        allowed=np.fromiter((item.id.bytes not in exclude for item in items), dtype=bool, count=n),
+    )
 
 
 def _by_similarity(
@@ -250,25 +245,9 @@ def _by_similarity(
     min_similarity: float | None,
     limit: int,
 ) -> list[MemoryItem]:
-    comparable = [item for item in items if _comparable(item, embedder, len(query))]
-    if not comparable:
-        return []
-    # Newest first, then a stable sort by similarity: equal scores stay newest first.
-    comparable.sort(key=_newest_key, reverse=True)
-    matrix = np.stack([to_vector(item.embedding) for item in comparable])
-    scores = cosine_similarities(query.astype(np.float32), matrix)
-    order = sorted(range(len(comparable)), key=lambda i: -float(scores[i]))
-    if min_similarity is not None:
-        order = [i for i in order if scores[i] >= min_similarity]
-    out = []
-    for rank_, i in enumerate(order[:limit]):
-        score = float(scores[i])
-        out.append(
-            msgspec.structs.replace(
-                comparable[i], score=score, signals=(Signal("semantic", rank_, score),)
-            )
-        )
-    return out
+    columns = columns_of(items, query, embedder, frozenset())
+    ranked = rank_by_similarity(columns, min_similarity=min_similarity, limit=limit)
+    return [_with(items[r.row], r) for r in ranked]
 
 
 def fuse_reciprocal_rank(

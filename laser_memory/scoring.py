@@ -1,38 +1,24 @@
-"""Scores for text recall: BM25, score fusion and neighbouring items, in numpy.
-
-Pure functions over arrays, so folded and managed recall score alike and the
-benchmarks can measure each part alone.
+"""BM25 for keyword recall, and the constants of text ranking.
 
 - `bm25`: Okapi BM25 (k1 = 1.2, b = 0.75) of each candidate for the query terms,
-  with document frequencies and the average length taken from the *statistics*
-  (`TermStatistics`) of the tenant's namespace, as search engines take them from
-  the index rather than from the filtered hits.
-- `fuse`: keyword and semantic scores on one scale (BM25 divided by its best,
-  cosine stretched to 0..1 over the candidates) and averaged. Measured on LoCoMo it
-  beats reciprocal-rank fusion: ranks throw away how far ahead the best hit is.
-- `with_neighbours`: each item also gets ``NEIGHBOUR_SHARE`` of the scores of the
-  items written just before and after it in its conversation. An answer is often
-  split over turns ("what did she adopt?" - "a puppy!"), so a turn next to a strong
-  match is worth reading too.
+  with document frequencies and the average length from `TermStatistics`: those of
+  the candidate set. `bm25_postings` is the same sum over posting lists, for an
+  index that keeps them.
+- ``NEIGHBOUR_SHARE``: in hybrid recall each item also gets this share of the
+  scores of the items written just before and after it in its conversation. An
+  answer is often split over turns ("what did she adopt?" - "a puppy!"), so a turn
+  next to a strong match is worth reading too (see `laser_memory.text_ranking`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 import numpy as np
 
-__all__ = [
-    "BM25_B",
-    "BM25_K1",
-    "NEIGHBOUR_SHARE",
-    "TermStatistics",
-    "bm25",
-    "fuse",
-    "with_neighbours",
-]
+__all__ = ["BM25_B", "BM25_K1", "NEIGHBOUR_SHARE", "TermStatistics", "bm25", "bm25_postings"]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -81,26 +67,25 @@ def bm25(
     return scores
 
 
-def fuse(keyword: np.ndarray, semantic: np.ndarray) -> np.ndarray:
-    """Keyword and semantic scores on one 0..1 scale, averaged."""
-    best = float(keyword.max()) if len(keyword) else 0.0
-    words = keyword / best if best > 0 else np.zeros_like(keyword)
-    if len(semantic) == 0:
-        return words
-    low, high = float(semantic.min()), float(semantic.max())
-    meaning = (semantic - low) / (high - low) if high > low else np.zeros_like(semantic)
-    return 0.5 * words + 0.5 * meaning
-
-
-def with_neighbours(scores: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray:
-    """Add to each score ``NEIGHBOUR_SHARE`` of its neighbours' scores. ``groups`` lists,
-    per conversation, the indexes of its items in the order they were written."""
-    out = scores.copy()
-    for group in groups:
-        if len(group) < 2:
+def bm25_postings(
+    query: Sequence[str],
+    postings: Callable[[str], tuple[np.ndarray, np.ndarray]],
+    lengths: np.ndarray,
+    stats: TermStatistics,
+) -> np.ndarray:
+    """`bm25` from posting lists: ``postings(term)`` gives the rows holding the term and
+    its count in each; rows are those of ``lengths``. Each row's score is computed
+    with the same operations as `bm25`, so the two agree to the bit."""
+    scores = np.zeros(len(lengths), dtype=np.float64)
+    if stats.documents == 0:
+        return scores
+    average = max(stats.total_length / stats.documents, 1e-9)
+    for term in dict.fromkeys(query):
+        df = stats.document_frequency.get(term, 0)
+        if df == 0:
             continue
-        index = np.asarray(group)
-        own = scores[index]
-        out[index[1:]] += NEIGHBOUR_SHARE * own[:-1]
-        out[index[:-1]] += NEIGHBOUR_SHARE * own[1:]
-    return out
+        idf = math.log(1.0 + (stats.documents - df + 0.5) / (df + 0.5))
+        rows, tf = postings(term)
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[rows] / average)
+        scores[rows] += idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+    return scores

@@ -1,0 +1,85 @@
+"""Every benchmark in one run: ``python -m benchmarks [--quick] [--only NAME ...]
+[--kafka HOST:PORT] [--locomo PATH] [--json PATH]``.
+
+Prints one table (each figure with its ratio against the baseline measured in the same
+run) and writes the figures as JSON with the machine, the versions and the settings.
+``--quick`` uses small sizes and finishes in about two minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import time
+
+import msgspec
+
+from . import fold, locomo, log_append, recall, search
+from .figures import Figure
+
+BENCHMARKS = {
+    "log_append": log_append.run,
+    "fold": fold.run,
+    "recall": recall.run,
+    "search": search.run,
+    "locomo": locomo.run,
+}
+
+
+def machine() -> dict:
+    def version(package: str) -> str | None:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "packages": {
+            name: version(name) for name in ("laser-memory", "numpy", "lmdb", "msgspec", "aiokafka")
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, about two minutes")
+    parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), default=None)
+    parser.add_argument("--kafka", default=os.environ.get("LASER_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--locomo", default=None, help="a folder of LoCoMo files")
+    parser.add_argument("--json", default="benchmark-results.json", help="where to write")
+    args = parser.parse_args()
+    settings = {"quick": args.quick, "kafka": args.kafka, "locomo": args.locomo}
+    figures: list[Figure] = []
+    started = time.perf_counter()
+    for name in args.only or BENCHMARKS:
+        print(f"running {name}...", file=sys.stderr, flush=True)
+        figures.extend(BENCHMARKS[name](**settings))
+    print(f"\n{'benchmark':<11} {'figure':<38} {'value':>14} {'unit':<10} ratio to baseline")
+    for f in figures:
+        ratio = f"{f.ratio:8.3f}x {f.baseline}" if f.ratio is not None else ""
+        print(f"{f.benchmark:<11} {f.name:<38} {f.value:14,.3f} {f.unit:<10} {ratio}")
+    result = {
+        "machine": machine(),
+        "settings": settings,
+        "seconds": round(time.perf_counter() - started, 1),
+        "figures": msgspec.to_builtins(figures),
+    }
+    with open(args.json, "w") as out:
+        json.dump(result, out, indent=2)
+    print(f"\nwrote {args.json} ({result['seconds']} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""What every benchmark reports: named figures, each with the baseline it is a ratio
+against (measured in the same run, since these machines are noisy)."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["Figure"]
+
+
+class Figure(msgspec.Struct, frozen=True, kw_only=True):
+    """One measured value. ``ratio`` is ``value / baseline value`` when there is a
+    baseline (for latencies, lower is better; for rates, higher is better)."""
+
+    benchmark: str
+    name: str
+    value: float
+    unit: str
+    baseline: str | None = None
+    ratio: float | None = None
+
+
+def rows(
+    benchmark: str, values: dict[str, tuple[float, str]], ratios: dict[str, str]
+) -> list[Figure]:
+    """Figures from ``{name: (value, unit)}`` and ``{name: baseline name}``."""
+    out = []
+    for name, (value, unit) in values.items():
+        base = ratios.get(name)
+        ratio = value / values[base][0] if base is not None and values[base][0] else None
+        out.append(
+            Figure(
+                benchmark=benchmark, name=name, value=value, unit=unit, baseline=base, ratio=ratio
+            )
+        )
+    return out

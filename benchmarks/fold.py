@@ -1,0 +1,151 @@
+"""Writes and the fold against their raw limits, measured in the same run.
+
+    python -m benchmarks.fold [--items 100000]
+
+- ``remember_many`` (batches of 1,000, 110-byte bodies over 100 conversations) against
+  the raw limit: msgspec-encoding the same records and putting them into LMDB in one
+  transaction per batch.
+- The fold (`ViewFolder` rebuilding a view of the whole topic) against its raw limit:
+  decoding every record with msgspec and putting one value per record into LMDB, in
+  transactions of the folder's batch size.
+- Size on disk: the view's bytes per item against the log's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+
+import lmdb
+
+import laser_memory as lm
+from folders.service import ViewFolder
+from laser_memory.records import Remember, decode_record, encode_record
+from laser_memory.scope import MemoryScope
+
+from .figures import Figure, rows
+
+
+def bodies(items: int) -> list[dict]:
+    return [
+        {
+            "body": f"fact {i:07d}: the deploy of service {i % 37} to region {i % 11} went "
+            f"fine after retry {i % 5}",
+            "conversation": f"c{i % 100}",
+        }
+        for i in range(items)
+    ]
+
+
+def disk_bytes(path: str) -> int:
+    return sum(
+        os.stat(os.path.join(root, name)).st_blocks * 512
+        for root, _, names in os.walk(path)
+        for name in names
+    )
+
+
+def raw_encode_put(entries: list[dict]) -> float:
+    with tempfile.TemporaryDirectory() as path:
+        env = lmdb.open(path, map_size=1 << 34)
+        start = time.perf_counter()
+        for batch in range(0, len(entries), 1000):
+            with env.begin(write=True) as txn:
+                for i, entry in enumerate(entries[batch : batch + 1000], batch):
+                    record = Remember(
+                        ns="stream:bench/notes",
+                        scope=MemoryScope(stream="bench", conversation=entry["conversation"]),
+                        id=i.to_bytes(16, "big"),
+                        kind=1,
+                        body=entry["body"].encode(),
+                    )
+                    wire = encode_record(record)
+                    txn.put(i.to_bytes(8, "big"), wire.value)
+        elapsed = time.perf_counter() - start
+        env.close()
+    return len(entries) / elapsed
+
+
+def raw_decode_put(values: list[bytes], batch: int) -> float:
+    with tempfile.TemporaryDirectory() as path:
+        env = lmdb.open(path, map_size=1 << 34)
+        start = time.perf_counter()
+        for first in range(0, len(values), batch):
+            with env.begin(write=True) as txn:
+                for value in values[first : first + batch]:
+                    record = decode_record(value)
+                    txn.put(record.id, value)
+        elapsed = time.perf_counter() - start
+        env.close()
+    return len(values) / elapsed
+
+
+async def measure(items: int) -> dict[str, float]:
+    entries = bodies(items)
+    with tempfile.TemporaryDirectory() as log_dir, tempfile.TemporaryDirectory() as view_dir:
+        async with lm.connect(f"local://{log_dir}", stream="bench") as laser:
+            memory = laser.memory("notes")
+            start = time.perf_counter()
+            for first in range(0, items, 1000):
+                await memory.remember_many(entries[first : first + 1000])
+            writes = items / (time.perf_counter() - start)
+            values = []
+            async for batch in laser.log.read(laser.memory_topic_name):
+                values.extend(record.value for record in batch)
+            start = time.perf_counter()
+            await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(until_caught_up=True)
+            fold = items / (time.perf_counter() - start)
+        return {
+            "remember_many items/s": writes,
+            "raw encode+put items/s": raw_encode_put(entries),
+            "fold records/s": fold,
+            "raw decode+put records/s": raw_decode_put(values, 1000),
+            "log bytes/item": disk_bytes(log_dir) / items,
+            "view bytes/item": disk_bytes(view_dir) / items,
+        }
+
+
+def run(quick: bool = False, **_: object) -> list[Figure]:
+    """The figures for ``python -m benchmarks``."""
+    r = asyncio.run(measure(20_000 if quick else 100_000))
+    values = {
+        "raw encode+put": (r["raw encode+put items/s"], "items/s"),
+        "remember_many": (r["remember_many items/s"], "items/s"),
+        "raw decode+put": (r["raw decode+put records/s"], "records/s"),
+        "fold (rebuild)": (r["fold records/s"], "records/s"),
+        "log on disk": (r["log bytes/item"], "bytes/item"),
+        "view on disk": (r["view bytes/item"], "bytes/item"),
+    }
+    ratios = {
+        "remember_many": "raw encode+put",
+        "fold (rebuild)": "raw decode+put",
+        "view on disk": "log on disk",
+    }
+    return rows("fold", values, ratios)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=100_000)
+    args = parser.parse_args()
+    r = asyncio.run(measure(args.items))
+    print(f"{args.items} items, 110-byte bodies over 100 conversations")
+    for name, value in r.items():
+        print(f"  {name:<26} {value:12,.0f}")
+    ratios = [
+        ("remember_many / raw encode+put", "remember_many items/s", "raw encode+put items/s"),
+        ("fold / raw decode+put", "fold records/s", "raw decode+put records/s"),
+        ("fold / remember_many", "fold records/s", "remember_many items/s"),
+        ("view / log bytes per item", "view bytes/item", "log bytes/item"),
+    ]
+    for label, top, bottom in ratios:
+        print(f"  {label:<32} {r[top] / r[bottom]:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

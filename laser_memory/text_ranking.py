@@ -1,0 +1,141 @@
+"""Ranking by text and meaning over columns: one row per candidate.
+
+Folded recall over a list of items, and the search index over its slots, both hand
+their candidates here as arrays, so the two compute the same numbers with the same
+operations whatever order their rows are in. The rules are those of
+`laser_memory.recall` (keyword, semantic, hybrid), written once.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from .items import Signal
+from .scoring import NEIGHBOUR_SHARE
+
+__all__ = ["FEEDBACK_SHARE", "Columns", "Ranked", "rank_by_similarity", "rank_by_text"]
+
+#: How much feedback moves a text recall: weight w adds FEEDBACK_SHARE * tanh(w) to a
+#: score whose best keyword-plus-meaning part is 1.
+FEEDBACK_SHARE = 0.1
+
+
+class Columns(msgspec.Struct, kw_only=True):
+    """The candidates as arrays. ``alive`` rows are candidates (others are empty slots);
+    ``allowed`` rows may be returned (not excluded); ``time``, ``partition``,
+    ``offset`` are the position key (newer wins ties); ``before``/``after`` are the
+    rows written just before and after in the same conversation (-1: none)."""
+
+    keyword: np.ndarray
+    semantic: np.ndarray | None
+    has_vector: np.ndarray | None
+    weight: np.ndarray
+    time: np.ndarray
+    partition: np.ndarray
+    offset: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+    alive: np.ndarray
+    allowed: np.ndarray
+
+
+class Ranked(msgspec.Struct, frozen=True):
+    """A chosen row, its score and its signals, best first."""
+
+    row: int
+    score: float
+    signals: tuple[Signal, ...]
+
+
+def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.ndarray:
+    """The kept rows, best first, equal scores newest first; at most ``limit``."""
+    rows = np.flatnonzero(keep)
+    if limit == 0 or len(rows) == 0:
+        return rows[:0]
+    if len(rows) > limit:
+        cut = np.partition(final[rows], len(rows) - limit)[len(rows) - limit]
+        rows = rows[final[rows] >= cut]
+    order = np.lexsort((-c.offset[rows], -c.partition[rows], -c.time[rows], -final[rows]))
+    return rows[order][:limit]
+
+
+def _rank_of(scores: np.ndarray, mask: np.ndarray, row: int, c: Columns) -> int:
+    """Where ``row`` comes among the masked rows by descending score, ties newest first."""
+    value = scores[row]
+    higher = int(np.count_nonzero(mask & (scores > value)))
+    equal = mask & (scores == value)
+    if np.count_nonzero(equal) > 1:
+        t, p, o = c.time[row], c.partition[row], c.offset[row]
+        newer = (c.time > t) | (
+            (c.time == t) & ((c.partition > p) | ((c.partition == p) & (c.offset > o)))
+        )
+        higher += int(np.count_nonzero(equal & newer))
+    return higher
+
+
+def _fuse(keyword: np.ndarray, semantic: np.ndarray | None, alive: np.ndarray) -> np.ndarray:
+    best = float(keyword.max()) if len(keyword) else 0.0
+    words = keyword / best if best > 0 else np.zeros_like(keyword)
+    if semantic is None:
+        return words
+    live = semantic[alive]
+    low, high = (float(live.min()), float(live.max())) if len(live) else (0.0, 0.0)
+    meaning = (semantic - low) / (high - low) if high > low else np.zeros_like(semantic)
+    return 0.5 * words + 0.5 * meaning
+
+
+def rank_by_text(
+    c: Columns, *, hybrid: bool, min_similarity: float | None, limit: int
+) -> list[Ranked]:
+    """Keyword (and, with ``semantic``, meaning) scores fused; in hybrid recall spread
+    to neighbouring rows; nudged by feedback; best ``limit`` rows with their signals."""
+    fused = _fuse(c.keyword, c.semantic, c.alive)
+    spread = fused.copy()
+    if hybrid:
+        has = c.before >= 0
+        spread[has] += NEIGHBOUR_SHARE * fused[c.before[has]]
+        has = c.after >= 0
+        spread[has] += NEIGHBOUR_SHARE * fused[c.after[has]]
+    if c.semantic is None:
+        keep = spread > 0
+    else:
+        keep = c.has_vector | (spread > 0)
+        if min_similarity is not None:
+            keep &= (c.semantic >= min_similarity) | (c.keyword > 0)
+    keep &= c.alive & c.allowed
+    final = spread + FEEDBACK_SHARE * np.tanh(c.weight)
+    chosen = _order(final, keep, c, limit)
+    label = "hybrid" if hybrid else "keyword"
+    matched = c.alive & (c.keyword > 0)
+    returned = np.zeros(len(final), dtype=bool)
+    returned[chosen] = True
+    weighted = returned & (c.weight != 0)
+    out = []
+    for position, row in enumerate(chosen.tolist()):
+        signals = [Signal(label, position, float(final[row]))]
+        if hybrid and matched[row]:
+            signals.append(
+                Signal("keyword", _rank_of(c.keyword, matched, row, c), float(c.keyword[row]))
+            )
+        if c.semantic is not None and c.has_vector[row]:
+            rank = _rank_of(c.semantic, c.alive & c.has_vector, row, c)
+            signals.append(Signal("semantic", rank, float(c.semantic[row])))
+        if weighted[row]:
+            signals.append(
+                Signal("auto", _rank_of(c.weight, weighted, row, c), float(c.weight[row]))
+            )
+        out.append(Ranked(row, float(final[row]), tuple(signals)))
+    return out
+
+
+def rank_by_similarity(c: Columns, *, min_similarity: float | None, limit: int) -> list[Ranked]:
+    """Rows with a vector by cosine similarity, ties newest first."""
+    keep = c.alive & c.allowed & c.has_vector
+    if min_similarity is not None:
+        keep &= c.semantic >= min_similarity
+    chosen = _order(c.semantic, keep, c, limit)
+    return [
+        Ranked(row, float(c.semantic[row]), (Signal("semantic", i, float(c.semantic[row])),))
+        for i, row in enumerate(chosen.tolist())
+    ]
