@@ -65,12 +65,13 @@ def to_millis(moment: dt.datetime | int | float) -> int:
         )
     if isinstance(moment, float) and not math.isfinite(moment):
         raise InvalidInput(f"a moment must be a finite number of seconds, got {moment!r}")
-    millis = moment if isinstance(moment, int) else int(moment * 1000)
+    # Seconds past float range once multiplied (1e306 s) are out of range, not inf.
+    millis = moment if isinstance(moment, int) else moment * 1000
     if not 0 <= millis < 1 << 63:
         raise InvalidInput(
             f"a moment must fall between the epoch and the year 292 million, got {moment!r}"
         )
-    return millis
+    return int(millis)
 
 
 async def replay(

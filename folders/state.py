@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 
 import msgspec
+import numpy as np
 
 from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError
 from laser_memory.ids import MemoryId, validate_name
@@ -63,6 +64,7 @@ from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import apply_patch_bytes
+from laser_memory.recall import with_ranking
 from laser_memory.records import (
     HEADER_NAMESPACE,
     Embedded,
@@ -77,6 +79,8 @@ from laser_memory.records import (
     decode_record,
     header_value,
 )
+from laser_memory.search_index import SearchIndex
+from laser_memory.terms import terms
 
 __all__ = [
     "MAX_NAMED_BODY_BYTES",
@@ -448,6 +452,9 @@ class MemoryState:
         self._named: dict[tuple[str, str], NamedState] = {}
         self.set_aside: list[SetAside] = []
         self.applied = 0
+        # Every item record's (tenant, id), in fold order: search indexes catch up from it.
+        self._changes: list[tuple[str, bytes]] = []
+        self._indexes: dict[tuple[str, str | None, str | None], tuple[SearchIndex, int]] = {}
 
     def apply(self, log_record: LogRecord) -> None:
         """Fold one log record; records of other namespaces are skipped by header."""
@@ -476,6 +483,7 @@ class MemoryState:
         else:
             target = record.id if isinstance(record, Remember) else record.target
             self._items.setdefault((tenant, target), ItemState()).apply(record, key, source)
+            self._changes.append((tenant, target))
         self.applied += 1
 
     def items(self, where: ItemFilter) -> list[MemoryItem]:
@@ -488,6 +496,50 @@ class MemoryState:
             if item is not None:
                 out.append(item)
         return out
+
+    def search(
+        self,
+        where: ItemFilter,
+        *,
+        text: str,
+        mode: str,
+        query_vector: np.ndarray | None,
+        min_similarity: float | None,
+        limit: int,
+        exclude: frozenset[bytes],
+    ) -> list[MemoryItem] | None:
+        """A text recall from the fold's search index for this read (kept up to date
+        from the items changed since it last searched); None when the read has owner
+        filters, which only a scan of `items` ranks exactly."""
+        if where.has_owner_filter:
+            return None
+        slot = (where.tenant, where.conversation, where.embedder)
+        index, seen = self._indexes.get(slot, (None, 0))
+        if index is None:
+            index = SearchIndex(where.embedder)
+            for (tenant, raw_id), state in self._items.items():
+                if tenant == where.tenant:
+                    index.put(raw_id, state.visible(raw_id, where))
+        else:
+            changed = {raw_id for tenant, raw_id in self._changes[seen:] if tenant == where.tenant}
+            for raw_id in changed:
+                index.put(raw_id, self._items[(where.tenant, raw_id)].visible(raw_id, where))
+        self._indexes[slot] = (index, len(self._changes))
+        vector = query_vector if mode != "keyword" else None
+        if not index.can_rank(vector):
+            return None
+        found = index.search(
+            terms(text),
+            strategy=mode,
+            query_vector=vector,
+            min_similarity=min_similarity,
+            limit=limit,
+            exclude=exclude,
+        )
+        return [
+            with_ranking(self._items[(where.tenant, raw_id)].visible(raw_id, where), ranked)
+            for raw_id, ranked in found
+        ]
 
     def missing_vectors(self, tenant: str, label: str) -> list[tuple[bytes, Remember]]:
         """(id, remember) of every live remember of the tenant without a vector of the

@@ -26,7 +26,13 @@ versions      tenant ``\\0`` ns ``\\0`` key ``\\0`` version     `HistoryEntry`
 audit         tenant ``\\0`` ns ``\\0`` id + inv-free position  `HistoryEntry`
 aside         partition + offset                             `SetAside`
 index         see below                                      owner of the entry
+changes       sequence number (8 bytes, ascending)           items key
 ============  =============================================  ==================
+
+``changes`` lists the items each write transaction changed, under a sequence
+number kept in meta ``seq`` (with a random ``epoch`` that a rebuild renews): a
+reader's search indexes catch up from it instead of reading every item again.
+It is a notification log, not state, so `MemoryView.dump` leaves it out.
 
 ``format`` is `VIEW_FORMAT`: a view written in another format is refused with
 `ViewMismatch` (rebuild it), never misread.
@@ -55,6 +61,7 @@ import hashlib
 import itertools
 import os
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 
 import lmdb
@@ -65,16 +72,15 @@ from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.lmdb_env import SharedEnvironments
 from laser_memory.log.port import LogRecord, Position
-from laser_memory.recall import rank, validate_limit, validate_strategy
+from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
 from laser_memory.records import NamedPatch, NamedRemove, NamedSet, Remember
-from laser_memory.scoring import TermStatistics
-from laser_memory.terms import term_counts, terms
+from laser_memory.search_index import SearchIndex
+from laser_memory.terms import terms
 
 from .state import (
     ItemFilter,
     ItemState,
     NamedState,
-    Remembered,
     SetAside,
     SortKey,
     _reason,
@@ -90,7 +96,9 @@ __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 #: The layout of the databases below; bumped whenever a key or value changes shape.
 VIEW_FORMAT = 3
 
-_DBS = ("meta", "items", "named", "versions", "audit", "aside", "index")
+_DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "changes")
+# Keys of meta that say how a folder got here, not what the view holds.
+_RUN_META = (b"seq", b"epoch")
 _SEP = b"\x00"
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
@@ -140,9 +148,6 @@ def _weight_of(inverted: bytes) -> float:
     return struct.unpack(">d", struct.pack(">Q", bits))[0]
 
 
-# Not a key: the length in terms of the item's document, carried from `_index_entries`
-# to the namespace's counters (every real index key starts with a letter).
-_DOCUMENT = b""
 _MAX_PART = 64
 _HASHED = b"\x01"  # never starts a name or a word, so a digest never meets a plain part
 
@@ -197,10 +202,6 @@ def _index_entries(
                     + _inv_weight(weight)
                     + tail
                 ] = b""
-    counts, length = _document(live)
-    for term in counts:
-        entries[_tag_prefix(b"W", tenant, namespace, term) + raw_id] = b""
-    entries[_DOCUMENT] = length.to_bytes(8, "big")
     weight = state.weight(list(live))
     if weight != 0:
         newest = max(r.key for r in live.values())
@@ -215,11 +216,11 @@ def _index_entries(
     return entries
 
 
-def _document(live: dict[str, Remembered]) -> tuple[dict[str, int], int]:
-    """The terms an unfiltered text recall scores an item by: its newest live body's."""
-    if not live:
-        return {}, 0
-    return term_counts(max(live.values(), key=lambda r: r.key).record.body)
+def _prefixed_from(cursor: lmdb.Cursor, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Every entry from ``start`` on."""
+    if not cursor.set_range(start):
+        return
+    yield from cursor
 
 
 def _prefixed(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -246,6 +247,11 @@ class MemoryView:
         self._env = env
         self._dbs = dbs
         self._closed = False
+        # Search indexes of this process's reads: (tenant, namespace, conversation,
+        # embedder) -> (index, changes seq it reflects, view epoch). Reads run on
+        # several threads (the HTTP server), so one lock guards them.
+        self._indexes: dict[tuple, tuple[SearchIndex, int, bytes | None]] = {}
+        self._search_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -389,16 +395,14 @@ class MemoryView:
                     positions[log_record.partition] = log_record.offset + 1
                     count += 1
             index_db = self._dbs["index"]
-            documents: dict[bytes, list[int]] = {}
+            seq_raw = txn.get(b"seq", db=self._dbs["meta"])
+            seq = int.from_bytes(seq_raw, "big") if seq_raw else 0
+            if seq_raw is None:
+                txn.put(b"epoch", os.urandom(8), db=self._dbs["meta"])
             for db_key, (state, before, tenant, namespace, raw_id) in items.items():
                 after = _index_entries(tenant, namespace, raw_id, state)
-                was, now = before.pop(_DOCUMENT, None), after.pop(_DOCUMENT, None)
-                if was != now:
-                    totals = documents.setdefault(_scope(tenant, namespace), [0, 0])
-                    for sign, value in ((-1, was), (1, now)):
-                        if value is not None:
-                            totals[0] += sign
-                            totals[1] += sign * int.from_bytes(value, "big")
+                seq += 1
+                txn.put(seq.to_bytes(8, "big"), db_key, db=self._dbs["changes"])
                 for key in before.keys() - after.keys():
                     txn.delete(key, db=index_db)
                 for key, value in after.items():
@@ -408,15 +412,7 @@ class MemoryView:
             for db_key, state in named.items():
                 if state is not None:
                     txn.put(db_key, _encoder.encode(state), db=self._dbs["named"])
-            for scope, (count, length) in documents.items():
-                raw = txn.get(b"docs" + scope, db=self._dbs["meta"])
-                count += int.from_bytes(raw[:8], "big") if raw else 0
-                length += int.from_bytes(raw[8:], "big") if raw else 0
-                txn.put(
-                    b"docs" + scope,
-                    count.to_bytes(8, "big") + length.to_bytes(8, "big"),
-                    db=self._dbs["meta"],
-                )
+            txn.put(b"seq", seq.to_bytes(8, "big"), db=self._dbs["meta"])
             for partition, offset in positions.items():
                 txn.put(
                     b"pos" + partition.to_bytes(4, "big"),
@@ -496,16 +492,16 @@ class MemoryView:
         text or meaning scores every visible item in scope, exactly."""
         validate_strategy(strategy)
         validate_limit(limit)
-        stats = None
+        mode = search_mode(strategy, text, query_vector)
         with self._read() as txn:
-            if (
-                strategy in ("keyword", "semantic")
-                and query_vector is None
-                and text
-                and where.unfiltered
-            ):
-                candidates, stats = self._matching(txn, namespace, where.tenant, terms(text))
-            elif strategy != "recent" and ((text and text.strip()) or query_vector is not None):
+            if mode is not None:
+                found = self._search(
+                    txn, namespace, where, text, mode, query_vector, min_similarity, limit, exclude
+                )
+                if found is not None:
+                    return found
+                candidates = list(self._newest(txn, namespace, where, None))
+            elif strategy != "recent" and query_vector is not None:
                 candidates = list(self._newest(txn, namespace, where, None))
             else:
                 # Excluded ids would take places the limit counts: fetch that many more.
@@ -520,32 +516,60 @@ class MemoryView:
             embedder=embedder,
             min_similarity=min_similarity,
             exclude=exclude,
-            stats=stats,
         )
 
-    def _matching(
-        self, txn, namespace: str, tenant: str, query: list[str]
-    ) -> tuple[list[MemoryItem], TermStatistics]:
-        """The tenant's items holding a query term, from the ``W`` postings, and the BM25
-        statistics of all its items in the namespace, from the counters: an unfiltered
-        keyword recall reads only the items it can return."""
-        ids: dict[bytes, None] = {}
-        for term in dict.fromkeys(query):
-            prefix = _tag_prefix(b"W", tenant, namespace, term)
-            ids.update(
-                (key[-16:], None) for key, _ in _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
+    def _search(
+        self, txn, namespace, where, text, mode, query_vector, min_similarity, limit, exclude
+    ) -> list[MemoryItem] | None:
+        """A text recall from this process's search index for the read, caught up from
+        the ``changes`` log in the same read transaction; None when only a scan ranks
+        it exactly (owner filters, vectors of several lengths)."""
+        if where.has_owner_filter:
+            return None
+        slot = (where.tenant, namespace, where.conversation, where.embedder)
+        raw_seq = txn.get(b"seq", db=self._dbs["meta"])
+        epoch = txn.get(b"epoch", db=self._dbs["meta"])
+        seq = int.from_bytes(raw_seq, "big") if raw_seq else 0
+        scope = _scope(where.tenant, namespace)
+        items_db = self._dbs["items"]
+        with self._search_lock:
+            index, seen, seen_epoch = self._indexes.get(slot, (None, 0, None))
+            if index is None or seen_epoch != epoch:
+                index = SearchIndex(where.embedder)
+                for key, raw in _prefixed(txn.cursor(db=items_db), scope):
+                    raw_id = key[len(scope) :]
+                    index.put(raw_id, _item_decoder.decode(raw).visible(raw_id, where))
+            elif seq > seen:
+                changed = {
+                    db_key
+                    for _, db_key in _prefixed_from(
+                        txn.cursor(db=self._dbs["changes"]), (seen + 1).to_bytes(8, "big")
+                    )
+                    if db_key.startswith(scope) and len(db_key) == len(scope) + 16
+                }
+                for db_key in changed:
+                    raw = txn.get(db_key, db=items_db)
+                    raw_id = db_key[len(scope) :]
+                    item = None if raw is None else _item_decoder.decode(raw).visible(raw_id, where)
+                    index.put(raw_id, item)
+            self._indexes[slot] = (index, seq, epoch)
+            vector = query_vector if mode != "keyword" else None
+            if not index.can_rank(vector):
+                return None
+            found = index.search(
+                terms(text),
+                strategy=mode,
+                query_vector=vector,
+                min_similarity=min_similarity,
+                limit=limit,
+                exclude=exclude,
             )
-        where = ItemFilter(tenant=tenant)
-        loaded = (self._load(txn, namespace, where, raw_id) for raw_id in ids)
-        items = [item for item in loaded if item is not None]
-        raw = txn.get(b"docs" + _scope(tenant, namespace), db=self._dbs["meta"]) or bytes(16)
-        frequency = TermStatistics.of((term_counts(item.body) for item in items), query)
-        stats = TermStatistics(
-            int.from_bytes(raw[:8], "big"),
-            int.from_bytes(raw[8:], "big"),
-            frequency.document_frequency,
-        )
-        return items, stats
+        out = []
+        for raw_id, ranked in found:
+            item = self._load(txn, namespace, where, raw_id)
+            if item is not None:
+                out.append(with_ranking(item, ranked))
+        return out
 
     def _load(self, txn, namespace: str, where: ItemFilter, raw_id: bytes) -> MemoryItem | None:
         raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])
@@ -699,6 +723,13 @@ class MemoryView:
         )
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
-        """Every key and value of every database, for comparing two views."""
+        """Every key and value of every database, for comparing two views: what the
+        view holds, not how a folder got there (the changes log and its counters)."""
         with self._read() as txn:
-            return {name: list(_prefixed(txn.cursor(db=self._dbs[name]), b"")) for name in _DBS}
+            out = {
+                name: list(_prefixed(txn.cursor(db=self._dbs[name]), b""))
+                for name in _DBS
+                if name != "changes"
+            }
+        out["meta"] = [(k, v) for k, v in out["meta"] if k not in _RUN_META]
+        return out

@@ -43,7 +43,7 @@ from .kinds import MemoryKind, parse_kind
 from .log.naming import validate_topic
 from .log.port import Appended, OutgoingRecord, record_size
 from .named import apply_patch_bytes, encode_body, encode_patch, validate_key
-from .recall import rank, to_context_block, validate_limit, validate_strategy
+from .recall import rank, search_mode, to_context_block, validate_limit, validate_strategy
 from .records import (
     Feedback,
     Forget,
@@ -656,7 +656,22 @@ class MemoryHandle:
                 else None
             )
             state = await self._reader.catch_up(partitions)
-            items = rank(state.items(where), strategy=strategy, text=text, limit=limit, **ranking)
+            mode = search_mode(strategy, text, query_vector)
+            items = None
+            if mode is not None:
+                items = state.search(
+                    where,
+                    text=text,
+                    mode=mode,
+                    query_vector=query_vector,
+                    min_similarity=min_similarity,
+                    limit=limit,
+                    exclude=excluded,
+                )
+            if items is None:
+                items = rank(
+                    state.items(where), strategy=strategy, text=text, limit=limit, **ranking
+                )
         if block:
             return to_context_block(items, token_budget)
         return items

@@ -48,9 +48,11 @@ __all__ = [
     "estimate_tokens",
     "fuse_reciprocal_rank",
     "rank",
+    "search_mode",
     "to_context_block",
     "validate_limit",
     "validate_strategy",
+    "with_ranking",
 ]
 
 STRATEGIES = ("auto", "recent", "keyword", "semantic", "hybrid")
@@ -131,6 +133,21 @@ def rank(
     return _by_feedback(candidates, strategy, limit)
 
 
+def search_mode(strategy: str, text: str | None, query_vector: np.ndarray | None) -> str | None:
+    """How a recall ranks by text: ``keyword``, ``hybrid`` or ``semantic``; None when
+    it does not (``recent``, or no text)."""
+    if strategy == "recent" or not text or not text.strip():
+        return None
+    if strategy == "semantic":
+        return "semantic" if query_vector is not None else "keyword"
+    return "keyword" if strategy == "keyword" else "hybrid"
+
+
+def with_ranking(item: MemoryItem, ranked: Ranked) -> MemoryItem:
+    """An item with the score and signals an index ranked it with."""
+    return msgspec.structs.replace(item, score=ranked.score, signals=ranked.signals)
+
+
 def _by_feedback(candidates: list[MemoryItem], strategy: str, limit: int) -> list[MemoryItem]:
     """Feedback first (higher weight first), then newest."""
     candidates.sort(key=_newest_key, reverse=True)
@@ -182,11 +199,7 @@ def _by_text(
         columns.semantic = columns.has_vector = None
     hybrid = strategy not in ("keyword", "semantic")
     ranked = rank_by_text(columns, hybrid=hybrid, min_similarity=min_similarity, limit=limit)
-    return [_with(candidates[r.row], r) for r in ranked]
-
-
-def _with(item: MemoryItem, ranked: Ranked) -> MemoryItem:
-    return msgspec.structs.replace(item, score=ranked.score, signals=ranked.signals)
+    return [with_ranking(candidates[r.row], r) for r in ranked]
 
 
 def columns_of(
@@ -247,7 +260,7 @@ def _by_similarity(
 ) -> list[MemoryItem]:
     columns = columns_of(items, query, embedder, frozenset())
     ranked = rank_by_similarity(columns, min_similarity=min_similarity, limit=limit)
-    return [_with(items[r.row], r) for r in ranked]
+    return [with_ranking(items[r.row], r) for r in ranked]
 
 
 def fuse_reciprocal_rank(

@@ -3,6 +3,7 @@ private log of its own, never on the shared one."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -39,9 +40,9 @@ async def test_vector_backend_lives_and_dies_with_its_connection(laser: lm.Laser
     # Nothing reached the connection's own log.
     assert await laser.memory("runbooks").recall(folded=True) == []
     folder = laser._private[0][1]
-    assert os.path.isdir(folder)
+    assert await asyncio.to_thread(os.path.isdir, folder)
     await laser.stop()
-    assert not os.path.exists(folder)
+    assert not await asyncio.to_thread(os.path.exists, folder)
 
 
 async def test_vector_backend_needs_an_embedder(laser: lm.Laser):

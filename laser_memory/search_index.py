@@ -1,0 +1,274 @@
+"""An in-memory search index over one candidate set: posting lists, lengths, vectors,
+neighbours, feedback and positions, kept up to date item by item.
+
+Folded recall keeps one per (tenant, conversation or all, embedder) in its fold, and a
+managed view's reader keeps one per the same in the view's process, so a recall by
+text or meaning reads only the items it returns instead of every candidate. Entries
+are `MemoryItem` s as a read of that candidate set sees them (`put`), so the index
+ranks exactly what a scan would, with the same code (`laser_memory.text_ranking`).
+
+>>> index = SearchIndex("test/word-hash")                  # doctest: +SKIP
+>>> index.put(item.id.bytes, item)                          # doctest: +SKIP
+>>> index.search(terms("keys"), strategy="hybrid", query_vector=q, limit=10)  # +SKIP
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from .embedding import to_vector
+from .items import MemoryItem
+from .scoring import TermStatistics, bm25_postings
+from .terms import term_counts
+from .text_ranking import Columns, Ranked, rank_by_similarity, rank_by_text
+
+__all__ = ["SearchIndex"]
+
+_Key = tuple[int, int, int]
+
+
+class SearchIndex:
+    """The candidates of one read (a tenant's namespace, or one conversation of it),
+    for one embedder label (None: text only)."""
+
+    def __init__(self, label: str | None) -> None:
+        self.label = label
+        self._slots: dict[bytes, int] = {}
+        self._ids: list[bytes | None] = []
+        self._free: list[int] = []
+        self._counts: list[dict[str, int] | None] = []
+        self._postings: dict[str, dict[int, int]] = {}
+        # A term's posting list as arrays, until the term's postings change.
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._groups: dict[str, list[tuple[_Key, int]]] = {}
+        self._group_of: list[str] = []
+        self._documents = 0
+        self._total_length = 0
+        self._dimensions: int | None = None
+        capacity = 64
+        self._time = np.zeros(capacity, dtype=np.int64)
+        self._partition = np.zeros(capacity, dtype=np.int64)
+        self._offset = np.zeros(capacity, dtype=np.int64)
+        self._weight = np.zeros(capacity, dtype=np.float64)
+        self._length = np.zeros(capacity, dtype=np.float64)
+        self._alive = np.zeros(capacity, dtype=bool)
+        self._has_vector = np.zeros(capacity, dtype=bool)
+        self._other_vector = np.zeros(capacity, dtype=bool)
+        self._before = np.full(capacity, -1, dtype=np.int64)
+        self._after = np.full(capacity, -1, dtype=np.int64)
+        self._vectors: np.ndarray | None = None
+        self._norms = np.zeros(capacity, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return self._documents
+
+    # -- keeping it current ------------------------------------------------------
+
+    def put(self, raw_id: bytes, item: MemoryItem | None) -> None:
+        """Set an item's entry (None: it is no candidate now)."""
+        slot = self._slots.get(raw_id)
+        if slot is not None:
+            self._remove(slot)
+            if item is None:
+                del self._slots[raw_id]
+                self._ids[slot] = None
+                self._free.append(slot)
+                return
+        elif item is None:
+            return
+        else:
+            slot = self._allocate(raw_id)
+        self._insert(slot, item)
+
+    def _allocate(self, raw_id: bytes) -> int:
+        if self._free:
+            slot = self._free.pop()
+            self._ids[slot] = raw_id
+        else:
+            slot = len(self._ids)
+            self._ids.append(raw_id)
+            self._counts.append(None)
+            self._group_of.append("")
+            if slot >= len(self._time):
+                self._grow(2 * len(self._time))
+        self._slots[raw_id] = slot
+        return slot
+
+    def _grow(self, capacity: int) -> None:
+        for name in (
+            "_time", "_partition", "_offset", "_weight", "_length", "_alive",
+            "_has_vector", "_other_vector", "_norms",
+        ):  # fmt: skip
+            old = getattr(self, name)
+            new = np.zeros(capacity, dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+        for name in ("_before", "_after"):
+            old = getattr(self, name)
+            new = np.full(capacity, -1, dtype=np.int64)
+            new[: len(old)] = old
+            setattr(self, name, new)
+        if self._vectors is not None:
+            vectors = np.zeros((capacity, self._vectors.shape[1]), dtype=np.float32)
+            vectors[: len(self._vectors)] = self._vectors
+            self._vectors = vectors
+
+    def _insert(self, slot: int, item: MemoryItem) -> None:
+        counts, length = term_counts(item.body)
+        self._counts[slot] = counts
+        for term, tf in counts.items():
+            self._postings.setdefault(term, {})[slot] = tf
+            self._arrays.pop(term, None)
+        self._documents += 1
+        self._total_length += length
+        key = (item.append_time_ms, item.source.partition, item.source.offset)
+        self._time[slot], self._partition[slot], self._offset[slot] = key
+        self._weight[slot] = item.weight
+        self._length[slot] = length
+        self._alive[slot] = True
+        if self.label is not None and item.embedder == self.label and item.embedding:
+            vector = to_vector(item.embedding)
+            if self._dimensions is None:
+                self._dimensions = len(vector)
+                self._vectors = np.zeros((len(self._time), len(vector)), dtype=np.float32)
+            if len(vector) == self._dimensions:
+                self._vectors[slot] = vector
+                # As np.linalg.norm(matrix, axis=1) computes it for a scan's matrix.
+                self._norms[slot] = np.linalg.norm(vector[None, :], axis=1)[0]
+                self._has_vector[slot] = True
+            else:
+                # Another length under the same label: only a scan can rank it.
+                self._other_vector[slot] = True
+        group = item.scope.conversation or ""
+        self._group_of[slot] = group
+        members = self._groups.setdefault(group, [])
+        at = bisect.bisect_left(members, (key, slot))
+        members.insert(at, (key, slot))
+        before = members[at - 1][1] if at > 0 else -1
+        after = members[at + 1][1] if at + 1 < len(members) else -1
+        self._before[slot], self._after[slot] = before, after
+        if before >= 0:
+            self._after[before] = slot
+        if after >= 0:
+            self._before[after] = slot
+
+    def _remove(self, slot: int) -> None:
+        counts = self._counts[slot] or {}
+        for term in counts:
+            self._arrays.pop(term, None)
+            posting = self._postings[term]
+            del posting[slot]
+            if not posting:
+                del self._postings[term]
+        self._counts[slot] = None
+        self._documents -= 1
+        self._total_length -= int(self._length[slot])
+        key = (int(self._time[slot]), int(self._partition[slot]), int(self._offset[slot]))
+        members = self._groups[self._group_of[slot]]
+        at = bisect.bisect_left(members, (key, slot))
+        del members[at]
+        if not members:
+            del self._groups[self._group_of[slot]]
+        before, after = int(self._before[slot]), int(self._after[slot])
+        if before >= 0:
+            self._after[before] = after
+        if after >= 0:
+            self._before[after] = before
+        self._before[slot] = self._after[slot] = -1
+        self._alive[slot] = self._has_vector[slot] = self._other_vector[slot] = False
+        self._weight[slot] = self._length[slot] = 0.0
+        if self._vectors is not None:
+            self._vectors[slot] = 0.0
+        self._norms[slot] = 0.0
+
+    # -- searching -----------------------------------------------------------------
+
+    def can_rank(self, query_vector: np.ndarray | None) -> bool:
+        """Whether this index ranks exactly as a scan would for this query vector (it
+        keeps one vector length per label; a query or item of another is left to a
+        scan)."""
+        if query_vector is None or self.label is None:
+            return True
+        if self._other_vector.any():
+            return False
+        return self._dimensions is None or len(query_vector) == self._dimensions
+
+    def search(
+        self,
+        query: list[str],
+        *,
+        strategy: str,
+        query_vector: np.ndarray | None,
+        min_similarity: float | None,
+        limit: int,
+        exclude: frozenset[bytes],
+    ) -> list[tuple[bytes, Ranked]]:
+        """(id, ranking) of the best entries, best first, as `rank` would order the
+        same candidates. ``strategy`` is ``keyword``, ``hybrid`` or ``semantic``."""
+        size = len(self._ids)
+        allowed = self._alive[:size].copy()
+        for raw_id in exclude:
+            slot = self._slots.get(raw_id)
+            if slot is not None:
+                allowed[slot] = False
+        semantic = has_vector = None
+        if query_vector is not None and self.label is not None:
+            has_vector = self._has_vector[:size]
+            semantic = np.zeros(size, dtype=np.float64)
+            rows = np.flatnonzero(has_vector)
+            if len(rows):
+                # cosine_similarities, row by row, without copying the rows out.
+                vector = query_vector.astype(np.float32)
+                dots = (self._vectors[:size] @ vector)[rows]
+                norms = self._norms[:size][rows] * float(np.linalg.norm(vector))
+                similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+                semantic[:] = float(similar.min())
+                semantic[rows] = similar
+            elif strategy != "semantic":
+                semantic = has_vector = None
+        columns = Columns(
+            keyword=np.zeros(size, dtype=np.float64),
+            semantic=semantic,
+            has_vector=has_vector,
+            weight=self._weight[:size],
+            time=self._time[:size],
+            partition=self._partition[:size],
+            offset=self._offset[:size],
+            before=self._before[:size],
+            after=self._after[:size],
+            alive=self._alive[:size],
+            allowed=allowed,
+        )
+        if strategy == "semantic":
+            if semantic is None:
+                return []
+            ranked = rank_by_similarity(columns, min_similarity=min_similarity, limit=limit)
+        else:
+            columns.keyword = bm25_postings(
+                query, self._posting, self._length[:size], self._statistics(query)
+            )
+            ranked = rank_by_text(
+                columns,
+                hybrid=strategy == "hybrid",
+                min_similarity=min_similarity,
+                limit=limit,
+            )
+        return [(self._ids[r.row], r) for r in ranked]
+
+    def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        arrays = self._arrays.get(term)
+        if arrays is None:
+            posting = self._postings.get(term, {})
+            rows = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
+            counts = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
+            arrays = self._arrays[term] = (rows, counts)
+        return arrays
+
+    def _statistics(self, query: list[str]) -> TermStatistics:
+        return TermStatistics(
+            self._documents,
+            self._total_length,
+            {term: len(self._postings.get(term, ())) for term in dict.fromkeys(query)},
+        )

@@ -1,0 +1,172 @@
+"""The search index must rank exactly as a scan of the same candidates does, however
+items come, change and go, for every text strategy; and the managed view's index must
+follow the folder's later writes and a rebuild."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import laser_memory as lm
+from folders.service import ViewFolder
+from laser_memory.ids import MemoryId
+from laser_memory.items import MemoryItem, Source
+from laser_memory.kinds import MemoryKind
+from laser_memory.recall import rank, search_mode
+from laser_memory.scope import MemoryScope
+from laser_memory.search_index import SearchIndex
+from laser_memory.terms import terms
+
+WORDS = ["alpha", "beta", "gamma", "delta", "node-7", "the", "keys"]
+LABEL = "test/three"
+
+
+def _item(n: int, body: str, conversation: str | None, weight: float, vector, key) -> MemoryItem:
+    time, partition, offset = key
+    return MemoryItem(
+        id=MemoryId(n.to_bytes(16, "big")),
+        kind=MemoryKind.FACT,
+        body=body.encode(),
+        scope=MemoryScope(conversation=conversation),
+        lifetime="session",
+        append_time_ms=time,
+        source=Source("", "t", partition, offset, "", conversation),
+        weight=weight,
+        embedding=None if vector is None else np.asarray(vector, dtype="<f4").tobytes(),
+        embedder=None if vector is None else LABEL,
+    )
+
+
+put = st.tuples(
+    st.just("put"),
+    st.integers(0, 7),  # which item
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
+    st.sampled_from([None, "c1", "c2"]),
+    st.sampled_from([0.0, 0.0, 1.0, -2.0, 0.5]),
+    st.one_of(st.none(), st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5]), min_size=3, max_size=3)),
+    st.integers(0, 3),  # append time: ties are common
+    st.integers(0, 2),  # partition
+)
+drop = st.tuples(st.just("drop"), st.integers(0, 7))
+queries = st.tuples(
+    st.sampled_from(["keyword", "semantic", "hybrid", "auto"]),
+    st.sampled_from(["alpha", "beta gamma", "node-7 keys", "the", "delta alpha alpha"]),
+    st.sampled_from([1, 3, 10]),
+    st.sampled_from([None, 0.2]),
+    st.sets(st.integers(0, 7), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.one_of(put, put, drop), min_size=1, max_size=25), query=queries)
+def test_the_index_ranks_exactly_as_a_scan(ops, query):
+    index = SearchIndex(LABEL)
+    live: dict[bytes, MemoryItem] = {}
+    offsets = iter(range(10_000))
+    for op in ops:
+        if op[0] == "put":
+            _, n, body, conversation, weight, vector, time, partition = op
+            item = _item(n, body, conversation, weight, vector, (time, partition, next(offsets)))
+            live[item.id.bytes] = item
+            index.put(item.id.bytes, item)
+        else:
+            raw_id = op[1].to_bytes(16, "big")
+            live.pop(raw_id, None)
+            index.put(raw_id, None)
+    strategy, text, limit, min_similarity, excluded = query
+    query_vector = np.asarray([1.0, 0.5, -0.25], dtype=np.float32)
+    exclude = frozenset(n.to_bytes(16, "big") for n in excluded)
+    vector = query_vector if strategy != "keyword" else None
+    want = rank(
+        list(live.values()),
+        strategy=strategy,
+        text=text,
+        limit=limit,
+        query_vector=vector,
+        embedder=LABEL,
+        min_similarity=min_similarity,
+        exclude=exclude,
+    )
+    mode = search_mode(strategy, text, vector)
+    got = index.search(
+        terms(text),
+        strategy=mode,
+        query_vector=vector if mode != "keyword" else None,
+        min_similarity=min_similarity,
+        limit=limit,
+        exclude=exclude,
+    )
+    assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+        (i.id.bytes, i.score, i.signals) for i in want
+    ]
+    assert len(index) == len(live)
+
+
+async def test_the_views_index_follows_later_writes_and_a_rebuild(tmp_path: Path):
+    view = tmp_path / "view"
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        folder = ViewFolder(laser.log, memory.topic, view)
+        first = await memory.remember("rotate signing keys monthly", conversation="c1")
+        await memory.remember("lunch is served at noon", conversation="c1")
+        await folder.run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder()
+        ) as reader_laser:
+            reader = reader_laser.memory("notes")
+
+            async def same(**query) -> list[lm.MemoryItem]:
+                managed = await reader.recall(**query)
+                assert managed == await memory.recall(folded=True, **query), query
+                return managed
+
+            queries = [
+                {"text": "signing keys", "strategy": s, **c}
+                for s in ("keyword", "hybrid", "semantic")
+                for c in ({}, {"conversation": "c1"})
+            ]
+            for query in queries:
+                await same(**query)  # builds the reader's indexes
+            await memory.forget(first)
+            again = await memory.remember("keys rotate every week", conversation="c2")
+            await memory.improve(again, 2.0)
+            await folder.run(until_caught_up=True)
+            for query in queries:
+                found = await same(**query)
+                assert first not in [i.id for i in found]
+            assert (await same(text="keys", strategy="keyword"))[0].id == again
+            # A rebuild starts the view afresh; the reader's indexes notice.
+            await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True, rebuild=True)
+            for query in queries:
+                await same(**query)
+
+
+def test_cosines_of_real_sized_vectors_match_a_scan_to_the_bit():
+    rng = np.random.default_rng(3)
+    index = SearchIndex(LABEL)
+    items = []
+    for n in range(300):
+        vector = rng.standard_normal(384).astype(np.float32)
+        item = _item(n, f"alpha {n}", f"c{n % 3}", 0.0, vector, (n // 7, n % 4, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    for gone in range(0, 300, 17):
+        index.put(items[gone].id.bytes, None)
+    live = [item for n, item in enumerate(items) if n % 17]
+    query = rng.standard_normal(384).astype(np.float32)
+    for strategy in ("semantic", "hybrid"):
+        want = rank(
+            live, strategy=strategy, text="alpha", limit=50, query_vector=query, embedder=LABEL
+        )
+        got = index.search(
+            ["alpha"], strategy=strategy, query_vector=query, min_similarity=None, limit=50,
+            exclude=frozenset(),
+        )  # fmt: skip
+        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+            (i.id.bytes, i.score, i.signals) for i in want
+        ]
