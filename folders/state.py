@@ -452,8 +452,11 @@ class MemoryState:
         self._named: dict[tuple[str, str], NamedState] = {}
         self.set_aside: list[SetAside] = []
         self.applied = 0
-        # Every item record's (tenant, id), in fold order: search indexes catch up from it.
+        # The (tenant, id) of every item record folded since the search index furthest
+        # behind last caught up, in fold order; _changed_before counts the ones dropped.
+        # Nothing is kept until a search builds an index.
         self._changes: list[tuple[str, bytes]] = []
+        self._changed_before = 0
         self._indexes: dict[tuple[str, str | None, str | None], tuple[SearchIndex, int]] = {}
 
     def apply(self, log_record: LogRecord) -> None:
@@ -483,7 +486,8 @@ class MemoryState:
         else:
             target = record.id if isinstance(record, Remember) else record.target
             self._items.setdefault((tenant, target), ItemState()).apply(record, key, source)
-            self._changes.append((tenant, target))
+            if self._indexes:
+                self._changes.append((tenant, target))
         self.applied += 1
 
     def items(self, where: ItemFilter) -> list[MemoryItem]:
@@ -521,10 +525,19 @@ class MemoryState:
                 if tenant == where.tenant:
                     index.put(raw_id, state.visible(raw_id, where))
         else:
-            changed = {raw_id for tenant, raw_id in self._changes[seen:] if tenant == where.tenant}
+            changed = {
+                raw_id
+                for tenant, raw_id in self._changes[seen - self._changed_before :]
+                if tenant == where.tenant
+            }
             for raw_id in changed:
                 index.put(raw_id, self._items[(where.tenant, raw_id)].visible(raw_id, where))
-        self._indexes[slot] = (index, len(self._changes))
+        self._indexes[slot] = (index, self._changed_before + len(self._changes))
+        # Forget what every index has seen.
+        oldest = min(seen for _, seen in self._indexes.values())
+        if oldest > self._changed_before:
+            del self._changes[: oldest - self._changed_before]
+            self._changed_before = oldest
         vector = query_vector if mode != "keyword" else None
         if not index.can_rank(vector):
             return None

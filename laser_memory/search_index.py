@@ -207,6 +207,8 @@ class SearchIndex:
     ) -> list[tuple[bytes, Ranked]]:
         """(id, ranking) of the best entries, best first, as `rank` would order the
         same candidates. ``strategy`` is ``keyword``, ``hybrid`` or ``semantic``."""
+        if strategy == "keyword" and not any(term in self._postings for term in query):
+            return []  # nothing holds a term (or the text has none): nothing to score
         size = len(self._ids)
         allowed = self._alive[:size].copy()
         for raw_id in exclude:
