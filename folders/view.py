@@ -57,6 +57,7 @@ remembered in two conversations has an entry for each):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -152,6 +153,7 @@ _MAX_PART = 64
 _HASHED = b"\x01"  # never starts a name or a word, so a digest never meets a plain part
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _part(text: str) -> bytes:
     """A key part from user data, bounded: itself when short, else a digest of it."""
     raw = text.encode("utf-8", "surrogatepass")
@@ -160,10 +162,12 @@ def _part(text: str) -> bytes:
     return _HASHED + hashlib.blake2b(raw, digest_size=16).digest()
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def _scope(tenant: str, namespace: str) -> bytes:
     return _part(tenant) + _SEP + _part(namespace) + _SEP
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _tag_prefix(index: bytes, tenant: str, namespace: str, tag: str) -> bytes:
     return index + _scope(tenant, namespace) + _part(tag) + _SEP
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from typing import Self
 
 from .clock import SYSTEM_CLOCK, Clock
@@ -39,6 +40,7 @@ _DECODE = {c: i for i, c in enumerate(_ALPHABET)}
 _DECODE.update({"I": 1, "L": 1, "O": 0})
 _CONTENT_DOMAIN = b"laser-memory/content-id/v1"
 MAX_NAME_BYTES = 255
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 def validate_name(value: str, what: str, *, allow_empty: bool = False) -> str:
@@ -47,17 +49,20 @@ def validate_name(value: str, what: str, *, allow_empty: bool = False) -> str:
         raise InvalidName(f"{what} must be a string, got {type(value).__name__}")
     if not value and not allow_empty:
         raise InvalidName(f"{what} must not be empty")
-    encoded = value.encode("utf-8", "surrogatepass")
+    try:
+        encoded = value.encode("utf-8")
+        bad_unicode = False
+    except UnicodeEncodeError:
+        encoded = value.encode("utf-8", "surrogatepass")
+        bad_unicode = True
     if len(encoded) > MAX_NAME_BYTES:
         raise InvalidName(
             f"{what} is {len(encoded)} bytes long; at most {MAX_NAME_BYTES} bytes fit in a record"
         )
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    if _CONTROL.search(value):
         raise InvalidName(f"{what} {value!r} contains a control character; remove it")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidName(f"{what} {value!r} is not valid Unicode text") from None
+    if bad_unicode:
+        raise InvalidName(f"{what} {value!r} is not valid Unicode text")
     return value
 
 
