@@ -66,6 +66,7 @@ _UPPER = {
     "MemoryConfig": "memory",
     "MemoryHandle": "memory",
     "Receipt": "memory",
+    "MiniLMEmbedder": "minilm",
     "RerankedMemory": "rerank",
     "Reranker": "rerank",
 }
@@ -112,6 +113,7 @@ __all__ = [
     "MemoryItem",
     "MemoryKind",
     "MemoryScope",
+    "MiniLMEmbedder",
     "NamedItem",
     "NoView",
     "Origin",

@@ -1,29 +1,34 @@
 """Ranking recalled items: strategies, reciprocal-rank fusion, and context blocks.
 
-Both folded and managed recall hand their visible items to `rank`, so the
-order and the signals of a recall are the same whichever way it was served.
+Folded and managed recall rank the same candidates with the same code: `rank` for a
+list of visible items, `laser_memory.search_index.SearchIndex` (which ranks with
+`laser_memory.text_ranking` too) when a read keeps an index. The order, scores and
+signals of a recall are the same whichever way it was served.
 
 Strategies on log memory:
 
 - ``recent``: newest first by broker append time, ties by (partition, offset),
   also newest first. Text and feedback are ignored.
-- ``semantic`` with a query vector (the handle's embedder embeds the text):
-  the items whose vector has the query's embedder label, by cosine similarity
-  (ties newest first), at least ``min_similarity`` when given. Without an
-  embedder it falls back to ``keyword``.
-- ``keyword``, ``hybrid``: with text, keep the items that share at least one
-  word with it (words are runs of letters and digits, compared
-  case-insensitively), then order as ``auto`` does. Without text they keep
-  every item.
-- ``auto`` (the default): feedback first (higher weight first), then newest.
+- ``keyword`` with text: Okapi BM25 over the candidate set (terms from
+  `laser_memory.terms`), only items holding a query term; plus feedback.
+- ``semantic`` with a query vector (the handle's embedder embeds the text): the
+  items whose vector has the query's embedder label and length, by cosine
+  similarity (ties newest first), at least ``min_similarity`` when given. Without an
+  embedder it is ``keyword``.
+- ``hybrid``, and ``auto`` with text: BM25 and cosine (negatives as 0), each
+  divided by its best, averaged, plus a share of the neighbouring items' scores in
+  their conversation, plus feedback. Without vectors, BM25 and neighbours.
+- ``auto`` without text (the default): feedback first (higher weight first), then
+  newest; so are ``keyword`` and ``hybrid`` without text.
 
 Every strategy ranks only the items it is given: the caller's candidate set
 (tenant, namespace and scope filters applied, forgotten items gone), never a
 global top-k filtered afterwards. ``exclude`` ids are never returned.
 
-Every item carries the signal of the strategy that surfaced it; an item with
-feedback also carries an ``auto`` signal with its rank among the items that
-have feedback and its weight as the score.
+Every item carries the signal of the strategy that surfaced it (and, in hybrid
+recall, its ``keyword`` and ``semantic`` ranks and scores); an item with feedback
+also carries an ``auto`` signal with its rank among the returned items that have
+feedback and its weight as the score.
 """
 
 from __future__ import annotations

@@ -75,13 +75,17 @@ def _rank_of(scores: np.ndarray, mask: np.ndarray, row: int, c: Columns) -> int:
 
 
 def _fuse(keyword: np.ndarray, semantic: np.ndarray | None, alive: np.ndarray) -> np.ndarray:
+    """BM25 divided by the best, cosine (negatives as 0) divided by the best, averaged.
+    Dividing by the best keeps how far apart the scores are: stretching the cosines to
+    0..1 would make a 0.01 lead among two items as strong as a perfect match."""
     best = float(keyword.max()) if len(keyword) else 0.0
     words = keyword / best if best > 0 else np.zeros_like(keyword)
     if semantic is None:
         return words
-    live = semantic[alive]
-    low, high = (float(live.min()), float(live.max())) if len(live) else (0.0, 0.0)
-    meaning = (semantic - low) / (high - low) if high > low else np.zeros_like(semantic)
+    similar = np.maximum(semantic, 0.0)
+    live = similar[alive]
+    high = float(live.max()) if len(live) else 0.0
+    meaning = similar / high if high > 0 else np.zeros_like(similar)
     return 0.5 * words + 0.5 * meaning
 
 

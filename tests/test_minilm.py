@@ -57,3 +57,21 @@ async def test_semantic_recall_with_the_local_model(tmp_path: Path, minilm: Mini
         )
         assert best.text == "the customer wants to be contacted by email"
         assert best.embedder == minilm.label
+
+
+async def test_the_readme_error_code_example(tmp_path: Path, minilm: MiniLMEmbedder):
+    """The README's hybrid example, as written there."""
+    async with lm.connect(f"local://{tmp_path}", embedder=minilm) as laser:
+        memory = laser.memory("incidents")
+        await memory.remember("ERR-4021: checkout requests time out at the payment gateway")
+        await memory.remember("ERR-4012: checkout requests fail at the payment gateway")
+        query = "checkout timeouts ERR-4012"
+        by_meaning = await memory.recall(text=query, strategy="semantic")
+        hits = await memory.recall(text=query)
+        assert by_meaning[0].text.startswith("ERR-4021")
+        assert hits[0].text.startswith("ERR-4012")
+        assert [(s.strategy, s.rank) for s in hits[0].signals] == [
+            ("hybrid", 0),
+            ("keyword", 0),
+            ("semantic", 1),
+        ]
