@@ -207,8 +207,8 @@ class SearchIndex:
     ) -> list[tuple[bytes, Ranked]]:
         """(id, ranking) of the best entries, best first, as `rank` would order the
         same candidates. ``strategy`` is ``keyword``, ``hybrid`` or ``semantic``."""
-        if strategy == "keyword" and not any(term in self._postings for term in query):
-            return []  # nothing holds a term (or the text has none): nothing to score
+        if strategy == "keyword":
+            return self._keyword(query, min_similarity, limit, exclude)
         size = len(self._ids)
         allowed = self._alive[:size].copy()
         for raw_id in exclude:
@@ -258,6 +258,41 @@ class SearchIndex:
                 limit=limit,
             )
         return [(self._ids[r.row], r) for r in ranked]
+
+    def _keyword(
+        self, query: list[str], min_similarity: float | None, limit: int, exclude: frozenset[bytes]
+    ) -> list[tuple[bytes, Ranked]]:
+        """Keyword recall touches only the rows holding a query term: the others score 0
+        and are never returned, so the ranking over these rows is the whole one's."""
+        found = [self._posting(term)[0] for term in dict.fromkeys(query) if term in self._postings]
+        if not found:
+            return []  # nothing holds a term (or the text has none): nothing to score
+        size = len(self._ids)
+        holding = np.zeros(size, dtype=bool)
+        for posting_rows in found:
+            holding[posting_rows] = True
+        rows = np.flatnonzero(holding)
+        keyword = bm25_postings(query, self._posting, self._length[:size], self._statistics(query))
+        allowed = np.ones(len(rows), dtype=bool)
+        if exclude:
+            excluded = {self._slots[raw_id] for raw_id in exclude if raw_id in self._slots}
+            allowed = np.fromiter((int(r) not in excluded for r in rows), dtype=bool)
+        none = np.full(len(rows), -1, dtype=np.int64)
+        columns = Columns(
+            keyword=keyword[rows],
+            semantic=None,
+            has_vector=None,
+            weight=self._weight[rows],
+            time=self._time[rows],
+            partition=self._partition[rows],
+            offset=self._offset[rows],
+            before=none,
+            after=none,
+            alive=np.ones(len(rows), dtype=bool),
+            allowed=allowed,
+        )
+        ranked = rank_by_text(columns, hybrid=False, min_similarity=min_similarity, limit=limit)
+        return [(self._ids[int(rows[r.row])], r) for r in ranked]
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = self._arrays.get(term)
