@@ -22,6 +22,10 @@ __all__ = ["Lifetime", "MemoryScope"]
 Lifetime = Literal["session", "durable"]
 
 
+# Scopes already checked: writes and folds meet the same few scopes again and again.
+_VALID: set[MemoryScope] = set()
+
+
 class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     """The scope of one item or one write. Part of the wire format (schema v1)."""
 
@@ -34,13 +38,25 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True)
 
     def validated(self) -> MemoryScope:
         """Return self after checking every field fits in a record; raises `InvalidName`."""
+        try:
+            known = self in _VALID
+        except TypeError:  # a field that is no string cannot hash; _check names it
+            known = False
+        if known:
+            return self
+        self._check()
+        if len(_VALID) >= 4096:
+            _VALID.clear()  # a crude bound: scopes repeat, so this is rare
+        _VALID.add(self)
+        return self
+
+    def _check(self) -> None:
         validate_name(self.stream, "stream", allow_empty=True)
         validate_name(self.tenant, "tenant", allow_empty=True)
         for field in ("agent", "user", "application", "conversation"):
             value = getattr(self, field)
             if value is not None:
                 validate_name(value, field)
-        return self
 
     @property
     def owner(self) -> tuple[str, str, str | None, str | None, str | None]:

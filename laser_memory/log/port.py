@@ -55,7 +55,8 @@ def record_size(record: OutgoingRecord) -> int:
     """The bytes a record carries: key, value and headers (names and values)."""
     size = len(record.value) + (len(record.key) if record.key is not None else 0)
     for name, value in record.headers:
-        size += len(name.encode("utf-8", "surrogatepass")) + len(value)
+        size += len(name) if name.isascii() else len(name.encode("utf-8", "surrogatepass"))
+        size += len(value)
     return size
 
 
