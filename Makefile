@@ -42,8 +42,7 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff check laser_memory folders tests benchmarks
 
 bench: $(VENV)/.dev
-	$(BIN)/python -m benchmarks.log_append
-	$(BIN)/python -m benchmarks.recall
+	$(BIN)/python -m benchmarks
 
 ## Recall quality on LoCoMo: make locomo LOCOMO=../shared/data/locomo-dev
 LOCOMO ?= ../shared/data/locomo-dev

@@ -501,22 +501,9 @@ class MemoryState:
                 out.append(item)
         return out
 
-    def search(
-        self,
-        where: ItemFilter,
-        *,
-        text: str,
-        mode: str,
-        query_vector: np.ndarray | None,
-        min_similarity: float | None,
-        limit: int,
-        exclude: frozenset[bytes],
-    ) -> list[MemoryItem] | None:
-        """A text recall from the fold's search index for this read (kept up to date
-        from the items changed since it last searched); None when the read has owner
-        filters, which only a scan of `items` ranks exactly."""
-        if where.has_owner_filter:
-            return None
+    def _index_for(self, where: ItemFilter) -> SearchIndex:
+        """The search index of this read, caught up with the items changed since it
+        last served one."""
         slot = (where.tenant, where.conversation, where.embedder)
         index, seen = self._indexes.get(slot, (None, 0))
         if index is None:
@@ -538,6 +525,30 @@ class MemoryState:
         if oldest > self._changed_before:
             del self._changes[: oldest - self._changed_before]
             self._changed_before = oldest
+        return index
+
+    def _found(self, where: ItemFilter, found) -> list[MemoryItem]:
+        return [
+            with_ranking(self._items[(where.tenant, raw_id)].visible(raw_id, where), ranked)
+            for raw_id, ranked in found
+        ]
+
+    def search(
+        self,
+        where: ItemFilter,
+        *,
+        text: str,
+        mode: str,
+        query_vector: np.ndarray | None,
+        min_similarity: float | None,
+        limit: int,
+        exclude: frozenset[bytes],
+    ) -> list[MemoryItem] | None:
+        """A text recall from the fold's search index for this read; None when the read
+        has owner filters, which only a scan of `items` ranks exactly."""
+        if where.has_owner_filter:
+            return None
+        index = self._index_for(where)
         vector = query_vector if mode != "keyword" else None
         if not index.can_rank(vector):
             return None
@@ -549,10 +560,18 @@ class MemoryState:
             limit=limit,
             exclude=exclude,
         )
-        return [
-            with_ranking(self._items[(where.tenant, raw_id)].visible(raw_id, where), ranked)
-            for raw_id, ranked in found
-        ]
+        return self._found(where, found)
+
+    def ordered(
+        self, where: ItemFilter, *, strategy: str, limit: int, exclude: frozenset[bytes]
+    ) -> list[MemoryItem] | None:
+        """A recall without text (``recent``, or feedback then newest) from the search
+        index, so its cost follows the limit and the changes, not the namespace; None
+        for reads with owner filters."""
+        if where.has_owner_filter:
+            return None
+        found = self._index_for(where).ordered(strategy=strategy, limit=limit, exclude=exclude)
+        return self._found(where, found)
 
     def missing_vectors(self, tenant: str, label: str) -> list[tuple[bytes, Remember]]:
         """(id, remember) of every live remember of the tenant without a vector of the

@@ -658,7 +658,9 @@ class MemoryHandle:
             state = await self._reader.catch_up(partitions)
             mode = search_mode(strategy, text, query_vector)
             items = None
-            if mode is not None:
+            if mode is None:
+                items = state.ordered(where, strategy=strategy, limit=limit, exclude=excluded)
+            else:
                 items = state.search(
                     where,
                     text=text,

@@ -22,7 +22,7 @@ from .embedding import to_vector
 from .items import MemoryItem
 from .scoring import TermStatistics, bm25_postings
 from .terms import term_counts
-from .text_ranking import Columns, Ranked, rank_by_similarity, rank_by_text
+from .text_ranking import Columns, Ranked, rank_by_feedback, rank_by_similarity, rank_by_text
 
 __all__ = ["SearchIndex"]
 
@@ -257,6 +257,33 @@ class SearchIndex:
                 min_similarity=min_similarity,
                 limit=limit,
             )
+        return [(self._ids[r.row], r) for r in ranked]
+
+    def ordered(
+        self, *, strategy: str, limit: int, exclude: frozenset[bytes]
+    ) -> list[tuple[bytes, Ranked]]:
+        """A recall without text: ``recent``, or feedback then newest."""
+        size = len(self._ids)
+        allowed = self._alive[:size].copy()
+        for raw_id in exclude:
+            slot = self._slots.get(raw_id)
+            if slot is not None:
+                allowed[slot] = False
+        none = self._before[:0]
+        columns = Columns(
+            keyword=self._weight[:0],
+            semantic=None,
+            has_vector=None,
+            weight=self._weight[:size],
+            time=self._time[:size],
+            partition=self._partition[:size],
+            offset=self._offset[:size],
+            before=none,
+            after=none,
+            alive=self._alive[:size],
+            allowed=allowed,
+        )
+        ranked = rank_by_feedback(columns, strategy=strategy, limit=limit)
         return [(self._ids[r.row], r) for r in ranked]
 
     def _keyword(

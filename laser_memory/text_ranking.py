@@ -14,7 +14,14 @@ import numpy as np
 from .items import Signal
 from .scoring import NEIGHBOUR_SHARE
 
-__all__ = ["FEEDBACK_SHARE", "Columns", "Ranked", "rank_by_similarity", "rank_by_text"]
+__all__ = [
+    "FEEDBACK_SHARE",
+    "Columns",
+    "Ranked",
+    "rank_by_feedback",
+    "rank_by_similarity",
+    "rank_by_text",
+]
 
 #: How much feedback moves a text recall: weight w adds FEEDBACK_SHARE * tanh(w) to a
 #: score whose best keyword-plus-meaning part is 1.
@@ -143,3 +150,28 @@ def rank_by_similarity(c: Columns, *, min_similarity: float | None, limit: int) 
         Ranked(row, float(c.semantic[row]), (Signal("semantic", i, float(c.semantic[row])),))
         for i, row in enumerate(chosen.tolist())
     ]
+
+
+def rank_by_feedback(c: Columns, *, strategy: str, limit: int) -> list[Ranked]:
+    """Without text: ``recent`` newest first; any other strategy feedback first (higher
+    weight first), then newest, with an ``auto`` signal for items with feedback."""
+    keep = c.alive & c.allowed
+    if strategy == "recent":
+        chosen = _order(np.zeros(len(keep)), keep, c, limit)
+        seconds = [int(c.time[row]) / 1000 for row in chosen.tolist()]
+        return [
+            Ranked(row, at, (Signal("recent", i, at),))
+            for i, (row, at) in enumerate(zip(chosen.tolist(), seconds, strict=True))
+        ]
+    chosen = _order(c.weight, keep, c, limit)
+    returned = np.zeros(len(keep), dtype=bool)
+    returned[chosen] = True
+    weighted = returned & (c.weight != 0)
+    out = []
+    for i, row in enumerate(chosen.tolist()):
+        weight = float(c.weight[row])
+        signals = [Signal(strategy, i, weight)]
+        if strategy != "auto" and weighted[row]:
+            signals.append(Signal("auto", _rank_of(c.weight, weighted, row, c), weight))
+        out.append(Ranked(row, weight, tuple(signals)))
+    return out

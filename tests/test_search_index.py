@@ -103,6 +103,13 @@ def test_the_index_ranks_exactly_as_a_scan(ops, query):
         (i.id.bytes, i.score, i.signals) for i in want
     ]
     assert len(index) == len(live)
+    # Without text: recent, or feedback then newest.
+    for plain in ("recent", "auto", "keyword"):
+        want = rank(list(live.values()), strategy=plain, limit=limit, exclude=exclude)
+        got = index.ordered(strategy=plain, limit=limit, exclude=exclude)
+        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+            (i.id.bytes, i.score, i.signals) for i in want
+        ], plain
 
 
 async def test_the_views_index_follows_later_writes_and_a_rebuild(tmp_path: Path):
