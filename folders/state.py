@@ -84,6 +84,7 @@ from laser_memory.terms import terms
 
 __all__ = [
     "MAX_NAMED_BODY_BYTES",
+    "MAX_SEARCH_INDEXES",
     "MAX_WEIGHT",
     "ItemFilter",
     "ItemState",
@@ -98,6 +99,8 @@ __all__ = [
     "source_of",
 ]
 
+#: How many reads' search indexes a fold (or a view's reader) keeps at most.
+MAX_SEARCH_INDEXES = 64
 #: The largest feedback weight one record may carry (either sign); sums stay finite.
 MAX_WEIGHT = 1e9
 #: The largest body a named item may reach through patches; a patch past it is set aside.
@@ -505,7 +508,7 @@ class MemoryState:
         """The search index of this read, caught up with the items changed since it
         last served one."""
         slot = (where.tenant, where.conversation, where.embedder)
-        index, seen = self._indexes.get(slot, (None, 0))
+        index, seen = self._indexes.pop(slot, (None, 0))
         if index is None:
             index = SearchIndex(where.embedder)
             for (tenant, raw_id), state in self._items.items():
@@ -519,7 +522,11 @@ class MemoryState:
             }
             for raw_id in changed:
                 index.put(raw_id, self._items[(where.tenant, raw_id)].visible(raw_id, where))
+        # Most recently used last; past MAX_SEARCH_INDEXES the least recently used goes
+        # (a fold that serves many conversations keeps the busy ones).
         self._indexes[slot] = (index, self._changed_before + len(self._changes))
+        while len(self._indexes) > MAX_SEARCH_INDEXES:
+            del self._indexes[next(iter(self._indexes))]
         # Forget what every index has seen.
         oldest = min(seen for _, seen in self._indexes.values())
         if oldest > self._changed_before:

@@ -79,6 +79,7 @@ from laser_memory.search_index import SearchIndex
 from laser_memory.terms import terms
 
 from .state import (
+    MAX_SEARCH_INDEXES,
     ItemFilter,
     ItemState,
     NamedState,
@@ -537,7 +538,7 @@ class MemoryView:
         scope = _scope(where.tenant, namespace)
         items_db = self._dbs["items"]
         with self._search_lock:
-            index, seen, seen_epoch = self._indexes.get(slot, (None, 0, None))
+            index, seen, seen_epoch = self._indexes.pop(slot, (None, 0, None))
             if index is None or seen_epoch != epoch:
                 index = SearchIndex(where.embedder)
                 for key, raw in _prefixed(txn.cursor(db=items_db), scope):
@@ -556,7 +557,9 @@ class MemoryView:
                     raw_id = db_key[len(scope) :]
                     item = None if raw is None else _item_decoder.decode(raw).visible(raw_id, where)
                     index.put(raw_id, item)
-            self._indexes[slot] = (index, seq, epoch)
+            self._indexes[slot] = (index, seq, epoch)  # most recently used last
+            while len(self._indexes) > MAX_SEARCH_INDEXES:
+                del self._indexes[next(iter(self._indexes))]
             vector = query_vector if mode != "keyword" else None
             if not index.can_rank(vector):
                 return None

@@ -177,3 +177,22 @@ def test_cosines_of_real_sized_vectors_match_a_scan_to_the_bit():
         assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
             (i.id.bytes, i.score, i.signals) for i in want
         ]
+
+
+async def test_a_fold_keeps_a_bounded_number_of_indexes(tmp_path: Path):
+    from folders.state import MAX_SEARCH_INDEXES
+
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        memory = laser.memory("notes")
+        conversations = [f"c{i}" for i in range(MAX_SEARCH_INDEXES + 5)]
+        await memory.remember_many(
+            [{"body": f"fact in {c}", "conversation": c} for c in conversations]
+        )
+        for c in conversations:
+            [item] = await memory.recall(conversation=c, text="fact")
+            assert item.conversation == c
+        state = memory._reader._state
+        assert len(state._indexes) == MAX_SEARCH_INDEXES
+        # An evicted read builds its index again and still answers.
+        [again] = await memory.recall(conversation="c0", text="fact")
+        assert again.conversation == "c0"
