@@ -195,6 +195,12 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
     if isinstance(record, Remember):
         MemoryId(record.id)
         MemoryKind.from_code(record.kind)
+        if record.embedding is not None and (
+            not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 << 16
+        ):
+            raise RecordDecodeError("remember.embedding must be 1 to 65536 float32 values")
+        if record.embedder is not None:
+            _check_label(record.embedder, "remember.embedder")
     elif isinstance(record, Feedback | Forget | Embedded):
         MemoryId(record.target)
     if isinstance(record, Embedded):
@@ -223,9 +229,12 @@ def _check_embedded(record: Embedded) -> None:
         raise RecordDecodeError("embedded.body_digest must be 16 bytes")
     if not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 * 65536:
         raise RecordDecodeError("embedded.embedding must be 1 to 65536 float32 values")
-    label = record.embedder
+    _check_label(record.embedder, "embedded.embedder")
+
+
+def _check_label(label: str, what: str) -> None:
     if "/" not in label or len(label.encode("utf-8", "surrogatepass")) > 255 or "\x00" in label:
-        raise RecordDecodeError(f"embedded.embedder {label[:80]!r} is no '<provider>/<model>'")
+        raise RecordDecodeError(f"{what} {label[:80]!r} is no '<provider>/<model>'")
 
 
 def _reason(exc: BaseException) -> str:

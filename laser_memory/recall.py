@@ -50,6 +50,7 @@ __all__ = [
     "MAX_LIMIT",
     "RRF_K",
     "STRATEGIES",
+    "dimensions_mismatch",
     "estimate_tokens",
     "fuse_reciprocal_rank",
     "rank",
@@ -230,6 +231,13 @@ def columns_of(
     semantic = has_vector = None
     if query_vector is not None:
         dimensions = len(query_vector)
+        for item in items:
+            if (
+                item.embedder == embedder
+                and item.embedding
+                and len(item.embedding) != 4 * dimensions
+            ):
+                raise dimensions_mismatch(embedder, len(item.embedding) // 4, dimensions)
         has_vector = np.fromiter(
             (_comparable(item, embedder, dimensions) for item in items), dtype=bool, count=n
         )
@@ -253,6 +261,16 @@ def columns_of(
         after=after,
         alive=np.ones(n, dtype=bool),
         allowed=np.fromiter((item.id.bytes not in exclude for item in items), dtype=bool, count=n),
+    )
+
+
+def dimensions_mismatch(label: str | None, stored: int, asked: int) -> InvalidInput:
+    """The error for a recall whose embedder makes vectors of another length than the
+    namespace's vectors under the same label."""
+    return InvalidInput(
+        f"the vectors of {label} here have {stored} dimensions, but this embedder makes "
+        f"{asked}: another model under the same label? Give it a label of its own and "
+        "'laser-memory reembed' the namespace with it"
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from .embedding import to_vector
 from .items import MemoryItem
+from .recall import dimensions_mismatch
 from .scoring import TermStatistics, bm25_postings
 from .terms import term_counts
 from .text_ranking import Columns, Ranked, rank_by_feedback, rank_by_similarity, rank_by_text
@@ -187,13 +188,16 @@ class SearchIndex:
 
     def can_rank(self, query_vector: np.ndarray | None) -> bool:
         """Whether this index ranks exactly as a scan would for this query vector (it
-        keeps one vector length per label; a query or item of another is left to a
-        scan)."""
+        keeps one vector length per label; items of another length are left to a scan,
+        which refuses the query). A query of another length than the items' raises
+        `InvalidInput`, as a scan does."""
         if query_vector is None or self.label is None:
             return True
         if self._other_vector.any():
             return False
-        return self._dimensions is None or len(query_vector) == self._dimensions
+        if self._dimensions is not None and len(query_vector) != self._dimensions:
+            raise dimensions_mismatch(self.label, self._dimensions, len(query_vector))
+        return True
 
     def search(
         self,

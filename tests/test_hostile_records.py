@@ -73,6 +73,20 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
             ),
             True,
         ),
+        *(
+            (
+                _outgoing(
+                    Remember(
+                        ns=ns, scope=scope, id=lm.MemoryId.new().bytes, kind=1, body=b"v", **bad
+                    )
+                ),
+                True,
+            )
+            for bad in (
+                {"embedding": b"\x00\x00\x80", "embedder": "test/three"},  # not float32s
+                {"embedding": b"\x00\x00\x80?", "embedder": "no slash"},
+            )
+        ),
         (_outgoing(NamedSet(ns=ns, scope=scope, key="deep", body=DEEP)), False),
         (_outgoing(NamedPatch(ns=ns, scope=scope, key="deep", patch=b'{"a":1}')), False),
         (

@@ -184,3 +184,30 @@ async def test_embedding_checks_and_an_async_embedder(embedded: lm.Laser):
     for bad in (object(), type("NoLabel", (WordHashEmbedder,), {"label": "nolabel"})()):
         with pytest.raises(lm.InvalidInput):
             embedded.memory("notes", embedder=bad)
+
+
+async def test_a_query_of_another_length_than_the_labels_vectors_is_refused(embedded, tmp_path):
+    """Two models under one label cannot be compared: a recall by meaning says so instead
+    of finding nothing, folded and managed; keyword recall still works."""
+
+    class Shorter(WordHashEmbedder):  # the same label, another length
+        dimensions = 32
+
+        def embed_many(self, texts):
+            return [v[:32] for v in super().embed_many(texts)]
+
+    memory = embedded.memory("notes")
+    await memory.remember("rotate signing keys monthly")
+    short = embedded.memory("notes", embedder=Shorter())
+    for strategy in ("semantic", "hybrid", "auto"):
+        with pytest.raises(lm.InvalidInput, match="64 dimensions, but this embedder makes 32"):
+            await short.recall(text="rotate keys", strategy=strategy, folded=True)
+    view = tmp_path / "view"
+    await ViewFolder(embedded.log, memory.topic, view).run(until_caught_up=True)
+    async with lm.connect(
+        embedded.log.url, stream=embedded.stream, view=view, embedder=Shorter()
+    ) as reader:
+        with pytest.raises(lm.InvalidInput, match="reembed"):
+            await reader.memory("notes").recall(text="rotate keys", strategy="semantic")
+        [hit] = await reader.memory("notes").recall(text="rotate keys", strategy="keyword")
+        assert hit.text == "rotate signing keys monthly"
