@@ -80,7 +80,6 @@ from laser_memory.records import (
     header_value,
 )
 from laser_memory.search_index import SearchIndex
-from laser_memory.terms import terms
 
 __all__ = [
     "MAX_NAMED_BODY_BYTES",
@@ -564,19 +563,15 @@ class MemoryState:
         has owner filters, which only a scan of `items` ranks exactly."""
         if where.has_owner_filter:
             return None
-        index = self._index_for(where)
-        vector = query_vector if mode != "keyword" else None
-        if not index.can_rank(vector):
-            return None
-        found = index.search(
-            terms(text),
-            strategy=mode,
-            query_vector=vector,
+        found = self._index_for(where).find(
+            text,
+            mode=mode,
+            query_vector=query_vector,
             min_similarity=min_similarity,
             limit=limit,
             exclude=exclude,
         )
-        return self._found(where, found)
+        return None if found is None else self._found(where, found)
 
     def ordered(
         self, where: ItemFilter, *, strategy: str, limit: int, exclude: frozenset[bytes]

@@ -76,7 +76,6 @@ from laser_memory.log.port import LogRecord, Position
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
 from laser_memory.records import NamedPatch, NamedRemove, NamedSet, Remember
 from laser_memory.search_index import SearchIndex
-from laser_memory.terms import terms
 
 from .state import (
     MAX_SEARCH_INDEXES,
@@ -560,17 +559,16 @@ class MemoryView:
             self._indexes[slot] = (index, seq, epoch)  # most recently used last
             while len(self._indexes) > MAX_SEARCH_INDEXES:
                 del self._indexes[next(iter(self._indexes))]
-            vector = query_vector if mode != "keyword" else None
-            if not index.can_rank(vector):
-                return None
-            found = index.search(
-                terms(text),
-                strategy=mode,
-                query_vector=vector,
+            found = index.find(
+                text,
+                mode=mode,
+                query_vector=query_vector,
                 min_similarity=min_similarity,
                 limit=limit,
                 exclude=exclude,
             )
+        if found is None:
+            return None
         out = []
         for raw_id, ranked in found:
             item = self._load(txn, namespace, where, raw_id)

@@ -22,7 +22,7 @@ from .embedding import to_vector
 from .items import MemoryItem
 from .recall import dimensions_mismatch
 from .scoring import TermStatistics, bm25_postings
-from .terms import term_counts
+from .terms import term_counts, terms
 from .text_ranking import Columns, Ranked, rank_by_feedback, rank_by_similarity, rank_by_text
 
 __all__ = ["SearchIndex"]
@@ -214,11 +214,7 @@ class SearchIndex:
         if strategy == "keyword":
             return self._keyword(query, min_similarity, limit, exclude)
         size = len(self._ids)
-        allowed = self._alive[:size].copy()
-        for raw_id in exclude:
-            slot = self._slots.get(raw_id)
-            if slot is not None:
-                allowed[slot] = False
+        allowed = self._allowed(size, exclude)
         semantic = has_vector = None
         if query_vector is not None and self.label is not None:
             has_vector = self._has_vector[:size]
@@ -263,16 +259,44 @@ class SearchIndex:
             )
         return [(self._ids[r.row], r) for r in ranked]
 
-    def ordered(
-        self, *, strategy: str, limit: int, exclude: frozenset[bytes]
-    ) -> list[tuple[bytes, Ranked]]:
-        """A recall without text: ``recent``, or feedback then newest."""
-        size = len(self._ids)
+    def _allowed(self, size: int, exclude: frozenset[bytes]) -> np.ndarray:
         allowed = self._alive[:size].copy()
         for raw_id in exclude:
             slot = self._slots.get(raw_id)
             if slot is not None:
                 allowed[slot] = False
+        return allowed
+
+    def find(
+        self,
+        text: str,
+        *,
+        mode: str,
+        query_vector: np.ndarray | None,
+        min_similarity: float | None,
+        limit: int,
+        exclude: frozenset[bytes],
+    ) -> list[tuple[bytes, Ranked]] | None:
+        """`search` for a recall's text and mode (`laser_memory.recall.search_mode`);
+        None when only a scan ranks it exactly."""
+        vector = query_vector if mode != "keyword" else None
+        if not self.can_rank(vector):
+            return None
+        return self.search(
+            terms(text),
+            strategy=mode,
+            query_vector=vector,
+            min_similarity=min_similarity,
+            limit=limit,
+            exclude=exclude,
+        )
+
+    def ordered(
+        self, *, strategy: str, limit: int, exclude: frozenset[bytes]
+    ) -> list[tuple[bytes, Ranked]]:
+        """A recall without text: ``recent``, or feedback then newest."""
+        size = len(self._ids)
+        allowed = self._allowed(size, exclude)
         none = self._before[:0]
         columns = Columns(
             keyword=self._weight[:0],
