@@ -15,6 +15,7 @@ ranks exactly what a scan would, with the same code (`laser_memory.text_ranking`
 from __future__ import annotations
 
 import bisect
+from array import array
 
 import numpy as np
 
@@ -30,6 +31,39 @@ __all__ = ["SearchIndex"]
 _Key = tuple[int, int, int]
 
 
+class _Posting:
+    """One term's entries: slots, counts and the slot generation each was written in."""
+
+    __slots__ = ("counts", "generations", "live", "slots")
+
+    def __init__(self) -> None:
+        self.slots = array("q")
+        self.counts = array("d")
+        self.generations = array("q")
+        self.live = 0
+
+    def add(self, slot: int, count: int, generation: int) -> None:
+        self.slots.append(slot)
+        self.counts.append(count)
+        self.generations.append(generation)
+        self.live += 1
+
+    def current(self, generation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, counts) of the entries still current."""
+        slots = np.frombuffer(self.slots, dtype=np.int64)
+        valid = np.frombuffer(self.generations, dtype=np.int64) == generation[slots]
+        return slots[valid].copy(), np.frombuffer(self.counts, dtype=np.float64)[valid].copy()
+
+    def compact(self, generation: np.ndarray) -> None:
+        """Drop stale entries once they outnumber the current ones."""
+        if len(self.slots) <= 2 * self.live + 16:
+            return
+        slots, counts = self.current(generation)
+        self.slots = array("q", slots.tobytes())
+        self.counts = array("d", counts.tobytes())
+        self.generations = array("q", generation[slots].tobytes())
+
+
 class SearchIndex:
     """The candidates of one read (a tenant's namespace, or one conversation of it),
     for one embedder label (None: text only)."""
@@ -39,8 +73,11 @@ class SearchIndex:
         self._slots: dict[bytes, int] = {}
         self._ids: list[bytes | None] = []
         self._free: list[int] = []
-        self._counts: list[dict[str, int] | None] = []
-        self._postings: dict[str, dict[int, int]] = {}
+        self._terms: list[tuple[str, ...]] = []
+        # term -> its posting list. Entries are appended and never edited: an entry counts
+        # while its slot's generation is the one it was written with.
+        self._postings: dict[str, _Posting] = {}
+        self._generation = np.zeros(64, dtype=np.int64)
         # A term's posting list as arrays, until the term's postings change.
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._groups: dict[str, list[tuple[_Key, int]]] = {}
@@ -90,7 +127,7 @@ class SearchIndex:
         else:
             slot = len(self._ids)
             self._ids.append(raw_id)
-            self._counts.append(None)
+            self._terms.append(())
             self._group_of.append("")
             if slot >= len(self._time):
                 self._grow(2 * len(self._time))
@@ -111,6 +148,9 @@ class SearchIndex:
             new = np.full(capacity, -1, dtype=np.int64)
             new[: len(old)] = old
             setattr(self, name, new)
+        generation = np.zeros(capacity, dtype=np.int64)
+        generation[: len(self._generation)] = self._generation
+        self._generation = generation
         if self._vectors is not None:
             vectors = np.zeros((capacity, self._vectors.shape[1]), dtype=np.float32)
             vectors[: len(self._vectors)] = self._vectors
@@ -118,9 +158,13 @@ class SearchIndex:
 
     def _insert(self, slot: int, item: MemoryItem) -> None:
         counts, length = term_counts(item.body)
-        self._counts[slot] = counts
+        self._terms[slot] = tuple(counts)
+        generation = int(self._generation[slot])
         for term, tf in counts.items():
-            self._postings.setdefault(term, {})[slot] = tf
+            posting = self._postings.get(term)
+            if posting is None:
+                posting = self._postings[term] = _Posting()
+            posting.add(slot, tf, generation)
             self._arrays.pop(term, None)
         self._documents += 1
         self._total_length += length
@@ -156,14 +200,15 @@ class SearchIndex:
             self._before[after] = slot
 
     def _remove(self, slot: int) -> None:
-        counts = self._counts[slot] or {}
-        for term in counts:
+        for term in self._terms[slot]:
             self._arrays.pop(term, None)
             posting = self._postings[term]
-            del posting[slot]
-            if not posting:
+            posting.live -= 1
+            if posting.live == 0:
                 del self._postings[term]
-        self._counts[slot] = None
+        self._terms[slot] = ()
+        # Every entry of this slot is stale from now on.
+        self._generation[slot] += 1
         self._documents -= 1
         self._total_length -= int(self._length[slot])
         key = (int(self._time[slot]), int(self._partition[slot]), int(self._offset[slot]))
@@ -352,15 +397,19 @@ class SearchIndex:
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = self._arrays.get(term)
         if arrays is None:
-            posting = self._postings.get(term, {})
-            rows = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
-            counts = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
-            arrays = self._arrays[term] = (rows, counts)
+            posting = self._postings.get(term)
+            if posting is None:
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+            posting.compact(self._generation)
+            arrays = self._arrays[term] = posting.current(self._generation)
         return arrays
 
     def _statistics(self, query: list[str]) -> TermStatistics:
         return TermStatistics(
             self._documents,
             self._total_length,
-            {term: len(self._postings.get(term, ())) for term in dict.fromkeys(query)},
+            {
+                term: posting.live if (posting := self._postings.get(term)) else 0
+                for term in dict.fromkeys(query)
+            },
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 
 import Stemmer
 
@@ -64,5 +65,7 @@ def term_counts(body: bytes) -> tuple[dict[str, int], int]:
     counts: dict[str, int] = {}
     found = terms(body.decode("utf-8", "replace"))
     for term in found:
+        # Interned: a term held by a million items is one string, not a million.
+        term = sys.intern(term)
         counts[term] = counts.get(term, 0) + 1
     return counts, len(found)
