@@ -266,13 +266,13 @@ class SearchIndex:
             semantic = np.zeros(size, dtype=np.float64)
             rows = np.flatnonzero(has_vector)
             if len(rows):
-                # cosine_similarities, row by row, without copying the rows out.
+                # cosine_similarities, row by row, over every slot (empty ones are zeros).
                 vector = query_vector.astype(np.float32)
-                dots = (self._vectors[:size] @ vector)[rows]
-                norms = self._norms[:size][rows] * float(np.linalg.norm(vector))
+                dots = self._vectors[:size] @ vector
+                norms = self._norms[:size] * float(np.linalg.norm(vector))
                 similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-                semantic[:] = float(similar.min())
-                semantic[rows] = similar
+                low = float(similar[has_vector].min())
+                semantic = np.where(has_vector, similar, low).astype(np.float64)
             elif strategy != "semantic":
                 semantic = has_vector = None
         columns = Columns(

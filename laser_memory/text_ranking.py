@@ -67,18 +67,29 @@ def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.nd
     return rows[order][:limit]
 
 
-def _rank_of(scores: np.ndarray, mask: np.ndarray, row: int, c: Columns) -> int:
-    """Where ``row`` comes among the masked rows by descending score, ties newest first."""
-    value = scores[row]
-    higher = int(np.count_nonzero(mask & (scores > value)))
-    equal = mask & (scores == value)
-    if np.count_nonzero(equal) > 1:
+def _ranks_of(scores: np.ndarray, mask: np.ndarray, rows: list[int], c: Columns) -> list[int]:
+    """Where each of ``rows`` comes among the masked rows by descending score, ties
+    newest first."""
+    if not rows:
+        return []
+    pool = scores[mask]
+    values = scores[rows]
+    out: list[int] = []
+    tied: list[int] = []
+    for start in range(0, len(rows), 16):  # 16 rows at a time bounds the comparison matrix
+        chunk = values[start : start + 16]
+        out.extend((pool[None, :] > chunk[:, None]).sum(axis=1).tolist())
+        equal = (pool[None, :] == chunk[:, None]).sum(axis=1)
+        tied.extend(start + int(i) for i in np.flatnonzero(equal > 1))
+    for i in tied:
+        row = rows[i]
+        equal = mask & (scores == values[i])
         t, p, o = c.time[row], c.partition[row], c.offset[row]
         newer = (c.time > t) | (
             (c.time == t) & ((c.partition > p) | ((c.partition == p) & (c.offset > o)))
         )
-        higher += int(np.count_nonzero(equal & newer))
-    return higher
+        out[i] += int(np.count_nonzero(equal & newer))
+    return out
 
 
 def _fuse(keyword: np.ndarray, semantic: np.ndarray | None, alive: np.ndarray) -> np.ndarray:
@@ -122,20 +133,30 @@ def rank_by_text(
     returned = np.zeros(len(final), dtype=bool)
     returned[chosen] = True
     weighted = returned & (c.weight != 0)
+    rows = chosen.tolist()
+    keyword_rows = [r for r in rows if hybrid and matched[r]]
+    keyword_rank = dict(
+        zip(keyword_rows, _ranks_of(c.keyword, matched, keyword_rows, c), strict=True)
+    )
+    semantic_rank: dict[int, int] = {}
+    if c.semantic is not None:
+        with_vector = c.alive & c.has_vector
+        vector_rows = [r for r in rows if c.has_vector[r]]
+        ranks = _ranks_of(c.semantic, with_vector, vector_rows, c)
+        semantic_rank = dict(zip(vector_rows, ranks, strict=True))
+    weighted_rows = [r for r in rows if weighted[r]]
+    weight_rank = dict(
+        zip(weighted_rows, _ranks_of(c.weight, weighted, weighted_rows, c), strict=True)
+    )
     out = []
-    for position, row in enumerate(chosen.tolist()):
+    for position, row in enumerate(rows):
         signals = [Signal(label, position, float(final[row]))]
-        if hybrid and matched[row]:
-            signals.append(
-                Signal("keyword", _rank_of(c.keyword, matched, row, c), float(c.keyword[row]))
-            )
-        if c.semantic is not None and c.has_vector[row]:
-            rank = _rank_of(c.semantic, c.alive & c.has_vector, row, c)
-            signals.append(Signal("semantic", rank, float(c.semantic[row])))
-        if weighted[row]:
-            signals.append(
-                Signal("auto", _rank_of(c.weight, weighted, row, c), float(c.weight[row]))
-            )
+        if row in keyword_rank:
+            signals.append(Signal("keyword", keyword_rank[row], float(c.keyword[row])))
+        if row in semantic_rank:
+            signals.append(Signal("semantic", semantic_rank[row], float(c.semantic[row])))
+        if row in weight_rank:
+            signals.append(Signal("auto", weight_rank[row], float(c.weight[row])))
         out.append(Ranked(row, float(final[row]), tuple(signals)))
     return out
 
@@ -168,10 +189,15 @@ def rank_by_feedback(c: Columns, *, strategy: str, limit: int) -> list[Ranked]:
     returned[chosen] = True
     weighted = returned & (c.weight != 0)
     out = []
-    for i, row in enumerate(chosen.tolist()):
+    rows = chosen.tolist()
+    weighted_rows = [r for r in rows if strategy != "auto" and weighted[r]]
+    weight_rank = dict(
+        zip(weighted_rows, _ranks_of(c.weight, weighted, weighted_rows, c), strict=True)
+    )
+    for i, row in enumerate(rows):
         weight = float(c.weight[row])
         signals = [Signal(strategy, i, weight)]
-        if strategy != "auto" and weighted[row]:
-            signals.append(Signal("auto", _rank_of(c.weight, weighted, row, c), weight))
+        if row in weight_rank:
+            signals.append(Signal("auto", weight_rank[row], weight))
         out.append(Ranked(row, weight, tuple(signals)))
     return out
