@@ -7,9 +7,10 @@ text or meaning reads only the items it returns instead of every candidate. Entr
 are `MemoryItem` s as a read of that candidate set sees them (`put`), so the index
 ranks exactly what a scan would, with the same code (`laser_memory.text_ranking`).
 
->>> index = SearchIndex("test/word-hash")                  # doctest: +SKIP
->>> index.put(item.id.bytes, item)                          # doctest: +SKIP
->>> index.search(terms("keys"), strategy="hybrid", query_vector=q, limit=10)  # +SKIP
+>>> index = SearchIndex("test/word-hash")                      # doctest: +SKIP
+>>> index.put(item.id.bytes, item)                              # doctest: +SKIP
+>>> index.find("keys", mode="hybrid", query_vector=q, min_similarity=None,
+...            limit=10, exclude=frozenset())                   # doctest: +SKIP
 """
 
 from __future__ import annotations
