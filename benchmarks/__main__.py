@@ -19,7 +19,7 @@ import time
 
 import msgspec
 
-from . import fold, locomo, log_append, recall, search
+from . import approximate, fold, locomo, log_append, recall, search
 from .figures import Figure
 
 BENCHMARKS = {
@@ -27,6 +27,7 @@ BENCHMARKS = {
     "fold": fold.run,
     "recall": recall.run,
     "search": search.run,
+    "approximate": approximate.run,
     "locomo": locomo.run,
 }
 

@@ -80,6 +80,7 @@ from laser_memory.records import (
     header_value,
 )
 from laser_memory.search_index import SearchIndex
+from laser_memory.vector_clusters import ApproximateSearch
 
 __all__ = [
     "MAX_NAMED_BODY_BYTES",
@@ -558,9 +559,11 @@ class MemoryState:
         min_similarity: float | None,
         limit: int,
         exclude: frozenset[bytes],
+        approximate: ApproximateSearch | None = None,
     ) -> list[MemoryItem] | None:
         """A text recall from the fold's search index for this read; None when the read
-        has owner filters, which only a scan of `items` ranks exactly."""
+        has owner filters, which only a scan of `items` ranks exactly. ``approximate``
+        lets a large semantic recall score only the nearest clusters."""
         if where.has_owner_filter:
             return None
         found = self._index_for(where).find(
@@ -570,6 +573,7 @@ class MemoryState:
             min_similarity=min_similarity,
             limit=limit,
             exclude=exclude,
+            approximate=approximate,
         )
         return None if found is None else self._found(where, found)
 

@@ -76,6 +76,7 @@ from laser_memory.log.port import LogRecord, Position
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
 from laser_memory.records import NamedPatch, NamedRemove, NamedSet, Remember
 from laser_memory.search_index import SearchIndex
+from laser_memory.vector_clusters import ApproximateSearch
 
 from .state import (
     MAX_SEARCH_INDEXES,
@@ -491,16 +492,28 @@ class MemoryView:
         embedder: str | None = None,
         min_similarity: float | None = None,
         exclude: frozenset[bytes] = frozenset(),
+        approximate: ApproximateSearch | None = None,
     ) -> list[MemoryItem]:
         """Recall from the view; same order and signals as folded recall. A recall by
-        text or meaning scores every visible item in scope, exactly."""
+        text or meaning scores every visible item in scope, exactly, except that with
+        ``approximate`` a semantic recall over many vectors scores the nearest
+        clusters (`laser_memory.vector_clusters`)."""
         validate_strategy(strategy)
         validate_limit(limit)
         mode = search_mode(strategy, text, query_vector)
         with self._read() as txn:
             if mode is not None:
                 found = self._search(
-                    txn, namespace, where, text, mode, query_vector, min_similarity, limit, exclude
+                    txn,
+                    namespace,
+                    where,
+                    text,
+                    mode,
+                    query_vector,
+                    min_similarity,
+                    limit,
+                    exclude,
+                    approximate,
                 )
                 if found is not None:
                     return found
@@ -523,7 +536,17 @@ class MemoryView:
         )
 
     def _search(
-        self, txn, namespace, where, text, mode, query_vector, min_similarity, limit, exclude
+        self,
+        txn,
+        namespace,
+        where,
+        text,
+        mode,
+        query_vector,
+        min_similarity,
+        limit,
+        exclude,
+        approximate,
     ) -> list[MemoryItem] | None:
         """A text recall from this process's search index for the read, caught up from
         the ``changes`` log in the same read transaction; None when only a scan ranks
@@ -566,6 +589,7 @@ class MemoryView:
                 min_similarity=min_similarity,
                 limit=limit,
                 exclude=exclude,
+                approximate=approximate,
             )
         if found is None:
             return None

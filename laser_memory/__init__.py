@@ -48,6 +48,7 @@ from .kinds import MemoryClass, MemoryKind, memory_kind_class, memory_kind_code
 from .recall import fuse_reciprocal_rank, to_context_block
 from .records import Origin, Producer
 from .scope import MemoryScope
+from .vector_clusters import ApproximateSearch
 
 if TYPE_CHECKING:
     from .client import ConversationContext, Laser, connect
@@ -85,6 +86,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AgentId",
+    "ApproximateSearch",
     "BodyTooLarge",
     "ConfigError",
     "ConversationContext",

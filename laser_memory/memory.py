@@ -27,6 +27,7 @@ from folders.view import MemoryView
 from .embedding import Embedder, embed_texts, validate_embedder
 from .errors import (
     BodyTooLarge,
+    ConfigError,
     EmptyBody,
     InvalidBody,
     InvalidInput,
@@ -57,6 +58,7 @@ from .records import (
     encode_record,
 )
 from .scope import MemoryScope
+from .vector_clusters import ApproximateSearch
 
 if TYPE_CHECKING:
     from .client import Laser
@@ -92,12 +94,22 @@ class MemoryConfig:
     Both logs take records of up to 2 MiB unless configured otherwise, so raise
     theirs with these. On the embedded log a missing memory topic is created on
     first write with ``default_partitions``; on Kafka it must be created with
-    ``bootstrap`` first.
+    ``bootstrap`` first. ``approximate`` says when a semantic recall over many vectors
+    scores only the clusters nearest the query (`ApproximateSearch`; None: always
+    exact, as is ``recall(..., exact=True)``).
     """
 
     max_body_bytes: int = 1 << 20
     max_record_bytes: int = (1 << 20) + (64 << 10)
     default_partitions: int = 4
+    # Frozen, so one shared default is safe.
+    approximate: ApproximateSearch | None = ApproximateSearch()  # noqa: RUF009
+
+    def __post_init__(self) -> None:
+        if self.approximate is not None and not isinstance(self.approximate, ApproximateSearch):
+            raise ConfigError(
+                "MemoryConfig.approximate is an ApproximateSearch, or None to search exactly"
+            )
 
 
 class MemoryHandle:
@@ -578,6 +590,7 @@ class MemoryHandle:
         token_budget: int | None = None,
         min_similarity: float | None = None,
         exclude: Sequence[MemoryId | str | bytes] = (),
+        exact: bool = False,
     ) -> list[MemoryItem] | str:
         """Recall items in scope. Every field you set narrows; a field you leave out
         widens, except ``tenant``, which always applies exactly (unset means ``""``).
@@ -592,7 +605,9 @@ class MemoryHandle:
         embedder's vectors (``min_similarity`` drops weaker matches), comparing only
         vectors of that embedder, over every item the filters allow; without an
         embedder it keeps items sharing a word, like ``keyword``. ``exclude`` ids are
-        never returned.
+        never returned. Over a very large candidate set (`MemoryConfig.approximate`)
+        a semantic recall scores only the vectors nearest the query and may miss a few
+        of the exact best; ``exact=True`` scores them all.
 
         >>> items = await memory.recall(conversation="c-1", strategy="recent", limit=5)
         ... # doctest: +SKIP
@@ -607,6 +622,8 @@ class MemoryHandle:
             or not -1.0 <= min_similarity <= 1.0
         ):
             raise InvalidInput(f"min_similarity is from -1 to 1, got {min_similarity!r}")
+        if not isinstance(exact, bool):
+            raise InvalidInput(f"exact is True or False, got {exact!r}")
         if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence):
             raise InvalidInput("exclude is a list of memory ids")
         excluded = frozenset(MemoryId.parse(item).bytes for item in exclude)
@@ -638,13 +655,20 @@ class MemoryHandle:
             "min_similarity": min_similarity,
             "exclude": excluded,
         }
+        approximate = None if exact else self._laser.config.approximate
         if self._managed(folded):
             view = await self._managed_view(after, timeout)
             items = (
                 []
                 if view is None
                 else view.recall(
-                    self.namespace, where, strategy=strategy, text=text, limit=limit, **ranking
+                    self.namespace,
+                    where,
+                    strategy=strategy,
+                    text=text,
+                    limit=limit,
+                    approximate=approximate,
+                    **ranking,
                 )
             )
         elif (info := await self._topic_info()) is None:
@@ -669,6 +693,7 @@ class MemoryHandle:
                     min_similarity=min_similarity,
                     limit=limit,
                     exclude=excluded,
+                    approximate=approximate,
                 )
             if items is None:
                 items = rank(

@@ -26,6 +26,7 @@ from .recall import dimensions_mismatch
 from .scoring import TermStatistics, bm25_postings
 from .terms import term_counts, terms
 from .text_ranking import Columns, Ranked, rank_by_feedback, rank_by_similarity, rank_by_text
+from .vector_clusters import ApproximateSearch, VectorClusters
 
 __all__ = ["SearchIndex"]
 
@@ -99,6 +100,11 @@ class SearchIndex:
         self._after = np.full(capacity, -1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
         self._norms = np.zeros(capacity, dtype=np.float32)
+        self._vector_count = 0
+        # Approximate semantic search: slots below `_clustered_until` are in cluster
+        # order (`_cluster`); slots from there on were added since and always scored.
+        self._clusters: VectorClusters | None = None
+        self._clustered_until = 0
 
     def __len__(self) -> int:
         return self._documents
@@ -108,18 +114,31 @@ class SearchIndex:
     def put(self, raw_id: bytes, item: MemoryItem | None) -> None:
         """Set an item's entry (None: it is no candidate now)."""
         slot = self._slots.get(raw_id)
+        if slot is not None and item is not None and self._leaves_cluster(slot, item):
+            # Its vector changed, so its slot may sit in the wrong cluster: move it.
+            self.put(raw_id, None)
+            slot = None
         if slot is not None:
             self._remove(slot)
             if item is None:
                 del self._slots[raw_id]
                 self._ids[slot] = None
-                self._free.append(slot)
+                if slot >= self._clustered_until:
+                    # A clustered slot stays empty: reused, it would hold a vector of
+                    # another cluster. The next `_cluster` drops it.
+                    self._free.append(slot)
                 return
         elif item is None:
             return
         else:
             slot = self._allocate(raw_id)
         self._insert(slot, item)
+
+    def _leaves_cluster(self, slot: int, item: MemoryItem) -> bool:
+        if slot >= self._clustered_until or item.embedder != self.label or not item.embedding:
+            return False
+        vector = to_vector(item.embedding)
+        return not (self._has_vector[slot] and np.array_equal(self._vectors[slot], vector))
 
     def _allocate(self, raw_id: bytes) -> int:
         if self._free:
@@ -184,6 +203,7 @@ class SearchIndex:
                 # As np.linalg.norm(matrix, axis=1) computes it for a scan's matrix.
                 self._norms[slot] = np.linalg.norm(vector[None, :], axis=1)[0]
                 self._has_vector[slot] = True
+                self._vector_count += 1
             else:
                 # Another length under the same label: only a scan can rank it.
                 self._other_vector[slot] = True
@@ -224,6 +244,7 @@ class SearchIndex:
         if after >= 0:
             self._before[after] = before
         self._before[slot] = self._after[slot] = -1
+        self._vector_count -= int(self._has_vector[slot])
         self._alive[slot] = self._has_vector[slot] = self._other_vector[slot] = False
         self._weight[slot] = self._length[slot] = 0.0
         if self._vectors is not None:
@@ -254,11 +275,23 @@ class SearchIndex:
         min_similarity: float | None,
         limit: int,
         exclude: frozenset[bytes],
+        approximate: ApproximateSearch | None = None,
     ) -> list[tuple[bytes, Ranked]]:
         """(id, ranking) of the best entries, best first, as `rank` would order the
-        same candidates. ``strategy`` is ``keyword``, ``hybrid`` or ``semantic``."""
+        same candidates. ``strategy`` is ``keyword``, ``hybrid`` or ``semantic``.
+        With ``approximate``, a semantic search over at least its ``from_vectors``
+        vectors scores only the clusters nearest the query (`_approximate`)."""
         if strategy == "keyword":
             return self._keyword(query, min_similarity, limit, exclude)
+        if (
+            strategy == "semantic"
+            and approximate is not None
+            and query_vector is not None
+            and self.label is not None
+            and self._vector_count >= approximate.from_vectors
+            and np.any(query_vector)
+        ):
+            return self._approximate(query_vector, approximate, min_similarity, limit, exclude)
         size = len(self._ids)
         allowed = self._allowed(size, exclude)
         semantic = has_vector = None
@@ -322,6 +355,7 @@ class SearchIndex:
         min_similarity: float | None,
         limit: int,
         exclude: frozenset[bytes],
+        approximate: ApproximateSearch | None = None,
     ) -> list[tuple[bytes, Ranked]] | None:
         """`search` for a recall's text and mode (`laser_memory.recall.search_mode`);
         None when only a scan ranks it exactly."""
@@ -335,6 +369,7 @@ class SearchIndex:
             min_similarity=min_similarity,
             limit=limit,
             exclude=exclude,
+            approximate=approximate,
         )
 
     def ordered(
@@ -414,3 +449,118 @@ class SearchIndex:
                 for term in dict.fromkeys(query)
             },
         )
+
+    # -- approximate semantic search ----------------------------------------------
+
+    def _approximate(
+        self,
+        query_vector: np.ndarray,
+        config: ApproximateSearch,
+        min_similarity: float | None,
+        limit: int,
+        exclude: frozenset[bytes],
+    ) -> list[tuple[bytes, Ranked]]:
+        """Semantic search over the clusters nearest the query and every slot added
+        since they were made: each scored exactly, the others not at all."""
+        size = len(self._ids)
+        clustered = self._clustered_until
+        if (
+            self._clusters is None
+            # Many vectors added since, or many clustered ones gone: cluster afresh.
+            or 4 * int(np.count_nonzero(self._has_vector[clustered:size])) > clustered
+            or 2 * int(np.count_nonzero(self._has_vector[:clustered])) < clustered
+        ):
+            self._cluster()
+            size, clustered = len(self._ids), self._clustered_until
+        vector = query_vector.astype(np.float32)
+        length = float(np.linalg.norm(vector))
+        ranges = self._clusters.probe(vector / length, config.probe_share)
+        if clustered < size:
+            ranges.append((clustered, size))
+        rows = np.concatenate([np.arange(start, stop) for start, stop in ranges])
+        # Each cluster is a contiguous block of the matrix: no rows are copied out.
+        dots = np.concatenate([self._vectors[start:stop] @ vector for start, stop in ranges])
+        norms = self._norms[rows] * length
+        similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+        allowed = np.ones(len(rows), dtype=bool)
+        if exclude:
+            excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
+            allowed = ~np.isin(rows, excluded)
+        columns = Columns(
+            keyword=np.zeros(len(rows), dtype=np.float64),
+            semantic=similar.astype(np.float64),
+            has_vector=self._has_vector[rows],
+            weight=self._weight[rows],
+            time=self._time[rows],
+            partition=self._partition[rows],
+            offset=self._offset[rows],
+            before=np.full(len(rows), -1, dtype=np.int64),
+            after=np.full(len(rows), -1, dtype=np.int64),
+            alive=self._alive[rows],
+            allowed=allowed,
+        )
+        ranked = rank_by_similarity(columns, min_similarity=min_similarity, limit=limit)
+        return [(self._ids[int(rows[r.row])], r) for r in ranked]
+
+    def _cluster(self) -> None:
+        """Group the vectors into clusters and put every slot in cluster order: the
+        vectors of a cluster become one block of the matrix. Slots without a vector
+        follow; empty slots are dropped."""
+        size = len(self._ids)
+        with_vector = np.flatnonzero(self._has_vector[:size])
+        # In log order, not slot order: the fold and a view's reader fill their slots in
+        # different orders, and must make the same clusters to give the same answers.
+        with_vector = with_vector[
+            np.lexsort(
+                (self._offset[with_vector], self._partition[with_vector], self._time[with_vector])
+            )
+        ]
+        centroids = VectorClusters.train(self._vectors, with_vector, self._norms)
+        nearest = VectorClusters.assign(self._vectors[:size], centroids)[with_vector]
+        by_cluster = np.argsort(nearest, kind="stable")
+        without = np.flatnonzero(self._alive[:size] & ~self._has_vector[:size])
+        self._reorder(np.concatenate([with_vector[by_cluster], without]))
+        bounds = np.searchsorted(nearest[by_cluster], np.arange(len(centroids) + 1))
+        self._clusters = VectorClusters(centroids, bounds)
+        self._clustered_until = len(with_vector)
+
+    def _reorder(self, order: np.ndarray) -> None:
+        """Move the entry of slot ``order[i]`` to slot ``i``; slots not in ``order``
+        must be empty, and are gone afterwards."""
+        count = len(order)
+        inverse = np.full(len(self._ids), -1, dtype=np.int64)
+        inverse[order] = np.arange(count)
+        for posting in self._postings.values():
+            slots, counts = posting.current(self._generation)
+            posting.slots = array("q", inverse[slots].tobytes())
+            posting.counts = array("d", counts.tobytes())
+            posting.generations = array("q", bytes(8 * len(slots)))
+        self._arrays.clear()
+        capacity = max(64, count + count // 4)
+        for name in (
+            "_time", "_partition", "_offset", "_weight", "_length", "_alive",
+            "_has_vector", "_other_vector", "_norms",
+        ):  # fmt: skip
+            moved = np.zeros(capacity, dtype=getattr(self, name).dtype)
+            moved[:count] = getattr(self, name)[order]
+            setattr(self, name, moved)
+        for name in ("_before", "_after"):
+            neighbour = getattr(self, name)[order]
+            moved = np.full(capacity, -1, dtype=np.int64)
+            moved[:count] = np.where(neighbour >= 0, inverse[neighbour], -1)
+            setattr(self, name, moved)
+        self._generation = np.zeros(capacity, dtype=np.int64)
+        if self._vectors is not None:
+            vectors = np.zeros((capacity, self._vectors.shape[1]), dtype=np.float32)
+            vectors[:count] = self._vectors[order]
+            self._vectors = vectors
+        slots = order.tolist()
+        self._ids = [self._ids[slot] for slot in slots]
+        self._terms = [self._terms[slot] for slot in slots]
+        self._group_of = [self._group_of[slot] for slot in slots]
+        self._slots = {raw_id: slot for slot, raw_id in enumerate(self._ids)}
+        self._free = []
+        self._groups = {
+            group: sorted((key, int(inverse[slot])) for key, slot in members)
+            for group, members in self._groups.items()
+        }

@@ -1,0 +1,177 @@
+"""Approximate semantic search: clusters put the index's slots in another order, which
+must change no ranking at all; probing every cluster finds exactly what a scan finds;
+probing some finds most of it; and a handle searches exactly when asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import laser_memory as lm
+from folders.service import ViewFolder
+from laser_memory.recall import rank, search_mode
+from laser_memory.search_index import SearchIndex
+from laser_memory.terms import terms
+from tests.test_search_index import LABEL, _item, drop, put, queries
+
+EVERY_CLUSTER = lm.ApproximateSearch(from_vectors=1, probe_share=1.0)
+WORD_HASH = lm.WordHashEmbedder()
+QUERY_VECTOR = np.asarray([1.0, 0.5, -0.25], dtype=np.float32)
+
+
+def _apply(index: SearchIndex, live: dict, ops, offsets) -> None:
+    for op in ops:
+        if op[0] == "put":
+            _, n, body, conversation, weight, vector, time, partition = op
+            item = _item(n, body, conversation, weight, vector, (time, partition, next(offsets)))
+            live[item.id.bytes] = item
+            index.put(item.id.bytes, item)
+        else:
+            raw_id = op[1].to_bytes(16, "big")
+            live.pop(raw_id, None)
+            index.put(raw_id, None)
+
+
+def _semantic(index: SearchIndex, approximate) -> list:
+    return index.search(
+        ["alpha"],
+        strategy="semantic",
+        query_vector=QUERY_VECTOR,
+        min_similarity=None,
+        limit=10,
+        exclude=frozenset(),
+        approximate=approximate,
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    before=st.lists(st.one_of(put, put, drop), min_size=1, max_size=20),
+    after=st.lists(st.one_of(put, put, drop), max_size=20),
+    query=queries,
+)
+def test_clustering_changes_no_ranking(before, after, query):
+    index = SearchIndex(LABEL)
+    live: dict = {}
+    offsets = iter(range(10_000))
+    _apply(index, live, before, offsets)
+    _semantic(index, EVERY_CLUSTER)  # clusters the slots, when there are vectors
+    _apply(index, live, after, offsets)
+    strategy, text, limit, min_similarity, excluded = query
+    exclude = frozenset(n.to_bytes(16, "big") for n in excluded)
+    vector = QUERY_VECTOR if strategy != "keyword" else None
+    want = rank(
+        list(live.values()),
+        strategy=strategy,
+        text=text,
+        limit=limit,
+        query_vector=vector,
+        embedder=LABEL,
+        min_similarity=min_similarity,
+        exclude=exclude,
+    )
+    mode = search_mode(strategy, text, vector)
+    for approximate in (None, EVERY_CLUSTER):
+        got = index.search(
+            terms(text),
+            strategy=mode,
+            query_vector=vector if mode != "keyword" else None,
+            min_similarity=min_similarity,
+            limit=limit,
+            exclude=exclude,
+            approximate=approximate,
+        )
+        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+            (i.id.bytes, i.score, i.signals) for i in want
+        ], approximate
+    for plain in ("recent", "auto"):
+        want = rank(list(live.values()), strategy=plain, limit=limit, exclude=exclude)
+        got = index.ordered(strategy=plain, limit=limit, exclude=exclude)
+        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+            (i.id.bytes, i.score, i.signals) for i in want
+        ], plain
+    assert len(index) == len(live)
+
+
+def test_probing_the_nearest_clusters_finds_most_of_the_exact_best():
+    """Vectors around 40 topics in 64 dimensions: the nearest fifth of the clusters
+    holds nearly all of a query's exact top 10."""
+    rng = np.random.default_rng(11)
+    topics = rng.standard_normal((40, 64)).astype(np.float32)
+    index = SearchIndex("test/topics")
+    for n in range(4_000):
+        vector = topics[n % 40] + 0.6 * rng.standard_normal(64).astype(np.float32)
+        item = _item(n, "alpha", None, 0.0, vector, (n, 0, n))
+        index.put(item.id.bytes, item.__replace__(embedder="test/topics"))
+    approximate = lm.ApproximateSearch(from_vectors=1_000, probe_share=0.2)
+    found = 0
+    for q in range(20):
+        query = topics[q % 40] + 0.6 * rng.standard_normal(64).astype(np.float32)
+
+        def best(config, query=query):
+            return {
+                raw_id
+                for raw_id, _ in index.search(
+                    [],
+                    strategy="semantic",
+                    query_vector=query,
+                    min_similarity=None,
+                    limit=10,
+                    exclude=frozenset(),
+                    approximate=config,
+                )
+            }
+
+        found += len(best(approximate) & best(None))
+    assert found / 200 >= 0.9
+
+
+def test_settings_are_checked():
+    for bad in ({"from_vectors": 0}, {"from_vectors": 2.5}, {"probe_share": 0}):
+        with pytest.raises(lm.ConfigError):
+            lm.ApproximateSearch(**bad)
+    with pytest.raises(lm.ConfigError, match="ApproximateSearch"):
+        lm.MemoryConfig(approximate=0.1)
+
+
+async def test_a_handle_searches_by_clusters_or_exactly_on_request(tmp_path: Path):
+    view = tmp_path / "view"
+    config = lm.MemoryConfig(approximate=lm.ApproximateSearch(from_vectors=50, probe_share=0.01))
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder(), config=config
+    ) as laser:
+        memory = laser.memory("notes")
+        rng = np.random.default_rng(5)
+        words = [f"word{n:02d}" for n in range(40)] + ["keys", "rotate"]
+        await memory.remember_many([{"body": " ".join(rng.choice(words, 4))} for _ in range(400)])
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
+        ) as reader_laser:
+            reader = reader_laser.memory("notes")
+            query = {"text": "rotate keys", "strategy": "semantic", "limit": 10}
+            exact = await memory.recall(folded=True, exact=True, **query)
+            assert await reader.recall(exact=True, **query) == exact
+            everything = list(await memory.recall(folded=True, limit=1000))
+            assert exact == rank(
+                everything,
+                strategy="semantic",
+                text="rotate keys",
+                limit=10,
+                query_vector=np.asarray(
+                    lm.WordHashEmbedder().embed_many(["rotate keys"])[0], "<f4"
+                ),
+                embedder="test/word-hash",
+            )
+            # By clusters, the fold and the view agree: same index code, same items. At
+            # 1% of 400 vectors, one cluster of about 20 is probed: not the exact top 10.
+            by_clusters = await memory.recall(folded=True, **query)
+            assert await reader.recall(**query) == by_clusters
+            assert by_clusters != exact
+            assert len(by_clusters) == 10
+            with pytest.raises(lm.InvalidInput, match="exact"):
+                await memory.recall(exact="yes", **query)
