@@ -25,7 +25,14 @@ from .items import MemoryItem
 from .recall import dimensions_mismatch
 from .scoring import TermStatistics, bm25_postings
 from .terms import term_counts, terms
-from .text_ranking import Columns, Ranked, rank_by_feedback, rank_by_similarity, rank_by_text
+from .text_ranking import (
+    FEEDBACK_SHARE,
+    Columns,
+    Ranked,
+    rank_by_feedback,
+    rank_by_similarity,
+    rank_by_text,
+)
 from .vector_clusters import ApproximateSearch, VectorClusters
 
 __all__ = ["SearchIndex"]
@@ -101,6 +108,7 @@ class SearchIndex:
         self._vectors: np.ndarray | None = None
         self._norms = np.zeros(capacity, dtype=np.float32)
         self._vector_count = 0
+        self._weighted = 0  # entries with feedback
         # Approximate semantic search: slots below `_clustered_until` are in cluster
         # order (`_cluster`); slots from there on were added since and always scored.
         self._clusters: VectorClusters | None = None
@@ -191,6 +199,7 @@ class SearchIndex:
         key = (item.append_time_ms, item.source.partition, item.source.offset)
         self._time[slot], self._partition[slot], self._offset[slot] = key
         self._weight[slot] = item.weight
+        self._weighted += item.weight != 0
         self._length[slot] = length
         self._alive[slot] = True
         if self.label is not None and item.embedder == self.label and item.embedding:
@@ -245,6 +254,7 @@ class SearchIndex:
             self._before[after] = before
         self._before[slot] = self._after[slot] = -1
         self._vector_count -= int(self._has_vector[slot])
+        self._weighted -= int(self._weight[slot] != 0)
         self._alive[slot] = self._has_vector[slot] = self._other_vector[slot] = False
         self._weight[slot] = self._length[slot] = 0.0
         if self._vectors is not None:
@@ -411,8 +421,10 @@ class SearchIndex:
         keyword = bm25_postings(query, self._posting, self._length[:size], self._statistics(query))
         allowed = np.ones(len(rows), dtype=bool)
         if exclude:
-            excluded = {self._slots[raw_id] for raw_id in exclude if raw_id in self._slots}
-            allowed = np.fromiter((int(r) not in excluded for r in rows), dtype=bool)
+            excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
+            allowed = ~np.isin(rows, excluded)
+        if len(rows) > 4 * limit + 64:
+            rows, allowed = self._contenders(rows, allowed, keyword[rows], limit)
         none = np.full(len(rows), -1, dtype=np.int64)
         columns = Columns(
             keyword=keyword[rows],
@@ -429,6 +441,33 @@ class SearchIndex:
         )
         ranked = rank_by_text(columns, hybrid=False, min_similarity=min_similarity, limit=limit)
         return [(self._ids[int(rows[r.row])], r) for r in ranked]
+
+    def _contenders(
+        self, rows: np.ndarray, allowed: np.ndarray, scores: np.ndarray, limit: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows that can make a keyword recall's first ``limit`` (and the best
+        scoring one, which sets the scale), so ranking handles tens of rows instead of
+        every holder of a common word. The final score is computed here with the very
+        operations `rank_by_text` uses (keyword mode: BM25 over the best, plus feedback),
+        so a row kept or dropped here is one it keeps or drops; ties at the cut stay."""
+        best = float(scores.max())
+        final = scores / best if best > 0 else np.zeros_like(scores)
+        if self._weighted:
+            # Only rows with feedback move: x + FEEDBACK_SHARE * tanh(0) is x.
+            weight = self._weight[rows]
+            moved = np.flatnonzero(weight)
+            final[moved] = final[moved] + FEEDBACK_SHARE * np.tanh(weight[moved])
+        open_rows = final[allowed]
+        if len(open_rows) > limit:
+            top = open_rows >= open_rows.max()
+            if np.count_nonzero(top) >= limit or limit == 0:
+                cut = float(open_rows.max())
+            else:
+                cut = float(np.partition(open_rows, len(open_rows) - limit)[-limit])
+            keep = allowed & (final >= cut)
+            keep[int(np.argmax(scores))] = True
+            return rows[keep], allowed[keep]
+        return rows, allowed
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = self._arrays.get(term)

@@ -61,8 +61,13 @@ def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.nd
     if limit == 0 or len(rows) == 0:
         return rows[:0]
     if len(rows) > limit:
-        cut = np.partition(final[rows], len(rows) - limit)[len(rows) - limit]
-        rows = rows[final[rows] >= cut]
+        values = final[rows]
+        # Common words give many equal scores, where a partition is at its slowest: when
+        # the best score alone fills the limit, it is the cut.
+        top = values >= values.max()
+        if np.count_nonzero(top) < limit:
+            top = values >= np.partition(values, len(rows) - limit)[len(rows) - limit]
+        rows = rows[top]
     order = np.lexsort((-c.offset[rows], -c.partition[rows], -c.time[rows], -final[rows]))
     return rows[order][:limit]
 

@@ -196,3 +196,29 @@ async def test_a_fold_keeps_a_bounded_number_of_indexes(tmp_path: Path):
         # An evicted read builds its index again and still answers.
         [again] = await memory.recall(conversation="c0", text="fact")
         assert again.conversation == "c0"
+
+
+def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan():
+    """Common words: the index ranks only the rows that can make the limit, which must
+    be exactly the scan's first ones, with feedback, ties and exclusions."""
+    rng = np.random.default_rng(9)
+    index = SearchIndex(None)
+    items = []
+    for n in range(1_500):
+        words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
+        weight = float(rng.choice([0.0, 0.0, 0.0, 0.5, -1.0, 3.0]))
+        item = _item(n, " ".join(words), f"c{n % 5}", weight, None, (n // 50, n % 3, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    for text in ("alpha", "beta gamma", "node-7 keys", "delta alpha alpha"):
+        for limit in (1, 3, 10, 40):
+            for excluded in ((), (0, 5, 77)):
+                exclude = frozenset(items[n].id.bytes for n in excluded)
+                want = rank(items, strategy="keyword", text=text, limit=limit, exclude=exclude)
+                got = index.search(
+                    terms(text), strategy="keyword", query_vector=None, min_similarity=None,
+                    limit=limit, exclude=exclude,
+                )  # fmt: skip
+                assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                    (i.id.bytes, i.score, i.signals) for i in want
+                ], (text, limit, excluded)
