@@ -53,6 +53,7 @@ fixed by the log):
 
 from __future__ import annotations
 
+import functools
 import math
 
 import msgspec
@@ -184,16 +185,24 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         return any(v is not None for v in (self.agent, self.user, self.application, self.kind))
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _valid_namespace(namespace: str) -> None:
+    # A fold meets the same few namespaces over and over; a refused one raises, and
+    # raising is never cached.
+    validate_name(namespace, "namespace")
+
+
 def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
     """Decode a record and check what the fold relies on; raises `LaserError`."""
     record = decode_record(log_record.value, log_record.headers)
     # Names become parts of view keys: refuse what a writer could never have sent.
-    validate_name(record.ns, "namespace")
+    _valid_namespace(record.ns)
     record.scope.validated()
     if isinstance(record, NamedSet | NamedPatch | NamedRemove):
         validate_name(record.key, "named item key")
     if isinstance(record, Remember):
-        MemoryId(record.id)
+        if len(record.id) != 16:
+            MemoryId(record.id)  # raises InvalidId, saying why
         MemoryKind.from_code(record.kind)
         if record.embedding is not None and (
             not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 << 16
@@ -201,8 +210,8 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
             raise RecordDecodeError("remember.embedding must be 1 to 65536 float32 values")
         if record.embedder is not None:
             _check_label(record.embedder, "remember.embedder")
-    elif isinstance(record, Feedback | Forget | Embedded):
-        MemoryId(record.target)
+    elif isinstance(record, Feedback | Forget | Embedded) and len(record.target) != 16:
+        MemoryId(record.target)  # raises InvalidId, saying why
     if isinstance(record, Embedded):
         _check_embedded(record)
     if (

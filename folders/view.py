@@ -173,6 +173,31 @@ def _tag_prefix(index: bytes, tenant: str, namespace: str, tag: str) -> bytes:
     return index + _scope(tenant, namespace) + _part(tag) + _SEP
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _recency_prefixes(
+    tenant: str,
+    namespace: str,
+    conversation: str,
+    agent: str | None,
+    user: str | None,
+    application: str | None,
+    kind: int,
+) -> tuple[tuple[bytes, ...], bytes]:
+    """The recency index prefixes an item of this owner is listed under, and the owner
+    as the entries' value. Items of one owner are many: computed once per owner."""
+    tags = ["*", f"k:{kind}"]
+    if conversation:
+        tags.append(f"c:{conversation}")
+    if agent is not None:
+        tags.append(f"a:{agent}")
+    if user is not None:
+        tags.append(f"u:{user}")
+    if application is not None:
+        tags.append(f"p:{application}")
+    prefixes = tuple(_tag_prefix(b"R", tenant, namespace, tag) for tag in tags)
+    return prefixes, _encoder.encode((conversation, agent, user, application, kind))
+
+
 def _index_entries(
     tenant: str, namespace: str, raw_id: bytes, state: ItemState
 ) -> dict[bytes, bytes]:
@@ -184,21 +209,14 @@ def _index_entries(
     for conversation, remembered in live.items():
         record = remembered.record
         scope = record.scope
-        owner = (conversation, scope.agent, scope.user, scope.application, record.kind)
-        owners.add(owner[1:])
-        value = _encoder.encode(owner)
+        owners.add((scope.agent, scope.user, scope.application, record.kind))
+        prefixes, value = _recency_prefixes(
+            tenant, namespace, conversation, scope.agent, scope.user, scope.application,
+            record.kind,
+        )  # fmt: skip
         tail = _inv_key(remembered.key) + raw_id
-        tags = ["*", f"k:{record.kind}"]
-        if conversation:
-            tags.append(f"c:{conversation}")
-        if scope.agent is not None:
-            tags.append(f"a:{scope.agent}")
-        if scope.user is not None:
-            tags.append(f"u:{scope.user}")
-        if scope.application is not None:
-            tags.append(f"p:{scope.application}")
-        for tag in tags:
-            entries[_tag_prefix(b"R", tenant, namespace, tag) + tail] = value
+        for prefix in prefixes:
+            entries[prefix + tail] = value
         if conversation:
             weight = state.weight([conversation])
             if weight != 0:
@@ -468,8 +486,11 @@ class MemoryView:
             return
         if db_key not in items:
             raw = txn.get(db_key, db=self._dbs["items"])
-            loaded = _item_decoder.decode(raw) if raw is not None else ItemState()
-            before = _index_entries(record.scope.tenant, record.ns, raw_id, loaded)
+            if raw is None:
+                loaded, before = ItemState(), {}
+            else:
+                loaded = _item_decoder.decode(raw)
+                before = _index_entries(record.scope.tenant, record.ns, raw_id, loaded)
             items[db_key] = (loaded, before, record.scope.tenant, record.ns, raw_id)
         items[db_key][0].apply(record, key, source)
         txn.put(
