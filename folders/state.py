@@ -96,6 +96,7 @@ __all__ = [
     "apply_named",
     "decode_for_fold",
     "history_entry",
+    "remembered_entry",
     "sort_key",
     "source_of",
 ]
@@ -614,6 +615,23 @@ class MemoryState:
         """A named item's current value, or None when it was never set or was removed."""
         named = self._named.get((tenant, key))
         return named.to_item(key) if named is not None else None
+
+
+def remembered_entry(remembered: Remembered) -> HistoryEntry:
+    """The audit line of a remember the fold keeps (version 0: numbered on reading)."""
+    record = remembered.record
+    return HistoryEntry(
+        op="remember",
+        topic=remembered.source.topic,
+        partition=remembered.key[1],
+        offset=remembered.key[2],
+        append_time_ms=remembered.key[0],
+        tenant=record.scope.tenant,
+        conversation=record.scope.conversation,
+        version=0,
+        body=record.body,
+        kind=MemoryKind.from_code(record.kind).value,
+    )
 
 
 def history_entry(record: MemoryRecord, log_record: LogRecord, version: int) -> HistoryEntry:

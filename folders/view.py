@@ -23,7 +23,10 @@ meta          ``format``, ``topic``, ``generation``,          text / offsets
 items         tenant ``\\0`` ns ``\\0`` id                      `ItemState`
 named         tenant ``\\0`` ns ``\\0`` key                     `NamedState`
 versions      tenant ``\\0`` ns ``\\0`` key ``\\0`` version     `HistoryEntry`
-audit         tenant ``\\0`` ns ``\\0`` id + inv-free position  `HistoryEntry`
+audit         tenant ``\\0`` ns ``\\0`` id + inv-free position  `HistoryEntry` of every
+                                                             record of the item but
+                                                             the remembers its
+                                                             `ItemState` keeps
 aside         partition + offset                             `SetAside`
 index         see below                                      owner of the entry
 changes       sequence number (8 bytes, ascending)           items key
@@ -85,10 +88,12 @@ from .state import (
     NamedState,
     SetAside,
     SortKey,
+    _conv,
     _reason,
     apply_named,
     decode_for_fold,
     history_entry,
+    remembered_entry,
     sort_key,
     source_of,
 )
@@ -96,7 +101,7 @@ from .state import (
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
-VIEW_FORMAT = 3
+VIEW_FORMAT = 4
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "changes")
 # Keys of meta that say how a folder got here, not what the view holds.
@@ -462,8 +467,12 @@ class MemoryView:
                     previous = _named_decoder.decode(raw) if raw is not None else None
                 state = apply_named(previous, record, key, source)
                 entry = _encoder.encode((state, history_entry(record, log_record, state.version)))
+            elif isinstance(record, Remember):
+                raw_id = record.id
+                db_key = scope + raw_id
+                entry = None  # see below: usually the item itself is the audit line
             else:
-                raw_id = record.id if isinstance(record, Remember) else record.target
+                raw_id = record.target
                 db_key = scope + raw_id
                 # Versions are numbered on reading, by position key: the folder's visiting
                 # order across partitions must not show in the view.
@@ -492,10 +501,34 @@ class MemoryView:
                 loaded = _item_decoder.decode(raw)
                 before = _index_entries(record.scope.tenant, record.ns, raw_id, loaded)
             items[db_key] = (loaded, before, record.scope.tenant, record.ns, raw_id)
-        items[db_key][0].apply(record, key, source)
+        state = items[db_key][0]
+        if entry is None:
+            # A remember the item keeps (the newest of its conversation) is its own audit
+            # line, read from the item: its body is stored once. One it does not keep, or
+            # stops keeping, gets a line of its own; so the lines depend on what was
+            # folded, never on the order it was folded in.
+            conversation = _conv(record.scope.conversation)
+            before = state.remembers.get(conversation)
+            state.apply(record, key, source)
+            kept = state.remembers[conversation]
+            if kept.key != key:
+                entry = _encoder.encode(history_entry(record, log_record, 0))
+            elif before is not None:
+                self._put_audit(txn, db_key, before.key, remembered_entry(before))
+            if entry is None:
+                return
+        else:
+            state.apply(record, key, source)
         txn.put(
             db_key + log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
             entry,
+            db=self._dbs["audit"],
+        )
+
+    def _put_audit(self, txn, db_key: bytes, key: SortKey, entry: HistoryEntry) -> None:
+        txn.put(
+            db_key + key[1].to_bytes(4, "big") + key[2].to_bytes(8, "big"),
+            _encoder.encode(entry),
             db=self._dbs["audit"],
         )
 
@@ -744,6 +777,12 @@ class MemoryView:
                 for k, v in _prefixed(txn.cursor(db=self._dbs["audit"]), db_key)
                 if len(k) == len(db_key) + 12
             ]
+            raw = txn.get(db_key, db=self._dbs["items"])
+        if raw is not None:
+            # The remembers the item keeps are their own audit lines.
+            entries.extend(
+                remembered_entry(kept) for kept in _item_decoder.decode(raw).remembers.values()
+            )
         entries.sort(key=lambda e: (e.append_time_ms, e.partition, e.offset))
         # The folder may visit partitions in any order; number versions by position key.
         return [msgspec.structs.replace(e, version=i + 1) for i, e in enumerate(entries)]

@@ -23,7 +23,11 @@ from folders.http import make_app
 from folders.service import ViewFolder
 from folders.view import MemoryView
 from laser_memory.cli import main
+from laser_memory.ids import MemoryId
 from laser_memory.log import OutgoingRecord
+from laser_memory.log.partitioner import partition_for
+from laser_memory.records import Remember, encode_record
+from laser_memory.scope import MemoryScope
 
 
 @contextlib.asynccontextmanager
@@ -604,3 +608,37 @@ async def test_owner_filters_stay_exact_when_an_id_is_reused_with_another_owner(
     folded = [(i.id, i.weight) for i in await memory.recall(user="u1", limit=2, folded=True)]
     assert folded == [(x, 2.0), (a, 1.0)]
     assert [(i.id, i.weight) for i in await memory.recall(user="u1", limit=2)] == folded
+
+
+async def test_history_keeps_every_remember_of_one_id_whatever_the_fold_meets_first(viewed):
+    """The view stores a remember its item keeps only in the item; a remember the item
+    does not keep (an older one of the same id and conversation, met first or later)
+    gets an audit line of its own. Writers reusing an id with other bodies (past the
+    handle's checks) on other partitions exercise both orders."""
+    laser, view = viewed
+    memory = laser.memory("notes")
+    partitions = (await laser.log.describe_topic(memory.topic)).partitions
+    keys = {}
+    for n in range(1000):
+        keys.setdefault(partition_for(f"k{n}".encode(), partitions), f"k{n}".encode())
+    scope = MemoryScope(stream=laser.stream, conversation="c1")
+    ids = []
+    for order in (range(1, 4), range(3, 0, -1)):  # newest on the highest, then the lowest
+        raw = MemoryId.new().bytes
+        ids.append(MemoryId(raw))
+        for body, partition in zip((b"first", b"second", b"third"), order, strict=True):
+            wire = encode_record(
+                Remember(ns=memory.namespace, scope=scope, id=raw, kind=1, body=body)
+            )
+            await laser.log.append(
+                memory.topic,
+                OutgoingRecord(wire.value, key=keys[partition % partitions], headers=wire.headers),
+            )
+            await asyncio.sleep(0.005)  # append times say the order
+    await catch_up(laser, view)
+    for mid in ids:
+        history = await memory.history(mid)
+        assert [h.body for h in history] == [b"first", b"second", b"third"]
+        assert [h.version for h in history] == [1, 2, 3]
+        assert history == await memory.history(mid, folded=True)
+    assert {i.text for i in await memory.recall(conversation="c1")} == {"third"}

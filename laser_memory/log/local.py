@@ -84,7 +84,9 @@ class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
 
 _meta_decoder = msgspec.msgpack.Decoder(_TopicMeta)
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, int, int])
-_record_decoder = msgspec.msgpack.Decoder(tuple[int, bytes | None, bytes, list[tuple[str, bytes]]])
+_record_decoder = msgspec.msgpack.Decoder(
+    tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]
+)
 _encoder = msgspec.msgpack.Encoder()
 _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
 
@@ -529,7 +531,7 @@ class LocalLog(LogLifecycle):
                         append_time,
                         rkey,
                         rvalue,
-                        tuple((h, v) for h, v in headers),
+                        headers,
                     )
                 )
                 if len(out) >= max_batch:
