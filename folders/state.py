@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
+from typing import Generic, TypeVar
 
 import msgspec
 import numpy as np
@@ -96,6 +98,7 @@ __all__ = [
     "apply_named",
     "decode_for_fold",
     "history_entry",
+    "kept",
     "remembered_entry",
     "sort_key",
     "source_of",
@@ -253,25 +256,61 @@ def _reason(exc: BaseException) -> str:
     return message if isinstance(exc, LaserError) else f"{type(exc).__name__}: {message}"
 
 
-class Remembered(msgspec.Struct, array_like=True):
+def _kept_fields() -> list[tuple]:
+    fields = msgspec.structs.fields(Remember)
+    required = [(f.name, f.type) for f in fields if f.required]
+    optional = [(f.name, f.type, f.default) for f in fields if not f.required]
+    # The fields most remembers leave at their defaults last, where an array drops them.
+    optional.sort(key=lambda f: f[0] not in ("v", "ns", "scope"))
+    return required + optional
+
+
+#: A `Remember` as the view stores it inside its item: the same fields, as an array
+#: without its trailing defaults (field names and empty lineage were a third of an
+#: item). Read by attribute, it stands in for the Remember everywhere a fold reads one.
+KeptRemember = msgspec.defstruct(
+    "KeptRemember",
+    _kept_fields(),
+    array_like=True,
+    frozen=True,
+    omit_defaults=True,
+)
+_KEPT_FIELDS = operator.attrgetter(*(field[0] for field in _kept_fields()))
+
+
+def kept(record: Remember) -> KeptRemember:
+    """The compact form of a remember, for storing."""
+    return KeptRemember(*_KEPT_FIELDS(record))
+
+
+#: What a fold keeps of a remember: the `Remember` itself in process memory, a
+#: `KeptRemember` in the view (`ItemState[KeptRemember]` is what the view decodes).
+R = TypeVar("R")
+
+
+class Remembered(msgspec.Struct, Generic[R], array_like=True):
     key: SortKey
-    record: Remember
+    record: R
     source: Source
 
 
-class ItemState(msgspec.Struct, kw_only=True):
+class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_defaults=True):
     """Everything the fold knows about one (namespace, tenant, id).
 
     ``forgets`` maps a conversation ("" for none) to its forget horizon: for each
     partition in order, the first offset its forgets spare. ``forgets_at`` holds forgets
-    written without ``seen``, by position key."""
+    written without ``seen``, by position key.
 
-    remembers: dict[str, Remembered] = msgspec.field(default_factory=dict)
-    forgets: dict[str, list[int]] = msgspec.field(default_factory=dict)
-    forgets_at: dict[str, SortKey] = msgspec.field(default_factory=dict)
-    weights: dict[str, float] = msgspec.field(default_factory=dict)
+    The view stores it as an array without its trailing empty fields (one per item:
+    field names would be a fifth of it), so the fields most items leave empty come
+    last; a new field goes at the end (with a `VIEW_FORMAT` bump)."""
+
+    remembers: dict[str, Remembered[R]] = msgspec.field(default_factory=dict)
     version: int = 0
     last: SortKey = (-1, -1, -1)
+    weights: dict[str, float] = msgspec.field(default_factory=dict)
+    forgets: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    forgets_at: dict[str, SortKey] = msgspec.field(default_factory=dict)
     #: Vectors from embedded records: "<conversation>\0<label>\0<body digest hex>" ->
     #: (position key, float32 bytes).
     vectors: dict[str, tuple[SortKey, bytes]] = msgspec.field(default_factory=dict)

@@ -43,9 +43,9 @@ It is a notification log, not state, so `MemoryView.dump` leaves it out.
 Indexes (all per tenant and namespace, over *live* remembers, so an item
 remembered in two conversations has an entry for each):
 
-- ``R`` newest first: tag ``*`` (all), ``c:<conversation>``, ``a:<agent>``,
-  ``u:<user>``, ``p:<application>``, ``k:<kind code>``; key ends with
-  ``inv(k) + id``. Filters by conversation, agent, user, application and kind
+- ``R`` newest last (read backwards): tag ``*`` (all), ``c:<conversation>``,
+  ``a:<agent>``, ``u:<user>``, ``p:<application>``, ``k:<kind code>``; key ends
+  with ``k + id``, ``k`` big-endian. Filters by conversation, agent, user, application and kind
   are index-backed: a read walks the narrowest index that applies and checks
   the other filters on each entry, stopping once it has ``limit`` items.
 - ``F`` feedback-ranked: tag ``*`` or ``c:<conversation>``, then the weight
@@ -85,6 +85,7 @@ from .state import (
     MAX_SEARCH_INDEXES,
     ItemFilter,
     ItemState,
+    KeptRemember,
     NamedState,
     SetAside,
     SortKey,
@@ -93,6 +94,7 @@ from .state import (
     apply_named,
     decode_for_fold,
     history_entry,
+    kept,
     remembered_entry,
     sort_key,
     source_of,
@@ -101,7 +103,7 @@ from .state import (
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
-VIEW_FORMAT = 4
+VIEW_FORMAT = 5
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "changes")
 # Keys of meta that say how a folder got here, not what the view holds.
@@ -110,7 +112,7 @@ _SEP = b"\x00"
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
 
-_item_decoder = msgspec.msgpack.Decoder(ItemState)
+_item_decoder = msgspec.msgpack.Decoder(ItemState[KeptRemember])
 _named_decoder = msgspec.msgpack.Decoder(NamedState)
 _history_decoder = msgspec.msgpack.Decoder(HistoryEntry)
 _version_decoder = msgspec.msgpack.Decoder(tuple[NamedState, HistoryEntry])
@@ -140,6 +142,11 @@ def _inv_key(key: SortKey) -> bytes:
         + (_U32 - p).to_bytes(4, "big")
         + (_U64 - o).to_bytes(8, "big")
     )
+
+
+def _key_bytes(key: SortKey) -> bytes:
+    t, p, o = key
+    return t.to_bytes(8, "big") + p.to_bytes(4, "big") + o.to_bytes(8, "big")
 
 
 def _inv_weight(weight: float) -> bytes:
@@ -219,7 +226,10 @@ def _index_entries(
             tenant, namespace, conversation, scope.agent, scope.user, scope.application,
             record.kind,
         )  # fmt: skip
-        tail = _inv_key(remembered.key) + raw_id
+        # Ascending, read backwards: new entries go at the end of their range, which
+        # keeps LMDB's pages full (inverted keys went at the front and left them half
+        # empty).
+        tail = _key_bytes(remembered.key) + raw_id
         for prefix in prefixes:
             entries[prefix + tail] = value
         if conversation:
@@ -255,6 +265,19 @@ def _prefixed(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes
     if not cursor.set_range(prefix):
         return
     for key, value in cursor:
+        if not key.startswith(prefix):
+            return
+        yield key, value
+
+
+def _prefixed_backwards(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Every entry under ``prefix``, last key first."""
+    stripped = prefix.rstrip(b"\xff")
+    end = stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
+    positioned = cursor.prev() if end is not None and cursor.set_range(end) else cursor.last()
+    if not positioned:
+        return
+    for key, value in cursor.iterprev():
         if not key.startswith(prefix):
             return
         yield key, value
@@ -510,11 +533,13 @@ class MemoryView:
             conversation = _conv(record.scope.conversation)
             before = state.remembers.get(conversation)
             state.apply(record, key, source)
-            kept = state.remembers[conversation]
-            if kept.key != key:
+            now = state.remembers[conversation]
+            if now.key != key:
                 entry = _encoder.encode(history_entry(record, log_record, 0))
-            elif before is not None:
-                self._put_audit(txn, db_key, before.key, remembered_entry(before))
+            else:
+                now.record = kept(record)
+                if before is not None:
+                    self._put_audit(txn, db_key, before.key, remembered_entry(before))
             if entry is None:
                 return
         else:
@@ -688,7 +713,7 @@ class MemoryView:
         prefix = _tag_prefix(b"R", where.tenant, namespace, self._narrowest_tag(where))
         seen: set[bytes] = set()
         produced = 0
-        for key, owner in _prefixed(txn.cursor(db=self._dbs["index"]), prefix):
+        for key, owner in _prefixed_backwards(txn.cursor(db=self._dbs["index"]), prefix):
             if limit is not None and produced >= limit:
                 return
             raw_id = key[-16:]

@@ -642,3 +642,31 @@ async def test_history_keeps_every_remember_of_one_id_whatever_the_fold_meets_fi
         assert [h.version for h in history] == [1, 2, 3]
         assert history == await memory.history(mid, folded=True)
     assert {i.text for i in await memory.recall(conversation="c1")} == {"third"}
+
+
+async def test_a_view_item_keeps_every_field_of_its_remember(viewed):
+    """The view stores a remember as a compact array without its default fields: each
+    field, set or not, must come back as the fold has it."""
+    laser, view = viewed
+    memory = laser.memory("notes")
+    full = await memory.remember(
+        "every field set",
+        kind="summary",
+        conversation="c1",
+        agent="a",
+        user="u",
+        application="p",
+        tenant="t",
+        durable=True,
+        origin={"topic": "chat", "partition": 2, "offset": 7},
+        producer={"name": "extractor", "version": "2"},
+        embedding=[0.5, -1.0],
+    )
+    await memory.remember("nothing set")
+    await catch_up(laser, view)
+    for tenant in ("t", ""):
+        managed = await memory.recall(tenant=tenant)
+        assert managed == await memory.recall(tenant=tenant, folded=True)
+    [item] = await memory.recall(tenant="t")
+    assert item.id == full and item.lifetime == "durable" and item.origin.offset == 7
+    assert item.producer.name == "extractor" and item.embedding is not None
