@@ -96,7 +96,6 @@ from .state import (
     history_entry,
     kept,
     remembered_entry,
-    sort_key,
     source_of,
 )
 
@@ -109,6 +108,7 @@ _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "change
 # Keys of meta that say how a folder got here, not what the view holds.
 _RUN_META = (b"seq", b"epoch")
 _SEP = b"\x00"
+_NAMED = (NamedSet, NamedPatch, NamedRemove)
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
 
@@ -213,6 +213,22 @@ def _recency_prefixes(
 def _index_entries(
     tenant: str, namespace: str, raw_id: bytes, state: ItemState
 ) -> dict[bytes, bytes]:
+    if (
+        len(state.remembers) == 1
+        and not state.weights
+        and not state.forgets
+        and not state.forgets_at
+    ):
+        # Most items: remembered once, in one conversation, with no feedback or forget.
+        [(conversation, remembered)] = state.remembers.items()
+        record = remembered.record
+        scope = record.scope
+        prefixes, value = _recency_prefixes(
+            tenant, namespace, conversation, scope.agent, scope.user, scope.application,
+            record.kind,
+        )  # fmt: skip
+        tail = _key_bytes(remembered.key) + raw_id
+        return {prefix + tail: value for prefix in prefixes}
     live = state.live_conversations()
     if not live:
         return {}
@@ -445,21 +461,27 @@ class MemoryView:
                     self._apply_one(txn, log_record, generation, items, named)
                     positions[log_record.partition] = log_record.offset + 1
                     count += 1
-            index_db = self._dbs["index"]
+            index_db, changes_db = self._dbs["index"], self._dbs["changes"]
             seq_raw = txn.get(b"seq", db=self._dbs["meta"])
             seq = int.from_bytes(seq_raw, "big") if seq_raw else 0
             if seq_raw is None:
                 txn.put(b"epoch", os.urandom(8), db=self._dbs["meta"])
+            items_db = self._dbs["items"]
+            put = txn.put
             for db_key, (state, before, tenant, namespace, raw_id) in items.items():
                 after = _index_entries(tenant, namespace, raw_id, state)
                 seq += 1
-                txn.put(seq.to_bytes(8, "big"), db_key, db=self._dbs["changes"])
-                for key in before.keys() - after.keys():
-                    txn.delete(key, db=index_db)
-                for key, value in after.items():
-                    if before.get(key) != value:
-                        txn.put(key, value, db=index_db)
-                txn.put(db_key, _encoder.encode(state), db=self._dbs["items"])
+                put(seq.to_bytes(8, "big"), db_key, db=changes_db, append=True)
+                if before:
+                    for key in before.keys() - after.keys():
+                        txn.delete(key, db=index_db)
+                    for key, value in after.items():
+                        if before.get(key) != value:
+                            put(key, value, db=index_db)
+                else:
+                    for key, value in after.items():
+                        put(key, value, db=index_db)
+                put(db_key, _encoder.encode(state), db=items_db)
             for db_key, state in named.items():
                 if state is not None:
                     txn.put(db_key, _encoder.encode(state), db=self._dbs["named"])
@@ -478,10 +500,12 @@ class MemoryView:
         # storage's own errors (lmdb.Error) stop the batch.
         try:
             record = decode_for_fold(log_record)
-            key = sort_key(log_record)
+            key = (log_record.append_time_ms, log_record.partition, log_record.offset)
             source = source_of(record, log_record, generation)
             scope = _scope(record.scope.tenant, record.ns)
-            if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+            is_remember = type(record) is Remember
+            is_named = not is_remember and isinstance(record, _NAMED)
+            if is_named:
                 db_key = scope + _part(record.key)
                 if db_key in named:
                     previous = named[db_key]
@@ -490,7 +514,7 @@ class MemoryView:
                     previous = _named_decoder.decode(raw) if raw is not None else None
                 state = apply_named(previous, record, key, source)
                 entry = _encoder.encode((state, history_entry(record, log_record, state.version)))
-            elif isinstance(record, Remember):
+            elif is_remember:
                 raw_id = record.id
                 db_key = scope + raw_id
                 entry = None  # see below: usually the item itself is the audit line
@@ -510,7 +534,7 @@ class MemoryView:
                 db=self._dbs["aside"],
             )
             return
-        if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+        if is_named:
             named[db_key] = state
             txn.put(
                 db_key + _SEP + state.version.to_bytes(8, "big"), entry, db=self._dbs["versions"]
