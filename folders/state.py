@@ -82,7 +82,7 @@ from laser_memory.records import (
     decode_record,
     header_value,
 )
-from laser_memory.search_index import SearchIndex
+from laser_memory.search_index import Owner, SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
 __all__ = [
@@ -187,6 +187,29 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def has_owner_filter(self) -> bool:
         return any(v is not None for v in (self.agent, self.user, self.application, self.kind))
+
+    @property
+    def owner(self) -> Owner | None:
+        """The owner filters as a search index takes them (None: none set)."""
+        if not self.has_owner_filter:
+            return None
+        kind = self.kind.code if self.kind is not None else None
+        return (self.agent, self.user, self.application, kind)
+
+    @property
+    def of_index(self) -> ItemFilter:
+        """The read a search index serves: this one without its owner filters, which
+        the index applies itself."""
+        if not self.has_owner_filter:
+            return self
+        return msgspec.structs.replace(self, agent=None, user=None, application=None, kind=None)
+
+
+def index_entry(state: ItemState, raw_id: bytes, where: ItemFilter) -> tuple:
+    """(item, irregular) for `SearchIndex.put`: the item as the index's read sees it,
+    and whether its live remembers have more than one owner."""
+    item = state.visible(raw_id, where)
+    return item, item is not None and state.irregular()
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -373,6 +396,17 @@ class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_
             if forgotten is not None and _kills(forgotten, remembered.key):
                 return None
         return remembered
+
+    def irregular(self) -> bool:
+        """Whether the live remembers have more than one owner (agent, user,
+        application, kind): owner filters then see the item differently."""
+        if len(self.remembers) < 2:
+            return False
+        owners = {
+            (r.record.scope.agent, r.record.scope.user, r.record.scope.application, r.record.kind)
+            for r in self.live_conversations().values()
+        }
+        return len(owners) > 1
 
     def live_conversations(self) -> dict[str, Remembered]:
         out = {}
@@ -568,13 +602,15 @@ class MemoryState:
     def _index_for(self, where: ItemFilter) -> SearchIndex:
         """The search index of this read, caught up with the items changed since it
         last served one."""
+        where = where.of_index
         slot = (where.tenant, where.conversation, where.embedder)
         index, seen = self._indexes.pop(slot, (None, 0))
         if index is None:
             index = SearchIndex(where.embedder)
             for (tenant, raw_id), state in self._items.items():
                 if tenant == where.tenant:
-                    index.put(raw_id, state.visible(raw_id, where))
+                    item, irregular = index_entry(state, raw_id, where)
+                    index.put(raw_id, item, irregular=irregular)
         else:
             changed = {
                 raw_id
@@ -582,7 +618,8 @@ class MemoryState:
                 if tenant == where.tenant
             }
             for raw_id in changed:
-                index.put(raw_id, self._items[(where.tenant, raw_id)].visible(raw_id, where))
+                item, irregular = index_entry(self._items[(where.tenant, raw_id)], raw_id, where)
+                index.put(raw_id, item, irregular=irregular)
         # Most recently used last; past MAX_SEARCH_INDEXES the least recently used goes
         # (a fold that serves many conversations keeps the busy ones).
         self._indexes[slot] = (index, self._changed_before + len(self._changes))
@@ -613,11 +650,9 @@ class MemoryState:
         exclude: frozenset[bytes],
         approximate: ApproximateSearch | None = None,
     ) -> list[MemoryItem] | None:
-        """A text recall from the fold's search index for this read; None when the read
-        has owner filters, which only a scan of `items` ranks exactly. ``approximate``
+        """A text recall from the fold's search index for this read; None when only a
+        scan of `items` ranks it exactly (see `SearchIndex.find`). ``approximate``
         lets a large semantic recall score only the nearest clusters."""
-        if where.has_owner_filter:
-            return None
         found = self._index_for(where).find(
             text,
             mode=mode,
@@ -626,6 +661,7 @@ class MemoryState:
             limit=limit,
             exclude=exclude,
             approximate=approximate,
+            owner=where.owner,
         )
         return None if found is None else self._found(where, found)
 
@@ -634,11 +670,12 @@ class MemoryState:
     ) -> list[MemoryItem] | None:
         """A recall without text (``recent``, or feedback then newest) from the search
         index, so its cost follows the limit and the changes, not the namespace; None
-        for reads with owner filters."""
-        if where.has_owner_filter:
-            return None
-        found = self._index_for(where).ordered(strategy=strategy, limit=limit, exclude=exclude)
-        return self._found(where, found)
+        when only a scan orders it exactly (owner filters over items of several
+        owners)."""
+        found = self._index_for(where).ordered(
+            strategy=strategy, limit=limit, exclude=exclude, owner=where.owner
+        )
+        return None if found is None else self._found(where, found)
 
     def missing_vectors(self, tenant: str, label: str) -> list[tuple[bytes, Remember]]:
         """(id, remember) of every live remember of the tenant without a vector of the

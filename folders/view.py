@@ -94,6 +94,7 @@ from .state import (
     apply_named,
     decode_for_fold,
     history_entry,
+    index_entry,
     kept,
     remembered_entry,
     source_of,
@@ -653,9 +654,9 @@ class MemoryView:
     ) -> list[MemoryItem] | None:
         """A text recall from this process's search index for the read, caught up from
         the ``changes`` log in the same read transaction; None when only a scan ranks
-        it exactly (owner filters, vectors of several lengths)."""
-        if where.has_owner_filter:
-            return None
+        it exactly (owner filters over items of several owners, vectors of several
+        lengths)."""
+        owner, base = where.owner, where.of_index
         slot = (where.tenant, namespace, where.conversation, where.embedder)
         raw_seq = txn.get(b"seq", db=self._dbs["meta"])
         epoch = txn.get(b"epoch", db=self._dbs["meta"])
@@ -668,7 +669,8 @@ class MemoryView:
                 index = SearchIndex(where.embedder)
                 for key, raw in _prefixed(txn.cursor(db=items_db), scope):
                     raw_id = key[len(scope) :]
-                    index.put(raw_id, _item_decoder.decode(raw).visible(raw_id, where))
+                    item, irregular = index_entry(_item_decoder.decode(raw), raw_id, base)
+                    index.put(raw_id, item, irregular=irregular)
             elif seq > seen:
                 changed = {
                     db_key
@@ -680,8 +682,11 @@ class MemoryView:
                 for db_key in changed:
                     raw = txn.get(db_key, db=items_db)
                     raw_id = db_key[len(scope) :]
-                    item = None if raw is None else _item_decoder.decode(raw).visible(raw_id, where)
-                    index.put(raw_id, item)
+                    if raw is None:
+                        index.put(raw_id, None)
+                    else:
+                        item, irregular = index_entry(_item_decoder.decode(raw), raw_id, base)
+                        index.put(raw_id, item, irregular=irregular)
             self._indexes[slot] = (index, seq, epoch)  # most recently used last
             while len(self._indexes) > MAX_SEARCH_INDEXES:
                 del self._indexes[next(iter(self._indexes))]
@@ -693,6 +698,7 @@ class MemoryView:
                 limit=limit,
                 exclude=exclude,
                 approximate=approximate,
+                owner=owner,
             )
         if found is None:
             return None

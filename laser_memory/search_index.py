@@ -35,9 +35,13 @@ from .text_ranking import (
 )
 from .vector_clusters import ApproximateSearch, VectorClusters
 
-__all__ = ["SearchIndex"]
+__all__ = ["Owner", "SearchIndex"]
 
 _Key = tuple[int, int, int]
+_OWNER_COLUMNS = ("_agent", "_user", "_application", "_kind", "_irregular")
+
+#: A read's owner filters: (agent, user, application, kind code), None where unset.
+Owner = tuple[str | None, str | None, str | None, int | None]
 
 
 class _Posting:
@@ -109,6 +113,16 @@ class SearchIndex:
         self._norms = np.zeros(capacity, dtype=np.float32)
         self._vector_count = 0
         self._weighted = 0  # entries with feedback
+        # Owners as small codes per slot, so owner filters are one comparison per row.
+        # An irregular entry (an item whose remembers have several owners) looks
+        # different to each owner filter: with any, owner-filtered reads need a scan.
+        self._codes: dict[str | None, int] = {None: 0}
+        self._agent = np.zeros(capacity, dtype=np.int32)
+        self._user = np.zeros(capacity, dtype=np.int32)
+        self._application = np.zeros(capacity, dtype=np.int32)
+        self._kind = np.zeros(capacity, dtype=np.int32)
+        self._irregular = np.zeros(capacity, dtype=bool)
+        self._irregular_count = 0
         # Approximate semantic search: slots below `_clustered_until` are in cluster
         # order (`_cluster`); slots from there on were added since and always scored.
         self._clusters: VectorClusters | None = None
@@ -119,8 +133,9 @@ class SearchIndex:
 
     # -- keeping it current ------------------------------------------------------
 
-    def put(self, raw_id: bytes, item: MemoryItem | None) -> None:
-        """Set an item's entry (None: it is no candidate now)."""
+    def put(self, raw_id: bytes, item: MemoryItem | None, *, irregular: bool = False) -> None:
+        """Set an item's entry (None: it is no candidate now). ``irregular``: the item's
+        live remembers have more than one owner (agent, user, application, kind)."""
         slot = self._slots.get(raw_id)
         if slot is not None and item is not None and self._leaves_cluster(slot, item):
             # Its vector changed, so its slot may sit in the wrong cluster: move it.
@@ -141,6 +156,8 @@ class SearchIndex:
         else:
             slot = self._allocate(raw_id)
         self._insert(slot, item)
+        self._irregular[slot] = irregular
+        self._irregular_count += irregular
 
     def _leaves_cluster(self, slot: int, item: MemoryItem) -> bool:
         if slot >= self._clustered_until or item.embedder != self.label or not item.embedding:
@@ -165,7 +182,7 @@ class SearchIndex:
     def _grow(self, capacity: int) -> None:
         for name in (
             "_time", "_partition", "_offset", "_weight", "_length", "_alive",
-            "_has_vector", "_other_vector", "_norms",
+            "_has_vector", "_other_vector", "_norms", *_OWNER_COLUMNS,
         ):  # fmt: skip
             old = getattr(self, name)
             new = np.zeros(capacity, dtype=old.dtype)
@@ -200,6 +217,11 @@ class SearchIndex:
         self._time[slot], self._partition[slot], self._offset[slot] = key
         self._weight[slot] = item.weight
         self._weighted += item.weight != 0
+        scope, codes = item.scope, self._codes
+        self._agent[slot] = codes.setdefault(scope.agent, len(codes))
+        self._user[slot] = codes.setdefault(scope.user, len(codes))
+        self._application[slot] = codes.setdefault(scope.application, len(codes))
+        self._kind[slot] = item.kind.code
         self._length[slot] = length
         self._alive[slot] = True
         if self.label is not None and item.embedder == self.label and item.embedding:
@@ -255,6 +277,8 @@ class SearchIndex:
         self._before[slot] = self._after[slot] = -1
         self._vector_count -= int(self._has_vector[slot])
         self._weighted -= int(self._weight[slot] != 0)
+        self._irregular_count -= int(self._irregular[slot])
+        self._irregular[slot] = False
         self._alive[slot] = self._has_vector[slot] = self._other_vector[slot] = False
         self._weight[slot] = self._length[slot] = 0.0
         if self._vectors is not None:
@@ -263,11 +287,14 @@ class SearchIndex:
 
     # -- searching -----------------------------------------------------------------
 
-    def can_rank(self, query_vector: np.ndarray | None) -> bool:
-        """Whether this index ranks exactly as a scan would for this query vector (it
-        keeps one vector length per label; items of another length are left to a scan,
-        which refuses the query). A query of another length than the items' raises
+    def can_rank(self, query_vector: np.ndarray | None, owner: Owner | None = None) -> bool:
+        """Whether this index ranks exactly as a scan would for this query vector and
+        owner filter (it keeps one vector length per label; items of another length
+        are left to a scan, which refuses the query; with irregular items, so are
+        owner-filtered reads). A query of another length than the items' raises
         `InvalidInput`, as a scan does."""
+        if owner is not None and self._irregular_count:
+            return False
         if query_vector is None or self.label is None:
             return True
         if self._other_vector.any():
@@ -286,13 +313,18 @@ class SearchIndex:
         limit: int,
         exclude: frozenset[bytes],
         approximate: ApproximateSearch | None = None,
+        owner: Owner | None = None,
     ) -> list[tuple[bytes, Ranked]]:
         """(id, ranking) of the best entries, best first, as `rank` would order the
         same candidates. ``strategy`` is ``keyword``, ``hybrid`` or ``semantic``.
         With ``approximate``, a semantic search over at least its ``from_vectors``
-        vectors scores only the clusters nearest the query (`_approximate`)."""
+        vectors scores only the clusters nearest the query (`_approximate`). ``owner``
+        makes the entries of that owner the candidates (see `can_rank`; hybrid recall
+        links neighbours among all entries, so it cannot take one)."""
+        if owner is not None and strategy == "hybrid":
+            raise ValueError("a hybrid search with owner filters is a scan's to rank")
         if strategy == "keyword":
-            return self._keyword(query, min_similarity, limit, exclude)
+            return self._keyword(query, min_similarity, limit, exclude, owner)
         if (
             strategy == "semantic"
             and approximate is not None
@@ -301,9 +333,11 @@ class SearchIndex:
             and self._vector_count >= approximate.from_vectors
             and np.any(query_vector)
         ):
-            return self._approximate(query_vector, approximate, min_similarity, limit, exclude)
+            return self._approximate(
+                query_vector, approximate, min_similarity, limit, exclude, owner
+            )
         size = len(self._ids)
-        allowed = self._allowed(size, exclude)
+        candidates, allowed = self._candidates(size, exclude, owner)
         semantic = has_vector = None
         if query_vector is not None and self.label is not None:
             has_vector = self._has_vector[:size]
@@ -329,7 +363,7 @@ class SearchIndex:
             offset=self._offset[:size],
             before=self._before[:size],
             after=self._after[:size],
-            alive=self._alive[:size],
+            alive=candidates,
             allowed=allowed,
         )
         if strategy == "semantic":
@@ -348,13 +382,33 @@ class SearchIndex:
             )
         return [(self._ids[r.row], r) for r in ranked]
 
-    def _allowed(self, size: int, exclude: frozenset[bytes]) -> np.ndarray:
-        allowed = self._alive[:size].copy()
+    def _candidates(
+        self, size: int, exclude: frozenset[bytes], owner: Owner | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(candidates, allowed): the entries of the read (of the owner, if any) and
+        those of them that may be returned (not excluded)."""
+        candidates = self._alive[:size]
+        if owner is not None:
+            candidates = candidates & self._owned(owner, slice(0, size))
+        allowed = candidates.copy()
         for raw_id in exclude:
             slot = self._slots.get(raw_id)
             if slot is not None:
                 allowed[slot] = False
-        return allowed
+        return candidates, allowed
+
+    def _owned(self, owner: Owner, rows: slice | np.ndarray) -> np.ndarray:
+        """Which of ``rows`` the owner filter keeps."""
+        agent, user, application, kind = owner
+        keep = np.ones(len(self._kind[rows]), dtype=bool)
+        for column, value in (
+            (self._agent, agent), (self._user, user), (self._application, application),
+        ):  # fmt: skip
+            if value is not None:
+                keep &= column[rows] == self._codes.get(value, -1)
+        if kind is not None:
+            keep &= self._kind[rows] == kind
+        return keep
 
     def find(
         self,
@@ -366,11 +420,12 @@ class SearchIndex:
         limit: int,
         exclude: frozenset[bytes],
         approximate: ApproximateSearch | None = None,
+        owner: Owner | None = None,
     ) -> list[tuple[bytes, Ranked]] | None:
         """`search` for a recall's text and mode (`laser_memory.recall.search_mode`);
         None when only a scan ranks it exactly."""
         vector = query_vector if mode != "keyword" else None
-        if not self.can_rank(vector):
+        if not self.can_rank(vector, owner) or (owner is not None and mode == "hybrid"):
             return None
         return self.search(
             terms(text),
@@ -380,14 +435,18 @@ class SearchIndex:
             limit=limit,
             exclude=exclude,
             approximate=approximate,
+            owner=owner,
         )
 
     def ordered(
-        self, *, strategy: str, limit: int, exclude: frozenset[bytes]
-    ) -> list[tuple[bytes, Ranked]]:
-        """A recall without text: ``recent``, or feedback then newest."""
+        self, *, strategy: str, limit: int, exclude: frozenset[bytes], owner: Owner | None = None
+    ) -> list[tuple[bytes, Ranked]] | None:
+        """A recall without text: ``recent``, or feedback then newest; None when only a
+        scan orders it exactly (see `can_rank`)."""
+        if not self.can_rank(None, owner):
+            return None
         size = len(self._ids)
-        allowed = self._allowed(size, exclude)
+        candidates, allowed = self._candidates(size, exclude, owner)
         none = self._before[:0]
         columns = Columns(
             keyword=self._weight[:0],
@@ -399,14 +458,19 @@ class SearchIndex:
             offset=self._offset[:size],
             before=none,
             after=none,
-            alive=self._alive[:size],
+            alive=candidates,
             allowed=allowed,
         )
         ranked = rank_by_feedback(columns, strategy=strategy, limit=limit)
         return [(self._ids[r.row], r) for r in ranked]
 
     def _keyword(
-        self, query: list[str], min_similarity: float | None, limit: int, exclude: frozenset[bytes]
+        self,
+        query: list[str],
+        min_similarity: float | None,
+        limit: int,
+        exclude: frozenset[bytes],
+        owner: Owner | None,
     ) -> list[tuple[bytes, Ranked]]:
         """Keyword recall touches only the rows holding a query term: the others score 0
         and are never returned, so the ranking over these rows is the whole one's."""
@@ -418,7 +482,10 @@ class SearchIndex:
         for posting_rows in found:
             holding[posting_rows] = True
         rows = np.flatnonzero(holding)
-        keyword = bm25_postings(query, self._posting, self._length[:size], self._statistics(query))
+        if owner is not None:
+            rows = rows[self._owned(owner, rows)]  # the others are no candidates
+        statistics = self._statistics(query, owner)
+        keyword = bm25_postings(query, self._posting, self._length[:size], statistics)
         allowed = np.ones(len(rows), dtype=bool)
         if exclude:
             excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
@@ -479,7 +546,19 @@ class SearchIndex:
             arrays = self._arrays[term] = posting.current(self._generation)
         return arrays
 
-    def _statistics(self, query: list[str]) -> TermStatistics:
+    def _statistics(self, query: list[str], owner: Owner | None = None) -> TermStatistics:
+        """BM25's statistics over the candidates: every entry, or the owner's."""
+        if owner is not None:
+            size = len(self._ids)
+            owned = self._alive[:size] & self._owned(owner, slice(0, size))
+            return TermStatistics(
+                int(np.count_nonzero(owned)),
+                int(self._length[:size][owned].sum()),
+                {
+                    term: int(np.count_nonzero(owned[self._posting(term)[0]]))
+                    for term in dict.fromkeys(query)
+                },
+            )
         return TermStatistics(
             self._documents,
             self._total_length,
@@ -498,6 +577,7 @@ class SearchIndex:
         min_similarity: float | None,
         limit: int,
         exclude: frozenset[bytes],
+        owner: Owner | None,
     ) -> list[tuple[bytes, Ranked]]:
         """Semantic search over the clusters nearest the query and every slot added
         since they were made: each scored exactly, the others not at all."""
@@ -521,6 +601,9 @@ class SearchIndex:
         dots = np.concatenate([self._vectors[start:stop] @ vector for start, stop in ranges])
         norms = self._norms[rows] * length
         similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+        if owner is not None:
+            owned = self._owned(owner, rows)
+            rows, similar = rows[owned], similar[owned]
         allowed = np.ones(len(rows), dtype=bool)
         if exclude:
             excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
@@ -578,7 +661,7 @@ class SearchIndex:
         capacity = max(64, count + count // 4)
         for name in (
             "_time", "_partition", "_offset", "_weight", "_length", "_alive",
-            "_has_vector", "_other_vector", "_norms",
+            "_has_vector", "_other_vector", "_norms", *_OWNER_COLUMNS,
         ):  # fmt: skip
             moved = np.zeros(capacity, dtype=getattr(self, name).dtype)
             moved[:count] = getattr(self, name)[order]

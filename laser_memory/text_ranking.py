@@ -68,6 +68,17 @@ def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.nd
         if np.count_nonzero(top) < limit:
             top = values >= np.partition(values, len(rows) - limit)[len(rows) - limit]
         rows = rows[top]
+        if len(rows) > 4 * limit + 64:
+            # Many rows tie at the cut (a recency read: every score is 0): of the tied
+            # ones only the newest can make the limit.
+            values = final[rows]
+            cut = values.min()
+            above, tied = rows[values > cut], rows[values == cut]
+            need = limit - len(above)
+            if need < len(tied):
+                times = c.time[tied]
+                tied = tied[times >= np.partition(times, len(tied) - need)[len(tied) - need]]
+            rows = np.concatenate([above, tied])
     order = np.lexsort((-c.offset[rows], -c.partition[rows], -c.time[rows], -final[rows]))
     return rows[order][:limit]
 

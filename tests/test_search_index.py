@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -222,3 +223,124 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan():
                 assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
                     (i.id.bytes, i.score, i.signals) for i in want
                 ], (text, limit, excluded)
+
+
+owned_put = st.tuples(
+    st.just("put"),
+    st.integers(0, 7),
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
+    st.sampled_from([None, "c1", "c2"]),
+    st.sampled_from([0.0, 0.0, 1.0, -2.0]),
+    st.one_of(st.none(), st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5]), min_size=3, max_size=3)),
+    st.integers(0, 3),
+    st.sampled_from([None, "a1", "a2"]),  # agent
+    st.sampled_from([MemoryKind.FACT, MemoryKind.MESSAGE]),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(st.one_of(owned_put, owned_put, drop), min_size=1, max_size=25),
+    query=queries,
+    agent=st.sampled_from([None, "a1", "a3"]),
+    kind=st.sampled_from([None, MemoryKind.FACT]),
+)
+def test_owner_filters_make_the_owners_entries_the_candidates(ops, query, agent, kind):
+    """With owner filters the candidates are that owner's entries: BM25's statistics,
+    the best scores and the order are theirs, as a scan of them has it."""
+    if agent is None and kind is None:
+        agent = "a1"
+    index = SearchIndex(LABEL)
+    live: dict[bytes, MemoryItem] = {}
+    offsets = iter(range(10_000))
+    for op in ops:
+        if op[0] == "drop":
+            live.pop(op[1].to_bytes(16, "big"), None)
+            index.put(op[1].to_bytes(16, "big"), None)
+            continue
+        _, n, body, conversation, weight, vector, time, who, what = op
+        item = _item(n, body, conversation, weight, vector, (time, 0, next(offsets)))
+        item = msgspec.structs.replace(
+            item, kind=what, scope=MemoryScope(conversation=conversation, agent=who)
+        )
+        live[item.id.bytes] = item
+        index.put(item.id.bytes, item)
+    owner = (agent, None, None, kind.code if kind is not None else None)
+    mine = [
+        i for i in live.values()
+        if (agent is None or i.scope.agent == agent) and (kind is None or i.kind == kind)
+    ]  # fmt: skip
+    strategy, text, limit, min_similarity, excluded = query
+    exclude = frozenset(n.to_bytes(16, "big") for n in excluded)
+    vector = np.asarray([1.0, 0.5, -0.25], dtype=np.float32) if strategy != "keyword" else None
+    mode = search_mode(strategy, text, vector)
+    got = index.find(
+        text, mode=mode, query_vector=vector, min_similarity=min_similarity, limit=limit,
+        exclude=exclude, owner=owner,
+    )  # fmt: skip
+    if mode == "hybrid":
+        assert got is None  # neighbours are linked among all entries: a scan's to rank
+    else:
+        want = rank(
+            mine, strategy=strategy, text=text, limit=limit, query_vector=vector,
+            embedder=LABEL, min_similarity=min_similarity, exclude=exclude,
+        )  # fmt: skip
+        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+            (i.id.bytes, i.score, i.signals) for i in want
+        ]
+    for plain in ("recent", "auto"):
+        want = rank(mine, strategy=plain, limit=limit, exclude=exclude)
+        got = index.ordered(strategy=plain, limit=limit, exclude=exclude, owner=owner)
+        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+            (i.id.bytes, i.score, i.signals) for i in want
+        ], plain
+    # An item of several owners makes owner-filtered reads a scan's.
+    some = next(iter(live), None)
+    if some is not None:
+        index.put(some, live[some], irregular=True)
+        assert index.ordered(strategy="auto", limit=limit, exclude=exclude, owner=owner) is None
+
+
+def test_an_owners_keyword_statistics_are_its_own():
+    """Other owners' items are no candidates: a word common among them but rare among
+    this owner's items must weigh as it does among this owner's."""
+    index = SearchIndex(None)
+    items = []
+    bodies = [("alpha one", "a1"), ("beta two", "a1")] + [(f"alpha {n}", "a2") for n in range(20)]
+    for n, (body, agent) in enumerate(bodies):
+        item = _item(n, body, None, 0.0, None, (n, 0, n))
+        item = msgspec.structs.replace(item, scope=MemoryScope(agent=agent))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    mine = [i for i in items if i.scope.agent == "a1"]
+    want = rank(mine, strategy="keyword", text="alpha beta", limit=10)
+    got = index.find(
+        "alpha beta", mode="keyword", query_vector=None, min_similarity=None, limit=10,
+        exclude=frozenset(), owner=("a1", None, None, None),
+    )  # fmt: skip
+    assert [(raw_id, r.score) for raw_id, r in got] == [(i.id.bytes, i.score) for i in want]
+    # Among a1's items "alpha" and "beta" are equally rare: the newer item wins the tie.
+    assert [i.text for i in want] == ["beta two", "alpha one"]
+
+
+def test_recency_over_many_tied_scores_orders_as_a_scan():
+    """Without text every score ties (recent) or most do (auto): of the tied rows only
+    the newest can make the limit, ties on time broken by partition and offset."""
+    rng = np.random.default_rng(4)
+    index = SearchIndex(None)
+    items = []
+    for n in range(1_500):
+        weight = float(rng.choice([0.0] * 8 + [1.0, -1.0]))
+        key = (int(rng.integers(0, 40)), int(rng.integers(0, 3)), n)  # many equal times
+        item = _item(n, "alpha", f"c{n % 4}", weight, None, key)
+        items.append(item)
+        index.put(item.id.bytes, item)
+    for strategy in ("recent", "auto", "keyword"):
+        for limit in (1, 7, 50):
+            for excluded in ((), (3, 99, 1_499)):
+                exclude = frozenset(items[n].id.bytes for n in excluded)
+                want = rank(items, strategy=strategy, limit=limit, exclude=exclude)
+                got = index.ordered(strategy=strategy, limit=limit, exclude=exclude)
+                assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                    (i.id.bytes, i.score, i.signals) for i in want
+                ], (strategy, limit, excluded)
