@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -87,6 +88,42 @@ class _Posting:
         self.generations = array("q", generation[slots].tobytes())
 
 
+class _TermGroups:
+    """A common term's entries grouped by (count, length of the entry): one term's
+    BM25 is the same for every entry of a group. Entries are appended with the slot
+    generation they were written in, like posting lists; stale ones are skipped."""
+
+    __slots__ = ("counts", "generations", "index", "lengths", "slots")
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[int, int], int] = {}
+        self.counts: list[int] = []
+        self.lengths: list[int] = []
+        self.slots: list[array] = []
+        self.generations: list[array] = []
+
+    def add(self, count: int, length: int, slot: int, generation: int) -> None:
+        group = self.index.get((count, length))
+        if group is None:
+            group = self.index[(count, length)] = len(self.counts)
+            self.counts.append(count)
+            self.lengths.append(length)
+            self.slots.append(array("q"))
+            self.generations.append(array("q"))
+        self.slots[group].append(slot)
+        self.generations[group].append(generation)
+
+    def live(self, group: int, generation: np.ndarray) -> np.ndarray:
+        """The group's current slots (dropping stale entries once they are most)."""
+        slots = np.frombuffer(self.slots[group], dtype=np.int64)
+        current = np.frombuffer(self.generations[group], dtype=np.int64) == generation[slots]
+        live = slots[current]
+        if len(live) * 2 + 16 < len(slots):
+            self.slots[group] = array("q", live.tobytes())
+            self.generations[group] = array("q", generation[live].tobytes())
+        return live.copy()
+
+
 class SearchIndex:
     """The candidates of one read (a tenant's namespace, or one conversation of it),
     for one embedder label (None: text only)."""
@@ -103,8 +140,10 @@ class SearchIndex:
         # while its slot's generation is the one it was written with.
         self._postings: dict[str, _Posting] = {}
         self._generation = np.zeros(64, dtype=np.int64)
-        # A term's posting list as arrays, until the term's postings change.
+        # A term's posting list as arrays, until the term's postings change; and for
+        # common terms, the count of every slot.
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._dense: dict[str, np.ndarray] = {}
         self._groups: dict[str, list[tuple[_Key, int]]] = {}
         self._group_of: list[str] = []
         self._documents = 0
@@ -128,6 +167,8 @@ class SearchIndex:
         # Terms held by more entries than this are common: a query that also has rare
         # terms scores the rare terms' rows first (`_by_rare_terms`).
         self._common_from = common_from
+        # Common terms queried alone, grouped by (count, length), kept up to date.
+        self._term_groups: dict[str, _TermGroups] = {}
         # Owners as small codes per slot, so owner filters are one comparison per row.
         # An irregular entry (an item whose remembers have several owners) looks
         # different to each owner filter: with any, owner-filtered reads need a scan.
@@ -227,7 +268,11 @@ class SearchIndex:
             if posting is None:
                 posting = self._postings[term] = _Posting()
             posting.add(slot, tf, generation, length)
+            groups = self._term_groups.get(term)
+            if groups is not None:
+                groups.add(tf, length, slot, generation)
             self._arrays.pop(term, None)
+            self._dense.pop(term, None)
         self._documents += 1
         self._total_length += length
         key = (item.append_time_ms, item.source.partition, item.source.offset)
@@ -271,6 +316,7 @@ class SearchIndex:
     def _remove(self, slot: int) -> None:
         for term in self._terms[slot]:
             self._arrays.pop(term, None)
+            self._dense.pop(term, None)
             posting = self._postings[term]
             posting.live -= 1
             if posting.live == 0:
@@ -495,19 +541,31 @@ class SearchIndex:
         held = [term for term in dict.fromkeys(query) if term in self._postings]
         if not held:
             return []  # nothing holds a term (or the text has none): nothing to score
-        size = len(self._ids)
         statistics = self._statistics(query, owner)
-        by_rare = None if owner is not None else self._by_rare_terms(held, statistics, limit)
+        by_rare = by_groups = None
+        if owner is None:
+            by_rare = self._by_rare_terms(held, statistics, limit)
+            if by_rare is None:
+                by_groups = self._by_groups(held, statistics, limit + len(exclude))
         if by_rare is not None:
             rows, scores = by_rare
+        elif by_groups is not None:
+            rows, scores = by_groups
+        elif len(held) == 1 and owner is None:
+            rows, counts = self._posting(held[0])
+            scores = self._bm25_over(rows, held, statistics, (), counts=counts)
         else:
-            holding = np.zeros(size, dtype=bool)
-            for term in held:
-                holding[self._posting(term)[0]] = True
-            rows = np.flatnonzero(holding)
+            postings = [self._posting(term)[0] for term in held]
+            rows = self._union(postings)
             if owner is not None:
                 rows = rows[self._owned(owner, rows)]  # the others are no candidates
-            scores = bm25_postings(query, self._posting, self._length[:size], statistics)[rows]
+            if sum(len(p) for p in postings) * 8 > len(self._ids):
+                # Long lists: adding into one array as long as the index is quicker.
+                size = len(self._ids)
+                every = bm25_postings(query, self._posting, self._length[:size], statistics)
+                scores = every[rows]
+            else:
+                scores = self._bm25_over(rows, held, statistics, ())
         allowed = np.ones(len(rows), dtype=bool)
         if exclude:
             excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
@@ -516,13 +574,12 @@ class SearchIndex:
             held, statistics, rows, scores, allowed, limit
         ):
             return self._keyword_everywhere(query, min_similarity, limit, exclude)
-        keyword = np.zeros(size, dtype=np.float64)
-        keyword[rows] = scores
         if len(rows) > 4 * limit + 64:
-            rows, allowed = self._contenders(rows, allowed, keyword[rows], limit)
+            keep = self._contenders(rows, allowed, scores, limit)
+            rows, allowed, scores = rows[keep], allowed[keep], scores[keep]
         none = np.full(len(rows), -1, dtype=np.int64)
         columns = Columns(
-            keyword=keyword[rows],
+            keyword=scores,
             semantic=None,
             has_vector=None,
             weight=self._weight[rows],
@@ -560,31 +617,69 @@ class SearchIndex:
         rare = [t for t in held if self._postings[t].live <= self._common_from]
         if not common or not rare:
             return None
-        rows = np.unique(np.concatenate([self._posting(t)[0] for t in rare]))
+        rows = self._union([self._posting(t)[0] for t in rare])
         if len(rows) > self._common_from:
             return None
-        if statistics.documents == 0:
-            return rows, np.zeros(len(rows), dtype=np.float64)
+        return rows, self._bm25_over(rows, held, statistics, common)
+
+    def _union(self, postings: list[np.ndarray]) -> np.ndarray:
+        """The sorted slots of several posting lists."""
+        if sum(len(p) for p in postings) * 8 > len(self._ids):
+            holding = np.zeros(len(self._ids), dtype=bool)  # long lists: mark them
+            for slots in postings:
+                holding[slots] = True
+            return np.flatnonzero(holding)
+        merged = np.sort(np.concatenate(postings))
+        return merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+
+    def _bm25_over(
+        self,
+        rows: np.ndarray,
+        held: list[str],
+        statistics: TermStatistics,
+        dense: Sequence[str],
+        counts: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """BM25 of ``rows`` for the query terms, with `bm25_postings`' operations in its
+        order, so to the bit, but without arrays as long as the index. ``rows`` are
+        sorted, or (one term, ``counts`` given) that term's posting list. Counts of the
+        ``dense`` terms are read from `_counts_of` (a long posting list is not
+        searched for a few rows)."""
+        scores = np.zeros(len(rows), dtype=np.float64)
+        if statistics.documents == 0 or not len(rows):
+            return scores
         average = max(statistics.total_length / statistics.documents, 1e-9)
         lengths = self._length[rows]
-        scores = np.zeros(len(rows), dtype=np.float64)
         for term in held:
             df = statistics.document_frequency.get(term, 0)
             if df == 0:
                 continue
             idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
-            if term in common:
-                # Few rows: their counts from each row's terms, not the long posting list.
-                tf = np.fromiter((self._count(int(r), term) for r in rows), np.float64, len(rows))
+            if counts is not None:
+                tf = counts
+            elif term in dense:
+                tf = self._counts_of(term)[rows].astype(np.float64)
             else:
-                slots, counts = self._posting(term)
+                slots, held_counts = self._posting(term)
+                at = np.minimum(np.searchsorted(rows, slots), len(rows) - 1)
+                inside = rows[at] == slots  # owner filters may have dropped some slots
                 tf = np.zeros(len(rows), dtype=np.float64)
-                tf[np.searchsorted(rows, slots)] = counts
+                tf[at[inside]] = held_counts[inside]
             holds = tf > 0
             norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[holds] / average)
             # As bm25_postings: rows without the term get nothing added.
             scores[holds] += idf * tf[holds] * (BM25_K1 + 1.0) / (tf[holds] + norm)
-        return rows, scores
+        return scores
+
+    def _counts_of(self, term: str) -> np.ndarray:
+        """A term's count in every slot (0: not held), kept until its postings change."""
+        dense = self._dense.get(term)
+        if dense is None or len(dense) < len(self._ids):
+            slots, counts = self._posting(term)
+            dense = np.zeros(len(self._ids), dtype=np.uint32)
+            dense[slots] = np.minimum(counts, np.iinfo(np.uint32).max)
+            self._dense[term] = dense
+        return dense
 
     def _rare_rows_suffice(
         self,
@@ -622,6 +717,65 @@ class SearchIndex:
         lift = FEEDBACK_SHARE if self._weighted else 0.0
         return bound / best * (1 + 1e-9) + lift < cut
 
+    def _by_groups(
+        self, held: list[str], statistics: TermStatistics, wanted: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """For a query of one common term: the rows that can make the first ``wanted``
+        and their BM25. One term's score depends only on an entry's count and length,
+        so its entries are kept grouped by (count, length) (`_TermGroups`): the best
+        groups, whole, until they hold ``wanted`` live rows, and every row with
+        feedback (which can lift a weaker row), are all that can be returned."""
+        if len(held) != 1 or self._postings[held[0]].live <= self._common_from:
+            return None
+        term = held[0]
+        groups = self._term_groups.get(term)
+        if groups is None:
+            groups = self._term_groups[term] = _TermGroups()
+            slots, counts = self._posting(term)
+            for slot, count in zip(slots.tolist(), counts.tolist(), strict=True):
+                groups.add(int(count), int(self._length[slot]), slot, int(self._generation[slot]))
+        df = statistics.document_frequency.get(term, 0)
+        average = max(statistics.total_length / statistics.documents, 1e-9)
+        idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
+        tf = np.asarray(groups.counts, dtype=np.float64)
+        lengths = np.asarray(groups.lengths, dtype=np.float64)
+        # bm25_postings' operations, on one value per group: the same numbers.
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths / average)
+        group_scores = idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+        rows_out: list[np.ndarray] = []
+        scores_out: list[np.ndarray] = []
+        found, cut = 0, None
+        for group in np.argsort(-group_scores, kind="stable").tolist():
+            if cut is not None and group_scores[group] < cut:
+                break  # groups of the same score as the last one taken tie with it
+            live = groups.live(group, self._generation)
+            if not len(live):
+                continue
+            rows_out.append(live)
+            scores_out.append(np.full(len(live), group_scores[group]))
+            found += len(live)
+            if found >= wanted and cut is None:
+                cut = group_scores[group]
+        if self._weighted:
+            # Feedback lifts a row by less than FEEDBACK_SHARE: every weighted holder of
+            # the term is a candidate too.
+            size = len(self._ids)
+            weighted = [
+                slot
+                for slot in np.flatnonzero(self._weight[:size]).tolist()
+                if term in self._terms[slot]
+            ]
+            if weighted:
+                weighted_rows = np.asarray(weighted, dtype=np.int64)
+                wtf = np.asarray([self._count(s, term) for s in weighted], dtype=np.float64)
+                wnorm = BM25_K1 * (1.0 - BM25_B + BM25_B * self._length[weighted_rows] / average)
+                rows_out.append(weighted_rows)
+                scores_out.append(idf * wtf * (BM25_K1 + 1.0) / (wtf + wnorm))
+        if not rows_out:
+            return None
+        rows, first = np.unique(np.concatenate(rows_out), return_index=True)
+        return rows, np.concatenate(scores_out)[first]
+
     def _count(self, slot: int, term: str) -> int:
         """How many times an entry holds a term."""
         if term not in self._terms[slot]:
@@ -631,8 +785,8 @@ class SearchIndex:
 
     def _contenders(
         self, rows: np.ndarray, allowed: np.ndarray, scores: np.ndarray, limit: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The rows that can make a keyword recall's first ``limit`` (and the best
+    ) -> np.ndarray | slice:
+        """Which rows (a mask) can make a keyword recall's first ``limit`` (and the best
         scoring one, which sets the scale), so ranking handles tens of rows instead of
         every holder of a common word. The final score is computed here with the very
         operations `rank_by_text` uses (keyword mode: BM25 over the best, plus feedback),
@@ -653,8 +807,8 @@ class SearchIndex:
                 cut = float(np.partition(open_rows, len(open_rows) - limit)[-limit])
             keep = allowed & (final >= cut)
             keep[int(np.argmax(scores))] = True
-            return rows[keep], allowed[keep]
-        return rows, allowed
+            return keep
+        return slice(None)
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = self._arrays.get(term)
@@ -770,6 +924,7 @@ class SearchIndex:
         """Move the entry of slot ``order[i]`` to slot ``i``; slots not in ``order``
         must be empty, and are gone afterwards."""
         count = len(order)
+        self._term_groups.clear()  # slots move: made again on their next use
         inverse = np.full(len(self._ids), -1, dtype=np.int64)
         inverse[order] = np.arange(count)
         for posting in self._postings.values():
@@ -778,6 +933,7 @@ class SearchIndex:
             posting.counts = array("d", counts.tobytes())
             posting.generations = array("q", bytes(8 * len(slots)))
         self._arrays.clear()
+        self._dense.clear()
         capacity = max(64, count + count // 4)
         for name in (
             "_time", "_partition", "_offset", "_weight", "_length", "_alive",

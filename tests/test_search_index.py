@@ -411,3 +411,29 @@ def test_rows_of_a_common_term_alone_still_rank_when_they_beat_the_rare_ones():
         )  # fmt: skip
         assert [(raw_id, r.score) for raw_id, r in got] == [(i.id.bytes, i.score) for i in want]
     assert "plenty plenty" in {i.text for i in want}
+
+
+def test_queries_of_rare_words_rank_as_a_scan_without_arrays_as_long_as_the_index():
+    """Rare words: their few rows are scored on their own (with and without an owner
+    filter, which drops some of a posting list's rows)."""
+    rng = np.random.default_rng(6)
+    vocabulary = [f"word{k}" for k in range(3_000)]
+    index = SearchIndex(None)
+    items = []
+    for n in range(3_000):
+        body = " ".join(rng.choice(vocabulary, size=int(rng.integers(2, 8))))
+        item = _item(n, body, None, 0.0, None, (n, n % 2, n))
+        item = msgspec.structs.replace(item, scope=MemoryScope(agent=f"a{n % 3}"))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    for _ in range(20):
+        text = " ".join(rng.choice(vocabulary, size=int(rng.integers(1, 4))))
+        for owner, mine in ((None, items), (("a1", None, None, None), items[1::3])):
+            want = rank(mine, strategy="keyword", text=text, limit=5)
+            got = index.find(
+                text, mode="keyword", query_vector=None, min_similarity=None, limit=5,
+                exclude=frozenset(), owner=owner,
+            )  # fmt: skip
+            assert [(raw_id, r.score) for raw_id, r in got] == [
+                (i.id.bytes, i.score) for i in want
+            ], (text, owner)
