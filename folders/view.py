@@ -87,6 +87,7 @@ from .state import (
     ItemState,
     KeptRemember,
     NamedState,
+    Remembered,
     SetAside,
     SortKey,
     _conv,
@@ -543,6 +544,16 @@ class MemoryView:
             return
         if db_key not in items:
             raw = txn.get(db_key, db=self._dbs["items"])
+            if raw is None and is_remember:
+                # The most common record: a new item, whose state is this remember.
+                conversation = _conv(record.scope.conversation)
+                state = ItemState(
+                    remembers={conversation: Remembered(key, kept(record), source)},
+                    version=1,
+                    last=key,
+                )
+                items[db_key] = (state, {}, record.scope.tenant, record.ns, raw_id)
+                return
             if raw is None:
                 loaded, before = ItemState(), {}
             else:
