@@ -70,6 +70,7 @@ from laser_memory.named import apply_patch_bytes
 from laser_memory.recall import with_ranking
 from laser_memory.records import (
     HEADER_NAMESPACE,
+    MAX_WEIGHT,
     Embedded,
     Feedback,
     Forget,
@@ -106,8 +107,6 @@ __all__ = [
 
 #: How many reads' search indexes a fold (or a view's reader) keeps at most.
 MAX_SEARCH_INDEXES = 64
-#: The largest feedback weight one record may carry (either sign); sums stay finite.
-MAX_WEIGHT = 1e9
 #: The largest body a named item may reach through patches; a patch past it is set aside.
 MAX_NAMED_BODY_BYTES = 4 << 20
 

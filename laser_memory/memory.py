@@ -10,20 +10,19 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import numpy as np
 
 from folders.inprocess import FoldedReader
 from folders.replay import AsOf, MemorySnapshot, item_history, named_history, replay, snapshot
-from folders.state import MAX_WEIGHT, ItemFilter
+from folders.state import ItemFilter
 from folders.view import MemoryView
 
+from . import inputs
 from .embedding import Embedder, embed_texts, validate_embedder
 from .errors import (
     BodyTooLarge,
@@ -31,7 +30,6 @@ from .errors import (
     EmptyBody,
     InvalidBody,
     InvalidInput,
-    InvalidWeight,
     NoView,
     RecordTooLarge,
     UnknownTopic,
@@ -39,9 +37,8 @@ from .errors import (
     WaitTimeout,
 )
 from .ids import MemoryId, validate_name
-from .items import HistoryEntry, MemoryItem, NamedItem, Source
+from .items import HistoryEntry, MemoryItem, NamedItem
 from .kinds import MemoryKind, parse_kind
-from .log.naming import validate_topic
 from .log.port import Appended, OutgoingRecord, record_size
 from .named import apply_patch_bytes, encode_body, encode_patch, validate_key
 from .recall import rank, search_mode, to_context_block, validate_limit, validate_strategy
@@ -211,8 +208,8 @@ class MemoryHandle:
         ... # doctest: +SKIP
         """
         return self._derive(
-            origin=_origin(origin) if origin is not None else self._origin,
-            producer=_producer(producer) if producer is not None else self._producer,
+            origin=inputs.origin(origin) if origin is not None else self._origin,
+            producer=inputs.producer(producer) if producer is not None else self._producer,
         )
 
     # -- writes ------------------------------------------------------------------
@@ -341,7 +338,7 @@ class MemoryHandle:
         """Add a feedback weight to an item. With a conversation (always, on a scoped
         handle) it applies only to the item as remembered in that conversation."""
         target_id = MemoryId.parse(target)
-        value = _weight(weight)
+        value = inputs.weight(weight)
         scope = self._scope(conversation=conversation, tenant=tenant)
         return await self._write_one(
             Feedback(ns=self.namespace, scope=scope, target=target_id.bytes, weight=value)
@@ -818,9 +815,9 @@ class MemoryHandle:
             kind=kind.code,
             body=data,
             lifetime="durable" if entry.get("durable") else "session",
-            origin=_origin(origin) if origin is not None else self._origin,
-            producer=_producer(producer) if producer is not None else self._producer,
-            embedding=_embedding(entry.get("embedding")),
+            origin=inputs.origin(origin) if origin is not None else self._origin,
+            producer=inputs.producer(producer) if producer is not None else self._producer,
+            embedding=inputs.embedding(entry.get("embedding")),
         )
 
     async def _embedded(self, records: list[Remember]) -> list[Remember]:
@@ -896,117 +893,3 @@ class MemoryHandle:
         if receipts:
             self.last_receipt = receipts[-1]
         return receipts
-
-
-def _origin_of(value: Any) -> Origin:
-    """An origin from an `Origin`, a `Source`, a receipt, a mapping or a tuple."""
-    try:
-        if isinstance(value, Origin):
-            return value
-        if isinstance(value, Source):
-            return Origin(
-                stream=value.stream,
-                topic=value.topic,
-                partition=value.partition,
-                offset=value.offset,
-                generation=value.generation,
-            )
-        if isinstance(value, Appended):
-            return Origin(topic=value.topic, partition=value.partition, offset=value.offset)
-        if isinstance(value, Mapping):
-            return msgspec.convert(dict(value), Origin)
-        if isinstance(value, tuple | list) and len(value) in (4, 5):
-            stream, topic, partition, offset, *generation = value
-            return Origin(
-                stream=stream,
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                generation=generation[0] if generation else "",
-            )
-    except (msgspec.ValidationError, TypeError) as exc:
-        raise InvalidInput(f"origin is not a log position: {exc}") from None
-    raise InvalidInput(
-        "origin is a Source, a receipt, a mapping with topic, partition and offset, or a "
-        f"tuple (stream, topic, partition, offset[, generation]); got {value!r}"
-    )
-
-
-def _origin(value: Any) -> Origin:
-    origin = _origin_of(value)
-    if not isinstance(origin.topic, str) or not isinstance(origin.stream, str):
-        raise InvalidInput("an origin's topic and stream are strings")
-    validate_topic(origin.topic)
-    validate_name(origin.stream, "origin stream", allow_empty=True)
-    validate_name(origin.generation, "origin generation", allow_empty=True)
-    for name, number, bound in (
-        ("partition", origin.partition, 1 << 31),
-        ("offset", origin.offset, 1 << 63),
-    ):
-        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < bound:
-            raise InvalidInput(
-                f"an origin's {name} is a whole number from 0 to {bound - 1}, got {number!r}"
-            )
-    return origin
-
-
-def _producer(value: Any) -> Producer:
-    producer = _producer_of(value)
-    validate_name(producer.name, "producer name")
-    if not isinstance(producer.version, str):
-        raise InvalidInput(f"a producer version is a string, got {producer.version!r}")
-    validate_name(producer.version, "producer version", allow_empty=True)
-    return producer
-
-
-def _producer_of(value: Any) -> Producer:
-    if isinstance(value, Producer):
-        return value
-    if isinstance(value, str):
-        return Producer(name=value)
-    if isinstance(value, Mapping):
-        try:
-            return msgspec.convert(dict(value), Producer)
-        except msgspec.ValidationError as exc:
-            raise InvalidInput(
-                f"producer needs a 'name' and an optional 'version': {exc}"
-            ) from None
-    if isinstance(value, tuple) and len(value) == 2:
-        return Producer(name=value[0], version=value[1])
-    raise InvalidInput(f"producer is a name, a (name, version) pair or a mapping; got {value!r}")
-
-
-def _weight(weight: Any) -> float:
-    """A feedback weight: a finite number within ±MAX_WEIGHT, so sums stay finite."""
-    try:
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise TypeError
-        value = float(weight)
-    except (TypeError, OverflowError):
-        value = math.nan
-    if not math.isfinite(value) or abs(value) > MAX_WEIGHT:
-        raise InvalidWeight(
-            f"a feedback weight is a finite number from -{MAX_WEIGHT:g} to {MAX_WEIGHT:g}, "
-            f"got {weight!r}"
-        )
-    return value
-
-
-def _embedding(value: Any) -> bytes | None:
-    if value is None:
-        return None
-    try:
-        # A number beyond float32 becomes inf, refused below as not finite.
-        with np.errstate(over="ignore"):
-            array = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInput(f"an embedding is a list of numbers: {exc}") from None
-    if array.ndim != 1 or array.size == 0:
-        raise InvalidInput(
-            f"an embedding is a non-empty flat list of numbers, got shape {array.shape}"
-        )
-    if not np.all(np.isfinite(array)):
-        raise InvalidInput(
-            "an embedding must hold finite numbers within float32's range (about ±3.4e38)"
-        )
-    return array.astype("<f4").tobytes()

@@ -50,6 +50,7 @@ __all__ = [
     "HEADER_OPERATION",
     "HEADER_TENANT",
     "HEADER_VERSION",
+    "MAX_WEIGHT",
     "SCHEMA_VERSION",
     "Embedded",
     "Feedback",
@@ -70,6 +71,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+#: The largest feedback weight one record may carry (either sign); sums stay finite.
+MAX_WEIGHT = 1e9
 
 HEADER_NAMESPACE = "lm-ns"
 HEADER_OPERATION = "lm-op"

@@ -19,6 +19,9 @@ LOWER = [
     "laser_memory.clock",
     "laser_memory.items",
     "laser_memory.log",
+    "laser_memory.inputs",
+    "laser_memory.search_index",
+    "laser_memory.vector_clusters",
 ]
 FOLDERS = [
     "folders.state",

@@ -1,0 +1,145 @@
+"""What callers pass to the memory API, checked and turned into record fields: origins,
+producers, feedback weights and embeddings. Each raises `InvalidInput` (or
+`InvalidWeight`) saying what was wrong, before anything is written.
+
+>>> weight(2)
+2.0
+>>> producer(("extractor", "2")).version
+'2'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .errors import InvalidInput, InvalidWeight
+from .ids import validate_name
+from .items import Source
+from .log.naming import validate_topic
+from .log.port import Appended
+from .records import MAX_WEIGHT, Origin, Producer
+
+__all__ = ["embedding", "origin", "producer", "weight"]
+
+
+def _origin_of(value: Any) -> Origin:
+    """An origin from an `Origin`, a `Source`, a receipt, a mapping or a tuple."""
+    try:
+        if isinstance(value, Origin):
+            return value
+        if isinstance(value, Source):
+            return Origin(
+                stream=value.stream,
+                topic=value.topic,
+                partition=value.partition,
+                offset=value.offset,
+                generation=value.generation,
+            )
+        if isinstance(value, Appended):
+            return Origin(topic=value.topic, partition=value.partition, offset=value.offset)
+        if isinstance(value, Mapping):
+            return msgspec.convert(dict(value), Origin)
+        if isinstance(value, tuple | list) and len(value) in (4, 5):
+            stream, topic, partition, offset, *generation = value
+            return Origin(
+                stream=stream,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                generation=generation[0] if generation else "",
+            )
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise InvalidInput(f"origin is not a log position: {exc}") from None
+    raise InvalidInput(
+        "origin is a Source, a receipt, a mapping with topic, partition and offset, or a "
+        f"tuple (stream, topic, partition, offset[, generation]); got {value!r}"
+    )
+
+
+def origin(value: Any) -> Origin:
+    """The log record an item came from, as a remember's ``origin`` (see `_origin_of`
+    for what it may be given as), with every part checked."""
+    found = _origin_of(value)
+    if not isinstance(found.topic, str) or not isinstance(found.stream, str):
+        raise InvalidInput("an origin's topic and stream are strings")
+    validate_topic(found.topic)
+    validate_name(found.stream, "origin stream", allow_empty=True)
+    validate_name(found.generation, "origin generation", allow_empty=True)
+    for name, number, bound in (
+        ("partition", found.partition, 1 << 31),
+        ("offset", found.offset, 1 << 63),
+    ):
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < bound:
+            raise InvalidInput(
+                f"an origin's {name} is a whole number from 0 to {bound - 1}, got {number!r}"
+            )
+    return found
+
+
+def producer(value: Any) -> Producer:
+    """Who wrote an item: a name, a (name, version) pair, a mapping or a `Producer`."""
+    found = _producer_of(value)
+    validate_name(found.name, "producer name")
+    if not isinstance(found.version, str):
+        raise InvalidInput(f"a producer version is a string, got {found.version!r}")
+    validate_name(found.version, "producer version", allow_empty=True)
+    return found
+
+
+def _producer_of(value: Any) -> Producer:
+    if isinstance(value, Producer):
+        return value
+    if isinstance(value, str):
+        return Producer(name=value)
+    if isinstance(value, Mapping):
+        try:
+            return msgspec.convert(dict(value), Producer)
+        except msgspec.ValidationError as exc:
+            raise InvalidInput(
+                f"producer needs a 'name' and an optional 'version': {exc}"
+            ) from None
+    if isinstance(value, tuple) and len(value) == 2:
+        return Producer(name=value[0], version=value[1])
+    raise InvalidInput(f"producer is a name, a (name, version) pair or a mapping; got {value!r}")
+
+
+def weight(given: Any) -> float:
+    """A feedback weight: a finite number within ±MAX_WEIGHT, so sums stay finite."""
+    try:
+        if isinstance(given, bool) or not isinstance(given, int | float):
+            raise TypeError
+        value = float(given)
+    except (TypeError, OverflowError):
+        value = math.nan
+    if not math.isfinite(value) or abs(value) > MAX_WEIGHT:
+        raise InvalidWeight(
+            f"a feedback weight is a finite number from -{MAX_WEIGHT:g} to {MAX_WEIGHT:g}, "
+            f"got {given!r}"
+        )
+    return value
+
+
+def embedding(value: Any) -> bytes | None:
+    """A vector given with a remember, as little-endian float32 bytes (None: none)."""
+    if value is None:
+        return None
+    try:
+        # A number beyond float32 becomes inf, refused below as not finite.
+        with np.errstate(over="ignore"):
+            array = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidInput(f"an embedding is a list of numbers: {exc}") from None
+    if array.ndim != 1 or array.size == 0:
+        raise InvalidInput(
+            f"an embedding is a non-empty flat list of numbers, got shape {array.shape}"
+        )
+    if not np.all(np.isfinite(array)):
+        raise InvalidInput(
+            "an embedding must hold finite numbers within float32's range (about ±3.4e38)"
+        )
+    return array.astype("<f4").tobytes()
