@@ -720,14 +720,46 @@ class SearchIndex:
     def _by_groups(
         self, held: list[str], statistics: TermStatistics, wanted: int
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """For a query of one common term: the rows that can make the first ``wanted``
-        and their BM25. One term's score depends only on an entry's count and length,
-        so its entries are kept grouped by (count, length) (`_TermGroups`): the best
-        groups, whole, until they hold ``wanted`` live rows, and every row with
-        feedback (which can lift a weaker row), are all that can be returned."""
-        if len(held) != 1 or self._postings[held[0]].live <= self._common_from:
+        """For a query of common terms only: the rows that can make the first
+        ``wanted`` and their BM25. One term's score depends only on an entry's count
+        and length, so its entries are kept grouped by (count, length) (`_TermGroups`).
+        One term: the best groups, whole, until they hold ``wanted`` live rows. Several
+        (up to four): the best group of any term next, each new row scored in full,
+        until the ``wanted``-th best score beats what a row not met yet could reach
+        (the sum of each term's next group: Fagin's threshold algorithm). Every row
+        with feedback (which can lift a weaker row) is a candidate too."""
+        if len(held) > 4 or any(self._postings[t].live <= self._common_from for t in held):
             return None
-        term = held[0]
+        average = max(statistics.total_length / statistics.documents, 1e-9)
+        by_term = [self._group_scores(term, statistics, average) for term in held]
+        if len(held) == 1:
+            rows_out, scores_out = self._best_groups(*by_term[0], wanted)
+        else:
+            found = self._threshold_walk(held, statistics, by_term, wanted)
+            if found is None:
+                return None
+            rows_out, scores_out = found
+        if self._weighted:
+            # Feedback lifts a row by less than FEEDBACK_SHARE: every weighted holder of
+            # a term is a candidate too.
+            size = len(self._ids)
+            weighted = [
+                slot
+                for slot in np.flatnonzero(self._weight[:size]).tolist()
+                if any(term in self._terms[slot] for term in held)
+            ]
+            if weighted:
+                weighted_rows = np.asarray(weighted, dtype=np.int64)
+                rows_out.append(weighted_rows)
+                scores_out.append(self._full_scores(weighted_rows, held, statistics))
+        if not rows_out:
+            return None
+        rows, first = np.unique(np.concatenate(rows_out), return_index=True)
+        return rows, np.concatenate(scores_out)[first]
+
+    def _group_scores(
+        self, term: str, statistics: TermStatistics, average: float
+    ) -> tuple[_TermGroups, np.ndarray]:
         groups = self._term_groups.get(term)
         if groups is None:
             groups = self._term_groups[term] = _TermGroups()
@@ -735,13 +767,62 @@ class SearchIndex:
             for slot, count in zip(slots.tolist(), counts.tolist(), strict=True):
                 groups.add(int(count), int(self._length[slot]), slot, int(self._generation[slot]))
         df = statistics.document_frequency.get(term, 0)
-        average = max(statistics.total_length / statistics.documents, 1e-9)
         idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
         tf = np.asarray(groups.counts, dtype=np.float64)
         lengths = np.asarray(groups.lengths, dtype=np.float64)
         # bm25_postings' operations, on one value per group: the same numbers.
         norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths / average)
-        group_scores = idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+        return groups, idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+
+    def _full_scores(
+        self, rows: np.ndarray, held: list[str], statistics: TermStatistics
+    ) -> np.ndarray:
+        """BM25 of any rows for common terms, from each term's counts per slot."""
+        return self._bm25_over(rows, held, statistics, held)
+
+    def _threshold_walk(
+        self,
+        held: list[str],
+        statistics: TermStatistics,
+        by_term: list[tuple[_TermGroups, np.ndarray]],
+        wanted: int,
+    ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+        """Fagin's threshold algorithm over the terms' groups (see `_by_groups`);
+        None when it would read more rows than scoring every holder costs."""
+        orders = [np.argsort(-scores, kind="stable") for _, scores in by_term]
+        at = [0] * len(held)
+        seen = np.zeros(len(self._ids), dtype=bool)
+        rows_out: list[np.ndarray] = []
+        scores_out: list[np.ndarray] = []
+        found = 0
+        budget = max(20_000, len(self._ids) // 8)
+        while True:
+            upcoming = [
+                float(scores[order[i]]) if i < len(order) else 0.0
+                for (_, scores), order, i in zip(by_term, orders, at, strict=True)
+            ]
+            bound = sum(upcoming)
+            if found >= wanted:
+                best = np.concatenate(scores_out)
+                if float(np.partition(best, len(best) - wanted)[len(best) - wanted]) > bound:
+                    return rows_out, scores_out
+            if bound == 0.0 or found > budget:
+                return (rows_out, scores_out) if bound == 0.0 else None
+            term = int(np.argmax(upcoming))
+            groups, _ = by_term[term]
+            live = groups.live(int(orders[term][at[term]]), self._generation)
+            at[term] += 1
+            new = live[~seen[live]]
+            if len(new):
+                seen[new] = True
+                rows_out.append(new)
+                scores_out.append(self._full_scores(new, held, statistics))
+                found += len(new)
+
+    def _best_groups(
+        self, groups: _TermGroups, group_scores: np.ndarray, wanted: int
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """One term: its best groups, whole, until they hold ``wanted`` live rows."""
         rows_out: list[np.ndarray] = []
         scores_out: list[np.ndarray] = []
         found, cut = 0, None
@@ -756,25 +837,7 @@ class SearchIndex:
             found += len(live)
             if found >= wanted and cut is None:
                 cut = group_scores[group]
-        if self._weighted:
-            # Feedback lifts a row by less than FEEDBACK_SHARE: every weighted holder of
-            # the term is a candidate too.
-            size = len(self._ids)
-            weighted = [
-                slot
-                for slot in np.flatnonzero(self._weight[:size]).tolist()
-                if term in self._terms[slot]
-            ]
-            if weighted:
-                weighted_rows = np.asarray(weighted, dtype=np.int64)
-                wtf = np.asarray([self._count(s, term) for s in weighted], dtype=np.float64)
-                wnorm = BM25_K1 * (1.0 - BM25_B + BM25_B * self._length[weighted_rows] / average)
-                rows_out.append(weighted_rows)
-                scores_out.append(idf * wtf * (BM25_K1 + 1.0) / (wtf + wnorm))
-        if not rows_out:
-            return None
-        rows, first = np.unique(np.concatenate(rows_out), return_index=True)
-        return rows, np.concatenate(scores_out)[first]
+        return rows_out, scores_out
 
     def _count(self, slot: int, term: str) -> int:
         """How many times an entry holds a term."""
