@@ -67,7 +67,7 @@ from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import apply_patch_bytes
-from laser_memory.recall import with_ranking
+from laser_memory.recall import rank, search_mode, with_ranking
 from laser_memory.records import (
     HEADER_NAMESPACE,
     MAX_WEIGHT,
@@ -675,6 +675,48 @@ class MemoryState:
             strategy=strategy, limit=limit, exclude=exclude, owner=where.owner
         )
         return None if found is None else self._found(where, found)
+
+    def recall(
+        self,
+        where: ItemFilter,
+        *,
+        strategy: str = "auto",
+        text: str | None = None,
+        limit: int = 50,
+        query_vector: np.ndarray | None = None,
+        embedder: str | None = None,
+        min_similarity: float | None = None,
+        exclude: frozenset[bytes] = frozenset(),
+        approximate: ApproximateSearch | None = None,
+    ) -> list[MemoryItem]:
+        """Folded recall: the same arguments, order and signals as `MemoryView.recall`.
+        From the search index when it ranks the read exactly, else by a scan."""
+        mode = search_mode(strategy, text, query_vector)
+        if mode is None:
+            items = self.ordered(where, strategy=strategy, limit=limit, exclude=exclude)
+        else:
+            items = self.search(
+                where,
+                text=text,
+                mode=mode,
+                query_vector=query_vector,
+                min_similarity=min_similarity,
+                limit=limit,
+                exclude=exclude,
+                approximate=approximate,
+            )
+        if items is not None:
+            return items
+        return rank(
+            self.items(where),
+            strategy=strategy,
+            text=text,
+            limit=limit,
+            query_vector=query_vector,
+            embedder=embedder,
+            min_similarity=min_similarity,
+            exclude=exclude,
+        )
 
     def missing_vectors(self, tenant: str, label: str) -> list[tuple[bytes, Remember]]:
         """(id, remember) of every live remember of the tenant without a vector of the

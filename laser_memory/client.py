@@ -7,18 +7,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
+import time
 
 from folders.view import MemoryView
 
 from .clock import SYSTEM_CLOCK, Clock
 from .embedding import Embedder, validate_embedder
-from .errors import InvalidInput, InvalidName, NoView
-from .ids import validate_name
+from .errors import InvalidInput, InvalidName, NoView, ViewMismatch, WaitTimeout
+from .ids import MemoryId, validate_name
 from .log import DEFAULT_URL, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
 from .log.naming import validate_topic
+from .log.port import Appended
 from .memory import MemoryConfig, MemoryHandle
 
 __all__ = ["AGENT_TOPICS", "ConversationContext", "Laser", "connect"]
@@ -124,6 +127,64 @@ class Laser:
             # A reader never creates a view: a mistyped path says so instead.
             self._view = MemoryView.open(self.view_path, create=False)
         return self._view
+
+    async def view_after(
+        self, topic: str, after: Appended | MemoryId | None, timeout: float
+    ) -> MemoryView | None:
+        """The managed view to read ``topic`` from, once it has folded the write
+        ``after`` (a receipt, or the id a write returned), waiting up to ``timeout``
+        seconds; None if no folder has written it yet (and there is nothing to wait
+        for). A view path where no view exists
+        raises `NoView`, unless there is a write to wait for: then a folder may still
+        create it within the timeout."""
+        receipt = None
+        if after is not None:
+            receipt = after.receipt if isinstance(after, MemoryId) else after
+            if not isinstance(receipt, Appended):
+                raise InvalidInput("after= takes a receipt returned by a write")
+            if receipt.topic != topic:
+                raise InvalidInput(
+                    f"the receipt is for topic {receipt.topic!r}, this handle reads {topic!r}"
+                )
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (0 <= timeout < 1e9)
+        ):
+            raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                view = self.managed_view()
+            except NoView:
+                if receipt is None or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
+            folded, generation = view.topic()
+            if folded is not None and folded != topic:
+                raise ViewMismatch(
+                    f"the view at {view.path} folds topic {folded!r}, but this handle reads "
+                    f"{topic!r}"
+                )
+            if receipt is None:
+                return view if folded is not None else None
+            if folded is not None and receipt.generation and receipt.generation != generation:
+                raise ViewMismatch(
+                    f"the receipt is for generation {receipt.generation} of topic "
+                    f"{receipt.topic!r}, but the view at {view.path} folds generation "
+                    f"{generation}: the topic was recreated; rebuild the view, or drop receipts "
+                    "from before the topic was recreated"
+                )
+            if folded is not None and view.has_passed(receipt.position):
+                return view
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"the view at {view.path} has not folded {receipt.topic} partition "
+                    f"{receipt.partition} offset {receipt.offset} within {timeout}s; is a "
+                    "folder running ('laser-memory fold')?"
+                )
+            await asyncio.sleep(0.01)
 
     @property
     def memory_topic_name(self) -> str:

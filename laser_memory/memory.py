@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,7 +18,6 @@ import msgspec
 from folders.inprocess import FoldedReader
 from folders.replay import AsOf, MemorySnapshot, item_history, named_history, replay, snapshot
 from folders.state import ItemFilter
-from folders.view import MemoryView
 
 from . import inputs
 from .embedding import Embedder, embed_texts, validate_embedder
@@ -33,15 +30,13 @@ from .errors import (
     NoView,
     RecordTooLarge,
     UnknownTopic,
-    ViewMismatch,
-    WaitTimeout,
 )
 from .ids import MemoryId, validate_name
 from .items import HistoryEntry, MemoryItem, NamedItem
 from .kinds import MemoryKind, parse_kind
 from .log.port import Appended, OutgoingRecord, record_size
 from .named import apply_patch_bytes, encode_body, encode_patch, validate_key
-from .recall import rank, search_mode, to_context_block, validate_limit, validate_strategy
+from .recall import to_context_block, validate_limit, validate_strategy
 from .records import (
     Feedback,
     Forget,
@@ -454,7 +449,7 @@ class MemoryHandle:
             if version is not None:
                 raise NoView("fetch(version=) reads the managed view; connect with view=PATH")
             return await self.fetch_folded(key, tenant=tenant)
-        view = await self._managed_view(after, timeout)
+        view = await self._laser.view_after(self.topic, after, timeout)
         if view is None:
             return None
         return view.fetch(self.namespace, key, tenant=tenant, version=version)
@@ -474,7 +469,7 @@ class MemoryHandle:
             validate_key(target)
             raw_id = None
         if self._managed(folded):
-            view = await self._managed_view(None, 0)
+            view = await self._laser.view_after(self.topic, None, 0)
             if view is None:
                 return []
             if raw_id is not None:
@@ -511,62 +506,6 @@ class MemoryHandle:
         if folded is None:
             return self._laser.view_path is not None
         return not folded
-
-    async def _managed_view(
-        self, after: Receipt | MemoryId | None, timeout: float
-    ) -> MemoryView | None:
-        """The view to read, after waiting for ``after``; None if no folder has written
-        it yet (and there is nothing to wait for). A view path where no view exists
-        raises `NoView`, unless there is a write to wait for: then a folder may still
-        create it within the timeout."""
-        receipt = None
-        if after is not None:
-            receipt = after.receipt if isinstance(after, MemoryId) else after
-            if not isinstance(receipt, Appended):
-                raise InvalidInput("after= takes a receipt returned by a write")
-            if receipt.topic != self.topic:
-                raise InvalidInput(
-                    f"the receipt is for topic {receipt.topic!r}, this handle reads {self.topic!r}"
-                )
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not (0 <= timeout < 1e9)
-        ):
-            raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {timeout!r}")
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                view = self._laser.managed_view()
-            except NoView:
-                if receipt is None or time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(0.05)
-                continue
-            topic, generation = view.topic()
-            if topic is not None and topic != self.topic:
-                raise ViewMismatch(
-                    f"the view at {view.path} folds topic {topic!r}, but this handle reads "
-                    f"{self.topic!r}"
-                )
-            if receipt is None:
-                return view if topic is not None else None
-            if topic is not None and receipt.generation and receipt.generation != generation:
-                raise ViewMismatch(
-                    f"the receipt is for generation {receipt.generation} of topic "
-                    f"{receipt.topic!r}, but the view at {view.path} folds generation "
-                    f"{generation}: the topic was recreated; rebuild the view, or drop receipts "
-                    "from before the topic was recreated"
-                )
-            if topic is not None and view.has_passed(receipt.position):
-                return view
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(
-                    f"the view at {view.path} has not folded {receipt.topic} partition "
-                    f"{receipt.partition} offset {receipt.offset} within {timeout}s; is a "
-                    "folder running ('laser-memory fold')?"
-                )
-            await asyncio.sleep(0.01)
 
     async def recall(
         self,
@@ -654,7 +593,7 @@ class MemoryHandle:
         }
         approximate = None if exact else self._laser.config.approximate
         if self._managed(folded):
-            view = await self._managed_view(after, timeout)
+            view = await self._laser.view_after(self.topic, after, timeout)
             items = (
                 []
                 if view is None
@@ -677,25 +616,14 @@ class MemoryHandle:
                 else None
             )
             state = await self._reader.catch_up(partitions)
-            mode = search_mode(strategy, text, query_vector)
-            items = None
-            if mode is None:
-                items = state.ordered(where, strategy=strategy, limit=limit, exclude=excluded)
-            else:
-                items = state.search(
-                    where,
-                    text=text,
-                    mode=mode,
-                    query_vector=query_vector,
-                    min_similarity=min_similarity,
-                    limit=limit,
-                    exclude=excluded,
-                    approximate=approximate,
-                )
-            if items is None:
-                items = rank(
-                    state.items(where), strategy=strategy, text=text, limit=limit, **ranking
-                )
+            items = state.recall(
+                where,
+                strategy=strategy,
+                text=text,
+                limit=limit,
+                approximate=approximate,
+                **ranking,
+            )
         if block:
             return to_context_block(items, token_budget)
         return items
