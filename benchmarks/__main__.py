@@ -19,7 +19,7 @@ import time
 
 import msgspec
 
-from . import approximate, fold, locomo, log_append, peers, recall, search
+from . import approximate, fold, locomo, log_append, memory, peers, recall, search
 from .figures import Figure
 
 BENCHMARKS = {
@@ -29,6 +29,7 @@ BENCHMARKS = {
     "search": search.run,
     "approximate": approximate.run,
     "peers": peers.run,
+    "memory": memory.run,
     "locomo": locomo.run,
 }
 

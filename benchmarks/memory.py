@@ -1,0 +1,147 @@
+"""Memory of a folder and of a reader, each in a process of its own.
+
+    python -m benchmarks.memory [--items 100000] [--dims 384]
+
+Writes ``--items`` items (the search benchmark's sentences, with vectors of ``--dims``
+dimensions from its stand-in embedder) to an embedded log, then measures:
+
+- a **folder** process folding the whole topic into a fresh view;
+- a **reader** process opening the view and making one keyword, one semantic and
+  one hybrid recall (which builds its search index).
+
+For each: peak resident memory (VmHWM), and anonymous memory at the end (RssAnon:
+the process's own heap, not the LMDB pages it maps, which the kernel shares and
+drops as it needs), against the log's size on disk in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .figures import Figure, rows
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _status() -> dict[str, float]:
+    """VmHWM and RssAnon of this process, in MB."""
+    out = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("VmHWM", "RssAnon"):
+                out[name] = int(value.split()[0]) / 1024
+    return out
+
+
+async def _write(path: str, items: int, dims: int) -> None:
+    import laser_memory as lm
+
+    from .search import StandInEmbedder, corpus
+
+    texts = corpus(items)
+    async with lm.connect(f"local://{path}/log", embedder=StandInEmbedder(dims)) as laser:
+        memory = laser.memory("bench")
+        for first in range(0, items, 1000):
+            await memory.remember_many(texts[first : first + 1000])
+
+
+async def _fold(path: str) -> None:
+    import laser_memory as lm
+    from folders.service import ViewFolder
+
+    async with lm.connect(f"local://{path}/log") as laser:
+        await ViewFolder(laser.log, laser.memory_topic_name, f"{path}/view").run(
+            until_caught_up=True
+        )
+
+
+async def _read(path: str, dims: int) -> None:
+    import laser_memory as lm
+
+    from .search import StandInEmbedder
+
+    async with lm.connect(
+        f"local://{path}/log", view=f"{path}/view", embedder=StandInEmbedder(dims)
+    ) as laser:
+        memory = laser.memory("bench")
+        for strategy in ("keyword", "semantic", "hybrid"):
+            await memory.recall(text="w1 w7 node-5", strategy=strategy, limit=10)
+
+
+def child(role: str, path: str, dims: int) -> None:
+    """One role in this process; prints its memory as JSON."""
+    asyncio.run(_fold(path) if role == "folder" else _read(path, dims))
+    print(json.dumps(_status()))
+
+
+def _disk_mb(path: str) -> float:
+    return (
+        sum(
+            os.stat(os.path.join(root, name)).st_blocks * 512
+            for root, _, names in os.walk(path)
+            for name in names
+        )
+        / 2**20
+    )
+
+
+def measure(items: int, dims: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as path:
+        asyncio.run(_write(path, items, dims))
+        out = {"log on disk MB": _disk_mb(f"{path}/log")}
+        for role in ("folder", "reader"):
+            done = subprocess.run(
+                [sys.executable, "-m", "benchmarks.memory", "--child", role, path, str(dims)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"the {role} failed:\n{done.stderr[-2000:]}")
+            status = json.loads(done.stdout.strip().splitlines()[-1])
+            out[f"{role} peak RSS MB"] = status["VmHWM"]
+            out[f"{role} anonymous MB"] = status["RssAnon"]
+        out["view on disk MB"] = _disk_mb(f"{path}/view")
+        return out
+
+
+def run(quick: bool = False, **_: object) -> list[Figure]:
+    """The figures for ``python -m benchmarks``: 20k items quick, 1M in full."""
+    items = 20_000 if quick else 1_000_000
+    measured = measure(items, 384)
+    values = {f"{name} @{items}": (value, "MB") for name, value in measured.items()}
+    log = f"log on disk MB @{items}"
+    ratios = {name: log for name in values if name != log}
+    return rows("memory", values, ratios)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--dims", type=int, default=384)
+    parser.add_argument(
+        "--child", nargs=3, metavar=("ROLE", "PATH", "DIMS"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    measured = measure(args.items, args.dims)
+    print(f"{args.items} items, {args.dims}-d vectors")
+    for name, value in measured.items():
+        print(f"  {name:<24} {value:10,.1f}")
+
+
+if __name__ == "__main__":
+    main()
