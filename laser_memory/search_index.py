@@ -69,8 +69,10 @@ class _Posting:
         self.counts.append(count)
         self.generations.append(generation)
         self.live += 1
-        self.max_count = max(self.max_count, count)
-        self.min_length = min(self.min_length, length)
+        if count > self.max_count:
+            self.max_count = count
+        if length < self.min_length:
+            self.min_length = length
 
     def current(self, generation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slots, counts) of the entries still current."""
@@ -162,6 +164,7 @@ class SearchIndex:
         self._after = np.full(capacity, -1, dtype=np.int64)
         self._vectors: np.ndarray | None = None
         self._norms = np.zeros(capacity, dtype=np.float32)
+        self._unnormed: list[int] = []  # slots whose vector's norm is not computed yet
         self._vector_count = 0
         self._weighted = 0  # entries with feedback
         # Terms held by more entries than this are common: a query that also has rare
@@ -214,6 +217,18 @@ class SearchIndex:
         self._insert(slot, item)
         self._irregular[slot] = irregular
         self._irregular_count += irregular
+
+    def _fresh_norms(self) -> np.ndarray:
+        """Every vector's norm, those added since the last call computed now, together,
+        as np.linalg.norm(matrix, axis=1) computes a scan's (row by row, so the same
+        numbers)."""
+        if self._unnormed:
+            slots = np.unique(np.asarray(self._unnormed, dtype=np.int64))
+            self._unnormed = []
+            slots = slots[self._has_vector[slots]]  # some may have gone since
+            if len(slots):
+                self._norms[slots] = np.linalg.norm(self._vectors[slots], axis=1)
+        return self._norms
 
     def _leaves_cluster(self, slot: int, item: MemoryItem) -> bool:
         if slot >= self._clustered_until or item.embedder != self.label or not item.embedding:
@@ -294,7 +309,8 @@ class SearchIndex:
             if len(vector) == self._dimensions:
                 self._vectors[slot] = vector
                 # As np.linalg.norm(matrix, axis=1) computes it for a scan's matrix.
-                self._norms[slot] = np.linalg.norm(vector[None, :], axis=1)[0]
+                # Norms are computed in bulk when next needed (`_fresh_norms`).
+                self._unnormed.append(slot)
                 self._has_vector[slot] = True
                 self._vector_count += 1
             else:
@@ -411,7 +427,7 @@ class SearchIndex:
                 # cosine_similarities, row by row, over every slot (empty ones are zeros).
                 vector = query_vector.astype(np.float32)
                 dots = self._vectors[:size] @ vector
-                norms = self._norms[:size] * float(np.linalg.norm(vector))
+                norms = self._fresh_norms()[:size] * float(np.linalg.norm(vector))
                 similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
                 low = float(similar[has_vector].min())
                 semantic = np.where(has_vector, similar, low).astype(np.float64)
@@ -936,7 +952,7 @@ class SearchIndex:
         rows = np.concatenate([np.arange(start, stop) for start, stop in ranges])
         # Each cluster is a contiguous block of the matrix: no rows are copied out.
         dots = np.concatenate([self._vectors[start:stop] @ vector for start, stop in ranges])
-        norms = self._norms[rows] * length
+        norms = self._fresh_norms()[rows] * length
         similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
         if owner is not None:
             owned = self._owned(owner, rows)
@@ -974,7 +990,7 @@ class SearchIndex:
                 (self._offset[with_vector], self._partition[with_vector], self._time[with_vector])
             )
         ]
-        centroids = VectorClusters.train(self._vectors, with_vector, self._norms)
+        centroids = VectorClusters.train(self._vectors, with_vector, self._fresh_norms())
         nearest = VectorClusters.assign(self._vectors[:size], centroids)[with_vector]
         by_cluster = np.argsort(nearest, kind="stable")
         without = np.flatnonzero(self._alive[:size] & ~self._has_vector[:size])
@@ -987,6 +1003,7 @@ class SearchIndex:
         """Move the entry of slot ``order[i]`` to slot ``i``; slots not in ``order``
         must be empty, and are gone afterwards."""
         count = len(order)
+        self._fresh_norms()  # pending norms name slots by their old numbers
         self._term_groups.clear()  # slots move: made again on their next use
         inverse = np.full(len(self._ids), -1, dtype=np.int64)
         inverse[order] = np.arange(count)
