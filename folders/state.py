@@ -718,6 +718,24 @@ class MemoryState:
             exclude=exclude,
         )
 
+    def last_written(
+        self, tenant: str, *, before_ms: int, limit: int, conversation: str | None = None
+    ) -> list[bytes]:
+        """Ids of the tenant's live items (live in ``conversation``, if given) whose
+        latest record was appended before ``before_ms``, oldest first, at most
+        ``limit``: what a retention pass forgets."""
+        found: list[tuple[SortKey, bytes]] = []
+        for (item_tenant, raw_id), state in self._items.items():
+            if item_tenant != tenant or state.last[0] >= before_ms:
+                continue
+            live = state.live_conversations()
+            if conversation is not None:
+                live = {c: r for c, r in live.items() if c == _conv(conversation)}
+            if live:
+                found.append((state.last, raw_id))
+        found.sort()
+        return [raw_id for _, raw_id in found[:limit]]
+
     def missing_vectors(self, tenant: str, label: str) -> list[tuple[bytes, Remember]]:
         """(id, remember) of every live remember of the tenant without a vector of the
         model ``label``, one per distinct body and conversation, oldest first."""

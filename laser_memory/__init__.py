@@ -53,6 +53,7 @@ from .vector_clusters import ApproximateSearch
 if TYPE_CHECKING:
     from .client import ConversationContext, Laser, connect
     from .memory import MemoryConfig, MemoryHandle, Receipt
+    from .retention import RetentionDriver
 
 __version__ = "0.1.0"
 
@@ -69,6 +70,7 @@ _UPPER = {
     "Receipt": "memory",
     "MiniLMEmbedder": "minilm",
     "RerankedMemory": "rerank",
+    "RetentionDriver": "retention",
     "Reranker": "rerank",
 }
 
@@ -126,6 +128,7 @@ __all__ = [
     "RerankFailed",
     "RerankedMemory",
     "Reranker",
+    "RetentionDriver",
     "Signal",
     "Source",
     "TopicConflict",

@@ -19,7 +19,7 @@ from folders.inprocess import FoldedReader
 from folders.replay import AsOf, MemorySnapshot, item_history, named_history, replay, snapshot
 from folders.state import ItemFilter
 
-from . import inputs
+from . import inputs, retention
 from .embedding import Embedder, embed_texts, validate_embedder
 from .errors import (
     BodyTooLarge,
@@ -49,6 +49,7 @@ from .records import (
     Remember,
     encode_record,
 )
+from .retention import Age
 from .scope import MemoryScope
 from .vector_clusters import ApproximateSearch
 
@@ -368,6 +369,37 @@ class MemoryHandle:
         return await self._write_one(
             Forget(ns=self.namespace, scope=scope, target=target_id.bytes, seen=seen)
         )
+
+    async def purge(self, older_than: Age, *, tenant: str = "", limit: int = 1000) -> int:
+        """Forget the items last written before a cutoff, oldest first, at most
+        ``limit`` (1 to 10,000) of them; returns how many. Call again while it returns
+        ``limit``. ``older_than`` is an age (a `timedelta`, or seconds, counted back
+        from the connection's clock) or a moment (a `datetime`). An item's last write is
+        its latest record: feedback keeps it. On a scoped handle, only items of that
+        conversation, and only there. See `laser_memory.retention`.
+
+        >>> await memory.purge(timedelta(days=90))                    # doctest: +SKIP
+        1000
+        """
+        before_ms = retention.cutoff_ms(older_than, self._laser.clock)
+        retention.validate_purge_limit(limit)
+        scope = self._scope(tenant=tenant)  # checks the tenant before anything is read
+        info = await self._topic_info()
+        if info is None:
+            return 0
+        state = await self._reader.catch_up()
+        oldest = state.last_written(
+            scope.tenant, before_ms=before_ms, limit=limit, conversation=scope.conversation
+        )
+        if not oldest:
+            return 0
+        # As forget: what the log holds now is what these forgets forget.
+        ends = await self._laser.log.end_offsets(self.topic)
+        seen = tuple(ends.get(p, 0) for p in range(info.partitions))
+        await self._write(
+            [Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen) for raw_id in oldest]
+        )
+        return len(oldest)
 
     async def set(self, key: str, body: str | bytes | dict | list, *, tenant: str = "") -> Receipt:
         """Set a named item to a body (objects and lists are stored as JSON)."""

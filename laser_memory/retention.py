@@ -1,0 +1,139 @@
+"""Retention: forgetting what was last written long ago, by hand (`MemoryHandle.purge`)
+or on a timer (`RetentionDriver`).
+
+A pass forgets, oldest first, the live items whose latest record (remember,
+feedback, embedded vector) was appended before a cutoff, at most ``limit`` of them,
+with ordinary forget records: the history keeps them, and ``as_of`` still shows what
+was known before. Ages are measured against the connection's clock; on Kafka append
+times are the broker's. There is no default age: keeping everything is the default.
+
+>>> driver = RetentionDriver(memory, older_than=timedelta(days=30), every=3600.0)
+>>> async with driver:                                          # doctest: +SKIP
+...     await serve_forever()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import math
+from typing import TYPE_CHECKING
+
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import ConfigError, InvalidInput, LaserError
+
+if TYPE_CHECKING:
+    from .memory import MemoryHandle
+
+__all__ = ["MAX_PURGE", "RetentionDriver", "cutoff_ms", "validate_purge_limit"]
+
+#: The most items one pass forgets (its forgets go in one batch).
+MAX_PURGE = 10_000
+
+Age = datetime.timedelta | datetime.datetime | float | int
+
+
+def cutoff_ms(older_than: Age, clock: Clock) -> int:
+    """The cutoff in milliseconds since the epoch: ``older_than`` is an age (a
+    `timedelta`, or seconds) counted back from the clock's now, or a moment (an aware
+    `datetime`, or a naive one in local time)."""
+    if isinstance(older_than, datetime.datetime):
+        return int(older_than.timestamp() * 1000)
+    if isinstance(older_than, datetime.timedelta):
+        seconds = older_than.total_seconds()
+    elif isinstance(older_than, int | float) and not isinstance(older_than, bool):
+        seconds = float(older_than)
+    else:
+        raise InvalidInput(
+            "older_than is an age (a timedelta, or seconds) or a moment (a datetime), got "
+            f"{older_than!r}"
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInput(f"older_than is an age of 0 seconds or more, got {older_than!r}")
+    return clock.now_ms() - int(seconds * 1000)
+
+
+def validate_purge_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PURGE:
+        raise InvalidInput(f"limit is a whole number from 1 to {MAX_PURGE}, got {limit!r}")
+    return limit
+
+
+class RetentionDriver:
+    """Runs `MemoryHandle.purge` every ``every`` seconds (the first pass at start), each
+    pass repeated while it forgets a whole ``limit``. A pass that fails is kept in
+    `failures` and the next one still runs; `purged` counts what was forgotten.
+
+    ``start``/``stop`` are safe to call twice; ``async with`` does both.
+    """
+
+    def __init__(
+        self,
+        memory: MemoryHandle,
+        *,
+        older_than: Age,
+        every: float,
+        tenant: str = "",
+        limit: int = 1000,
+    ) -> None:
+        if isinstance(every, bool) or not isinstance(every, int | float) or not every > 0:
+            raise ConfigError(f"every is a positive number of seconds, got {every!r}")
+        if not math.isfinite(every):
+            raise ConfigError(f"every is a finite number of seconds, got {every!r}")
+        if isinstance(older_than, datetime.datetime):
+            raise ConfigError("a retention driver takes an age (older_than=timedelta or seconds)")
+        cutoff_ms(older_than, SYSTEM_CLOCK)  # refuses a bad age now, not in every pass
+        self.memory = memory
+        self.older_than = older_than
+        self.every = float(every)
+        self.tenant = tenant
+        self.limit = validate_purge_limit(limit)
+        self.purged = 0
+        self.passes = 0
+        self.failures: list[LaserError] = []
+        self._group: asyncio.TaskGroup | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        if self._group is not None:
+            return
+        self._group = asyncio.TaskGroup()
+        await self._group.__aenter__()
+        self._task = self._group.create_task(self._run(), name="laser-retention")
+
+    async def stop(self) -> None:
+        if self._group is None:
+            return
+        group, self._group = self._group, None
+        if self._task is not None:
+            self._task.cancel()
+        await group.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> RetentionDriver:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def run_once(self) -> int:
+        """One pass: purge until a call forgets less than ``limit``; returns how many."""
+        total = 0
+        while True:
+            forgotten = await self.memory.purge(
+                self.older_than, tenant=self.tenant, limit=self.limit
+            )
+            total += forgotten
+            if forgotten < self.limit:
+                break
+        self.purged += total
+        self.passes += 1
+        return total
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except LaserError as exc:
+                self.failures.append(exc)
+            await asyncio.sleep(self.every)

@@ -1,0 +1,120 @@
+"""Retention: `purge` forgets, oldest first, the items last written before a cutoff,
+with ordinary forgets (history and as_of keep them), and a driver runs it on a timer.
+Over both logs."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from pathlib import Path
+
+import pytest
+
+import laser_memory as lm
+from laser_memory.clock import SteppedClock
+
+
+async def _spaced(memory, bodies, **scope) -> list[lm.MemoryId]:
+    """Remember each body a few milliseconds after the last: append times order them."""
+    ids = []
+    for body in bodies:
+        ids.append(await memory.remember(body, **scope))
+        await asyncio.sleep(0.005)
+    return ids
+
+
+def _moment(mid: lm.MemoryId) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(mid.receipt.append_time_ms / 1000, datetime.UTC)
+
+
+async def test_purge_forgets_the_oldest_first_up_to_the_limit(laser: lm.Laser):
+    memory = laser.memory("notes")
+    old = await _spaced(memory, [f"old fact {n}" for n in range(5)])
+    kept = await _spaced(memory, ["new fact"])
+    await memory.improve(old[1], 1.0)  # feedback is a write: it keeps old[1]
+    cutoff = _moment(kept[0])
+    assert await memory.purge(cutoff, limit=2) == 2
+    left = {i.id for i in await memory.recall(folded=True, limit=100)}
+    assert left == {old[1], old[3], old[4], kept[0]}  # old[0] and old[2] went first
+    assert await memory.purge(cutoff, limit=2) == 2
+    assert await memory.purge(cutoff, limit=2) == 0  # call again while it returns limit
+    left = {i.id for i in await memory.recall(folded=True, limit=100)}
+    assert left == {old[1], kept[0]}
+    # Ordinary forgets: the history keeps the item and what happened to it.
+    assert [h.op for h in await memory.history(old[0], folded=True)] == ["remember", "forget"]
+
+
+async def test_purge_stays_in_its_tenant_and_conversation(laser: lm.Laser):
+    memory = laser.memory("notes")
+    [mine] = await _spaced(memory, ["tenant a's fact"], tenant="a")
+    [theirs] = await _spaced(memory, ["tenant b's fact"], tenant="b")
+    [here, there] = [
+        (await _spaced(memory, [f"fact in {c}"], conversation=c))[0] for c in ("c1", "c2")
+    ]
+    cutoff = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5)
+    assert await memory.purge(cutoff, tenant="a") == 1
+    assert [i.id for i in await memory.recall(tenant="b", folded=True)] == [theirs]
+    assert await memory.scoped("c1").purge(cutoff) == 1
+    assert {i.id for i in await memory.recall(folded=True)} == {there}
+    assert mine not in {i.id for i in await memory.recall(tenant="a", folded=True)}
+    assert here not in {i.id for i in await memory.recall(conversation="c1", folded=True)}
+
+
+async def test_an_age_counts_back_from_the_connections_clock(tmp_path: Path):
+    clock = SteppedClock(1_000_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", clock=clock) as laser:
+        memory = laser.memory("notes")
+        first = await memory.remember("written at t")
+        clock.step(60_000)
+        second = await memory.remember("written a minute later")
+        clock.step(30_000)
+        assert await memory.purge(datetime.timedelta(seconds=100)) == 0
+        assert await memory.purge(45.0) == 1  # older than 45 s: only the first
+        assert [i.id for i in await memory.recall(folded=True)] == [second]
+        assert first not in {i.id for i in await memory.recall(folded=True)}
+
+
+@pytest.mark.parametrize(
+    "older_than, limit",
+    [(-1.0, 10), (float("nan"), 10), ("30d", 10), (True, 10), (60.0, 0), (60.0, 10_001)],
+)
+async def test_bad_retention_arguments_write_nothing(laser: lm.Laser, older_than, limit):
+    memory = laser.memory("notes")
+    await memory.remember("a fact")
+    ends = await laser.log.end_offsets(memory.topic)
+    with pytest.raises(lm.InvalidInput):
+        await memory.purge(older_than, limit=limit)
+    assert await laser.log.end_offsets(memory.topic) == ends
+
+
+async def test_a_retention_driver_purges_on_a_timer_and_stops(tmp_path: Path):
+    clock = SteppedClock(1_000_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", clock=clock) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([f"fact {n}" for n in range(5)])
+        clock.step(10_000)
+        driver = lm.RetentionDriver(memory, older_than=5.0, every=0.02, limit=2)
+        async with driver:
+            for _ in range(200):
+                if driver.purged == 5:
+                    break
+                await asyncio.sleep(0.01)
+            assert driver.purged == 5  # the first pass forgets all five, two at a time
+            fresh = await memory.remember("written after the purge")
+            await asyncio.sleep(0.1)
+            assert [i.id for i in await memory.recall(folded=True)] == [fresh]
+        passes = driver.passes
+        await asyncio.sleep(0.1)
+        assert driver.passes == passes and driver.failures == []  # stopped
+        await driver.stop()  # twice is fine
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"every": 0}, {"every": -1.0}, {"every": float("inf")}, {"every": "1h"}, {"limit": 0}],
+)
+async def test_a_retention_driver_refuses_bad_settings(tmp_path: Path, options):
+    async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
+        settings = {"older_than": 60.0, "every": 1.0, **options}
+        with pytest.raises((lm.ConfigError, lm.InvalidInput)):
+            lm.RetentionDriver(laser.memory("notes"), **settings)
