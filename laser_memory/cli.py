@@ -304,6 +304,49 @@ async def forget(id, url, stream, namespace, as_json, view, conversation, tenant
     _print_write(as_json, receipt, id=id)
 
 
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _age(value: str) -> float:
+    """An age such as ``90d``, ``12h``, ``30m``, ``45s`` or plain seconds."""
+    text = value.strip().lower()
+    unit = _AGE_UNITS.get(text[-1:], None) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        seconds = float(number) * (unit or 1)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is no age: write a number of seconds, or one with d, h, m or s (90d)"
+        ) from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise click.BadParameter(f"{value!r} is no age: it must be 0 or more, and finite")
+    return seconds
+
+
+@main.command()
+@click.option("--older-than", "older_than", required=True, help="an age: 90d, 12h, 30m, 45s")
+@_connection_options
+@click.option("--tenant", default="")
+@click.option("--conversation", default=None, help="only items of this conversation")
+@click.option("--limit", type=int, default=1000, show_default=True, help="forgets per batch")
+@_run
+async def purge(older_than, url, stream, namespace, as_json, view, tenant, conversation, limit):
+    """Forget the items last written longer ago than --older-than, oldest first, in
+    batches of --limit until none is left; print how many."""
+    age = _age(older_than)
+    total = 0
+    async with _Session(url, stream, namespace) as memory:
+        handle = memory.scoped(conversation) if conversation is not None else memory
+        while True:
+            forgotten = await handle.purge(age, tenant=tenant, limit=limit)
+            total += forgotten
+            if not as_json and forgotten:
+                click.echo(f"forgot {forgotten} ({total} so far)", err=True)
+            if forgotten < limit:
+                break
+    click.echo(json.dumps({"forgotten": total}) if as_json else f"{total} forgotten")
+
+
 def _parse_json(value: str, what: str) -> Any:
     try:
         return load_json(value, what)

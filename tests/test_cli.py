@@ -187,3 +187,22 @@ def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
     assert bodies("--tenant", "acme") == ["ours"]
     assert bodies("--all-tenants") == ["ours", "theirs", "default"]
     run("replay", *common, "--tenant", "acme", "--all-tenants", ok=False)
+
+
+def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
+    import time
+
+    common = ["--url", any_log_url, "--stream", stream_name]
+    if any_log_url.startswith("kafka"):
+        run("bootstrap", *common, "--partitions", "3")
+    for n in range(3):
+        run("remember", f"old fact {n}", *common)
+    time.sleep(1.2)
+    run("remember", "new fact", *common)
+    out = json.loads(run("purge", "--older-than", "1s", "--limit", "2", *common, "--json"))
+    assert out == {"forgotten": 3}  # two batches: 2, then 1
+    left = json.loads(run("recall", *common, "--json"))
+    assert [i["body"] for i in left] == ["new fact"]
+    assert "0 forgotten" in run("purge", "--older-than", "1d", *common)
+    for bad in ("-5s", "90x", "", "nan"):
+        assert "no age" in run("purge", "--older-than", bad, *common, ok=False)
