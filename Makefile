@@ -47,7 +47,7 @@ test: $(VENV)/.dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check laser_memory folders tests benchmarks
+	$(BIN)/ruff check laser_memory folders tests benchmarks examples
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m benchmarks
