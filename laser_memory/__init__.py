@@ -31,6 +31,7 @@ from .errors import (
     RecordDecodeError,
     RecordTooLarge,
     RerankFailed,
+    SummarizeFailed,
     TopicConflict,
     UnknownKind,
     UnknownTopic,
@@ -52,6 +53,7 @@ from .vector_clusters import ApproximateSearch
 
 if TYPE_CHECKING:
     from .client import ConversationContext, Laser, connect
+    from .consolidation import ConsolidationReport, Consolidator, Summarizer
     from .memory import MemoryConfig, MemoryHandle, Receipt
     from .retention import RetentionDriver
 
@@ -71,6 +73,9 @@ _UPPER = {
     "MiniLMEmbedder": "minilm",
     "RerankedMemory": "rerank",
     "RetentionDriver": "retention",
+    "ConsolidationReport": "consolidation",
+    "Consolidator": "consolidation",
+    "Summarizer": "consolidation",
     "Reranker": "rerank",
 }
 
@@ -91,6 +96,8 @@ __all__ = [
     "ApproximateSearch",
     "BodyTooLarge",
     "ConfigError",
+    "ConsolidationReport",
+    "Consolidator",
     "ConversationContext",
     "ConversationId",
     "Embedder",
@@ -131,6 +138,8 @@ __all__ = [
     "RetentionDriver",
     "Signal",
     "Source",
+    "SummarizeFailed",
+    "Summarizer",
     "TopicConflict",
     "UnknownKind",
     "UnknownTopic",

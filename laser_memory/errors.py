@@ -18,6 +18,7 @@ The tree::
     │       └── RecordTooLarge      over the record cap, or over what the topic takes
     ├── EmbeddingFailed             the embedder raised or returned bad vectors; nothing written
     ├── RerankFailed                the reranker raised or returned bad scores
+    ├── SummarizeFailed             a consolidation's summarizer raised or returned no body
     ├── RecordDecodeError           bytes on the log that are not a record we can read
     │   └── UnsupportedSchemaVersion
     ├── LogError
@@ -59,6 +60,7 @@ __all__ = [
     "RecordDecodeError",
     "RecordTooLarge",
     "RerankFailed",
+    "SummarizeFailed",
     "TopicConflict",
     "UnknownKind",
     "UnknownTopic",
@@ -131,6 +133,10 @@ class EmbeddingFailed(LaserError):
 
 class RerankFailed(LaserError):
     """The reranker raised, or did not return one finite score per text."""
+
+
+class SummarizeFailed(LaserError):
+    """A consolidation's summarizer raised, or returned no body; nothing was written."""
 
 
 class RecordTooLarge(InvalidRecord):

@@ -19,7 +19,8 @@ from folders.inprocess import FoldedReader
 from folders.replay import AsOf, MemorySnapshot, item_history, named_history, replay, snapshot
 from folders.state import ItemFilter
 
-from . import inputs, retention
+from . import consolidation, inputs, retention
+from .consolidation import ConsolidationReport
 from .embedding import Embedder, embed_texts, validate_embedder
 from .errors import (
     BodyTooLarge,
@@ -400,6 +401,86 @@ class MemoryHandle:
             [Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen) for raw_id in oldest]
         )
         return len(oldest)
+
+    async def consolidate(
+        self,
+        max_items: int,
+        *,
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str = "",
+        summarizer: Any = None,
+        prune_summarized: bool = False,
+    ) -> ConsolidationReport:
+        """One consolidation pass over a scope (see `laser_memory.consolidation`): keep
+        the newest ``max_items`` of its newest 10,000 items and forget the rest; with a
+        ``summarizer`` (a callable ``(bodies) -> body`` or an object with
+        ``summarize(bodies)``, sync or async), first remember one durable ``summary``
+        per conversation of the window's messages, and with ``prune_summarized``
+        forget those messages too. One batch, written once every summary is made.
+
+        >>> report = await memory.consolidate(100, conversation="c-1")  # doctest: +SKIP
+        """
+        consolidation.validate_max_items(max_items)
+        if not isinstance(prune_summarized, bool):
+            raise InvalidInput(f"prune_summarized is True or False, got {prune_summarized!r}")
+        call = consolidation.summarizer_call(summarizer) if summarizer is not None else None
+        conversation = self._conversation(conversation)
+        where = ItemFilter.build(
+            tenant=tenant,
+            conversation=conversation,
+            agent=agent,
+            user=user,
+            application=application,
+        )
+        info = await self._topic_info()
+        if info is None:
+            return ConsolidationReport()
+        state = await self._reader.catch_up()
+        window = state.recall(where, strategy="recent", limit=consolidation.WINDOW)
+        doomed = {item.id.bytes: item for item in window[max_items:]}
+        summaries: list[Remember] = []
+        summarized = 0
+        if call is not None:
+            threads: dict[str | None, list[MemoryItem]] = {}
+            for item in reversed(window):  # oldest first: a transcript's order
+                if item.kind is MemoryKind.MESSAGE:
+                    threads.setdefault(item.scope.conversation, []).append(item)
+            for thread, messages in threads.items():
+                body = await consolidation.summarize(call, [m.body for m in messages])
+                summaries.append(
+                    self._remember_record(
+                        {
+                            "body": body,
+                            "kind": "summary",
+                            "durable": True,
+                            "conversation": thread,
+                            "tenant": tenant,
+                            "agent": agent,
+                            "user": user,
+                            "application": application,
+                            "producer": ("laser-memory/consolidate", "1"),
+                        }
+                    )
+                )
+                summarized += len(messages)
+                if prune_summarized:
+                    doomed.update((m.id.bytes, m) for m in messages)
+        forgets: list[Forget] = []
+        if doomed:
+            scope = self._scope(conversation=conversation, tenant=tenant)
+            ends = await self._laser.log.end_offsets(self.topic)
+            seen = tuple(ends.get(p, 0) for p in range(info.partitions))
+            forgets = [
+                Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen)
+                for raw_id in doomed
+            ]
+        records: list[MemoryRecord] = [*await self._embedded(summaries), *forgets]
+        if records:
+            await self._write(records)
+        return ConsolidationReport(summarized=summarized, pruned=len(forgets))
 
     async def set(self, key: str, body: str | bytes | dict | list, *, tenant: str = "") -> Receipt:
         """Set a named item to a body (objects and lists are stored as JSON)."""

@@ -1,0 +1,100 @@
+"""Consolidation: keeping a scope's memory small (`MemoryHandle.consolidate`).
+
+The default pass looks at the newest `WINDOW` items of the scope in arrival order,
+keeps the newest ``max_items`` of them and forgets the rest (``max_items=0`` forgets
+the whole window). With a summarizer it first groups the window's ``message`` items by
+conversation and remembers one durable ``summary`` per conversation; with
+``prune_summarized`` it then forgets those messages too. Everything a pass writes goes
+in one batch, after every summary has been made: a summarizer that fails writes
+nothing. Passes are records, not read-modify-write: two workers consolidating at once
+write forgets the fold applies once each, and summaries as separate items.
+
+>>> report = await memory.consolidate(100, conversation="c-1",
+...     summarizer=lambda bodies: f"{len(bodies)} turns".encode())   # doctest: +SKIP
+>>> report.summarized, report.pruned                                  # doctest: +SKIP
+(140, 40)
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from .errors import InvalidInput, SummarizeFailed
+
+__all__ = [
+    "WINDOW",
+    "ConsolidationReport",
+    "Consolidator",
+    "Summarizer",
+    "summarize",
+    "validate_max_items",
+]
+
+#: The most items one pass looks at: the newest of the scope.
+WINDOW = 10_000
+
+
+class ConsolidationReport(msgspec.Struct, frozen=True):
+    """What a pass did: messages folded into summaries, items reweighted, items
+    forgotten (counted once their forgets are written), and items derived. The default
+    pass fills ``summarized`` and ``pruned``; custom consolidators the others."""
+
+    summarized: int = 0
+    reweighted: int = 0
+    pruned: int = 0
+    derived: int = 0
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Turns a conversation's message bodies into one summary body (sync or async). A
+    plain callable ``(bodies) -> body`` serves too."""
+
+    def summarize(self, bodies: list[bytes]) -> bytes | str | Awaitable[bytes | str]: ...
+
+
+@runtime_checkable
+class Consolidator(Protocol):
+    """A custom pass, for an agent's timer: ``consolidate(scope)`` returns a report."""
+
+    def consolidate(self, scope: Any) -> Awaitable[ConsolidationReport | None]: ...
+
+
+def validate_max_items(max_items: int) -> int:
+    if isinstance(max_items, bool) or not isinstance(max_items, int) or not 0 <= max_items:
+        raise InvalidInput(f"max_items is a whole number, 0 or more, got {max_items!r}")
+    return max_items
+
+
+def summarizer_call(summarizer: Any) -> Callable[[list[bytes]], Any]:
+    """The function to call for a summarizer object or callable; refuses anything else."""
+    if isinstance(summarizer, Summarizer):
+        return summarizer.summarize
+    if callable(summarizer):
+        return summarizer
+    raise InvalidInput(
+        "summarizer is a callable (bodies) -> body, or an object with summarize(bodies); got "
+        f"{type(summarizer).__name__}"
+    )
+
+
+async def summarize(call: Callable[[list[bytes]], Any], bodies: Sequence[bytes]) -> bytes:
+    """One summary body; `SummarizeFailed` if the summarizer raises or returns no body."""
+    try:
+        body = call(list(bodies))
+        if inspect.isawaitable(body):
+            body = await body
+    except Exception as exc:  # whatever the user's code raises, nothing is written
+        raise SummarizeFailed(f"the summarizer raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(body, str):
+        body = body.encode("utf-8", "surrogatepass")
+    if not isinstance(body, bytes | bytearray) or not body:
+        raise SummarizeFailed(
+            f"the summarizer returned {type(body).__name__} {body!r:.80}; it must return a "
+            "non-empty str or bytes"
+        )
+    return bytes(body)

@@ -1,0 +1,96 @@
+"""Consolidation keeps a scope small: the newest items stay, older ones are forgotten,
+and a summarizer folds a conversation's messages into one durable summary first.
+Over both logs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import laser_memory as lm
+
+
+async def _turns(memory, conversation: str, count: int, kind: str = "message") -> list:
+    ids = []
+    for n in range(count):
+        ids.append(
+            await memory.remember(f"{conversation} turn {n}", conversation=conversation, kind=kind)
+        )
+        await asyncio.sleep(0.003)  # append times order them, across partitions too
+    return ids
+
+
+async def test_the_default_pass_keeps_the_newest_and_forgets_the_rest(laser: lm.Laser):
+    memory = laser.memory("notes")
+    c1 = await _turns(memory, "c1", 5, kind="fact")
+    c2 = await _turns(memory, "c2", 2, kind="fact")
+    report = await memory.consolidate(2, conversation="c1")
+    assert report == lm.ConsolidationReport(pruned=3)
+    assert [i.id for i in await memory.recall(conversation="c1", strategy="recent")] == [
+        c1[4],
+        c1[3],
+    ]
+    assert len(await memory.recall(conversation="c2")) == 2  # another scope: untouched
+    assert await memory.consolidate(2, conversation="c1") == lm.ConsolidationReport()
+    # A limit of zero prunes the whole window; history keeps what was forgotten.
+    assert (await memory.consolidate(0, conversation="c2")).pruned == 2
+    assert await memory.recall(conversation="c2") == []
+    assert [h.op for h in await memory.history(c2[0])] == ["remember", "forget"]
+
+
+async def test_a_summarizer_folds_each_conversations_messages_first(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await _turns(memory, "c1", 3)
+    await _turns(memory, "c2", 2)
+    seen: list[list[bytes]] = []
+
+    class Digest:
+        async def summarize(self, bodies: list[bytes]) -> str:
+            seen.append(bodies)
+            return f"{len(bodies)} turns, first: {bodies[0].decode()}"
+
+    report = await memory.consolidate(10, summarizer=Digest(), prune_summarized=True)
+    assert report.summarized == 5 and report.pruned == 5
+    assert sorted(seen) == [
+        [b"c1 turn 0", b"c1 turn 1", b"c1 turn 2"],
+        [b"c2 turn 0", b"c2 turn 1"],
+    ]
+    items = await memory.recall()
+    assert sorted(i.text for i in items) == [
+        "2 turns, first: c2 turn 0",
+        "3 turns, first: c1 turn 0",
+    ]
+    assert {(i.kind, i.lifetime, i.conversation) for i in items} == {
+        (lm.MemoryKind.SUMMARY, "durable", "c1"),
+        (lm.MemoryKind.SUMMARY, "durable", "c2"),
+    }
+    # Without prune_summarized the messages stay; a plain callable serves as well.
+    await _turns(memory, "c3", 2)
+    report = await memory.consolidate(10, conversation="c3", summarizer=lambda b: b"short")
+    assert (report.summarized, report.pruned) == (2, 0)
+    assert len(await memory.recall(conversation="c3")) == 3
+
+
+@pytest.mark.parametrize(
+    "summarizer, error",
+    [
+        (lambda bodies: 1 / 0, lm.SummarizeFailed),
+        (lambda bodies: b"", lm.SummarizeFailed),
+        (lambda bodies: 42, lm.SummarizeFailed),
+        ("not a summarizer", lm.InvalidInput),
+    ],
+)
+async def test_a_failing_summarizer_writes_nothing(laser: lm.Laser, summarizer, error):
+    memory = laser.memory("notes")
+    await _turns(memory, "c1", 3)
+    ends = await laser.log.end_offsets(memory.topic)
+    with pytest.raises(error):
+        await memory.consolidate(1, summarizer=summarizer)
+    assert await laser.log.end_offsets(memory.topic) == ends
+
+
+@pytest.mark.parametrize("max_items", [-1, 2.5, True, "10"])
+async def test_bad_max_items_is_refused(laser: lm.Laser, max_items):
+    with pytest.raises(lm.InvalidInput):
+        await laser.memory("notes").consolidate(max_items)
