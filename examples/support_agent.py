@@ -8,8 +8,9 @@ stands in for one).
 Each turn of two customer conversations goes through the same loop a real agent would
 run: recall what memory holds about the question (the default strategy: hybrid with an
 embedder, BM25 with neighbouring turns without one), build a context block within a
-token budget, answer from it, remember the question and the answer, and give feedback
-to the memory that answered, so it ranks higher next time. The second conversation
+token budget, answer from it, and give feedback to the memory that answered, so it
+ranks higher next time. `MemoryHandler(...).auto_remember("message")` remembers each
+customer message once it is handled; the agent remembers its own replies. The second conversation
 asks what the first one said: the answers come from memory, not from the script.
 """
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
+
+import msgspec
 
 import laser_memory as lm
 
@@ -43,6 +46,14 @@ def answer(question: str, recalled: list[lm.MemoryItem]) -> tuple[str, lm.Memory
     return "I have nothing on that yet.", None
 
 
+class Turn(msgspec.Struct):
+    """A customer's message, as `MemoryHandler` takes it."""
+
+    payload: str
+    conversation: str
+    agent: str = "customer"
+
+
 async def run(url: str | None, stream: str) -> list[str]:
     """The agent loop over the script; returns the transcript lines."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -51,21 +62,26 @@ async def run(url: str | None, stream: str) -> list[str]:
                 await laser.bootstrap(partitions=3)
             memory = laser.memory("support")
             transcript = []
+
+            async def respond(turn: Turn) -> str:
+                """Answer one customer message; MemoryHandler remembers it afterwards."""
+                if not turn.payload.rstrip().endswith("?"):
+                    return "Noted, thank you."
+                recalled = await memory.recall(text=turn.payload, limit=5)
+                context = lm.to_context_block(recalled, token_budget=TOKEN_BUDGET)
+                transcript.append(f"[{turn.conversation}]   context: {context.splitlines()[0]}")
+                reply, used = answer(turn.payload, recalled)
+                if used is not None:
+                    await memory.improve(used.id, 1.0)  # it helped: rank it higher
+                return reply
+
+            handler = lm.MemoryHandler(respond, memory).auto_remember("message")
             for conversation, said in SCRIPT:
                 transcript.append(f"[{conversation}] customer: {said}")
-                if said.rstrip().endswith("?"):
-                    recalled = await memory.recall(text=said, limit=5)
-                    context = lm.to_context_block(recalled, token_budget=TOKEN_BUDGET)
-                    reply, used = answer(said, recalled)
-                    if used is not None:
-                        await memory.improve(used.id, 1.0)  # it helped: rank it higher
-                    transcript.append(f"[{conversation}]   context: {context.splitlines()[0]}")
-                else:
-                    reply = "Noted, thank you."
-                for speaker, text in (("customer", said), ("support", reply)):
-                    await memory.remember(
-                        text, kind="message", conversation=conversation, agent=speaker
-                    )
+                reply = await handler(Turn(said, conversation))
+                await memory.remember(
+                    reply, kind="message", conversation=conversation, agent="support"
+                )
                 transcript.append(f"[{conversation}] agent: {reply}")
             return transcript
 

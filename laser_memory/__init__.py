@@ -43,6 +43,7 @@ from .errors import (
     WaitTimeout,
     WriteTimeout,
 )
+from .handler import MemoryHandler, Message
 from .ids import AgentId, ConversationId, MemoryId, memory_id_content
 from .items import HistoryEntry, MemoryItem, NamedItem, Signal, Source
 from .kinds import MemoryClass, MemoryKind, memory_kind_class, memory_kind_code
@@ -120,10 +121,12 @@ __all__ = [
     "MemoryClass",
     "MemoryConfig",
     "MemoryHandle",
+    "MemoryHandler",
     "MemoryId",
     "MemoryItem",
     "MemoryKind",
     "MemoryScope",
+    "Message",
     "MiniLMEmbedder",
     "NamedItem",
     "NoView",

@@ -20,6 +20,8 @@ LOWER = [
     "laser_memory.items",
     "laser_memory.log",
     "laser_memory.inputs",
+    "laser_memory.handler",
+    "laser_memory.consolidation",
     "laser_memory.search_index",
     "laser_memory.vector_clusters",
 ]

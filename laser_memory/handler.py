@@ -1,0 +1,79 @@
+"""`MemoryHandler`: an agent's message handler that remembers what it handled.
+
+It wraps your handler. After the handler succeeds it remembers the message's payload
+under the message's conversation and agent, as the kind chosen with `auto_remember`
+(off until then). A handler that raises remembers nothing, and the error goes to the
+caller as it was. A memory write that fails does not fail the message (its effects are
+done and must not be repeated by a retry): it is kept in `failures`, logged, and
+dropped.
+
+>>> handler = MemoryHandler(answer_ticket, memory).auto_remember("message")
+>>> await handler(message)                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from .kinds import MemoryKind, parse_kind
+
+if TYPE_CHECKING:
+    from .memory import MemoryHandle
+
+__all__ = ["MemoryHandler", "Message"]
+
+log = logging.getLogger("laser_memory.handler")
+
+R = TypeVar("R")
+
+
+@runtime_checkable
+class Message(Protocol):
+    """What a handler is given: a payload, and the conversation and agent it belongs to
+    (either may be None)."""
+
+    payload: bytes | str
+    conversation: str | None
+    agent: str | None
+
+
+class MemoryHandler(Generic[R]):
+    """Wraps ``inner`` (sync or async, taking a `Message`); see the module."""
+
+    def __init__(
+        self,
+        inner: Callable[[Any], R | Awaitable[R]],
+        memory: MemoryHandle,
+        *,
+        kind: str | MemoryKind | None = None,
+    ) -> None:
+        if not callable(inner):
+            raise TypeError(f"MemoryHandler wraps a callable handler, got {type(inner).__name__}")
+        self.inner = inner
+        self.memory = memory
+        self.kind = parse_kind(kind) if kind is not None else None
+        self.failures: list[Exception] = []
+
+    def auto_remember(self, kind: str | MemoryKind = "message") -> MemoryHandler[R]:
+        """A handler like this one that remembers each message it finishes as ``kind``."""
+        return MemoryHandler(self.inner, self.memory, kind=kind)
+
+    async def __call__(self, message: Any) -> R:
+        result = self.inner(message)
+        if inspect.isawaitable(result):
+            result = await result
+        if self.kind is not None:
+            try:
+                await self.memory.remember(
+                    message.payload,
+                    kind=self.kind,
+                    conversation=getattr(message, "conversation", None),
+                    agent=getattr(message, "agent", None),
+                )
+            except Exception as exc:  # the message is handled: its memory must not undo that
+                self.failures.append(exc)
+                log.warning("a handled message could not be remembered: %s", exc)
+        return result
