@@ -25,10 +25,12 @@ from .errors import ConfigError, InvalidInput, LaserError
 if TYPE_CHECKING:
     from .memory import MemoryHandle
 
-__all__ = ["MAX_PURGE", "RetentionDriver", "cutoff_ms", "validate_purge_limit"]
+__all__ = ["MAX_AGE_S", "MAX_PURGE", "RetentionDriver", "cutoff_ms", "validate_purge_limit"]
 
 #: The most items one pass forgets (its forgets go in one batch).
 MAX_PURGE = 10_000
+#: The oldest age a pass takes (about 3,000 years): beyond it milliseconds overflow.
+MAX_AGE_S = 1e11
 
 Age = datetime.timedelta | datetime.datetime | float | int
 
@@ -42,14 +44,19 @@ def cutoff_ms(older_than: Age, clock: Clock) -> int:
     if isinstance(older_than, datetime.timedelta):
         seconds = older_than.total_seconds()
     elif isinstance(older_than, int | float) and not isinstance(older_than, bool):
-        seconds = float(older_than)
+        try:
+            seconds = float(older_than)
+        except OverflowError:
+            seconds = math.inf
     else:
         raise InvalidInput(
             "older_than is an age (a timedelta, or seconds) or a moment (a datetime), got "
             f"{older_than!r}"
         )
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidInput(f"older_than is an age of 0 seconds or more, got {older_than!r}")
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_AGE_S:
+        raise InvalidInput(
+            f"older_than is an age from 0 to {MAX_AGE_S:g} seconds, got {older_than!r:.80}"
+        )
     return clock.now_ms() - int(seconds * 1000)
 
 

@@ -88,10 +88,31 @@ call = st.one_of(
                 "strategy": text,
                 "kind": maybe(text),
                 "tenant": text,
+                "exact": anything,
+                "exclude": st.one_of(anything, st.lists(text, max_size=2)),
             },
         ),
     ),
     st.tuples(st.just("as_of"), st.fixed_dictionaries({"at": anything})),
+    st.tuples(
+        st.just("purge"),
+        st.fixed_dictionaries(
+            {"older_than": st.one_of(anything, st.just(0.0))},
+            optional={"limit": st.one_of(number, st.just(1)), "tenant": text},
+        ),
+    ),
+    st.tuples(
+        st.just("consolidate"),
+        st.fixed_dictionaries(
+            {"max_items": st.one_of(number, st.just(1))},
+            optional={
+                "conversation": maybe(text),
+                "tenant": text,
+                "prune_summarized": anything,
+                "summarizer": st.sampled_from([None, "x", lambda bodies: b"digest"]),
+            },
+        ),
+    ),
     st.tuples(st.just("fetch"), st.fixed_dictionaries({"key": text}, optional={"version": number})),
 )
 
@@ -123,6 +144,12 @@ async def _apply(memory: lm.MemoryHandle, known: list[lm.MemoryId], name: str, a
         await memory.recall(**args)
     elif name == "as_of":
         await memory.as_of(args["at"])
+    elif name == "purge":
+        rest = dict(args)
+        await memory.purge(rest.pop("older_than"), **rest)
+    elif name == "consolidate":
+        rest = dict(args)
+        await memory.consolidate(rest.pop("max_items"), **rest)
     else:
         await memory.fetch(args["key"], version=args.get("version"), folded=True)
 
