@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .client import ConversationContext, Laser, connect
     from .consolidation import ConsolidationReport, Consolidator, Summarizer
     from .memory import MemoryConfig, MemoryHandle, Receipt
+    from .periodic import ConsolidationDriver
     from .retention import RetentionDriver
 
 __version__ = "0.1.0"
@@ -74,6 +75,7 @@ _UPPER = {
     "MiniLMEmbedder": "minilm",
     "RerankedMemory": "rerank",
     "RetentionDriver": "retention",
+    "ConsolidationDriver": "periodic",
     "ConsolidationReport": "consolidation",
     "Consolidator": "consolidation",
     "Summarizer": "consolidation",
@@ -97,6 +99,7 @@ __all__ = [
     "ApproximateSearch",
     "BodyTooLarge",
     "ConfigError",
+    "ConsolidationDriver",
     "ConsolidationReport",
     "Consolidator",
     "ConversationContext",

@@ -14,13 +14,13 @@ times are the broker's. There is no default age: keeping everything is the defau
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import math
 from typing import TYPE_CHECKING
 
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import ConfigError, InvalidInput, LaserError
+from .errors import ConfigError, InvalidInput
+from .periodic import PeriodicPass
 
 if TYPE_CHECKING:
     from .memory import MemoryHandle
@@ -66,13 +66,15 @@ def validate_purge_limit(limit: int) -> int:
     return limit
 
 
-class RetentionDriver:
+class RetentionDriver(PeriodicPass):
     """Runs `MemoryHandle.purge` every ``every`` seconds (the first pass at start), each
     pass repeated while it forgets a whole ``limit``. A pass that fails is kept in
     `failures` and the next one still runs; `purged` counts what was forgotten.
 
     ``start``/``stop`` are safe to call twice; ``async with`` does both.
     """
+
+    name = "laser-retention"
 
     def __init__(
         self,
@@ -83,45 +85,15 @@ class RetentionDriver:
         tenant: str = "",
         limit: int = 1000,
     ) -> None:
-        if isinstance(every, bool) or not isinstance(every, int | float) or not every > 0:
-            raise ConfigError(f"every is a positive number of seconds, got {every!r}")
-        if not math.isfinite(every):
-            raise ConfigError(f"every is a finite number of seconds, got {every!r}")
+        super().__init__(every=every)
         if isinstance(older_than, datetime.datetime):
             raise ConfigError("a retention driver takes an age (older_than=timedelta or seconds)")
         cutoff_ms(older_than, SYSTEM_CLOCK)  # refuses a bad age now, not in every pass
         self.memory = memory
         self.older_than = older_than
-        self.every = float(every)
         self.tenant = tenant
         self.limit = validate_purge_limit(limit)
         self.purged = 0
-        self.passes = 0
-        self.failures: list[LaserError] = []
-        self._group: asyncio.TaskGroup | None = None
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        if self._group is not None:
-            return
-        self._group = asyncio.TaskGroup()
-        await self._group.__aenter__()
-        self._task = self._group.create_task(self._run(), name="laser-retention")
-
-    async def stop(self) -> None:
-        if self._group is None:
-            return
-        group, self._group = self._group, None
-        if self._task is not None:
-            self._task.cancel()
-        await group.__aexit__(None, None, None)
-
-    async def __aenter__(self) -> RetentionDriver:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def run_once(self) -> int:
         """One pass: purge until a call forgets less than ``limit``; returns how many."""
@@ -134,13 +106,4 @@ class RetentionDriver:
             if forgotten < self.limit:
                 break
         self.purged += total
-        self.passes += 1
         return total
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except LaserError as exc:
-                self.failures.append(exc)
-            await asyncio.sleep(self.every)

@@ -94,3 +94,49 @@ async def test_a_failing_summarizer_writes_nothing(laser: lm.Laser, summarizer, 
 async def test_bad_max_items_is_refused(laser: lm.Laser, max_items):
     with pytest.raises(lm.InvalidInput):
         await laser.memory("notes").consolidate(max_items)
+
+
+async def test_a_consolidation_driver_runs_passes_on_a_timer(tmp_path):
+    async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([f"fact {n}" for n in range(6)])
+        calls = []
+
+        class Compact:
+            async def consolidate(self, scope):
+                calls.append(scope)
+                if len(calls) == 2:
+                    raise RuntimeError("the model is down")  # a failed pass...
+                return await memory.consolidate(2)
+
+        driver = lm.ConsolidationDriver(Compact(), every=0.02, scope="triage")
+        async with driver:
+            for _ in range(200):
+                if driver.passes >= 2:
+                    break
+                await asyncio.sleep(0.01)
+        assert driver.passes >= 2  # ... does not stop the later ones
+        assert [type(f) for f in driver.failures] == [RuntimeError]
+        assert driver.reports[0] == lm.ConsolidationReport(pruned=4)  # the first, at start
+        assert set(calls) == {"triage"}
+        assert len(await memory.recall()) == 2
+        passes = driver.passes
+        await asyncio.sleep(0.1)
+        assert driver.passes == passes  # stopped
+        await driver.stop()
+
+
+@pytest.mark.parametrize("consolidator, every", [(object(), 1.0), (None, 1.0), ("x", 1.0)])
+def test_a_consolidation_driver_needs_a_consolidator_and_an_interval(consolidator, every):
+    with pytest.raises(lm.ConfigError):
+        lm.ConsolidationDriver(consolidator, every=every)
+
+
+@pytest.mark.parametrize("every", [0, -5.0, float("nan"), True])
+def test_a_consolidation_interval_is_positive(every):
+    class Noop:
+        def consolidate(self, scope):
+            return None
+
+    with pytest.raises(lm.ConfigError):
+        lm.ConsolidationDriver(Noop(), every=every)

@@ -22,6 +22,7 @@ LOWER = [
     "laser_memory.inputs",
     "laser_memory.handler",
     "laser_memory.consolidation",
+    "laser_memory.periodic",
     "laser_memory.search_index",
     "laser_memory.vector_clusters",
 ]
