@@ -365,8 +365,7 @@ class MemoryHandle:
         if info is None:
             seen: tuple[int, ...] = ()
         else:
-            ends = await self._laser.log.end_offsets(self.topic)
-            seen = tuple(ends.get(p, 0) for p in range(info.partitions))
+            seen = await self._seen_now(info.partitions)
         return await self._write_one(
             Forget(ns=self.namespace, scope=scope, target=target_id.bytes, seen=seen)
         )
@@ -394,9 +393,7 @@ class MemoryHandle:
         )
         if not oldest:
             return 0
-        # As forget: what the log holds now is what these forgets forget.
-        ends = await self._laser.log.end_offsets(self.topic)
-        seen = tuple(ends.get(p, 0) for p in range(info.partitions))
+        seen = await self._seen_now(info.partitions)
         await self._write(
             [Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen) for raw_id in oldest]
         )
@@ -471,8 +468,7 @@ class MemoryHandle:
         forgets: list[Forget] = []
         if doomed:
             scope = self._scope(conversation=conversation, tenant=tenant)
-            ends = await self._laser.log.end_offsets(self.topic)
-            seen = tuple(ends.get(p, 0) for p in range(info.partitions))
+            seen = await self._seen_now(info.partitions)
             forgets = [
                 Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen)
                 for raw_id in doomed
@@ -894,6 +890,12 @@ class MemoryHandle:
             )
             for index, record in enumerate(records)
         ]
+
+    async def _seen_now(self, partitions: int) -> tuple[int, ...]:
+        """The topic's end offsets, partition by partition: what a forget written now
+        forgets (the fold compares offsets with these, never clocks)."""
+        ends = await self._laser.log.end_offsets(self.topic)
+        return tuple(ends.get(p, 0) for p in range(partitions))
 
     async def _topic_info(self):
         """The topic's shape, or None if it does not exist. Reads never create a topic:
