@@ -551,15 +551,18 @@ class SearchIndex:
         limit: int,
         exclude: frozenset[bytes],
         owner: Owner | None,
+        *,
+        shortcuts: bool = True,
     ) -> list[tuple[bytes, Ranked]]:
         """Keyword recall touches only the rows holding a query term: the others score 0
-        and are never returned, so the ranking over these rows is the whole one's."""
+        and are never returned, so the ranking over these rows is the whole one's.
+        ``shortcuts``: first try the rows of rare terms, or common terms' groups."""
         held = [term for term in dict.fromkeys(query) if term in self._postings]
         if not held:
             return []  # nothing holds a term (or the text has none): nothing to score
         statistics = self._statistics(query, owner)
         by_rare = by_groups = None
-        if owner is None:
+        if owner is None and shortcuts:
             by_rare = self._by_rare_terms(held, statistics, limit)
             if by_rare is None:
                 by_groups = self._by_groups(held, statistics, limit + len(exclude))
@@ -589,7 +592,8 @@ class SearchIndex:
         if by_rare is not None and not self._rare_rows_suffice(
             held, statistics, rows, scores, allowed, limit
         ):
-            return self._keyword_everywhere(query, min_similarity, limit, exclude)
+            # Rows holding only common terms might get in: score every holder.
+            return self._keyword(query, min_similarity, limit, exclude, None, shortcuts=False)
         if len(rows) > 4 * limit + 64:
             keep = self._contenders(rows, allowed, scores, limit)
             rows, allowed, scores = rows[keep], allowed[keep], scores[keep]
@@ -609,17 +613,6 @@ class SearchIndex:
         )
         ranked = rank_by_text(columns, hybrid=False, min_similarity=min_similarity, limit=limit)
         return [(self._ids[int(rows[r.row])], r) for r in ranked]
-
-    def _keyword_everywhere(
-        self, query: list[str], min_similarity: float | None, limit: int, exclude: frozenset[bytes]
-    ) -> list[tuple[bytes, Ranked]]:
-        """`_keyword` over every holder of a term (no shortcut through rare terms)."""
-        threshold = self._common_from
-        self._common_from = 1 << 62
-        try:
-            return self._keyword(query, min_similarity, limit, exclude, None)
-        finally:
-            self._common_from = threshold
 
     def _by_rare_terms(
         self, held: list[str], statistics: TermStatistics, limit: int
