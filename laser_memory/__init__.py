@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .embedding import Embedder, WordHashEmbedder
 from .errors import (
+    BackendFailed,
     BodyTooLarge,
     ConfigError,
     EmbeddingFailed,
@@ -55,6 +56,7 @@ from .vector_clusters import ApproximateSearch
 if TYPE_CHECKING:
     from .client import ConversationContext, Laser, connect
     from .consolidation import ConsolidationReport, Consolidator, Summarizer
+    from .custom import CustomMemory
     from .memory import MemoryConfig, MemoryHandle, Receipt
     from .periodic import ConsolidationDriver
     from .retention import RetentionDriver
@@ -75,6 +77,7 @@ _UPPER = {
     "MiniLMEmbedder": "minilm",
     "RerankedMemory": "rerank",
     "RetentionDriver": "retention",
+    "CustomMemory": "custom",
     "ConsolidationDriver": "periodic",
     "ConsolidationReport": "consolidation",
     "Consolidator": "consolidation",
@@ -97,6 +100,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "AgentId",
     "ApproximateSearch",
+    "BackendFailed",
     "BodyTooLarge",
     "ConfigError",
     "ConsolidationDriver",
@@ -104,6 +108,7 @@ __all__ = [
     "Consolidator",
     "ConversationContext",
     "ConversationId",
+    "CustomMemory",
     "Embedder",
     "EmbeddingFailed",
     "EmptyBody",

@@ -12,10 +12,12 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Any
 
 from folders.view import MemoryView
 
 from .clock import SYSTEM_CLOCK, Clock
+from .custom import CustomMemory
 from .embedding import Embedder, validate_embedder
 from .errors import InvalidInput, InvalidName, NoView, ViewMismatch, WaitTimeout
 from .ids import MemoryId, validate_name
@@ -115,6 +117,10 @@ class Laser:
             raise
         self._private.append((private, folder))
         return private.memory(namespace, embedder=chosen)
+
+    def memory_custom(self, backend: Any) -> CustomMemory:
+        """The memory API over your own store (see `laser_memory.custom`)."""
+        return CustomMemory(backend, stream=self.stream or "")
 
     def managed_view(self) -> MemoryView:
         """The managed view this connection reads (``connect(..., view=PATH)``)."""

@@ -19,6 +19,7 @@ The tree::
     ├── EmbeddingFailed             the embedder raised or returned bad vectors; nothing written
     ├── RerankFailed                the reranker raised or returned bad scores
     ├── SummarizeFailed             a consolidation's summarizer raised or returned no body
+    ├── BackendFailed               a custom memory backend raised or answered nonsense
     ├── RecordDecodeError           bytes on the log that are not a record we can read
     │   └── UnsupportedSchemaVersion
     ├── LogError
@@ -40,6 +41,7 @@ Each message says what was wrong and what to do about it.
 from __future__ import annotations
 
 __all__ = [
+    "BackendFailed",
     "BodyTooLarge",
     "ConfigError",
     "EmbeddingFailed",
@@ -133,6 +135,10 @@ class EmbeddingFailed(LaserError):
 
 class RerankFailed(LaserError):
     """The reranker raised, or did not return one finite score per text."""
+
+
+class BackendFailed(LaserError):
+    """A custom memory backend raised, or returned something the API cannot use."""
 
 
 class SummarizeFailed(LaserError):

@@ -21,6 +21,7 @@ from folders.state import ItemFilter
 
 from . import consolidation, inputs, retention
 from .consolidation import ConsolidationReport
+from .custom import CustomMemory
 from .embedding import Embedder, embed_texts, validate_embedder
 from .errors import (
     BodyTooLarge,
@@ -137,6 +138,12 @@ class MemoryHandle:
         self._producer = producer
         self._reader = reader or FoldedReader(laser.log, topic, namespace)
         self.last_receipt: Receipt | None = None
+
+    @staticmethod
+    def custom(backend: Any) -> CustomMemory:
+        """The memory API over your own store, without a connection (see
+        `laser_memory.custom`)."""
+        return CustomMemory(backend)
 
     def __repr__(self) -> str:
         scoped = f", conversation={self.conversation!r}" if self.conversation else ""

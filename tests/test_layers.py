@@ -23,6 +23,7 @@ LOWER = [
     "laser_memory.handler",
     "laser_memory.consolidation",
     "laser_memory.periodic",
+    "laser_memory.custom",
     "laser_memory.search_index",
     "laser_memory.vector_clusters",
 ]

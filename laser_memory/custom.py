@@ -1,0 +1,206 @@
+"""Your own memory store behind the memory API: `CustomMemory` (``laser.memory_custom``
+or ``MemoryHandle.custom``).
+
+The backend is an object with ``remember(scope, payload)``, ``recall(scope, query)``,
+``improve(scope, feedback)`` and ``forget(scope, id)``, and optionally ``append(scope,
+id, kind, payload)``; each returns directly or through an awaitable, and a synchronous
+one runs on a worker thread. Scopes, queries and feedback arrive as dicts. The backend
+owns its scoping and its ids: with ``append`` the handle mints the id and passes the
+kind; without it ``remember`` gets the payload and returns the id it chose (or None).
+``recall`` returns `MemoryItem` s, or dicts with a ``payload`` and optional ``id``,
+``kind``, ``score`` and ``conversation``. Arguments are checked as the log handle checks
+them, before the backend is called; whatever the backend raises comes back as
+`BackendFailed`.
+
+>>> memory = laser.memory_custom(MyStore())                 # doctest: +SKIP
+>>> await memory.remember("the reporter prefers email", conversation="c-1")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from . import inputs
+from .errors import BackendFailed, ConfigError, InvalidBody, InvalidInput, LaserError
+from .ids import MemoryId
+from .items import MemoryItem, Signal, Source
+from .kinds import MemoryKind, parse_kind
+from .recall import validate_limit, validate_strategy
+from .scope import MemoryScope
+
+__all__ = ["CustomMemory"]
+
+_METHODS = ("remember", "recall", "improve", "forget")
+
+
+class CustomMemory:
+    """The memory API over a backend of your own (see the module)."""
+
+    backend_kind = "custom"
+
+    def __init__(self, backend: Any, *, stream: str = "") -> None:
+        missing = [m for m in _METHODS if not callable(getattr(backend, m, None))]
+        if missing:
+            raise ConfigError(
+                f"a custom memory backend needs {', '.join(_METHODS)}; "
+                f"{type(backend).__name__} lacks {', '.join(missing)}"
+            )
+        self.backend = backend
+        self.stream = stream
+
+    async def _call(self, name: str, *args: Any) -> Any:
+        method = getattr(self.backend, name)
+        try:
+            if inspect.iscoroutinefunction(method):
+                result = await method(*args)
+            else:
+                result = await asyncio.to_thread(method, *args)
+                if inspect.isawaitable(result):
+                    result = await result
+        except LaserError:
+            raise
+        except Exception as exc:
+            raise BackendFailed(f"the backend's {name} raised {type(exc).__name__}: {exc}") from exc
+        return result
+
+    def _scope(self, **fields: Any) -> MemoryScope:
+        try:
+            return MemoryScope(stream=self.stream, **fields).validated()
+        except TypeError as exc:
+            raise InvalidInput(f"bad scope: {exc}") from None
+
+    @staticmethod
+    def _scope_dict(scope: MemoryScope) -> dict[str, Any]:
+        return {
+            "stream": scope.stream,
+            "tenant": scope.tenant,
+            "conversation": scope.conversation,
+            "agent": scope.agent,
+            "user": scope.user,
+            "application": scope.application,
+        }
+
+    async def remember(
+        self,
+        body: str | bytes,
+        *,
+        kind: str | MemoryKind = "fact",
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str = "",
+        durable: bool = False,
+    ) -> MemoryId | None:
+        """Remember a body; the id the handle minted (with ``append``) or the one the
+        backend returned (None if it returned none)."""
+        if isinstance(body, str):
+            payload = body.encode("utf-8", "surrogatepass")
+        elif isinstance(body, bytes | bytearray):
+            payload = bytes(body)
+        else:
+            raise InvalidBody(f"a body is str or bytes, got {type(body).__name__}")
+        if not payload:
+            raise InvalidBody("the body is empty; there is nothing to remember")
+        if not isinstance(durable, bool):
+            raise InvalidInput(f"durable is True or False, got {durable!r}")
+        chosen = parse_kind(kind)
+        scope = self._scope(
+            tenant=tenant,
+            conversation=conversation,
+            agent=agent,
+            user=user,
+            application=application,
+        )
+        fields = {**self._scope_dict(scope), "lifetime": "durable" if durable else "session"}
+        if callable(getattr(self.backend, "append", None)):
+            mid = MemoryId.new()
+            await self._call("append", fields, str(mid), chosen.value, payload)
+            return mid
+        returned = await self._call("remember", fields, payload)
+        if returned is None:
+            return None
+        try:
+            return MemoryId.parse(returned)
+        except LaserError as exc:
+            raise BackendFailed(f"the backend's remember returned no id: {exc}") from None
+
+    async def recall(
+        self,
+        *,
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str = "",
+        text: str | None = None,
+        strategy: str = "auto",
+        limit: int = 50,
+    ) -> list[MemoryItem]:
+        """Ask the backend, and return at most ``limit`` items in its order."""
+        validate_strategy(strategy)
+        validate_limit(limit)
+        if text is not None and not isinstance(text, str):
+            raise InvalidInput(f"text must be a string, got {type(text).__name__}")
+        scope = self._scope(
+            tenant=tenant,
+            conversation=conversation,
+            agent=agent,
+            user=user,
+            application=application,
+        )
+        query = {"text": text, "strategy": strategy, "limit": limit}
+        found = await self._call("recall", self._scope_dict(scope), query)
+        if isinstance(found, str | bytes) or not isinstance(found, list | tuple):
+            raise BackendFailed(f"the backend's recall returned {type(found).__name__}, not a list")
+        return [self._item(entry, scope, rank) for rank, entry in enumerate(found[:limit])]
+
+    def _item(self, entry: Any, scope: MemoryScope, rank: int) -> MemoryItem:
+        if isinstance(entry, MemoryItem):
+            return entry
+        if not isinstance(entry, Mapping) or "payload" not in entry:
+            raise BackendFailed(
+                f"the backend's recall returned {entry!r:.80}: items are MemoryItems or dicts "
+                "with a 'payload'"
+            )
+        try:
+            payload = entry["payload"]
+            body = payload.encode() if isinstance(payload, str) else bytes(payload)
+            mid = MemoryId.parse(entry["id"]) if entry.get("id") is not None else MemoryId.new()
+            kind = parse_kind(entry.get("kind") or "fact")
+            score = float(entry.get("score") or 0.0)
+            conversation = entry.get("conversation", scope.conversation)
+            item_scope = MemoryScope(
+                stream=scope.stream, tenant=scope.tenant, conversation=conversation
+            ).validated()
+        except (LaserError, TypeError, ValueError) as exc:
+            raise BackendFailed(f"the backend's recall returned a bad item: {exc}") from None
+        return MemoryItem(
+            id=mid,
+            kind=kind,
+            body=body,
+            scope=item_scope,
+            lifetime="session",
+            append_time_ms=0,
+            source=Source(scope.stream, "", 0, 0, "", conversation),
+            score=score,
+            signals=(Signal("custom", rank, score),),
+        )
+
+    async def improve(
+        self, id: MemoryId | str | bytes, weight: float, *, tenant: str = "", **owner: Any
+    ) -> None:
+        """Pass feedback ``weight`` for item ``id`` to the backend."""
+        target = MemoryId.parse(id)
+        value = inputs.weight(weight)
+        scope = self._scope(tenant=tenant, **owner)
+        await self._call("improve", self._scope_dict(scope), {"id": str(target), "weight": value})
+
+    async def forget(self, id: MemoryId | str | bytes, *, tenant: str = "", **owner: Any) -> None:
+        """Ask the backend to forget item ``id``."""
+        target = MemoryId.parse(id)
+        scope = self._scope(tenant=tenant, **owner)
+        await self._call("forget", self._scope_dict(scope), str(target))

@@ -1,0 +1,112 @@
+"""A store of your own behind the memory API: arguments checked as the log handle
+checks them before the backend sees them, sync and async backends, ids minted by the
+handle (append) or by the backend, and every backend failure a BackendFailed."""
+
+from __future__ import annotations
+
+import pytest
+
+import laser_memory as lm
+
+
+class DictStore:
+    """A synchronous backend without append: it mints its own ids."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict] = {}
+
+    def remember(self, scope, payload):
+        mid = str(lm.MemoryId.new())
+        self.items[mid] = {"payload": payload, "scope": scope, "weight": 0.0, "id": mid}
+        return mid
+
+    def recall(self, scope, query):
+        mine = [i for i in self.items.values() if i["scope"]["tenant"] == scope["tenant"]]
+        if query["text"]:
+            mine = [i for i in mine if query["text"].encode() in i["payload"]]
+        mine.sort(key=lambda i: -i["weight"])
+        return [
+            {"payload": i["payload"], "id": i["id"], "score": i["weight"],
+             "conversation": i["scope"]["conversation"]}
+            for i in mine
+        ]  # fmt: skip
+
+    def improve(self, scope, feedback):
+        self.items[feedback["id"]]["weight"] += feedback["weight"]
+
+    def forget(self, scope, mid):
+        self.items.pop(mid, None)
+
+
+class AppendStore(DictStore):
+    """An async backend with a typed append: the handle mints ids and passes kinds."""
+
+    async def append(self, scope, mid, kind, payload):
+        self.items[mid] = {"payload": payload, "scope": scope, "weight": 0.0, "id": mid,
+                           "kind": kind}  # fmt: skip
+
+    async def recall(self, scope, query):
+        return super().recall(scope, query)
+
+
+@pytest.mark.parametrize("store", [DictStore, AppendStore])
+async def test_the_memory_api_over_a_store_of_your_own(tmp_path, store):
+    async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
+        backend = store()
+        memory = laser.memory_custom(backend)
+        email = await memory.remember("prefers email", conversation="c1", tenant="t")
+        bug = await memory.remember("login bug", kind="summary", tenant="t", durable=True)
+        await memory.remember("someone else's", tenant="u")
+        assert isinstance(email, lm.MemoryId)
+        await memory.improve(bug, 2.0, tenant="t")
+        items = await memory.recall(tenant="t")
+        assert [i.text for i in items] == ["login bug", "prefers email"]
+        assert items[1].conversation == "c1" and items[0].score == 2.0
+        assert [i.text for i in await memory.recall(tenant="t", text="email")] == ["prefers email"]
+        await memory.forget(email, tenant="t")
+        assert [i.id for i in await memory.recall(tenant="t")] == [bug]
+        stored = backend.items[str(bug)]
+        assert stored["scope"]["stream"] == "s" and stored["scope"]["lifetime"] == "durable"
+        if store is AppendStore:
+            assert stored["kind"] == "summary"
+    assert lm.MemoryHandle.custom(DictStore()).backend_kind == "custom"
+
+
+async def test_bad_arguments_never_reach_the_backend():
+    backend = DictStore()
+    memory = lm.MemoryHandle.custom(backend)
+    for call in (
+        memory.remember(""),
+        memory.remember(42),
+        memory.remember("x", kind="gossip"),
+        memory.remember("x", tenant="bad\x00name"),
+        memory.recall(limit=-1),
+        memory.recall(strategy="psychic"),
+        memory.improve("not-an-id", 1.0),
+        memory.improve(lm.MemoryId.new(), float("nan")),
+    ):
+        with pytest.raises(lm.InvalidInput):
+            await call
+    assert backend.items == {}
+
+
+async def test_backend_failures_are_backend_failed():
+    class Broken(DictStore):
+        def recall(self, scope, query):
+            return "not a list"
+
+        def improve(self, scope, feedback):
+            raise KeyError(feedback["id"])
+
+        def remember(self, scope, payload):
+            return "not an id"
+
+    memory = lm.MemoryHandle.custom(Broken())
+    with pytest.raises(lm.BackendFailed):
+        await memory.recall()
+    with pytest.raises(lm.BackendFailed, match="KeyError"):
+        await memory.improve(lm.MemoryId.new(), 1.0)
+    with pytest.raises(lm.BackendFailed, match="no id"):
+        await memory.remember("x")
+    with pytest.raises(lm.ConfigError, match="forget"):
+        lm.MemoryHandle.custom(object())
