@@ -120,7 +120,9 @@ class Laser:
 
     def memory_custom(self, backend: Any) -> CustomMemory:
         """The memory API over your own store (see `laser_memory.custom`)."""
-        return CustomMemory(backend, stream=self.stream or "")
+        return CustomMemory(
+            backend, stream=self.stream or "", max_body_bytes=self.config.max_body_bytes
+        )
 
     def managed_view(self) -> MemoryView:
         """The managed view this connection reads (``connect(..., view=PATH)``)."""

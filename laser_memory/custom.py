@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import inputs
-from .errors import BackendFailed, ConfigError, InvalidBody, InvalidInput, LaserError
+from .errors import BackendFailed, ConfigError, InvalidInput, LaserError
 from .ids import MemoryId
 from .items import MemoryItem, Signal, Source
 from .kinds import MemoryKind, parse_kind
@@ -41,7 +41,7 @@ class CustomMemory:
 
     backend_kind = "custom"
 
-    def __init__(self, backend: Any, *, stream: str = "") -> None:
+    def __init__(self, backend: Any, *, stream: str = "", max_body_bytes: int = 1 << 20) -> None:
         missing = [m for m in _METHODS if not callable(getattr(backend, m, None))]
         if missing:
             raise ConfigError(
@@ -50,6 +50,7 @@ class CustomMemory:
             )
         self.backend = backend
         self.stream = stream
+        self.max_body_bytes = max_body_bytes
 
     async def _call(self, name: str, *args: Any) -> Any:
         method = getattr(self.backend, name)
@@ -97,14 +98,7 @@ class CustomMemory:
     ) -> MemoryId | None:
         """Remember a body; the id the handle minted (with ``append``) or the one the
         backend returned (None if it returned none)."""
-        if isinstance(body, str):
-            payload = body.encode("utf-8", "surrogatepass")
-        elif isinstance(body, bytes | bytearray):
-            payload = bytes(body)
-        else:
-            raise InvalidBody(f"a body is str or bytes, got {type(body).__name__}")
-        if not payload:
-            raise InvalidBody("the body is empty; there is nothing to remember")
+        payload = inputs.body(body, self.max_body_bytes)
         if not isinstance(durable, bool):
             raise InvalidInput(f"durable is True or False, got {durable!r}")
         chosen = parse_kind(kind)

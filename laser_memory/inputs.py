@@ -17,14 +17,41 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .errors import InvalidInput, InvalidWeight
+from .errors import BodyTooLarge, EmptyBody, InvalidBody, InvalidInput, InvalidWeight
 from .ids import validate_name
 from .items import Source
 from .log.naming import validate_topic
 from .log.port import Appended
 from .records import MAX_WEIGHT, Origin, Producer
 
-__all__ = ["embedding", "origin", "producer", "weight"]
+__all__ = ["body", "check_body", "embedding", "origin", "producer", "weight"]
+
+
+def body(value: Any, max_bytes: int) -> bytes:
+    """A remember's body: text (as UTF-8) or bytes, not empty, at most ``max_bytes``."""
+    if isinstance(value, str):
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
+    elif isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+    else:
+        raise InvalidBody(f"a body is str or bytes, got {type(value).__name__}")
+    return check_body(data, max_bytes)
+
+
+def check_body(data: bytes, max_bytes: int) -> bytes:
+    """An encoded body (a remember's, or a named item's after a patch), not empty and at
+    most ``max_bytes``."""
+    if not data:
+        raise EmptyBody("the body is empty; there is nothing to remember")
+    if len(data) > max_bytes:
+        raise BodyTooLarge(
+            f"the body is {len(data)} bytes, over the {max_bytes}-byte maximum; store large "
+            "content elsewhere and remember a reference, or raise MemoryConfig.max_body_bytes"
+        )
+    return data
 
 
 def _origin_of(value: Any) -> Origin:

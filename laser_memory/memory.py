@@ -26,8 +26,6 @@ from .embedding import Embedder, embed_texts, validate_embedder
 from .errors import (
     BodyTooLarge,
     ConfigError,
-    EmptyBody,
-    InvalidBody,
     InvalidInput,
     NoView,
     RecordTooLarge,
@@ -795,15 +793,7 @@ class MemoryHandle:
             raise InvalidInput(f"bad scope: {exc}") from None
 
     def _check_body(self, data: bytes) -> bytes:
-        limit = self._laser.config.max_body_bytes
-        if not data:
-            raise EmptyBody("the body is empty; there is nothing to remember")
-        if len(data) > limit:
-            raise BodyTooLarge(
-                f"the body is {len(data)} bytes, over the {limit}-byte maximum; store large "
-                "content elsewhere and remember a reference, or raise MemoryConfig.max_body_bytes"
-            )
-        return data
+        return inputs.check_body(data, self._laser.config.max_body_bytes)
 
     def _remember_record(
         self, entry: str | bytes | Mapping[str, Any], memory_id: MemoryId | None = None
@@ -818,17 +808,7 @@ class MemoryHandle:
                 f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
                 f"{', '.join(sorted(_REMEMBER_OPTIONS))}"
             )
-        body = entry["body"]
-        if isinstance(body, str):
-            try:
-                data = body.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
-        elif isinstance(body, bytes | bytearray | memoryview):
-            data = bytes(body)
-        else:
-            raise InvalidBody(f"a body is str or bytes, got {type(body).__name__}")
-        self._check_body(data)
+        data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
         kind = parse_kind(entry["kind"] if entry.get("kind") is not None else "fact")
         scope = self._scope(
             conversation=entry.get("conversation"),
