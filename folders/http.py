@@ -18,9 +18,12 @@ that never finish their request: it bounds the open connections, closes one
 that has not sent its request headers within ``header_timeout_s``, and when
 full makes room by closing the oldest connection still waiting for headers.
 
-Every handler receives the caller's `Principal`. Today every caller is the
-anonymous principal; authentication and grants come later and will only have
-to replace `authenticate` and check the principal where it is passed.
+Every request is authenticated first (`folders.http_auth`): with ``--auth FILE``
+by its bearer token (401 without a valid one), else as the local anonymous
+principal. A request acts in its principal's tenant only (a ``tenant`` parameter
+naming another is a 403) and within its grants: ``kv:read:<namespace>`` for
+recall, fetch and history, ``view:stats`` for stats. Grants are checked before
+the view is read, so a 403 says nothing about whether a namespace or item exists.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from laser_memory.access import Principal, resolve_tenant
 from laser_memory.embedding import Embedder, embed_texts
-from laser_memory.errors import InvalidInput, LaserError
+from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError
 from laser_memory.ids import MemoryId
 from laser_memory.recall import MAX_LIMIT, validate_strategy
 
+from .http_auth import Unauthorized, anonymous, is_loopback
 from .state import ItemFilter
 from .view import MemoryView
 
@@ -57,13 +62,6 @@ _MAX_VERSION = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is asking. ``anonymous`` until authentication lands."""
-
-    name: str = "anonymous"
-
-
-@dataclass(frozen=True, slots=True)
 class ServerConfig:
     """Limits of the HTTP server. Seconds are floats."""
 
@@ -76,11 +74,8 @@ class ServerConfig:
     embedder: Embedder | None = None
 
 
+#: Who a request comes from; raises `Unauthorized` for a caller without valid credentials.
 Authenticate = Callable[[web.Request], Awaitable[Principal]]
-
-
-async def authenticate(request: web.Request) -> Principal:
-    return Principal()
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -115,7 +110,7 @@ class ViewServer:
     def __init__(
         self,
         view: MemoryView,
-        auth: Authenticate = authenticate,
+        auth: Authenticate = anonymous,
         config: ServerConfig | None = None,
     ) -> None:
         self._view = view
@@ -134,10 +129,21 @@ class ViewServer:
             raise InvalidInput(f"query parameter {name!r} is required")
         return value
 
-    def _where(self, request: web.Request) -> ItemFilter:
+    @staticmethod
+    def _tenant(principal: Principal, request: web.Request) -> str:
+        """The principal's tenant; the ``tenant`` parameter only for a principal bound
+        to none (the local anonymous one)."""
+        return resolve_tenant(principal.tenant, request.query.get("tenant"))
+
+    def _namespace(self, principal: Principal, request: web.Request) -> str:
+        namespace = self._arg(request, "namespace", required=True)
+        principal.check_read(namespace)
+        return namespace
+
+    def _where(self, principal: Principal, request: web.Request) -> ItemFilter:
         query = request.query
         return ItemFilter.build(
-            tenant=query.get("tenant", ""),
+            tenant=self._tenant(principal, request),
             conversation=query.get("conversation"),
             agent=query.get("agent"),
             user=query.get("user"),
@@ -146,11 +152,11 @@ class ViewServer:
         )
 
     async def recall(self, principal: Principal, request: web.Request) -> web.Response:
-        namespace = self._arg(request, "namespace", required=True)
+        namespace = self._namespace(principal, request)
         limit = _whole_number(request, "limit", 0, MAX_LIMIT)
         strategy = validate_strategy(request.query.get("strategy", "auto"))
         text = self._arg(request, "text")
-        where = self._where(request)
+        where = self._where(principal, request)
         embedder = self._config.embedder
         ranking: dict[str, Any] = {}
         if embedder is not None and text and text.strip() and strategy != "recent":
@@ -170,10 +176,10 @@ class ViewServer:
         return _json([item.to_json() for item in items])
 
     async def fetch(self, principal: Principal, request: web.Request) -> web.Response:
-        namespace = self._arg(request, "namespace", required=True)
+        namespace = self._namespace(principal, request)
         key = self._arg(request, "key", required=True)
         version = _whole_number(request, "version", 1, _MAX_VERSION)
-        tenant = request.query.get("tenant", "")
+        tenant = self._tenant(principal, request)
         item = await self._off_loop(
             self._view.fetch, namespace, key, tenant=tenant, version=version
         )
@@ -190,8 +196,8 @@ class ViewServer:
         )
 
     async def history(self, principal: Principal, request: web.Request) -> web.Response:
-        namespace = self._arg(request, "namespace", required=True)
-        tenant = request.query.get("tenant", "")
+        namespace = self._namespace(principal, request)
+        tenant = self._tenant(principal, request)
         if "id" in request.query:
             raw_id = MemoryId.parse(request.query["id"]).bytes
             entries = await self._off_loop(
@@ -203,6 +209,11 @@ class ViewServer:
         return _json([entry.to_json() for entry in entries])
 
     async def stats(self, principal: Principal, request: web.Request) -> web.Response:
+        if not principal.may_see_stats():
+            raise AccessDenied(
+                f"principal {principal.name!r} may not read the view's stats: it needs "
+                "the grant 'view:stats'"
+            )
         # Not behind the read limit: an operator's stats answer while recalls queue.
         stats = await asyncio.to_thread(self._view.stats)
         return _json(msgspec.to_builtins(stats))
@@ -211,7 +222,14 @@ class ViewServer:
         async def serve(request: web.Request) -> web.Response:
             try:
                 principal = await self._auth(request)
+            except Unauthorized as exc:
+                response = _json({"error": "Unauthorized", "message": str(exc)}, 401)
+                response.headers["WWW-Authenticate"] = 'Bearer realm="laser-memory"'
+                return response
+            try:
                 return await handler(principal, request)
+            except AccessDenied as exc:
+                return _error(403, exc)
             except InvalidInput as exc:
                 return _error(400, exc)
             except LaserError as exc:
@@ -221,7 +239,7 @@ class ViewServer:
 
 
 def make_app(
-    view: MemoryView, auth: Authenticate = authenticate, config: ServerConfig | None = None
+    view: MemoryView, auth: Authenticate = anonymous, config: ServerConfig | None = None
 ) -> web.Application:
     """The aiohttp application serving ``view``."""
     server = ViewServer(view, auth, config)
@@ -350,15 +368,24 @@ async def serve_view(
     port: int,
     *,
     config: ServerConfig | None = None,
+    auth: Authenticate | None = None,
     ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve ``view`` on host:port until cancelled, behind a `ConnectionGuard`."""
+    """Serve ``view`` on host:port until cancelled, behind a `ConnectionGuard`.
+    ``auth`` (a `folders.http_auth.TokenAuth`) authenticates every request; without
+    one, every caller is the anonymous local principal, so only a loopback host is
+    allowed."""
     config = config or ServerConfig()
+    if auth is None and not is_loopback(host):
+        raise ConfigError(
+            f"serving on {host!r} without authentication would let anyone who reaches it "
+            "read every tenant; pass an auth file (serve --auth FILE) or serve on 127.0.0.1"
+        )
     repeat = _RepeatFilter()
     for name in ("asyncio", "aiohttp.server", "aiohttp.access"):
         logging.getLogger(name).addFilter(repeat)
     runner = web.AppRunner(
-        make_app(view, config=config),
+        make_app(view, auth if auth is not None else anonymous, config=config),
         access_log=None,
         keepalive_timeout=config.keepalive_timeout_s,
     )
@@ -373,6 +400,11 @@ async def serve_view(
             tasks.create_task(guard.reap(), name="laser-http-reaper")
             if ready is not None:
                 ready(f"serving {view.path} on http://{host}:{port}")
+                if auth is None:
+                    ready(
+                        "no --auth: every caller on this host reads every namespace of "
+                        "every tenant (tenant= per request); use --auth FILE to require tokens"
+                    )
             await server.serve_forever()
     finally:
         await runner.cleanup()

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from laser_memory.access import resolve_tenant
 from laser_memory.errors import InvalidInput
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
@@ -157,8 +158,17 @@ def named_history(records: list[LoggedRecord], key: str, *, tenant: str = "") ->
 class MemorySnapshot:
     """A namespace's memory as it stood at a past moment (see `MemoryHandle.as_of`)."""
 
-    def __init__(self, state: MemoryState, *, as_of_ms: int | None, positions: dict[int, int]):
+    def __init__(
+        self,
+        state: MemoryState,
+        *,
+        as_of_ms: int | None,
+        positions: dict[int, int],
+        tenant: str | None = None,
+    ):
         self._state = state
+        #: The tenant of the handle that took the snapshot (None: chosen per call).
+        self.tenant = tenant
         self.as_of_ms = as_of_ms
         self.positions = positions
 
@@ -169,14 +179,14 @@ class MemorySnapshot:
         agent: str | None = None,
         user: str | None = None,
         application: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         kind: str | MemoryKind | None = None,
         text: str | None = None,
         strategy: str = "auto",
         limit: int = 50,
     ) -> list[MemoryItem]:
         where = ItemFilter.build(
-            tenant=tenant,
+            tenant=resolve_tenant(self.tenant, tenant),
             conversation=conversation,
             agent=agent,
             user=user,
@@ -185,11 +195,13 @@ class MemorySnapshot:
         )
         return rank(self._state.items(where), strategy=strategy, text=text, limit=limit)
 
-    def fetch(self, key: str, *, tenant: str = "") -> NamedItem | None:
-        return self._state.named_item(key, tenant=tenant)
+    def fetch(self, key: str, *, tenant: str | None = None) -> NamedItem | None:
+        return self._state.named_item(key, tenant=resolve_tenant(self.tenant, tenant))
 
 
-async def snapshot(log: Log, topic: str, namespace: str, at: AsOf) -> MemorySnapshot:
+async def snapshot(
+    log: Log, topic: str, namespace: str, at: AsOf, *, tenant: str | None = None
+) -> MemorySnapshot:
     """Fold a namespace up to a moment:
 
     - a receipt (`Appended`): just after that write. Exact in the write's partition
@@ -239,4 +251,4 @@ async def snapshot(log: Log, topic: str, namespace: str, at: AsOf) -> MemorySnap
     for logged in records:
         state.apply(logged.log_record)
         positions[logged.log_record.partition] = logged.log_record.offset + 1
-    return MemorySnapshot(state, as_of_ms=as_of_ms, positions=positions)
+    return MemorySnapshot(state, as_of_ms=as_of_ms, positions=positions, tenant=tenant)

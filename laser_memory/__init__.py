@@ -9,8 +9,10 @@
 
 from typing import TYPE_CHECKING
 
+from .access import Governor, Principal, ProposedWrite
 from .embedding import Embedder, WordHashEmbedder
 from .errors import (
+    AccessDenied,
     BackendFailed,
     BodyTooLarge,
     ConfigError,
@@ -29,6 +31,7 @@ from .errors import (
     LogError,
     LogUnavailable,
     NoView,
+    PolicyDenied,
     RecordDecodeError,
     RecordTooLarge,
     RerankFailed,
@@ -98,6 +101,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AccessDenied",
     "AgentId",
     "ApproximateSearch",
     "BackendFailed",
@@ -112,6 +116,7 @@ __all__ = [
     "Embedder",
     "EmbeddingFailed",
     "EmptyBody",
+    "Governor",
     "HistoryEntry",
     "InvalidBody",
     "InvalidId",
@@ -139,7 +144,10 @@ __all__ = [
     "NamedItem",
     "NoView",
     "Origin",
+    "PolicyDenied",
+    "Principal",
     "Producer",
+    "ProposedWrite",
     "Receipt",
     "RecordDecodeError",
     "RecordTooLarge",

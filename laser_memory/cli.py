@@ -29,7 +29,7 @@ from folders.state import history_entry
 from folders.view import MemoryView
 
 from . import connect
-from .errors import LaserError, UnknownTopic
+from .errors import ConfigError, LaserError, UnknownTopic
 from .ids import MemoryId, validate_name
 from .items import MemoryItem
 from .kinds import MemoryKind
@@ -588,13 +588,28 @@ def stats(view: str, as_json: bool) -> None:
 @_view_option()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int)
+@click.option(
+    "--auth",
+    "auth_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="TOML file of principals and their token hashes (see 'laser-memory token'). "
+    "Without it only loopback is served, and any caller reads any tenant.",
+)
 @_embedder_option
-def serve(view: str, host: str, port: int, embedder: str | None) -> None:
+def serve(view: str, host: str, port: int, auth_file: str | None, embedder: str | None) -> None:
     """Serve the view read-only over HTTP (recall, fetch, history, stats)."""
     from folders.http import ServerConfig, serve_view
+    from folders.http_auth import TokenAuth, is_loopback
 
     try:
         config = ServerConfig(embedder=_make_embedder(embedder))
+        auth = TokenAuth.from_file(auth_file) if auth_file is not None else None
+        if auth is None and not is_loopback(host):
+            raise ConfigError(
+                f"serving on {host!r} without --auth would let anyone who reaches it read "
+                "every tenant; pass --auth FILE, or serve on 127.0.0.1"
+            )
     except LaserError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
@@ -606,11 +621,46 @@ def serve(view: str, host: str, port: int, embedder: str | None) -> None:
         try:
             asyncio.run(
                 serve_view(
-                    opened, host, port, config=config, ready=lambda m: click.echo(m, err=True)
+                    opened,
+                    host,
+                    port,
+                    config=config,
+                    auth=auth,
+                    ready=lambda m: click.echo(m, err=True),
                 )
             )
         except KeyboardInterrupt:
             pass
+
+
+@main.command()
+@click.argument("name")
+@click.option("--tenant", default="", show_default=True, help="The tenant it acts for.")
+@click.option(
+    "--grant",
+    "grants",
+    multiple=True,
+    help="A grant, e.g. 'kv:read:stream:prod/*' or 'view:stats'; repeat for several.",
+)
+def token(name: str, tenant: str, grants: tuple[str, ...]) -> None:
+    """Make a bearer token for principal NAME: prints the token once (give it to the
+    caller) and the [[principal]] entry to add to the serve --auth file (it stores only
+    the token's hash)."""
+    from folders.http_auth import hash_token, new_token
+
+    from .access import Principal
+
+    try:
+        principal = Principal(name, tenant=tenant, grants=frozenset(grants))
+    except LaserError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    secret = new_token()
+    click.echo(f"token (shown once): {secret}", err=True)
+    click.echo("[[principal]]")
+    click.echo(f"name = {json.dumps(principal.name)}")
+    click.echo(f"tenant = {json.dumps(principal.tenant)}")
+    click.echo(f"grants = {json.dumps(sorted(principal.grants))}")
+    click.echo(f'token_sha256 = "{hash_token(secret)}"')
 
 
 def _print_history(entries, as_json: bool) -> None:

@@ -16,10 +16,11 @@ from typing import Any
 
 from folders.view import MemoryView
 
+from .access import Governor, Principal, validate_governor
 from .clock import SYSTEM_CLOCK, Clock
 from .custom import CustomMemory
 from .embedding import Embedder, validate_embedder
-from .errors import InvalidInput, InvalidName, NoView, ViewMismatch, WaitTimeout
+from .errors import ConfigError, InvalidInput, InvalidName, NoView, ViewMismatch, WaitTimeout
 from .ids import MemoryId, validate_name
 from .log import DEFAULT_URL, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
 from .log.naming import validate_topic
@@ -50,9 +51,16 @@ class Laser:
         view: str | os.PathLike[str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         embedder: Embedder | None = None,
+        principal: Principal | None = None,
+        governor: Governor | None = None,
     ):
         if stream is not None:
             validate_topic(stream)
+        if principal is not None and not isinstance(principal, Principal):
+            raise ConfigError(f"principal is a Principal, got {type(principal).__name__}")
+        #: Every handle's principal and governor unless `memory` is given others.
+        self.principal = principal
+        self.governor = validate_governor(governor) if governor is not None else None
         self.log = log
         self.clock = clock
         self.embedder = validate_embedder(embedder) if embedder is not None else None
@@ -211,14 +219,39 @@ class Laser:
             for topic in AGENT_TOPICS
         ]
 
-    def memory(self, namespace: str, *, embedder: Embedder | None = None) -> MemoryHandle:
+    def memory(
+        self,
+        namespace: str,
+        *,
+        embedder: Embedder | None = None,
+        tenant: str | None = None,
+        principal: Principal | None = None,
+        governor: Governor | None = None,
+    ) -> MemoryHandle:
         """A handle on a memory namespace. With a default stream, ``"notes"`` becomes
         ``stream:<stream>/notes``; a name starting with ``stream:`` is used as written
         and rides that stream's memory topic. ``embedder`` (default: the connection's)
-        embeds every body it remembers and the text of semantic recalls."""
+        embeds every body it remembers and the text of semantic recalls.
+
+        ``tenant`` binds the handle to a tenant: every call acts in it, and a call
+        naming another is refused (`AccessDenied`). ``principal`` (default: the
+        connection's) binds it to the principal's tenant and checks its grants before
+        anything is read or written; ``governor`` (default: the connection's) sees every
+        record before it is written. See `laser_memory.access`.
+
+        >>> acme = laser.memory("notes", tenant="acme")               # doctest: +SKIP
+        >>> await acme.recall(tenant="globex")                        # doctest: +SKIP
+        Traceback (most recent call last):
+        laser_memory.errors.AccessDenied: this handle is bound to tenant 'acme'; ...
+        """
         handle = self._memory(namespace)
         chosen = embedder if embedder is not None else self.embedder
-        return handle._derive(embedder=chosen) if chosen is not None else handle
+        return handle._derive(
+            embedder=chosen,
+            tenant=tenant,
+            principal=principal if principal is not None else self.principal,
+            governor=governor if governor is not None else self.governor,
+        )
 
     def _memory(self, namespace: str) -> MemoryHandle:
         validate_name(namespace, "namespace")
@@ -251,6 +284,8 @@ class Laser:
             topic=topic,
             stream=stream or self.stream or "",
             embedder=self.embedder,
+            principal=self.principal,
+            governor=self.governor,
         )
 
     async def memory_topic(
@@ -294,6 +329,8 @@ def connect(
     create: bool = True,
     clock: Clock | None = None,
     embedder: Embedder | None = None,
+    principal: Principal | None = None,
+    governor: Governor | None = None,
 ) -> Laser:
     """Connect to the log a URL names: ``local://PATH`` (the default,
     ``$LASER_URL`` or ``local://./laser-data``) or ``kafka://host:port[,host:port]``.
@@ -303,7 +340,8 @@ def connect(
     ``clock`` (a `laser_memory.clock.Clock`) stamps random ids and the embedded log's
     append times; tests pass a `SteppedClock`. ``embedder`` (an `Embedder`) is every
     handle's default: bodies are embedded as they are remembered, the vectors and the
-    embedder's label go in the records.
+    embedder's label go in the records. ``principal`` and ``governor`` are every
+    handle's (see `Laser.memory` and `laser_memory.access`).
 
     >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
     ...     await laser.bootstrap(partitions=8)
@@ -315,4 +353,6 @@ def connect(
         clock=clock or SYSTEM_CLOCK,
         embedder=embedder,
         view=view if view is not None else os.environ.get("LASER_VIEW") or None,
+        principal=principal,
+        governor=governor,
     )

@@ -20,6 +20,8 @@ The tree::
     ├── RerankFailed                the reranker raised or returned bad scores
     ├── SummarizeFailed             a consolidation's summarizer raised or returned no body
     ├── BackendFailed               a custom memory backend raised or answered nonsense
+    ├── AccessDenied                outside the principal's grants or tenant; nothing done
+    ├── PolicyDenied                the governor refused a write (or failed); nothing written
     ├── RecordDecodeError           bytes on the log that are not a record we can read
     │   └── UnsupportedSchemaVersion
     ├── LogError
@@ -41,6 +43,7 @@ Each message says what was wrong and what to do about it.
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "BackendFailed",
     "BodyTooLarge",
     "ConfigError",
@@ -59,6 +62,7 @@ __all__ = [
     "LogError",
     "LogUnavailable",
     "NoView",
+    "PolicyDenied",
     "RecordDecodeError",
     "RecordTooLarge",
     "RerankFailed",
@@ -139,6 +143,16 @@ class RerankFailed(LaserError):
 
 class BackendFailed(LaserError):
     """A custom memory backend raised, or returned something the API cannot use."""
+
+
+class AccessDenied(LaserError, PermissionError):
+    """The caller's principal has no grant for this, or the call names a tenant other
+    than the one its handle is bound to. Nothing was read or written."""
+
+
+class PolicyDenied(LaserError, PermissionError):
+    """The governor refused a proposed write, or failed deciding (a governor that
+    raises refuses). Nothing of the batch was written."""
 
 
 class SummarizeFailed(LaserError):

@@ -20,6 +20,15 @@ from folders.replay import AsOf, MemorySnapshot, item_history, named_history, re
 from folders.state import ItemFilter
 
 from . import consolidation, inputs, retention
+from .access import (
+    Governor,
+    Principal,
+    ProposedWrite,
+    bound_tenant,
+    check_governor,
+    resolve_tenant,
+    validate_governor,
+)
 from .consolidation import ConsolidationReport
 from .custom import CustomMemory
 from .embedding import Embedder, embed_texts, validate_embedder
@@ -125,8 +134,17 @@ class MemoryHandle:
         producer: Producer | None = None,
         reader: FoldedReader | None = None,
         embedder: Embedder | None = None,
+        tenant: str | None = None,
+        principal: Principal | None = None,
+        governor: Governor | None = None,
     ) -> None:
+        if principal is not None and not isinstance(principal, Principal):
+            raise ConfigError(f"principal is a Principal, got {type(principal).__name__}")
         self._laser = laser
+        #: The tenant every call acts in (None: unbound, chosen per call).
+        self.tenant = bound_tenant(tenant, principal)
+        self.principal = principal
+        self._governor = validate_governor(governor) if governor is not None else None
         self._embedder = validate_embedder(embedder) if embedder is not None else None
         self.namespace = namespace
         self.topic = topic
@@ -145,6 +163,8 @@ class MemoryHandle:
 
     def __repr__(self) -> str:
         scoped = f", conversation={self.conversation!r}" if self.conversation else ""
+        if self.tenant is not None:
+            scoped += f", tenant={self.tenant!r}"
         return f"MemoryHandle(namespace={self.namespace!r}, topic={self.topic!r}{scoped})"
 
     # -- derived handles ---------------------------------------------------------
@@ -159,6 +179,9 @@ class MemoryHandle:
             "producer": self._producer,
             "reader": self._reader,
             "embedder": self._embedder,
+            "tenant": self.tenant,
+            "principal": self.principal,
+            "governor": self._governor,
         }
         fields.update(changes)
         return MemoryHandle(self._laser, **fields)
@@ -187,7 +210,7 @@ class MemoryHandle:
         self,
         embedder: Embedder,
         *,
-        tenant: str = "",
+        tenant: str | None = None,
         batch_size: int = 64,
         progress: Callable[[int, int], object] | None = None,
     ) -> int:
@@ -199,6 +222,9 @@ class MemoryHandle:
         """
         from .reembed import reembed
 
+        tenant = self._tenant(tenant)
+        self._check_read()
+        self._check_publish()
         return await reembed(
             self, embedder, tenant=tenant, batch_size=batch_size, progress=progress
         )
@@ -225,7 +251,7 @@ class MemoryHandle:
         agent: str | None = None,
         user: str | None = None,
         application: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         durable: bool = False,
         dedup: bool = False,
         origin: Any = None,
@@ -239,6 +265,7 @@ class MemoryHandle:
 
         >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
         """
+        self._check_publish()
         record = self._remember_record(
             {
                 "body": body,
@@ -271,6 +298,7 @@ class MemoryHandle:
 
         >>> await memory.remember_many(["a", {"body": "b", "kind": "summary"}])  # doctest: +SKIP
         """
+        self._check_publish()
         if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
             raise InvalidInput("remember_many takes a list of bodies or of mappings with 'body'")
         records: list[Remember] = []
@@ -297,7 +325,7 @@ class MemoryHandle:
         agent: str | None = None,
         user: str | None = None,
         application: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         durable: bool = False,
         origin: Any = None,
         producer: Any = None,
@@ -308,6 +336,7 @@ class MemoryHandle:
         >>> mid = memory_id_content("entity", b"node-7", agent="planner")   # doctest: +SKIP
         >>> await memory.append(mid, b"node-7", kind="entity", agent="planner")  # doctest: +SKIP
         """
+        self._check_publish()
         mid = MemoryId.parse(id)
         record = self._remember_record(
             {
@@ -335,10 +364,11 @@ class MemoryHandle:
         weight: float,
         *,
         conversation: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
     ) -> Receipt:
         """Add a feedback weight to an item. With a conversation (always, on a scoped
         handle) it applies only to the item as remembered in that conversation."""
+        self._check_publish()
         target_id = MemoryId.parse(target)
         value = inputs.weight(weight)
         scope = self._scope(conversation=conversation, tenant=tenant)
@@ -351,7 +381,7 @@ class MemoryHandle:
         id: MemoryId | str | bytes,
         *,
         conversation: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
     ) -> Receipt:
         """Write a tombstone for an item. With a conversation (always, on a scoped
         handle) it forgets only the item as remembered in that conversation.
@@ -362,6 +392,7 @@ class MemoryHandle:
 
         >>> await memory.forget(mid)                                  # doctest: +SKIP
         """
+        self._check_publish()
         target_id = MemoryId.parse(id)
         scope = self._scope(conversation=conversation, tenant=tenant)
         # What the log holds now is what this forget forgets: the fold compares offsets
@@ -375,7 +406,7 @@ class MemoryHandle:
             Forget(ns=self.namespace, scope=scope, target=target_id.bytes, seen=seen)
         )
 
-    async def purge(self, older_than: Age, *, tenant: str = "", limit: int = 1000) -> int:
+    async def purge(self, older_than: Age, *, tenant: str | None = None, limit: int = 1000) -> int:
         """Forget the items last written before a cutoff, oldest first, at most
         ``limit`` (1 to 10,000) of them; returns how many. Call again while it returns
         ``limit``. ``older_than`` is an age (a `timedelta`, or seconds, counted back
@@ -386,6 +417,8 @@ class MemoryHandle:
         >>> await memory.purge(timedelta(days=90))                    # doctest: +SKIP
         1000
         """
+        self._check_read()
+        self._check_publish()
         before_ms = retention.cutoff_ms(older_than, self._laser.clock)
         retention.validate_purge_limit(limit)
         scope = self._scope(tenant=tenant)  # checks the tenant before anything is read
@@ -412,7 +445,7 @@ class MemoryHandle:
         agent: str | None = None,
         user: str | None = None,
         application: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         summarizer: Any = None,
         prune_summarized: bool = False,
     ) -> ConsolidationReport:
@@ -425,6 +458,9 @@ class MemoryHandle:
 
         >>> report = await memory.consolidate(100, conversation="c-1")  # doctest: +SKIP
         """
+        self._check_read()
+        self._check_publish()
+        tenant = self._tenant(tenant)
         consolidation.validate_max_items(max_items)
         if not isinstance(prune_summarized, bool):
             raise InvalidInput(f"prune_summarized is True or False, got {prune_summarized!r}")
@@ -483,8 +519,11 @@ class MemoryHandle:
             await self._write(records)
         return ConsolidationReport(summarized=summarized, pruned=len(forgets))
 
-    async def set(self, key: str, body: str | bytes | dict | list, *, tenant: str = "") -> Receipt:
+    async def set(
+        self, key: str, body: str | bytes | dict | list, *, tenant: str | None = None
+    ) -> Receipt:
         """Set a named item to a body (objects and lists are stored as JSON)."""
+        self._check_publish()
         data = self._check_body(encode_body(body))
         return await self._write_one(
             NamedSet(
@@ -495,17 +534,20 @@ class MemoryHandle:
             )
         )
 
-    async def update(self, key: str, patch: str | bytes | dict, *, tenant: str = "") -> Receipt:
+    async def update(
+        self, key: str, patch: str | bytes | dict, *, tenant: str | None = None
+    ) -> Receipt:
         """Apply an RFC 7386 JSON merge patch to a named item: fields overwrite, ``null``
         removes. The patch itself is the record, so concurrent updates all apply in
         log order."""
+        self._check_publish()
         data = self._check_body(encode_patch(patch))
         record = NamedPatch(
             ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key), patch=data
         )
         # The merged body must fit too: fold the key's partition (this handle's fold is
         # incremental) and try the patch on the current value before writing it.
-        current = await self.fetch_folded(key, tenant=tenant)
+        current = await self._fetch_folded(key, record.scope.tenant)
         merged = apply_patch_bytes(current.body if current is not None else None, data)
         if len(merged) > self._laser.config.max_body_bytes:
             raise BodyTooLarge(
@@ -515,19 +557,24 @@ class MemoryHandle:
             )
         return await self._write_one(record)
 
-    async def remove(self, key: str, *, tenant: str = "") -> Receipt:
+    async def remove(self, key: str, *, tenant: str | None = None) -> Receipt:
         """Remove a named item; removing an absent key succeeds."""
+        self._check_publish()
         return await self._write_one(
             NamedRemove(ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key))
         )
 
     # -- reads -------------------------------------------------------------------
 
-    async def fetch_folded(self, key: str, *, tenant: str = "") -> NamedItem | None:
+    async def fetch_folded(self, key: str, *, tenant: str | None = None) -> NamedItem | None:
         """A named item's current value, folded from the topic in this process
         (reading only the key's partition), or None if it is absent."""
         validate_key(key)
-        validate_name(tenant, "tenant", allow_empty=True)
+        tenant = self._tenant(tenant)
+        self._check_read()
+        return await self._fetch_folded(key, tenant)
+
+    async def _fetch_folded(self, key: str, tenant: str) -> NamedItem | None:
         info = await self._topic_info()
         if info is None:
             return None
@@ -539,7 +586,7 @@ class MemoryHandle:
         self,
         key: str,
         *,
-        tenant: str = "",
+        tenant: str | None = None,
         version: int | None = None,
         folded: bool | None = None,
         after: Receipt | MemoryId | None = None,
@@ -554,7 +601,8 @@ class MemoryHandle:
         >>> await memory.fetch("profile", after=receipt)                      # doctest: +SKIP
         """
         validate_key(key)
-        validate_name(tenant, "tenant", allow_empty=True)
+        tenant = self._tenant(tenant)
+        self._check_read()
         if version is not None and (
             not isinstance(version, int) or isinstance(version, bool) or version < 1
         ):
@@ -569,14 +617,15 @@ class MemoryHandle:
         return view.fetch(self.namespace, key, tenant=tenant, version=version)
 
     async def history(
-        self, target: MemoryId | str, *, tenant: str = "", folded: bool | None = None
+        self, target: MemoryId | str, *, tenant: str | None = None, folded: bool | None = None
     ) -> list[HistoryEntry]:
         """Every record that touched an item (a `MemoryId`: remember, feedback, forget)
         or a named item (a key: set, patch, remove), oldest first, with positions,
         append times and the version after each. From the managed view when there is
         one, else by replaying the log.
         """
-        validate_name(tenant, "tenant", allow_empty=True)
+        tenant = self._tenant(tenant)
+        self._check_read()
         if isinstance(target, MemoryId):
             raw_id: bytes | None = target.bytes
         else:
@@ -608,13 +657,14 @@ class MemoryHandle:
         >>> mid = await memory.remember("node-9 rotates keys monthly")   # doctest: +SKIP
         >>> (await memory.as_of(mid)).recall()                            # doctest: +SKIP
         """
+        self._check_read()
         if isinstance(at, MemoryId):
             if at.receipt is None:
                 raise InvalidInput("as_of takes the MemoryId a remember returned (with a receipt)")
             at = at.receipt
         if await self._topic_info() is None:
             raise UnknownTopic(f"topic {self.topic!r} does not exist: there is no past to read")
-        return await snapshot(self._laser.log, self.topic, self.namespace, at)
+        return await snapshot(self._laser.log, self.topic, self.namespace, at, tenant=self.tenant)
 
     def _managed(self, folded: bool | None) -> bool:
         if folded is None:
@@ -628,7 +678,7 @@ class MemoryHandle:
         agent: str | None = None,
         user: str | None = None,
         application: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         kind: str | MemoryKind | None = None,
         text: str | None = None,
         strategy: str = "auto",
@@ -643,7 +693,8 @@ class MemoryHandle:
         exact: bool = False,
     ) -> list[MemoryItem] | str:
         """Recall items in scope. Every field you set narrows; a field you leave out
-        widens, except ``tenant``, which always applies exactly (unset means ``""``).
+        widens, except ``tenant``, which always applies exactly (unset: the handle's
+        bound tenant, or ``""`` on an unbound handle).
 
         Reads the managed view when the connection has one (``folded=False``, the
         default then), else folds the topic in this process (``folded=True``). Order
@@ -662,6 +713,8 @@ class MemoryHandle:
         >>> items = await memory.recall(conversation="c-1", strategy="recent", limit=5)
         ... # doctest: +SKIP
         """
+        tenant = self._tenant(tenant)
+        self._check_read()
         validate_strategy(strategy)
         validate_limit(limit)
         if text is not None and not isinstance(text, str):
@@ -748,7 +801,7 @@ class MemoryHandle:
         *,
         token_budget: int | None = None,
         limit: int = 50,
-        tenant: str = "",
+        tenant: str | None = None,
     ) -> str:
         """Recall a conversation's items and format them as one prompt block."""
         return await self.recall(
@@ -779,13 +832,24 @@ class MemoryHandle:
             )
         return self.conversation
 
+    def _tenant(self, tenant: str | None) -> str:
+        return resolve_tenant(self.tenant, tenant)
+
+    def _check_read(self) -> None:
+        if self.principal is not None:
+            self.principal.check_read(self.namespace)
+
+    def _check_publish(self) -> None:
+        if self.principal is not None:
+            self.principal.check_publish(self.topic)
+
     def _scope(
-        self, *, conversation: str | None = None, tenant: str = "", **owner: Any
+        self, *, conversation: str | None = None, tenant: str | None = None, **owner: Any
     ) -> MemoryScope:
         try:
             return MemoryScope(
                 stream=self.stream,
-                tenant=tenant,
+                tenant=self._tenant(tenant),
                 conversation=self._conversation(conversation),
                 **owner,
             ).validated()
@@ -812,7 +876,7 @@ class MemoryHandle:
         kind = parse_kind(entry["kind"] if entry.get("kind") is not None else "fact")
         scope = self._scope(
             conversation=entry.get("conversation"),
-            tenant=entry.get("tenant") or "",
+            tenant=entry.get("tenant"),
             agent=entry.get("agent"),
             user=entry.get("user"),
             application=entry.get("application"),
@@ -913,6 +977,23 @@ class MemoryHandle:
                     "MemoryConfig.max_record_bytes and the log's max_record_bytes"
                 )
             outgoing.append(out)
+        self._check_publish()
+        if self._governor is not None:
+            await check_governor(
+                self._governor,
+                [
+                    ProposedWrite(
+                        op=type(record).__struct_config__.tag,
+                        namespace=self.namespace,
+                        topic=self.topic,
+                        tenant=record.scope.tenant,
+                        principal=self.principal,
+                        body=getattr(record, "body", None) or getattr(record, "patch", None),
+                        record=out.value,
+                    )
+                    for record, out in zip(records, outgoing, strict=True)
+                ],
+            )
         log = self._laser.log
         try:
             receipts = await log.append_batch(self.topic, outgoing)

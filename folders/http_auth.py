@@ -1,0 +1,155 @@
+"""Who is calling the HTTP view: bearer tokens mapped to principals.
+
+``laser-memory serve --auth FILE`` reads a TOML file of principals, each with the
+SHA-256 of its token (tokens themselves are never stored; ``laser-memory token``
+makes one and prints the line to paste)::
+
+    [[principal]]
+    name = "support-bot"
+    tenant = "acme"
+    grants = ["kv:read:stream:prod/*"]
+    token_sha256 = "3a7bd3e2360a3d29eea436fcfb7e44c735d117c42d1c1835420b6b9942dd4f1b"
+
+A request carries ``Authorization: Bearer <token>``. Without a valid one it gets
+401; with one, it acts as that principal: in its tenant only, within its grants
+(see `laser_memory.access`).
+
+Without ``--auth`` the server is for local use: it binds loopback only, and every
+caller is `ANONYMOUS`, who may read every namespace and picks the tenant per
+request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+import tomllib
+
+from aiohttp import web
+
+from laser_memory.access import Principal
+from laser_memory.errors import ConfigError
+
+__all__ = [
+    "ANONYMOUS",
+    "TokenAuth",
+    "Unauthorized",
+    "anonymous",
+    "hash_token",
+    "is_loopback",
+    "load_principals",
+    "new_token",
+]
+
+#: The caller of a server without ``--auth``: loopback only, every namespace, any tenant.
+ANONYMOUS = Principal("anonymous", tenant=None, grants={"kv:read:*", "view:stats"})
+
+_HEX = frozenset("0123456789abcdef")
+
+
+class Unauthorized(Exception):
+    """No valid bearer token (the server answers 401)."""
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of a token, as the auth file stores it."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_principals(path: str | os.PathLike[str]) -> dict[str, Principal]:
+    """The auth file's principals by token hash. Any mistake in the file is a
+    `ConfigError` naming the entry: a server never starts with half its principals."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the auth file {os.fspath(path)!r}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"the auth file {os.fspath(path)!r} is not TOML: {exc}") from None
+    entries = data.get("principal")
+    unknown = set(data) - {"principal"}
+    if unknown or not isinstance(entries, list) or not entries:
+        raise ConfigError(
+            f"the auth file {os.fspath(path)!r} holds [[principal]] tables (name, tenant, "
+            "grants, token_sha256) and nothing else"
+        )
+    out: dict[str, Principal] = {}
+    names: set[str] = set()
+    for number, entry in enumerate(entries, 1):
+        where = f"auth file {os.fspath(path)!r}, principal {number}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: a [[principal]] table, got {entry!r}")
+        extra = set(entry) - {"name", "tenant", "grants", "token_sha256"}
+        missing = {"name", "tenant", "grants", "token_sha256"} - set(entry)
+        if extra or missing:
+            raise ConfigError(
+                f"{where}: needs name, tenant, grants and token_sha256"
+                + (f"; unknown {sorted(extra)}" if extra else "")
+                + (f"; missing {sorted(missing)}" if missing else "")
+            )
+        digest = entry["token_sha256"]
+        if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _HEX:
+            raise ConfigError(
+                f"{where}: token_sha256 is 64 lower-case hex digits (laser-memory token prints one)"
+            )
+        if not isinstance(entry["tenant"], str):
+            raise ConfigError(f"{where}: tenant is a string ('' for the default tenant)")
+        if not isinstance(entry["grants"], list):
+            raise ConfigError(f"{where}: grants is a list of grant strings")
+        try:
+            principal = Principal(entry["name"], tenant=entry["tenant"], grants=entry["grants"])
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if principal.name in names:
+            raise ConfigError(f"{where}: a second principal named {principal.name!r}")
+        if digest in out:
+            raise ConfigError(f"{where}: the same token as principal {out[digest].name!r}")
+        names.add(principal.name)
+        out[digest] = principal
+    return out
+
+
+class TokenAuth:
+    """Authenticates a request by its bearer token."""
+
+    def __init__(self, principals: dict[str, Principal]) -> None:
+        self._principals = dict(principals)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> TokenAuth:
+        return cls(load_principals(path))
+
+    async def __call__(self, request: web.Request) -> Principal:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("send 'Authorization: Bearer <token>'")
+        digest = hash_token(token.strip())
+        for known, principal in self._principals.items():
+            # Constant time in the digest: a caller learns nothing from how long a
+            # refusal took.
+            if hmac.compare_digest(known, digest):
+                return principal
+        raise Unauthorized("the bearer token is not valid")
+
+
+async def anonymous(request: web.Request) -> Principal:
+    """The authenticator of a server without ``--auth``."""
+    return ANONYMOUS

@@ -1,0 +1,446 @@
+"""Tenants bound to handles, principals and their grants, and the governor: a refused
+call reads nothing and writes nothing. Over both logs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import laser_memory as lm
+from folders.http import make_app
+from folders.http_auth import TokenAuth, hash_token, is_loopback, load_principals
+from folders.service import ViewFolder
+from folders.view import MemoryView
+from laser_memory.access import Principal, ProposedWrite
+from laser_memory.cli import main
+
+
+async def _ends(laser: lm.Laser) -> dict[int, int]:
+    try:
+        return await laser.log.end_offsets(laser.memory_topic_name)
+    except lm.UnknownTopic:
+        return {}
+
+
+async def test_a_bound_handle_acts_in_its_tenant_and_refuses_another(laser: lm.Laser):
+    acme = laser.memory("notes", tenant="acme")
+    mid = await acme.remember("acme runs node-7", conversation="c1")
+    await laser.memory("notes").remember("the default tenant's fact", conversation="c1")
+    # What a bound handle wrote is in its tenant, seen by any handle naming that tenant.
+    unbound = laser.memory("notes")
+    assert [i.text for i in await unbound.recall(tenant="acme")] == ["acme runs node-7"]
+    assert [i.text for i in await acme.recall()] == ["acme runs node-7"]
+    assert [i.text for i in await acme.recall(tenant="acme")] == ["acme runs node-7"]
+    await acme.set("profile", {"tier": "gold"})
+    assert (await acme.fetch("profile")).json() == {"tier": "gold"}
+    assert await unbound.fetch("profile") is None
+
+    before = await _ends(laser)
+    for call in (
+        acme.recall(tenant="globex"),
+        acme.remember("x", tenant="globex"),
+        acme.remember_many([{"body": "y", "tenant": "globex"}]),
+        acme.forget(mid, tenant="globex"),
+        acme.improve(mid, 1.0, tenant="globex"),
+        acme.fetch("profile", tenant=""),
+        acme.history(mid, tenant="globex"),
+        acme.set("profile", "z", tenant="globex"),
+        acme.purge(0, tenant="globex"),
+        acme.consolidate(0, tenant="globex"),
+    ):
+        with pytest.raises(lm.AccessDenied, match="bound to tenant 'acme'"):
+            await call
+    assert await _ends(laser) == before  # nothing written
+    # Derived handles keep the binding.
+    with pytest.raises(lm.AccessDenied):
+        await acme.scoped("c1").recall(tenant="globex")
+    with pytest.raises(lm.AccessDenied):
+        await acme.with_lineage(producer="p").remember("w", tenant="globex")
+    snapshot = await acme.as_of(mid)
+    assert [i.text for i in snapshot.recall()] == ["acme runs node-7"]
+    with pytest.raises(lm.AccessDenied):
+        snapshot.recall(tenant="")
+
+
+async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.Laser):
+    writer = laser.memory("notes")
+    mid = await writer.remember("acme's secret", tenant="acme", conversation="c1")
+    namespace, topic = writer.namespace, writer.topic
+    reader = laser.memory(
+        "notes", principal=Principal("reader", tenant="acme", grants={f"kv:read:{namespace}"})
+    )
+    assert reader.tenant == "acme"
+    assert [i.id for i in await reader.recall()] == [mid]
+    assert [h.op for h in await reader.history(mid)] == ["remember"]
+    before = await _ends(laser)
+    for call in (
+        reader.remember("x"),
+        reader.remember_many(["x"]),
+        reader.improve(mid, 1.0),
+        reader.forget(mid),
+        reader.set("k", "v"),
+        reader.update("k", {"a": 1}),
+        reader.remove("k"),
+        reader.purge(0),
+        reader.consolidate(0),
+    ):
+        with pytest.raises(lm.AccessDenied, match=f"publish:{topic}"):
+            await call
+    assert await _ends(laser) == before
+
+    publisher = laser.memory(
+        "notes", principal=Principal("agent", tenant="acme", grants={f"publish:{topic}"})
+    )
+    await publisher.remember("acme's second fact")
+    await publisher.update("profile", {"tier": "gold"})  # its own check reads nothing back
+    for call in (
+        publisher.recall(),
+        publisher.recall(conversation="c1"),  # a conversation narrows, never grants
+        publisher.fetch("profile"),
+        publisher.history(mid),
+        publisher.as_of(mid),
+        publisher.context("c1"),
+        publisher.purge(0),
+    ):
+        with pytest.raises(lm.AccessDenied, match=f"kv:read:{namespace}"):
+            await call
+
+    everything = Principal("ops", tenant="acme", grants={"kv:read:stream:*", "publish:*"})
+    ops = laser.memory("notes", principal=everything)
+    assert {i.text for i in await ops.recall()} == {"acme's secret", "acme's second fact"}
+    # Another namespace is outside a grant for one.
+    elsewhere = laser.memory("other", principal=reader.principal)
+    with pytest.raises(lm.AccessDenied):
+        await elsewhere.recall()
+
+
+async def test_a_principal_binds_its_tenant_and_the_connection_default(any_log_url, stream_name):
+    bot = Principal("bot", tenant="acme", grants={"kv:read:*", "publish:*"})
+    async with lm.connect(any_log_url, stream=stream_name, principal=bot) as laser:
+        await laser.bootstrap()
+        memory = laser.memory("notes")
+        assert memory.principal == bot and memory.tenant == "acme"
+        await memory.remember("acme fact")
+        with pytest.raises(lm.AccessDenied, match="acts for tenant 'acme'"):
+            laser.memory("notes", tenant="globex")
+        assert laser.memory("notes", tenant="acme").tenant == "acme"
+        mine = laser.memory("notes", principal=Principal("none", tenant="acme"))
+        with pytest.raises(lm.AccessDenied):
+            await mine.recall()
+        assert [i.text for i in await memory.recall()] == ["acme fact"]
+        assert (
+            await laser.memory("notes", principal=Principal("x", grants={"kv:read:*"})).recall(
+                tenant=""
+            )
+            == []
+        )  # the default tenant holds nothing
+
+
+def test_principals_and_grants_are_checked_when_made():
+    with pytest.raises(lm.ConfigError, match="unknown grant 'kv:write:notes'"):
+        Principal("p", grants={"kv:write:notes"})
+    with pytest.raises(lm.ConfigError, match="only end a grant"):
+        Principal("p", grants={"kv:read:a*b"})
+    with pytest.raises(lm.ConfigError, match="name"):
+        Principal("")
+    with pytest.raises(lm.ConfigError):
+        Principal("p", grants="kv:read:*")
+    with pytest.raises(lm.ConfigError):
+        Principal("p", tenant="a\x00b")
+    p = Principal("p", grants=["kv:read:team-*", "publish:t", "view:stats"])
+    assert p.may_read("team-a") and not p.may_read("team") and not p.may_read("other")
+    assert p.may_publish("t") and not p.may_publish("t2") and p.may_see_stats()
+
+
+async def test_the_governor_sees_every_write_and_a_refusal_writes_nothing(laser: lm.Laser):
+    seen: list[ProposedWrite] = []
+
+    def policy(proposal: ProposedWrite) -> bool:
+        seen.append(proposal)
+        return b"password" not in (proposal.body or b"")
+
+    memory = laser.memory("notes", tenant="acme", governor=policy)
+    mid = await memory.remember("the runbook is on the wiki", conversation="c1")
+    assert (seen[0].op, seen[0].body, seen[0].tenant) == (
+        "remember",
+        b"the runbook is on the wiki",
+        "acme",
+    )
+    assert seen[0].namespace == memory.namespace and b"runbook" in seen[0].record
+    await memory.improve(mid, 2.0)
+    await memory.forget(mid)
+    await memory.set("k", {"a": 1})
+    assert [p.op for p in seen[1:]] == ["feedback", "forget", "named.set"]
+    assert seen[2].body is None and seen[2].record  # a forget: the encoded record
+
+    before = await _ends(laser)
+    with pytest.raises(lm.PolicyDenied, match="entry 1: the governor refused a remember"):
+        await memory.remember_many(["fine", "the password is hunter2", "also fine"])
+    with pytest.raises(lm.PolicyDenied):
+        await memory.update("k", {"password": "x"})
+    assert await _ends(laser) == before
+
+    async def slow_no(proposal):
+        await asyncio.sleep(0)
+        return False
+
+    def broken(proposal):
+        raise RuntimeError("policy store down")
+
+    for governor, match in (
+        (slow_no, "refused"),
+        (broken, "failed deciding.*policy store down"),
+        (lambda p: "yes", "answered 'yes'"),
+    ):
+        with pytest.raises(lm.PolicyDenied, match=match):
+            await laser.memory("notes", governor=governor).remember("x")
+    assert await _ends(laser) == before
+    with pytest.raises(lm.ConfigError):
+        laser.memory("notes", governor="allow")
+
+
+# -- over HTTP ---------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _served(laser: lm.Laser, view: Path, auth) -> AsyncIterator[ClientSession]:
+    await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+    with MemoryView.open(view, create=False) as opened:
+        server = TestServer(make_app(opened, auth), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with ClientSession(base_url=str(server.make_url(""))) as http:
+                yield http
+        finally:
+            await server.close()
+
+
+def _auth_file(tmp_path: Path, principals: dict[str, Principal]) -> Path:
+    """An auth file as an operator writes it from `laser-memory token` output."""
+    lines = []
+    for token, p in principals.items():
+        lines += [
+            "[[principal]]",
+            f"name = {json.dumps(p.name)}",
+            f"tenant = {json.dumps(p.tenant)}",
+            f"grants = {json.dumps(sorted(p.grants))}",
+            f'token_sha256 = "{hash_token(token)}"',
+        ]
+    path = tmp_path / "auth.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+async def test_http_takes_the_tenant_and_grants_from_the_token_only(
+    laser: lm.Laser, tmp_path: Path
+):
+    memory = laser.memory("notes")
+    ns = memory.namespace
+    mid = await memory.remember("acme's secret", tenant="acme")
+    await memory.remember("globex's secret", tenant="globex")
+    await memory.set("profile", {"tier": "gold"}, tenant="acme")
+    acme, ops = "acme-token", "ops-token"
+    auth = TokenAuth.from_file(
+        _auth_file(
+            tmp_path,
+            {
+                acme: Principal("acme-bot", tenant="acme", grants={f"kv:read:{ns}"}),
+                ops: Principal("ops", tenant="", grants={"view:stats"}),
+            },
+        )
+    )
+    async with _served(laser, tmp_path / "view", auth) as http:
+        bearer = {"Authorization": f"Bearer {acme}"}
+        async with http.get("/v1/recall", params={"namespace": ns}, headers=bearer) as r:
+            assert r.status == 200
+            assert [i["body"] for i in await r.json()] == ["acme's secret"]
+        for params in ({"namespace": ns}, {"namespace": ns, "tenant": "acme"}):
+            # No token, a bad token, another scheme: 401, whatever the parameters say.
+            for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": acme}):
+                async with http.get("/v1/recall", params=params, headers=headers) as r:
+                    assert r.status == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+        for path, params in (
+            ("/v1/recall", {"namespace": ns, "tenant": "globex"}),
+            ("/v1/recall", {"namespace": ns, "tenant": ""}),
+            ("/v1/fetch", {"namespace": ns, "key": "profile", "tenant": "globex"}),
+            ("/v1/history", {"namespace": ns, "id": str(mid), "tenant": "globex"}),
+            ("/v1/stats", {}),
+        ):
+            async with http.get(path, params=params, headers=bearer) as r:
+                assert r.status == 403, (path, params)
+        # Outside the grants, an existing and a missing namespace look the same.
+        answers = []
+        for namespace in ("stream:x/never-written", f"{ns}-2"):
+            async with http.get(
+                "/v1/fetch", params={"namespace": namespace, "key": "profile"}, headers=bearer
+            ) as r:
+                answers.append((r.status, (await r.json())["error"]))
+        ops_bearer = {"Authorization": f"Bearer {ops}"}
+        async with http.get(
+            "/v1/fetch", params={"namespace": ns, "key": "profile"}, headers=ops_bearer
+        ) as r:
+            answers.append((r.status, (await r.json())["error"]))
+        assert answers == [(403, "AccessDenied")] * 3
+        async with http.get(
+            "/v1/fetch", params={"namespace": ns, "key": "profile"}, headers=bearer
+        ) as r:
+            assert (await r.json())["version"] == 1
+        async with http.get("/v1/stats", headers=ops_bearer) as r:
+            assert r.status == 200 and (await r.json())["items"] == 2
+
+
+def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path):
+    result = CliRunner().invoke(
+        main, ["token", "bot", "--tenant", "acme", "--grant", "kv:read:stream:s/*"]
+    )
+    assert result.exit_code == 0, result.output
+    token = result.stderr.split("token (shown once): ")[1].split()[0]
+    path = tmp_path / "auth.toml"
+    path.write_text(result.stdout)
+    [(digest, principal)] = load_principals(path).items()
+    assert digest == hash_token(token) and token not in path.read_text()
+    assert principal == Principal("bot", tenant="acme", grants={"kv:read:stream:s/*"})
+    for text, match in (
+        ("", "holds \\[\\[principal\\]\\]"),
+        (result.stdout.replace("kv:read", "kv:write"), "principal 1: unknown grant"),
+        (result.stdout.replace('tenant = "acme"\n', ""), "missing \\['tenant'\\]"),
+        (result.stdout + "\n" + result.stdout.replace('"bot"', '"bot2"'), "same token"),
+        (result.stdout.replace(hash_token(token), "abc"), "64 lower-case hex"),
+        ("[[principal]\n", "not TOML"),
+    ):
+        path.write_text(text)
+        with pytest.raises(lm.ConfigError, match=match):
+            load_principals(path)
+    bad = CliRunner().invoke(main, ["token", "bot", "--grant", "everything"])
+    assert bad.exit_code != 0 and "unknown grant" in bad.output
+
+
+def test_serving_beyond_loopback_needs_auth(tmp_path: Path):
+    result = CliRunner().invoke(main, ["serve", "--view", str(tmp_path / "v"), "--host", "0.0.0.0"])
+    assert result.exit_code != 0 and "without --auth" in result.output
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1")
+
+
+# -- no read crosses a tenant or a grant, whatever the history ------------------------
+
+TENANTS = ("", "acme", "globex")
+WORDS = ("alpha", "beta", "gamma")
+
+histories = st.lists(
+    st.tuples(
+        st.sampled_from(range(len(TENANTS))),
+        st.sampled_from((0, 1)),  # namespace
+        st.sampled_from((None, "c1", "c2")),  # conversation
+        st.sampled_from(WORDS),
+        st.booleans(),  # forgotten later
+    ),
+    min_size=1,
+    max_size=14,
+)
+principals = st.lists(
+    st.tuples(
+        st.sampled_from(range(len(TENANTS))),
+        st.sets(st.sampled_from(("kv:read:NS0", "kv:read:NS1", "kv:read:stream:*"))),
+    ),
+    min_size=1,
+    max_size=3,
+)
+reads = st.lists(
+    st.tuples(
+        st.sampled_from((0, 1)),  # namespace
+        st.sampled_from((None, "c1")),  # conversation
+        st.sampled_from((None, *WORDS)),  # text
+        st.sampled_from((None, *range(len(TENANTS)))),  # tenant the caller names
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(history=histories, who=principals, asked=reads)
+async def test_no_read_crosses_a_tenant_or_a_grant(laser, history, who, asked):
+    run = uuid.uuid4().hex[:8]
+    names = (f"p{run}-0", f"p{run}-1")
+    handles = [laser.memory(name) for name in names]
+    owner: dict[lm.MemoryId, tuple[str, int]] = {}
+    for number, (tenant, ns, conversation, word, forgotten) in enumerate(history):
+        memory = handles[ns]
+        mid = await memory.remember(
+            f"{word} fact {number}", tenant=TENANTS[tenant], conversation=conversation
+        )
+        owner[mid] = (TENANTS[tenant], ns)
+        if forgotten:
+            await memory.forget(mid, tenant=TENANTS[tenant])
+    made = {
+        f"token-{n}": Principal(
+            f"p{n}",
+            tenant=TENANTS[tenant],
+            grants={
+                g.replace("NS0", handles[0].namespace).replace("NS1", handles[1].namespace)
+                for g in grants
+            },
+        )
+        for n, (tenant, grants) in enumerate(who)
+    }
+    view = Path(tempfile.mkdtemp())
+    reader = lm.Laser(laser.log, stream=laser.stream, view=view)
+    try:
+        async with _served(
+            laser, view, TokenAuth({hash_token(t): p for t, p in made.items()})
+        ) as http:
+            for token, principal in made.items():
+                for ns, conversation, text, named in asked:
+                    namespace = handles[ns].namespace
+                    query = {"conversation": conversation, "text": text, "limit": 1000}
+                    if named is not None:
+                        query["tenant"] = TENANTS[named]
+                    allowed = principal.may_read(namespace) and (
+                        named is None or TENANTS[named] == principal.tenant
+                    )
+                    truth = [
+                        i.id
+                        for i in await handles[ns].recall(
+                            **{**query, "tenant": principal.tenant}, folded=True
+                        )
+                    ]
+                    assert all(owner[i] == (principal.tenant, ns) for i in truth)
+                    for source in (laser, reader):
+                        bound = source.memory(names[ns], principal=principal)
+                        if not allowed:
+                            with pytest.raises(lm.AccessDenied):
+                                await bound.recall(**query)
+                            continue
+                        got = [i.id for i in await bound.recall(**query)]
+                        assert got == truth, (source, query)
+                    params = {"namespace": namespace, "limit": "1000"}
+                    params.update(
+                        {k: v for k, v in query.items() if k != "limit" and v is not None}
+                    )
+                    async with http.get(
+                        "/v1/recall", params=params, headers={"Authorization": f"Bearer {token}"}
+                    ) as r:
+                        if not allowed:
+                            assert r.status == 403
+                            continue
+                        assert r.status == 200
+                        got = [lm.MemoryId.parse(i["id"]) for i in await r.json()]
+                        assert got == truth, params
+    finally:
+        if reader._view is not None:
+            reader.managed_view().close()
+        shutil.rmtree(view, ignore_errors=True)
