@@ -149,6 +149,7 @@ class ViewServer:
             user=query.get("user"),
             application=query.get("application"),
             kind=query.get("kind") or None,
+            now_ms=time.time_ns() // 1_000_000,
         )
 
     async def recall(self, principal: Principal, request: web.Request) -> web.Response:

@@ -165,8 +165,12 @@ class MemorySnapshot:
         as_of_ms: int | None,
         positions: dict[int, int],
         tenant: str | None = None,
+        now_ms: int | None = None,
     ):
         self._state = state
+        # Expiry is judged at the snapshot's moment (its newest record's time, for
+        # positions), so an item that expired since still shows.
+        self._now_ms = now_ms
         #: The tenant of the handle that took the snapshot (None: chosen per call).
         self.tenant = tenant
         self.as_of_ms = as_of_ms
@@ -187,6 +191,7 @@ class MemorySnapshot:
     ) -> list[MemoryItem]:
         where = ItemFilter.build(
             tenant=resolve_tenant(self.tenant, tenant),
+            now_ms=self._now_ms,
             conversation=conversation,
             agent=agent,
             user=user,
@@ -248,7 +253,15 @@ async def snapshot(
         as_of_ms = to_millis(at)
         records = await replay(log, topic, namespace=namespace, until_ms=as_of_ms)
     positions: dict[int, int] = {}
+    newest = None
     for logged in records:
         state.apply(logged.log_record)
         positions[logged.log_record.partition] = logged.log_record.offset + 1
-    return MemorySnapshot(state, as_of_ms=as_of_ms, positions=positions, tenant=tenant)
+        newest = max(newest or 0, logged.log_record.append_time_ms)
+    return MemorySnapshot(
+        state,
+        as_of_ms=as_of_ms,
+        positions=positions,
+        tenant=tenant,
+        now_ms=as_of_ms if as_of_ms is not None else newest,
+    )

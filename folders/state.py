@@ -143,6 +143,9 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
     #: Whose vectors the read wants (an embedder label): an item then shows a vector of
     #: that model from an embedded record where its own is another model's.
     embedder: str | None = None
+    #: The read's moment, in milliseconds since the epoch: remembers that expired by then
+    #: are left out. None: expiry is not applied (the fold, history).
+    now_ms: int | None = None
 
     def matches(self, record: Remember) -> bool:
         scope = record.scope
@@ -163,6 +166,7 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         user: str | None = None,
         application: str | None = None,
         kind: str | MemoryKind | None = None,
+        now_ms: int | None = None,
     ) -> ItemFilter:
         """A filter from a caller's arguments; raises `InvalidName` or `UnknownKind`."""
 
@@ -176,6 +180,7 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
             user=optional(user, "user"),
             application=optional(application, "application"),
             kind=parse_kind(kind) if kind is not None else None,
+            now_ms=now_ms,
         )
 
     @property
@@ -236,6 +241,8 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
             raise RecordDecodeError("remember.embedding must be 1 to 65536 float32 values")
         if record.embedder is not None:
             _check_label(record.embedder, "remember.embedder")
+        if record.expires_at is not None and not 0 <= record.expires_at < 1 << 63:
+            raise RecordDecodeError("remember.expires_at must be from 0 to 2**63-1 milliseconds")
         return record
     if isinstance(record, NamedSet | NamedPatch | NamedRemove):
         validate_name(record.key, "named item key")
@@ -430,10 +437,16 @@ class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_
         )
         seen: list[Remembered] = []
         seen_conversations: list[str] = []
+        now, expires = where.now_ms, None
         for conversation in conversations:
             live = self.live(conversation)
             if live is None or not where.matches(live.record):
                 continue
+            ends = live.record.expires_at
+            if ends is not None:
+                if now is not None and ends <= now:
+                    continue
+                expires = ends if expires is None else min(expires, ends)
             seen.append(live)
             seen_conversations.append(conversation)
         if not seen:
@@ -461,6 +474,7 @@ class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_
             producer=record.producer,
             embedding=embedding,
             embedder=embedder,
+            expires_at_ms=expires,
         )
 
 
@@ -604,6 +618,8 @@ class MemoryState:
         where = where.of_index
         slot = (where.tenant, where.conversation, where.embedder)
         index, seen = self._indexes.pop(slot, (None, 0))
+        if index is not None and where.now_ms is not None and index.went_back(where.now_ms):
+            index = None
         if index is None:
             index = SearchIndex(where.embedder)
             for (tenant, raw_id), state in self._items.items():
@@ -617,6 +633,10 @@ class MemoryState:
                 if tenant == where.tenant
             }
             for raw_id in changed:
+                item, irregular = index_entry(self._items[(where.tenant, raw_id)], raw_id, where)
+                index.put(raw_id, item, irregular=irregular)
+        if where.now_ms is not None:
+            for raw_id in index.due(where.now_ms):
                 item, irregular = index_entry(self._items[(where.tenant, raw_id)], raw_id, where)
                 index.put(raw_id, item, irregular=irregular)
         # Most recently used last; past MAX_SEARCH_INDEXES the least recently used goes
@@ -735,6 +755,42 @@ class MemoryState:
                 found.append((state.last, raw_id))
         found.sort()
         return [raw_id for _, raw_id in found[:limit]]
+
+    def expired(
+        self, tenant: str, *, now_ms: int, limit: int, conversation: str | None = None
+    ) -> list[tuple[bytes, list[str | None]]]:
+        """For each of the tenant's items with a live remember that expired by
+        ``now_ms`` (in ``conversation``, if given), oldest expiry first, at most
+        ``limit`` items: the conversations whose forgets end the expired remembers
+        (None: one forget of the whole item), by item id.
+
+        A forget without a conversation ends the item in every conversation, so it is
+        written only when every live remember of the item expired; otherwise an expired
+        remember without a conversation is left to the reads, which skip it."""
+        found: list[tuple[int, bytes, list[str | None]]] = []
+        wanted = None if conversation is None else _conv(conversation)
+        for (item_tenant, raw_id), state in self._items.items():
+            if item_tenant != tenant:
+                continue
+            live = state.live_conversations()
+            if wanted is not None:
+                live = {c: r for c, r in live.items() if c == wanted}
+            ended = {
+                c: r.record.expires_at
+                for c, r in live.items()
+                if r.record.expires_at is not None and r.record.expires_at <= now_ms
+            }
+            if not ended:
+                continue
+            if len(ended) == len(live) and wanted is None:
+                targets: list[str | None] = [None]
+            else:
+                targets = [c for c in ended if c]
+                if not targets:
+                    continue
+            found.append((min(ended.values()), raw_id, targets))
+        found.sort(key=lambda entry: (entry[0], entry[1]))
+        return [(raw_id, targets) for _, raw_id, targets in found[:limit]]
 
     def missing_vectors(self, tenant: str, label: str) -> list[tuple[bytes, Remember]]:
         """(id, remember) of every live remember of the tenant without a vector of the

@@ -676,7 +676,11 @@ class MemoryView:
         items_db = self._dbs["items"]
         with self._search_lock:
             index, seen, seen_epoch = self._indexes.pop(slot, (None, 0, None))
-            if index is None or seen_epoch != epoch:
+            if (
+                index is None
+                or seen_epoch != epoch
+                or (base.now_ms is not None and index.went_back(base.now_ms))
+            ):
                 index = SearchIndex(where.embedder)
                 for key, raw in _prefixed(txn.cursor(db=items_db), scope):
                     raw_id = key[len(scope) :]
@@ -698,6 +702,16 @@ class MemoryView:
                     else:
                         item, irregular = index_entry(_item_decoder.decode(raw), raw_id, base)
                         index.put(raw_id, item, irregular=irregular)
+            if base.now_ms is not None:
+                # Entries whose remember expired since: as this read sees them now.
+                for raw_id in index.due(base.now_ms):
+                    raw = txn.get(scope + raw_id, db=items_db)
+                    item, irregular = (
+                        index_entry(_item_decoder.decode(raw), raw_id, base)
+                        if raw is not None
+                        else (None, False)
+                    )
+                    index.put(raw_id, item, irregular=irregular)
             self._indexes[slot] = (index, seq, epoch)  # most recently used last
             while len(self._indexes) > MAX_SEARCH_INDEXES:
                 del self._indexes[next(iter(self._indexes))]

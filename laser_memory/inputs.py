@@ -10,6 +10,7 @@ producers, feedback weights and embeddings. Each raises `InvalidInput` (or
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +25,10 @@ from .log.naming import validate_topic
 from .log.port import Appended
 from .records import MAX_WEIGHT, Origin, Producer
 
-__all__ = ["body", "check_body", "embedding", "origin", "producer", "weight"]
+__all__ = ["body", "check_body", "embedding", "expiry", "origin", "producer", "weight"]
+
+#: The longest ttl: about 3,000 years, far inside the 2**63 milliseconds a record holds.
+MAX_TTL_S = 1e11
 
 
 def body(value: Any, max_bytes: int) -> bytes:
@@ -39,6 +43,47 @@ def body(value: Any, max_bytes: int) -> bytes:
     else:
         raise InvalidBody(f"a body is str or bytes, got {type(value).__name__}")
     return check_body(data, max_bytes)
+
+
+def expiry(expires_at: Any, ttl: Any, now_ms: int) -> int | None:
+    """When a remember expires, in milliseconds since the epoch, from ``expires_at`` (an
+    aware `datetime`) or ``ttl`` (a `timedelta`, or seconds, from ``now_ms``); None for
+    neither. Both at once, a naive datetime, a moment not after now, or a ttl that is
+    not a positive finite number of seconds is refused."""
+    if expires_at is None and ttl is None:
+        return None
+    if expires_at is not None and ttl is not None:
+        raise InvalidInput("give expires_at or ttl, not both")
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime.datetime):
+            raise InvalidInput(
+                f"expires_at is a timezone-aware datetime, got {type(expires_at).__name__} "
+                "(for a duration use ttl=, in seconds or a timedelta)"
+            )
+        if expires_at.tzinfo is None or expires_at.utcoffset() is None:
+            raise InvalidInput(
+                "expires_at has no timezone; give an aware datetime, e.g. "
+                "datetime.now(timezone.utc) + timedelta(days=1)"
+            )
+        at = int(expires_at.timestamp() * 1000)
+        if at <= now_ms:
+            raise InvalidInput(
+                f"expires_at {expires_at.isoformat()} is not after now: the item would never "
+                "be seen"
+            )
+        return at
+    if isinstance(ttl, datetime.timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, int | float) and not isinstance(ttl, bool):
+        try:
+            seconds = float(ttl)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        raise InvalidInput(f"ttl is a timedelta or seconds, got {type(ttl).__name__}")
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_TTL_S:
+        raise InvalidInput(f"ttl is from 0 (excluded) to {MAX_TTL_S:g} seconds, got {ttl!r:.80}")
+    return now_ms + max(1, int(seconds * 1000))
 
 
 def check_body(data: bytes, max_bytes: int) -> bytes:

@@ -62,6 +62,9 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     embedder: str | None = None
     score: float = 0.0
     signals: tuple[Signal, ...] = ()
+    #: When the item (as this read sees it) expires, in milliseconds since the epoch:
+    #: the earliest expiry of the remembers it shows; None: never.
+    expires_at_ms: int | None = None
 
     @property
     def text(self) -> str:
@@ -91,6 +94,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
             "source": self.source._asdict(),
             "origin": msgspec.to_builtins(self.origin) if self.origin else None,
             "producer": msgspec.to_builtins(self.producer) if self.producer else None,
+            "expires_at_ms": self.expires_at_ms,
         }
 
 

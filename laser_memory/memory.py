@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,8 @@ _REMEMBER_OPTIONS = {
     "origin",
     "producer",
     "embedding",
+    "expires_at",
+    "ttl",
 }
 
 
@@ -257,11 +260,16 @@ class MemoryHandle:
         origin: Any = None,
         producer: Any = None,
         embedding: Sequence[float] | None = None,
+        expires_at: datetime.datetime | None = None,
+        ttl: datetime.timedelta | float | None = None,
     ) -> MemoryId:
         """Remember a body; returns its id, whose ``receipt`` says where it landed.
 
         With ``dedup=True`` the id is the content id of the owner scope, kind and
-        body, so remembering the same fact twice stores it once.
+        body, so remembering the same fact twice stores it once. ``expires_at`` (an
+        aware datetime) or ``ttl`` (a timedelta, or seconds from the connection's
+        clock) makes it leave every recall at that moment; the retention sweeper
+        (`forget_expired`, `RetentionDriver`) then writes its forget.
 
         >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
         """
@@ -280,6 +288,8 @@ class MemoryHandle:
                 "origin": origin,
                 "producer": producer,
                 "embedding": embedding,
+                "expires_at": expires_at,
+                "ttl": ttl,
             }
         )
         [record] = await self._embedded([record])
@@ -330,6 +340,8 @@ class MemoryHandle:
         origin: Any = None,
         producer: Any = None,
         embedding: Sequence[float] | None = None,
+        expires_at: datetime.datetime | None = None,
+        ttl: datetime.timedelta | float | None = None,
     ) -> MemoryId:
         """Typed append: remember a body under an id and kind that you supply.
 
@@ -351,6 +363,8 @@ class MemoryHandle:
                 "origin": origin,
                 "producer": producer,
                 "embedding": embedding,
+                "expires_at": expires_at,
+                "ttl": ttl,
             },
             memory_id=mid,
         )
@@ -437,6 +451,48 @@ class MemoryHandle:
         )
         return len(oldest)
 
+    async def forget_expired(self, *, tenant: str | None = None, limit: int = 1000) -> int:
+        """Write the forgets of items whose remembers expired (``expires_at`` or
+        ``ttl``), oldest expiry first, at most ``limit`` (1 to 10,000) items; returns
+        how many. Call again while it returns ``limit``. Reads leave expired items out
+        already; this makes it lasting, in the log, so history shows when. Each forget
+        ends exactly the records this process had folded, so a remember written since
+        (a renewal) stays. On a scoped handle, only that conversation.
+
+        >>> await memory.remember("door code 4471", ttl=3600)        # doctest: +SKIP
+        >>> await memory.forget_expired()                              # doctest: +SKIP
+        0
+        """
+        self._check_read()
+        self._check_publish()
+        retention.validate_purge_limit(limit)
+        scope = self._scope(tenant=tenant)
+        info = await self._topic_info()
+        if info is None:
+            return 0
+        state = await self._reader.catch_up()
+        folded = self._reader.positions
+        seen = tuple(folded.get(p, 0) for p in range(info.partitions))
+        due = state.expired(
+            scope.tenant,
+            now_ms=self._laser.clock.now_ms(),
+            limit=limit,
+            conversation=scope.conversation,
+        )
+        forgets = [
+            Forget(
+                ns=self.namespace,
+                scope=msgspec.structs.replace(scope, conversation=conversation),
+                target=raw_id,
+                seen=seen,
+            )
+            for raw_id, conversations in due
+            for conversation in conversations
+        ]
+        if forgets:
+            await self._write(forgets)
+        return len(due)
+
     async def consolidate(
         self,
         max_items: int,
@@ -472,6 +528,7 @@ class MemoryHandle:
             agent=agent,
             user=user,
             application=application,
+            now_ms=self._laser.clock.now_ms(),
         )
         info = await self._topic_info()
         if info is None:
@@ -738,6 +795,7 @@ class MemoryHandle:
             user=user,
             application=application,
             kind=kind,
+            now_ms=self._laser.clock.now_ms(),
         )
         # Embed the query only once every argument has been checked.
         query_vector = None
@@ -906,6 +964,9 @@ class MemoryHandle:
             origin=inputs.origin(origin) if origin is not None else self._origin,
             producer=inputs.producer(producer) if producer is not None else self._producer,
             embedding=inputs.embedding(entry.get("embedding")),
+            expires_at=inputs.expiry(
+                entry.get("expires_at"), entry.get("ttl"), self._laser.clock.now_ms()
+            ),
         )
 
     async def _embedded(self, records: list[Remember]) -> list[Remember]:

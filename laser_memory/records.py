@@ -106,7 +106,8 @@ class _Record(msgspec.Struct, frozen=True, tag_field="op", kw_only=True):
 
 
 class Remember(_Record, tag="remember"):
-    """An item remembered: id, kind code, body, scope, lifetime, lineage, optional embedding.
+    """An item remembered: id, kind code, body, scope, lifetime, lineage, optional
+    embedding, optional expiry.
 
     ``embedding`` holds little-endian float32 values when present; ``embedder`` is the
     label (``<provider>/<model>``) of the model that made it, so a search never
@@ -121,6 +122,9 @@ class Remember(_Record, tag="remember"):
     producer: Producer | None = None
     embedding: bytes | None = None
     embedder: str | None = None
+    #: When the item stops counting, in milliseconds since the epoch (None: never).
+    #: Reads leave it out from then on; the retention sweeper forgets it.
+    expires_at: int | None = None
 
 
 class Feedback(_Record, tag="feedback"):

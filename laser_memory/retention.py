@@ -67,9 +67,12 @@ def validate_purge_limit(limit: int) -> int:
 
 
 class RetentionDriver(PeriodicPass):
-    """Runs `MemoryHandle.purge` every ``every`` seconds (the first pass at start), each
-    pass repeated while it forgets a whole ``limit``. A pass that fails is kept in
-    `failures` and the next one still runs; `purged` counts what was forgotten.
+    """Every ``every`` seconds (the first pass at start) forgets the expired items
+    (`MemoryHandle.forget_expired`) and, with ``older_than``, purges what was last
+    written before that age (`MemoryHandle.purge`); each repeated while it forgets a
+    whole ``limit``. There is no default age: ``older_than=None`` sweeps expired items
+    only. A pass that fails is kept in `failures` and the next one still runs;
+    `expired` and `purged` count what was forgotten.
 
     ``start``/``stop`` are safe to call twice; ``async with`` does both.
     """
@@ -80,30 +83,43 @@ class RetentionDriver(PeriodicPass):
         self,
         memory: MemoryHandle,
         *,
-        older_than: Age,
+        older_than: Age | None,
         every: float,
-        tenant: str = "",
+        tenant: str | None = None,
         limit: int = 1000,
     ) -> None:
         super().__init__(every=every)
         if isinstance(older_than, datetime.datetime):
             raise ConfigError("a retention driver takes an age (older_than=timedelta or seconds)")
-        cutoff_ms(older_than, SYSTEM_CLOCK)  # refuses a bad age now, not in every pass
+        if older_than is not None:
+            cutoff_ms(older_than, SYSTEM_CLOCK)  # refuses a bad age now, not in every pass
         self.memory = memory
         self.older_than = older_than
         self.tenant = tenant
         self.limit = validate_purge_limit(limit)
+        self.expired = 0
         self.purged = 0
 
     async def run_once(self) -> int:
-        """One pass: purge until a call forgets less than ``limit``; returns how many."""
+        """One pass: forget expired items, then purge, each until a call forgets less
+        than ``limit``; returns how many items were forgotten."""
+        expired = await self._repeat(
+            lambda: self.memory.forget_expired(tenant=self.tenant, limit=self.limit)
+        )
+        self.expired += expired
+        purged = 0
+        if self.older_than is not None:
+            older_than = self.older_than
+            purged = await self._repeat(
+                lambda: self.memory.purge(older_than, tenant=self.tenant, limit=self.limit)
+            )
+            self.purged += purged
+        return expired + purged
+
+    async def _repeat(self, call) -> int:
         total = 0
         while True:
-            forgotten = await self.memory.purge(
-                self.older_than, tenant=self.tenant, limit=self.limit
-            )
+            forgotten = await call()
             total += forgotten
             if forgotten < self.limit:
-                break
-        self.purged += total
-        return total
+                return total

@@ -16,6 +16,7 @@ ranks exactly what a scan would, with the same code (`laser_memory.text_ranking`
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from array import array
 from collections.abc import Sequence
@@ -186,6 +187,13 @@ class SearchIndex:
         # order (`_cluster`); slots from there on were added since and always scored.
         self._clusters: VectorClusters | None = None
         self._clustered_until = 0
+        # Entries that expire: slot -> when, and a heap of (when, slot) to find the due
+        # ones (stale heap entries are skipped by comparing with the dict).
+        self._expiry: dict[int, int] = {}
+        self._expiring: list[tuple[int, int]] = []
+        # The latest moment the entries were brought to (`due`): expired entries are out
+        # for good, so a read at an earlier moment needs a new index (`went_back`).
+        self._moment: int | None = None
 
     def __len__(self) -> int:
         return self._documents
@@ -217,6 +225,30 @@ class SearchIndex:
         self._insert(slot, item)
         self._irregular[slot] = irregular
         self._irregular_count += irregular
+        if item.expires_at_ms is not None:
+            self._expiry[slot] = item.expires_at_ms
+            heapq.heappush(self._expiring, (item.expires_at_ms, slot))
+
+    def went_back(self, now_ms: int) -> bool:
+        """Whether a read at ``now_ms`` comes before the moment the entries were last
+        brought to (a clock set back): entries expired since may count again then, so
+        the caller makes the index anew."""
+        return self._moment is not None and now_ms < self._moment
+
+    def due(self, now_ms: int) -> list[bytes]:
+        """Ids of the entries that expired by ``now_ms``. The caller puts each again as
+        a read at ``now_ms`` sees it (gone, or showing a remember that has not expired),
+        so the index ranks what a scan at that moment would."""
+        if self._moment is None or now_ms > self._moment:
+            self._moment = now_ms
+        out = []
+        expiring, expiry = self._expiring, self._expiry
+        while expiring and expiring[0][0] <= now_ms:
+            at, slot = heapq.heappop(expiring)
+            if expiry.get(slot) == at:
+                del expiry[slot]
+                out.append(self._ids[slot])
+        return out
 
     def _fresh_norms(self) -> np.ndarray:
         """Every vector's norm, those added since the last call computed now, together,
@@ -330,6 +362,7 @@ class SearchIndex:
             self._before[after] = slot
 
     def _remove(self, slot: int) -> None:
+        self._expiry.pop(slot, None)
         for term in self._terms[slot]:
             self._arrays.pop(term, None)
             self._dense.pop(term, None)
@@ -1036,3 +1069,6 @@ class SearchIndex:
             group: sorted((key, int(inverse[slot])) for key, slot in members)
             for group, members in self._groups.items()
         }
+        self._expiry = {int(inverse[slot]): at for slot, at in self._expiry.items()}
+        self._expiring = [(at, slot) for slot, at in self._expiry.items()]
+        heapq.heapify(self._expiring)

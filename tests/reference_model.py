@@ -91,6 +91,7 @@ class _Remember:
     agent: str | None
     kind: int
     key: tuple[int, int, int]
+    expires: int | None = None
 
 
 @dataclass
@@ -126,6 +127,7 @@ class Model:
         kind: int,
         key: tuple[int, int, int],
         dedup_of: tuple | None = None,
+        expires: int | None = None,
     ) -> None:
         """``dedup_of`` is the owner scope, kind and body of a ``dedup=True`` remember:
         the same ones must give the same id, and no two tenants or users share one."""
@@ -135,7 +137,9 @@ class Model:
             others = {v for k, v in self._content_ids.items() if k != dedup_of}
             assert mid not in others, f"content id of {dedup_of} is another scope's"
         item = self._items.setdefault((tenant, mid), _Item())
-        item.remembers.append(_Remember(self._next(), body, conversation, user, agent, kind, key))
+        item.remembers.append(
+            _Remember(self._next(), body, conversation, user, agent, kind, key, expires)
+        )
         item.version += 1
 
     def forget(self, mid: bytes, *, tenant: str, conversation: str | None) -> None:
@@ -162,7 +166,9 @@ class Model:
         strategy: str = "auto",
         text: str | None = None,
         limit: int = 1000,
+        now_ms: int | None = None,
     ) -> list[ModelItem]:
+        """``now_ms``: remembers that expired by then do not count (None: none expire)."""
         items = []
         for (item_tenant, mid), item in self._items.items():
             if item_tenant != tenant:
@@ -184,6 +190,8 @@ class Model:
                 ):
                     continue
                 if kind is not None and latest.kind != kind:
+                    continue
+                if now_ms is not None and latest.expires is not None and latest.expires <= now_ms:
                     continue
                 live.append(latest)
             if not live:

@@ -46,6 +46,7 @@ remember_op = st.tuples(
     st.sampled_from(AGENTS),
     st.sampled_from(KINDS),
     st.booleans(),
+    st.sampled_from([None, None, None, 0.001, 0.002, 0.03]),  # ttl, on the stepped clock
 )
 # "same" targets the conversation or tenant the item was remembered with, so scoped
 # forgets and feedback hit their item often enough to matter.
@@ -86,7 +87,7 @@ again_op = st.tuples(
     ),
 )
 recall_op = st.tuples(st.just("recall"))
-clock_op = st.tuples(st.just("clock"), st.sampled_from([-30, -1, 0, 2]))
+clock_op = st.tuples(st.just("clock"), st.sampled_from([-30, -1, 0, 2, 40]))
 operations = st.lists(
     st.one_of(
         remember_op,
@@ -122,9 +123,10 @@ QUERIES = [
 ]
 
 
-def _expected(model: Model, query: dict, limit: int = 1000):
+def _expected(model: Model, query: dict, limit: int = 1000, now_ms: int | None = None):
     kind = query.get("kind")
     return model.recall(
+        now_ms=now_ms,
         tenant=query["tenant"],
         conversation=query.get("conversation"),
         user=query.get("user"),
@@ -164,10 +166,18 @@ def _check(
         assert [i.version for i in items] == [version[i.id.bytes] for i in items], query
 
 
+def _now(laser: lm.Laser) -> int | None:
+    """The moment recalls judge expiry at: the stepped clock's (the Kafka runs write no
+    expiring items)."""
+    return laser.clock.now_ms()
+
+
 async def _compare(memory: lm.MemoryHandle, model: Model) -> None:
+    now = _now(memory._laser)
     for query in QUERIES:
-        _check(await memory.recall(limit=1000, **query), _expected(model, query), query)
-        _check(await memory.recall(limit=2, **query), _expected(model, query), query, 2)
+        want = _expected(model, query, now_ms=now)
+        _check(await memory.recall(limit=1000, **query), want, query)
+        _check(await memory.recall(limit=2, **query), want, query, 2)
     for tenant in TENANTS:
         for key in KEYS:
             want = model.fetch(key, tenant=tenant)
@@ -185,7 +195,7 @@ async def _compare_conversation_first(laser: lm.Laser, namespace: str, model: Mo
             query = {"tenant": tenant, "conversation": conversation, "strategy": "auto"}
             # Versions count what a reader folded: this one skipped other conversations.
             items = await fresh.recall(limit=1000, **query)
-            _check(items, _expected(model, query), query, versions=False)
+            _check(items, _expected(model, query, now_ms=_now(laser)), query, versions=False)
 
 
 async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, model, ids) -> None:
@@ -193,12 +203,14 @@ async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, mode
     await ViewFolder(laser.log, laser.memory_topic_name, view_path).run(until_caught_up=True)
     # The same log connection, reading the view too (a new connection costs more than
     # an example on Kafka).
-    reader = lm.Laser(laser.log, stream=laser.stream, view=view_path)
+    reader = lm.Laser(laser.log, stream=laser.stream, view=view_path, clock=laser.clock)
     try:
         managed = reader.memory(namespace)
+        now = _now(laser)
         for query in QUERIES:
-            _check(await managed.recall(limit=1000, **query), _expected(model, query), query)
-            _check(await managed.recall(limit=2, **query), _expected(model, query), query, 2)
+            want = _expected(model, query, now_ms=now)
+            _check(await managed.recall(limit=1000, **query), want, query)
+            _check(await managed.recall(limit=2, **query), want, query, 2)
             for text in (None, "alpha gamma"):
                 asked = {**query, "text": text} if text else query
                 assert await managed.recall(limit=1000, **asked) == await managed.recall(
@@ -245,7 +257,9 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str, clock) ->
             its_tenant if tenant == "same" else tenant,
         )
 
-    def tell_model(mid: lm.MemoryId, args: dict, body: str, dedup: bool) -> None:
+    def tell_model(
+        mid: lm.MemoryId, args: dict, body: str, dedup: bool, expires: int | None = None
+    ) -> None:
         kind = lm.memory_kind_code(args["kind"])
         model.remember(
             mid.bytes,
@@ -257,11 +271,12 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str, clock) ->
             kind=kind,
             key=_key(mid.receipt),
             dedup_of=(args["tenant"], args["agent"], args["user"], kind, body) if dedup else None,
+            expires=expires,
         )
 
     for op in ops:
         match op:
-            case ("remember", body, conversation, tenant, user, agent, kind, dedup):
+            case ("remember", body, conversation, tenant, user, agent, kind, dedup, ttl):
                 args = {
                     "conversation": conversation,
                     "tenant": tenant,
@@ -269,8 +284,11 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str, clock) ->
                     "agent": agent,
                     "kind": kind,
                 }
-                mid = await memory.remember(body, dedup=dedup, **args)
-                tell_model(mid, args, body, dedup)
+                if clock is None:
+                    ttl = None  # on Kafka the clock is the system's: nothing may expire
+                mid = await memory.remember(body, dedup=dedup, ttl=ttl, **args)
+                expires = None if ttl is None else clock.now_ms() + int(ttl * 1000)
+                tell_model(mid, args, body, dedup, expires)
                 remembered.append((mid, conversation, tenant))
                 arguments.append({"body": body, **args})
             case ("again", index, changes) if remembered:
