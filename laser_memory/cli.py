@@ -199,6 +199,7 @@ async def bootstrap(url, stream, namespace, as_json, view, partitions, retention
 )
 @click.option("--durable", is_flag=True, help="Durable lifetime instead of session.")
 @click.option("--dedup", is_flag=True, help="Use the content id: the same fact is stored once.")
+@click.option("--ttl", default=None, help="Expire after this age: 90d, 12h, 30m, 45s.")
 @_embedder_option
 @_run
 async def remember(
@@ -216,9 +217,11 @@ async def remember(
     kind,
     durable,
     dedup,
+    ttl,
     embedder,
 ) -> None:
     """Remember TEXT; prints the new item's id."""
+    seconds = _age(ttl) if ttl is not None else None
     async with _Session(url, stream, namespace, embedder=embedder) as memory:
         mid = await memory.remember(
             text,
@@ -230,6 +233,7 @@ async def remember(
             tenant=tenant,
             durable=durable,
             dedup=dedup,
+            ttl=seconds,
         )
     _print_write(as_json, mid.receipt, id=str(mid))
 
@@ -324,26 +328,38 @@ def _age(value: str) -> float:
 
 
 @main.command()
-@click.option("--older-than", "older_than", required=True, help="an age: 90d, 12h, 30m, 45s")
+@click.option("--older-than", "older_than", default=None, help="an age: 90d, 12h, 30m, 45s")
+@click.option("--expired", is_flag=True, help="forget the items whose ttl or expiry passed")
 @_connection_options
 @click.option("--tenant", default="")
 @click.option("--conversation", default=None, help="only items of this conversation")
 @click.option("--limit", type=int, default=1000, show_default=True, help="forgets per batch")
 @_run
-async def purge(older_than, url, stream, namespace, as_json, view, tenant, conversation, limit):
-    """Forget the items last written longer ago than --older-than, oldest first, in
-    batches of --limit until none is left; print how many."""
-    age = _age(older_than)
+async def purge(
+    older_than, expired, url, stream, namespace, as_json, view, tenant, conversation, limit
+):
+    """Forget the expired items (--expired) and the items last written longer ago than
+    --older-than, oldest first, in batches of --limit until none is left; print how
+    many."""
+    if older_than is None and not expired:
+        raise click.UsageError("say what to forget: --older-than AGE, --expired, or both")
+    age = _age(older_than) if older_than is not None else None
     total = 0
     async with _Session(url, stream, namespace) as memory:
         handle = memory.scoped(conversation) if conversation is not None else memory
-        while True:
-            forgotten = await handle.purge(age, tenant=tenant, limit=limit)
-            total += forgotten
-            if not as_json and forgotten:
-                click.echo(f"forgot {forgotten} ({total} so far)", err=True)
-            if forgotten < limit:
-                break
+        calls = []
+        if expired:
+            calls.append(lambda: handle.forget_expired(tenant=tenant, limit=limit))
+        if age is not None:
+            calls.append(lambda: handle.purge(age, tenant=tenant, limit=limit))
+        for call in calls:
+            while True:
+                forgotten = await call()
+                total += forgotten
+                if not as_json and forgotten:
+                    click.echo(f"forgot {forgotten} ({total} so far)", err=True)
+                if forgotten < limit:
+                    break
     click.echo(json.dumps({"forgotten": total}) if as_json else f"{total} forgotten")
 
 

@@ -206,3 +206,13 @@ def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
     assert "0 forgotten" in run("purge", "--older-than", "1d", *common)
     for bad in ("-5s", "90x", "", "nan"):
         assert "no age" in run("purge", "--older-than", bad, *common, ok=False)
+    # Expiry: remember --ttl, then purge --expired once it passed.
+    run("remember", "door code 4471", "--ttl", "1s", *common)
+    run("remember", "door code policy", "--ttl", "1d", *common)
+    assert "0 forgotten" in run("purge", "--expired", *common)
+    time.sleep(1.2)
+    bodies = [i["body"] for i in json.loads(run("recall", *common, "--json"))]
+    assert bodies == ["door code policy", "new fact"]  # gone from recall at once
+    assert "1 forgotten" in run("purge", "--expired", *common)
+    assert "say what to forget" in run("purge", *common, ok=False)
+    assert "no age" in run("remember", "x", "--ttl", "soon", *common, ok=False)
