@@ -3,7 +3,8 @@
 ``laser-memory serve --view PATH`` serves, JSON in and out:
 
 - ``GET /v1/recall?namespace=NS`` with any of ``tenant conversation agent user
-  application kind text strategy limit`` (``limit`` at most `MAX_LIMIT`)
+  application kind text strategy limit include_superseded`` (``limit`` at most
+  `MAX_LIMIT`)
 - ``GET /v1/fetch?namespace=NS&key=K[&tenant=&version=]`` (404 when absent)
 - ``GET /v1/history?namespace=NS&(id=ID|key=K)[&tenant=]``
 - ``GET /v1/stats``
@@ -46,6 +47,7 @@ from laser_memory.ids import MemoryId
 from laser_memory.recall import MAX_LIMIT, validate_strategy
 
 from .http_auth import Unauthorized, anonymous, is_loopback
+from .replay import chain_history
 from .state import ItemFilter
 from .view import MemoryView
 
@@ -89,6 +91,13 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 def _error(status: int, exc: Exception) -> web.Response:
     return _json({"error": type(exc).__name__, "message": str(exc)}, status)
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "false")
+    if raw not in ("true", "false"):
+        raise InvalidInput(f"{name} is true or false, got {raw!r}")
+    return raw == "true"
 
 
 def _whole_number(request: web.Request, name: str, low: int, high: int) -> int | None:
@@ -150,6 +159,7 @@ class ViewServer:
             application=query.get("application"),
             kind=query.get("kind") or None,
             now_ms=time.time_ns() // 1_000_000,
+            include_superseded=_flag(request, "include_superseded"),
         )
 
     async def recall(self, principal: Principal, request: web.Request) -> web.Response:
@@ -202,7 +212,9 @@ class ViewServer:
         if "id" in request.query:
             raw_id = MemoryId.parse(request.query["id"]).bytes
             entries = await self._off_loop(
-                self._view.item_history, namespace, raw_id, tenant=tenant
+                chain_history,
+                raw_id,
+                lambda one: self._view.item_history(namespace, one, tenant=tenant),
             )
         else:
             key = self._arg(request, "key", required=True)

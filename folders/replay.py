@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import msgspec
 
 from laser_memory.access import resolve_tenant
 from laser_memory.errors import InvalidInput
+from laser_memory.ids import MemoryId
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Appended, Log, LogRecord
@@ -29,7 +30,14 @@ from laser_memory.records import (
     header_value,
 )
 
-from .state import ItemFilter, MemoryState, _reason, decode_for_fold, history_entry, sort_key
+from .state import (
+    ItemFilter,
+    MemoryState,
+    _reason,
+    decode_for_fold,
+    history_entry,
+    sort_key,
+)
 
 __all__ = [
     "AsOf",
@@ -42,7 +50,7 @@ __all__ = [
     "to_millis",
 ]
 
-AsOf = dt.datetime | int | float | Mapping[int, int] | Appended
+AsOf = dt.datetime | int | float | Mapping[int, int] | Appended | tuple[Appended, ...]
 
 
 class LoggedRecord(msgspec.Struct, frozen=True):
@@ -142,6 +150,30 @@ def item_history(
     return out
 
 
+def chain_history(
+    raw_id: bytes, history_of: Callable[[bytes], list[HistoryEntry]]
+) -> list[HistoryEntry]:
+    """An item's history together with the histories of the items it replaced and that
+    replaced it, following ``supersedes`` back and ``superseded`` forward, in position
+    order; each entry names its item, and versions count within their item."""
+    out: list[HistoryEntry] = []
+    seen: set[bytes] = set()
+    todo = [raw_id]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        name = str(MemoryId(current))
+        for entry in history_of(current):
+            out.append(msgspec.structs.replace(entry, item=name))
+            for linked in (entry.supersedes, entry.superseded_by):
+                if linked is not None:
+                    todo.append(MemoryId.parse(linked).bytes)
+    out.sort(key=lambda e: (e.append_time_ms, e.partition, e.offset, e.op == "superseded"))
+    return out
+
+
 def named_history(records: list[LoggedRecord], key: str, *, tenant: str = "") -> list[HistoryEntry]:
     """Every write to a named item, in offset order (they share a partition)."""
     mine = [
@@ -221,22 +253,31 @@ async def snapshot(
     info = await log.describe_topic(topic)
     state = MemoryState(namespace, generation=info.generation)
     as_of_ms: int | None = None
-    if isinstance(at, Appended):
-        if at.topic != topic:
-            raise InvalidInput(f"the receipt is for topic {at.topic!r}, not {topic!r}")
-        if at.generation and at.generation != info.generation:
-            raise InvalidInput(
-                f"the receipt is for generation {at.generation} of {topic!r}, which was "
-                "deleted since; there is no past of it to read"
-            )
-        as_of_ms = at.append_time_ms
+    if isinstance(at, Appended) or (
+        isinstance(at, tuple) and at and all(isinstance(r, Appended) for r in at)
+    ):
+        # One write's receipts (a remember that supersedes has two): exact in their
+        # partitions, by the latest of their times elsewhere.
+        receipts = (at,) if isinstance(at, Appended) else at
+        for receipt in receipts:
+            if receipt.topic != topic:
+                raise InvalidInput(f"the receipt is for topic {receipt.topic!r}, not {topic!r}")
+            if receipt.generation and receipt.generation != info.generation:
+                raise InvalidInput(
+                    f"the receipt is for generation {receipt.generation} of {topic!r}, which "
+                    "was deleted since; there is no past of it to read"
+                )
+        as_of_ms = max(r.append_time_ms for r in receipts)
+        last: dict[int, int] = {}
+        for receipt in receipts:
+            last[receipt.partition] = max(last.get(receipt.partition, -1), receipt.offset)
         records = [
             logged
             for logged in await replay(log, topic, namespace=namespace)
             if (
-                logged.log_record.offset <= at.offset
-                if logged.log_record.partition == at.partition
-                else logged.log_record.append_time_ms <= at.append_time_ms
+                logged.log_record.offset <= last[logged.log_record.partition]
+                if logged.log_record.partition in last
+                else logged.log_record.append_time_ms <= as_of_ms
             )
         ]
     elif isinstance(at, Mapping):

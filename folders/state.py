@@ -53,6 +53,7 @@ fixed by the log):
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import operator
@@ -79,6 +80,7 @@ from laser_memory.records import (
     NamedRemove,
     NamedSet,
     Remember,
+    Superseded,
     body_digest,
     decode_record,
     header_value,
@@ -146,6 +148,8 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
     #: The read's moment, in milliseconds since the epoch: remembers that expired by then
     #: are left out. None: expiry is not applied (the fold, history).
     now_ms: int | None = None
+    #: Whether items a later remember replaced are seen too (an audit's read).
+    superseded: bool = False
 
     def matches(self, record: Remember) -> bool:
         scope = record.scope
@@ -167,6 +171,7 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         application: str | None = None,
         kind: str | MemoryKind | None = None,
         now_ms: int | None = None,
+        include_superseded: bool = False,
     ) -> ItemFilter:
         """A filter from a caller's arguments; raises `InvalidName` or `UnknownKind`."""
 
@@ -181,6 +186,7 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
             application=optional(application, "application"),
             kind=parse_kind(kind) if kind is not None else None,
             now_ms=now_ms,
+            superseded=include_superseded,
         )
 
     @property
@@ -243,6 +249,8 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
             _check_label(record.embedder, "remember.embedder")
         if record.expires_at is not None and not 0 <= record.expires_at < 1 << 63:
             raise RecordDecodeError("remember.expires_at must be from 0 to 2**63-1 milliseconds")
+        if record.supersedes is not None and len(record.supersedes) != 16:
+            MemoryId(record.supersedes)  # raises InvalidId, saying why
         return record
     if isinstance(record, NamedSet | NamedPatch | NamedRemove):
         validate_name(record.key, "named item key")
@@ -250,6 +258,11 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         MemoryId(record.target)  # raises InvalidId, saying why
     if isinstance(record, Embedded):
         _check_embedded(record)
+    if isinstance(record, Superseded):
+        if len(record.by) != 16:
+            MemoryId(record.by)  # raises InvalidId, saying why
+        if record.by == record.target:
+            raise RecordDecodeError("an item cannot be superseded by itself")
     if (
         isinstance(record, Forget)
         and record.seen is not None
@@ -346,14 +359,22 @@ class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_
     #: Vectors from embedded records: "<conversation>\0<label>\0<body digest hex>" ->
     #: (position key, float32 bytes).
     vectors: dict[str, tuple[SortKey, bytes]] = msgspec.field(default_factory=dict)
+    #: The remembers that replaced this item: (position key, id), oldest first.
+    superseded_by: list[tuple[SortKey, bytes]] = msgspec.field(default_factory=list)
 
     def apply(
-        self, record: Remember | Forget | Feedback | Embedded, key: SortKey, source: Source
+        self,
+        record: Remember | Forget | Feedback | Embedded | Superseded,
+        key: SortKey,
+        source: Source,
     ) -> None:
         conversation = _conv(record.scope.conversation)
         self.version += 1
         self.last = max(self.last, key)
-        if isinstance(record, Remember):
+        if isinstance(record, Superseded):
+            # Lasting: forgetting the replacement does not bring this item back.
+            bisect.insort(self.superseded_by, (key, record.by))
+        elif isinstance(record, Remember):
             current = self.remembers.get(conversation)
             if current is None or current.key < key:
                 self.remembers[conversation] = Remembered(key, record, source)
@@ -432,6 +453,8 @@ class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_
 
     def visible(self, raw_id: bytes, where: ItemFilter) -> MemoryItem | None:
         """The item as a read with this filter sees it, or None."""
+        if self.superseded_by and not where.superseded:
+            return None
         conversations = (
             [_conv(where.conversation)] if where.conversation is not None else list(self.remembers)
         )
@@ -475,6 +498,8 @@ class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_
             embedding=embedding,
             embedder=embedder,
             expires_at_ms=expires,
+            supersedes=MemoryId(record.supersedes) if record.supersedes else None,
+            superseded_by=MemoryId(self.superseded_by[-1][1]) if self.superseded_by else None,
         )
 
 
@@ -568,7 +593,8 @@ class MemoryState:
         # Nothing is kept until a search builds an index.
         self._changes: list[tuple[str, bytes]] = []
         self._changed_before = 0
-        self._indexes: dict[tuple[str, str | None, str | None], tuple[SearchIndex, int]] = {}
+        # (tenant, conversation, embedder, superseded seen) -> (index, changes seen).
+        self._indexes: dict[tuple, tuple[SearchIndex, int]] = {}
 
     def apply(self, log_record: LogRecord) -> None:
         """Fold one log record; records of other namespaces are skipped by header."""
@@ -616,7 +642,7 @@ class MemoryState:
         """The search index of this read, caught up with the items changed since it
         last served one."""
         where = where.of_index
-        slot = (where.tenant, where.conversation, where.embedder)
+        slot = (where.tenant, where.conversation, where.embedder, where.superseded)
         index, seen = self._indexes.pop(slot, (None, 0))
         if index is not None and where.now_ms is not None and index.went_back(where.now_ms):
             index = None
@@ -825,6 +851,7 @@ def remembered_entry(remembered: Remembered) -> HistoryEntry:
         version=0,
         body=record.body,
         kind=MemoryKind.from_code(record.kind).value,
+        supersedes=str(MemoryId(record.supersedes)) if record.supersedes else None,
     )
 
 
@@ -834,8 +861,14 @@ def history_entry(record: MemoryRecord, log_record: LogRecord, version: int) -> 
     kind: str | None = None
     weight: float | None = None
     key: str | None = None
+    supersedes: str | None = None
+    superseded_by: str | None = None
     if isinstance(record, Remember):
         body, kind = record.body, MemoryKind.from_code(record.kind).value
+        if record.supersedes is not None:
+            supersedes = str(MemoryId(record.supersedes))
+    elif isinstance(record, Superseded):
+        superseded_by = str(MemoryId(record.by))
     elif isinstance(record, Feedback):
         weight = record.weight
     elif isinstance(record, NamedSet):
@@ -857,4 +890,6 @@ def history_entry(record: MemoryRecord, log_record: LogRecord, version: int) -> 
         kind=kind,
         weight=weight,
         key=key,
+        supersedes=supersedes,
+        superseded_by=superseded_by,
     )

@@ -554,12 +554,7 @@ class MemoryView:
                 )
                 items[db_key] = (state, {}, record.scope.tenant, record.ns, raw_id)
                 return
-            if raw is None:
-                loaded, before = ItemState(), {}
-            else:
-                loaded = _item_decoder.decode(raw)
-                before = _index_entries(record.scope.tenant, record.ns, raw_id, loaded)
-            items[db_key] = (loaded, before, record.scope.tenant, record.ns, raw_id)
+            self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id, raw)
         state = items[db_key][0]
         if entry is None:
             # A remember the item keeps (the newest of its conversation) is its own audit
@@ -585,6 +580,30 @@ class MemoryView:
             entry,
             db=self._dbs["audit"],
         )
+
+    def _loaded(
+        self,
+        txn,
+        items: dict,
+        db_key: bytes,
+        tenant: str,
+        namespace: str,
+        raw_id: bytes,
+        raw: bytes | None = None,
+    ) -> None:
+        """Bring an item's state into the batch's ``items`` (with its index entries as
+        they stood), unless the batch changed it already. ``raw``: its stored bytes,
+        when the caller read them."""
+        if db_key in items:
+            return
+        if raw is None:
+            raw = txn.get(db_key, db=self._dbs["items"])
+        if raw is None:
+            loaded, before = ItemState(), {}
+        else:
+            loaded = _item_decoder.decode(raw)
+            before = _index_entries(tenant, namespace, raw_id, loaded)
+        items[db_key] = (loaded, before, tenant, namespace, raw_id)
 
     def _put_audit(self, txn, db_key: bytes, key: SortKey, entry: HistoryEntry) -> None:
         txn.put(
@@ -668,7 +687,7 @@ class MemoryView:
         it exactly (owner filters over items of several owners, vectors of several
         lengths)."""
         owner, base = where.owner, where.of_index
-        slot = (where.tenant, namespace, where.conversation, where.embedder)
+        slot = (where.tenant, namespace, where.conversation, where.embedder, where.superseded)
         raw_seq = txn.get(b"seq", db=self._dbs["meta"])
         epoch = txn.get(b"epoch", db=self._dbs["meta"])
         seq = int.from_bytes(raw_seq, "big") if raw_seq else 0

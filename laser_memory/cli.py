@@ -37,7 +37,7 @@ from .log import DEFAULT_URL
 from .memory import MemoryHandle, Receipt
 from .named import load_json
 from .recall import MAX_LIMIT, STRATEGIES
-from .records import Embedded, Feedback, Forget, Remember
+from .records import Embedded, Feedback, Forget, Remember, Superseded
 
 
 def _run(coro_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
@@ -781,14 +781,14 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
             data.pop("version")
             if isinstance(logged.record, Remember):
                 data["id"] = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget | Embedded):
+            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded):
                 data["id"] = str(MemoryId(logged.record.target))
             click.echo(json.dumps(data, ensure_ascii=False))
         else:
             target = ""
             if isinstance(logged.record, Remember):
                 target = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget | Embedded):
+            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded):
                 target = str(MemoryId(logged.record.target))
             else:
                 target = entry.key or ""
@@ -797,6 +797,8 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
                 detail = f"weight {entry.weight:g}"
             if isinstance(logged.record, Embedded):
                 detail = f"{len(logged.record.embedding) // 4}-d vector of {logged.record.embedder}"
+            if isinstance(logged.record, Superseded):
+                detail = f"by {entry.superseded_by}"
             click.echo(
                 f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
                 f"{entry.conversation or '-':<12} {detail}"

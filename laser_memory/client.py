@@ -154,8 +154,12 @@ class Laser:
         raises `NoView`, unless there is a write to wait for: then a folder may still
         create it within the timeout."""
         receipt = None
+        others: tuple = ()
         if after is not None:
-            receipt = after.receipt if isinstance(after, MemoryId) else after
+            if isinstance(after, MemoryId):
+                receipt, others = after.receipt, after.also
+            else:
+                receipt = after
             if not isinstance(receipt, Appended):
                 raise InvalidInput("after= takes a receipt returned by a write")
             if receipt.topic != topic:
@@ -192,7 +196,7 @@ class Laser:
                     f"{generation}: the topic was recreated; rebuild the view, or drop receipts "
                     "from before the topic was recreated"
                 )
-            if folded is not None and view.has_passed(receipt.position):
+            if folded is not None and all(view.has_passed(r.position) for r in (receipt, *others)):
                 return view
             if time.monotonic() >= deadline:
                 raise WaitTimeout(

@@ -74,12 +74,16 @@ class MemoryId:
     (16, 26)
     """
 
-    __slots__ = ("_bytes", "receipt")
+    __slots__ = ("_bytes", "also", "receipt")
 
     def __init__(self, raw: bytes) -> None:
         #: Where the write that returned this id landed (topic, partition, offset,
         #: append time); None for an id that was not returned by a write.
         self.receipt = None
+        #: Where the other records the write needed landed (a remember that
+        #: ``supersedes`` writes a `Superseded` record too): ``after=`` and ``as_of``
+        #: take them into account.
+        self.also: tuple = ()
         if not isinstance(raw, bytes | bytearray | memoryview) or len(raw) != 16:
             got = f"{len(raw)} bytes" if hasattr(raw, "__len__") else repr(raw)
             raise InvalidId(f"a memory id is exactly 16 bytes, got {got}")

@@ -65,6 +65,10 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     #: When the item (as this read sees it) expires, in milliseconds since the epoch:
     #: the earliest expiry of the remembers it shows; None: never.
     expires_at_ms: int | None = None
+    #: The item this one replaced, and the newest item that replaced this one (shown
+    #: only by reads that include superseded items).
+    supersedes: MemoryId | None = None
+    superseded_by: MemoryId | None = None
 
     @property
     def text(self) -> str:
@@ -95,6 +99,8 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
             "origin": msgspec.to_builtins(self.origin) if self.origin else None,
             "producer": msgspec.to_builtins(self.producer) if self.producer else None,
             "expires_at_ms": self.expires_at_ms,
+            "supersedes": str(self.supersedes) if self.supersedes else None,
+            "superseded_by": str(self.superseded_by) if self.superseded_by else None,
         }
 
 
@@ -120,9 +126,12 @@ class NamedItem(msgspec.Struct, frozen=True, kw_only=True):
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One record that touched an item or a named item, for audit.
 
-    ``op`` is the record's tag (``remember``, ``feedback``, ``forget``, ``named.set``,
-    ``named.patch``, ``named.remove``); ``body`` is the remembered body, the set body or
-    the patch; ``version`` is the item's version after this record.
+    ``op`` is the record's tag (``remember``, ``feedback``, ``forget``, ``embedded``,
+    ``named.set``, ``named.patch``, ``named.remove``), or ``superseded`` where a later
+    remember replaced the item (``superseded_by`` names it); ``body`` is the remembered
+    body, the set body or the patch; ``version`` is the item's version after this
+    record. ``item`` names the item an entry belongs to where a history follows a chain
+    of replacements; ``supersedes`` the item a remember replaced.
     """
 
     op: str
@@ -137,6 +146,9 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     kind: str | None = None
     weight: float | None = None
     key: str | None = None
+    item: str | None = None
+    supersedes: str | None = None
+    superseded_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = msgspec.to_builtins(self)

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from folders.inprocess import FoldedReader
-from folders.replay import AsOf, MemorySnapshot, item_history, named_history, replay, snapshot
+from folders.replay import (
+    AsOf,
+    MemorySnapshot,
+    chain_history,
+    item_history,
+    named_history,
+    replay,
+    snapshot,
+)
 from folders.state import ItemFilter
 
 from . import consolidation, inputs, retention
@@ -57,6 +65,7 @@ from .records import (
     Origin,
     Producer,
     Remember,
+    Superseded,
     encode_record,
 )
 from .retention import Age
@@ -86,6 +95,7 @@ _REMEMBER_OPTIONS = {
     "embedding",
     "expires_at",
     "ttl",
+    "supersedes",
 }
 
 
@@ -262,6 +272,7 @@ class MemoryHandle:
         embedding: Sequence[float] | None = None,
         expires_at: datetime.datetime | None = None,
         ttl: datetime.timedelta | float | None = None,
+        supersedes: MemoryId | str | bytes | None = None,
     ) -> MemoryId:
         """Remember a body; returns its id, whose ``receipt`` says where it landed.
 
@@ -270,6 +281,8 @@ class MemoryHandle:
         aware datetime) or ``ttl`` (a timedelta, or seconds from the connection's
         clock) makes it leave every recall at that moment; the retention sweeper
         (`forget_expired`, `RetentionDriver`) then writes its forget.
+        ``supersedes=id`` stores a corrected fact: the new item replaces that one, which
+        leaves default recall for good and stays in history, audit and ``as_of``.
 
         >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
         """
@@ -290,12 +303,13 @@ class MemoryHandle:
                 "embedding": embedding,
                 "expires_at": expires_at,
                 "ttl": ttl,
+                "supersedes": supersedes,
             }
         )
         [record] = await self._embedded([record])
-        receipt = await self._write_one(record)
+        [receipt, *also] = await self._write([record, *self._replacements([record])])
         mid = MemoryId(record.id)
-        mid.receipt = receipt
+        mid.receipt, mid.also = receipt, tuple(also)
         return mid
 
     async def remember_many(
@@ -320,9 +334,13 @@ class MemoryHandle:
                 raise type(exc)(f"entry {index}: {exc}") from None
             records.append(record)
             ids.append(MemoryId(record.id))
-        receipts = await self._write(await self._embedded(records))
-        for mid, receipt in zip(ids, receipts, strict=True):
+        embedded = await self._embedded(records)
+        receipts = await self._write([*embedded, *self._replacements(embedded)])
+        also = iter(receipts[len(ids) :])
+        for mid, record, receipt in zip(ids, embedded, receipts, strict=False):
             mid.receipt = receipt
+            if record.supersedes is not None:
+                mid.also = (next(also),)
         return ids
 
     async def append(
@@ -342,6 +360,7 @@ class MemoryHandle:
         embedding: Sequence[float] | None = None,
         expires_at: datetime.datetime | None = None,
         ttl: datetime.timedelta | float | None = None,
+        supersedes: MemoryId | str | bytes | None = None,
     ) -> MemoryId:
         """Typed append: remember a body under an id and kind that you supply.
 
@@ -365,11 +384,13 @@ class MemoryHandle:
                 "embedding": embedding,
                 "expires_at": expires_at,
                 "ttl": ttl,
+                "supersedes": supersedes,
             },
             memory_id=mid,
         )
         [record] = await self._embedded([record])
-        mid.receipt = await self._write_one(record)
+        [mid.receipt, *also] = await self._write([record, *self._replacements([record])])
+        mid.also = tuple(also)
         return mid
 
     async def improve(
@@ -678,8 +699,9 @@ class MemoryHandle:
     ) -> list[HistoryEntry]:
         """Every record that touched an item (a `MemoryId`: remember, feedback, forget)
         or a named item (a key: set, patch, remove), oldest first, with positions,
-        append times and the version after each. From the managed view when there is
-        one, else by replaying the log.
+        append times and the version after each. An item's history follows its chain
+        of replacements both ways (``supersedes``): each entry's ``item`` names its
+        item. From the managed view when there is one, else by replaying the log.
         """
         tenant = self._tenant(tenant)
         self._check_read()
@@ -693,13 +715,15 @@ class MemoryHandle:
             if view is None:
                 return []
             if raw_id is not None:
-                return view.item_history(self.namespace, raw_id, tenant=tenant)
+                return chain_history(
+                    raw_id, lambda one: view.item_history(self.namespace, one, tenant=tenant)
+                )
             return view.named_history(self.namespace, target, tenant=tenant)
         if await self._topic_info() is None:
             return []
         records = await replay(self._laser.log, self.topic, namespace=self.namespace, tenant=tenant)
         if raw_id is not None:
-            return item_history(records, raw_id, tenant=tenant)
+            return chain_history(raw_id, lambda one: item_history(records, one, tenant=tenant))
         return named_history(records, target, tenant=tenant)
 
     async def as_of(self, at: AsOf | MemoryId) -> MemorySnapshot:
@@ -718,7 +742,7 @@ class MemoryHandle:
         if isinstance(at, MemoryId):
             if at.receipt is None:
                 raise InvalidInput("as_of takes the MemoryId a remember returned (with a receipt)")
-            at = at.receipt
+            at = (at.receipt, *at.also) if at.also else at.receipt
         if await self._topic_info() is None:
             raise UnknownTopic(f"topic {self.topic!r} does not exist: there is no past to read")
         return await snapshot(self._laser.log, self.topic, self.namespace, at, tenant=self.tenant)
@@ -748,6 +772,7 @@ class MemoryHandle:
         min_similarity: float | None = None,
         exclude: Sequence[MemoryId | str | bytes] = (),
         exact: bool = False,
+        include_superseded: bool = False,
     ) -> list[MemoryItem] | str:
         """Recall items in scope. Every field you set narrows; a field you leave out
         widens, except ``tenant``, which always applies exactly (unset: the handle's
@@ -765,7 +790,8 @@ class MemoryHandle:
         embedder it keeps items sharing a word, like ``keyword``. ``exclude`` ids are
         never returned. Over a very large candidate set (`MemoryConfig.approximate`)
         a semantic recall scores only the vectors nearest the query and may miss a few
-        of the exact best; ``exact=True`` scores them all.
+        of the exact best; ``exact=True`` scores them all. ``include_superseded=True``
+        shows items a later remember replaced (``supersedes``), for an audit.
 
         >>> items = await memory.recall(conversation="c-1", strategy="recent", limit=5)
         ... # doctest: +SKIP
@@ -784,6 +810,8 @@ class MemoryHandle:
             raise InvalidInput(f"min_similarity is from -1 to 1, got {min_similarity!r}")
         if not isinstance(exact, bool):
             raise InvalidInput(f"exact is True or False, got {exact!r}")
+        if not isinstance(include_superseded, bool):
+            raise InvalidInput(f"include_superseded is True or False, got {include_superseded!r}")
         if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence):
             raise InvalidInput("exclude is a list of memory ids")
         excluded = frozenset(MemoryId.parse(item).bytes for item in exclude)
@@ -796,6 +824,7 @@ class MemoryHandle:
             application=application,
             kind=kind,
             now_ms=self._laser.clock.now_ms(),
+            include_superseded=include_superseded,
         )
         # Embed the query only once every argument has been checked.
         query_vector = None
@@ -967,7 +996,31 @@ class MemoryHandle:
             expires_at=inputs.expiry(
                 entry.get("expires_at"), entry.get("ttl"), self._laser.clock.now_ms()
             ),
+            supersedes=self._supersedes(entry.get("supersedes"), memory_id),
         )
+
+    def _replacements(self, records: list[Remember]) -> list[Superseded]:
+        """The `Superseded` record of each remember that replaces an item: without a
+        conversation, so every fold of the namespace reads it, in the same batch."""
+        return [
+            Superseded(
+                ns=self.namespace,
+                scope=MemoryScope(stream=self.stream, tenant=record.scope.tenant),
+                target=record.supersedes,
+                by=record.id,
+            )
+            for record in records
+            if record.supersedes is not None
+        ]
+
+    @staticmethod
+    def _supersedes(value: Any, memory_id: MemoryId) -> bytes | None:
+        if value is None:
+            return None
+        replaced = MemoryId.parse(value)
+        if replaced == memory_id:
+            raise InvalidInput(f"item {memory_id} cannot supersede itself")
+        return replaced.bytes
 
     async def _embedded(self, records: list[Remember]) -> list[Remember]:
         """The records with their bodies' vectors and the embedder's label: one batch

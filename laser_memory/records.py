@@ -15,7 +15,10 @@ One log record per memory record:
   ==================================  ==========================================
   remember / feedback / forget /      ``c/<conversation>``: a conversation's
   embedded with a conversation        records share a partition, in write order
-  the same without a conversation     ``n/<namespace>``
+  the same without a conversation,    ``n/<namespace>``: every fold of a
+  and superseded                      conversation reads it too, so it sees
+                                      forgets, feedback and replacements of items
+                                      of any conversation
   named.set / named.patch /           ``<namespace>/<key>``: every write to one
   named.remove                        named item shares a partition
   ==================================  ==========================================
@@ -62,6 +65,7 @@ __all__ = [
     "Origin",
     "Producer",
     "Remember",
+    "Superseded",
     "WireRecord",
     "body_digest",
     "decode_record",
@@ -125,6 +129,9 @@ class Remember(_Record, tag="remember"):
     #: When the item stops counting, in milliseconds since the epoch (None: never).
     #: Reads leave it out from then on; the retention sweeper forgets it.
     expires_at: int | None = None
+    #: The id of an item this one replaces (a corrected fact), as lineage; the
+    #: `Superseded` record written with it is what replaces that item.
+    supersedes: bytes | None = None
 
 
 class Feedback(_Record, tag="feedback"):
@@ -168,6 +175,16 @@ def body_digest(body: bytes) -> bytes:
     return hashlib.blake2b(body, digest_size=16).digest()
 
 
+class Superseded(_Record, tag="superseded"):
+    """Item ``target`` was replaced by item ``by`` (a corrected fact): it leaves
+    default recall for good, and stays in history and in the past. Written without a
+    conversation, with the remember of ``by``, so every fold of the namespace reads it
+    whichever conversation the replaced item lives in."""
+
+    target: bytes
+    by: bytes
+
+
 class NamedSet(_Record, tag="named.set"):
     """A named item set to a whole new body."""
 
@@ -189,7 +206,9 @@ class NamedRemove(_Record, tag="named.remove"):
     key: str
 
 
-MemoryRecord = Remember | Feedback | Forget | Embedded | NamedSet | NamedPatch | NamedRemove
+MemoryRecord = (
+    Remember | Feedback | Forget | Embedded | Superseded | NamedSet | NamedPatch | NamedRemove
+)
 
 
 class _Envelope(msgspec.Struct):

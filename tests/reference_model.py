@@ -100,6 +100,7 @@ class _Item:
     forgets: list[tuple[int, str | None]] = field(default_factory=list)  # (call, conversation)
     feedback: list[tuple[float, str | None]] = field(default_factory=list)
     version: int = 0
+    superseded: bool = False
 
 
 class Model:
@@ -142,6 +143,12 @@ class Model:
         )
         item.version += 1
 
+    def supersede(self, mid: bytes, *, tenant: str) -> None:
+        """A later remember in the tenant replaced the item: for good."""
+        item = self._items.setdefault((tenant, mid), _Item())
+        item.superseded = True
+        item.version += 1
+
     def forget(self, mid: bytes, *, tenant: str, conversation: str | None) -> None:
         item = self._items.setdefault((tenant, mid), _Item())
         item.forgets.append((self._next(), conversation))
@@ -171,7 +178,7 @@ class Model:
         """``now_ms``: remembers that expired by then do not count (None: none expire)."""
         items = []
         for (item_tenant, mid), item in self._items.items():
-            if item_tenant != tenant:
+            if item_tenant != tenant or item.superseded:
                 continue
             live: list[_Remember] = []
             for conv in {r.conversation for r in item.remembers}:

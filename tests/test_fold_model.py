@@ -86,6 +86,14 @@ again_op = st.tuples(
         ),
     ),
 )
+# A corrected fact: a new item in some tenant that replaces an earlier one.
+correct_op = st.tuples(
+    st.just("correct"),
+    st.integers(0, 30),
+    st.sampled_from(WORDS),
+    st.sampled_from(CONVERSATIONS),
+    target_tenant,
+)
 recall_op = st.tuples(st.just("recall"))
 clock_op = st.tuples(st.just("clock"), st.sampled_from([-30, -1, 0, 2, 40]))
 operations = st.lists(
@@ -99,6 +107,7 @@ operations = st.lists(
         named_op,
         again_op,
         again_op,
+        correct_op,
         recall_op,
         clock_op,
     ),
@@ -297,6 +306,20 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str, clock) ->
                 body = args.pop("body")
                 again = await memory.append(mid, body, **args)
                 tell_model(again, args, body, False)
+            case ("correct", index, body, conversation, tenant):
+                replaced, _, tenant = target(index, "same", tenant)
+                args = {
+                    "conversation": conversation,
+                    "tenant": tenant,
+                    "user": None,
+                    "agent": None,
+                    "kind": "fact",
+                }
+                mid = await memory.remember(body, supersedes=replaced, **args)
+                tell_model(mid, args, body, False)
+                model.supersede(replaced.bytes, tenant=tenant)
+                remembered.append((mid, conversation, tenant))
+                arguments.append({"body": body, **args})
             case ("forget", index, conversation, tenant):
                 mid, conversation, tenant = target(index, conversation, tenant)
                 await memory.forget(mid, conversation=conversation, tenant=tenant)

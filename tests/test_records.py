@@ -19,6 +19,7 @@ from laser_memory.records import (
     Origin,
     Producer,
     Remember,
+    Superseded,
     decode_record,
     encode_record,
     header_value,
@@ -77,6 +78,22 @@ EXPECTED_V1 = {
         embedding=b"\x00\x00\x80?\x00\x00\x00@",
         embedder="sentence-transformers/all-MiniLM-L6-v2",
     ),
+    # Written when expiry and supersession arrived (fields and a record type added
+    # inside version 1).
+    "remember-expiring": Remember(
+        ns="notes",
+        id=bytes(range(16)),
+        kind=1,
+        body=b"the office is in York",
+        expires_at=1_800_000_000_000,
+        supersedes=bytes(16),
+    ),
+    "superseded": Superseded(
+        ns="stream:prod/notes",
+        scope=MemoryScope(stream="prod", tenant="acme"),
+        target=bytes(16),
+        by=bytes(range(16)),
+    ),
     "named-set": NamedSet(ns="stream:prod/notes", scope=SCOPE, key="prefs", body=b'{"a":1}'),
     "named-patch": NamedPatch(
         ns="stream:prod/notes", scope=SCOPE, key="prefs", patch=b'{"a":null,"b":2}'
@@ -108,6 +125,7 @@ def test_round_trip_with_headers(name: str):
         == name.replace("-minimal", "")
         .replace("-seen", "")
         .replace("-embedded", "")
+        .replace("-expiring", "")
         .replace("-", ".")
         .encode()
     )
