@@ -80,6 +80,7 @@ from laser_memory.records import (
     NamedRemove,
     NamedSet,
     Remember,
+    Retrieved,
     Superseded,
     body_digest,
     decode_record,
@@ -364,12 +365,14 @@ class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_
 
     def apply(
         self,
-        record: Remember | Forget | Feedback | Embedded | Superseded,
+        record: Remember | Forget | Feedback | Embedded | Superseded | Retrieved,
         key: SortKey,
         source: Source,
     ) -> None:
         conversation = _conv(record.scope.conversation)
         self.version += 1
+        if isinstance(record, Retrieved):
+            return  # for history only: a read is not a write of the item
         self.last = max(self.last, key)
         if isinstance(record, Superseded):
             # Lasting: forgetting the replacement does not bring this item back.
@@ -869,6 +872,8 @@ def history_entry(record: MemoryRecord, log_record: LogRecord, version: int) -> 
             supersedes = str(MemoryId(record.supersedes))
     elif isinstance(record, Superseded):
         superseded_by = str(MemoryId(record.by))
+    elif isinstance(record, Retrieved):
+        body = record.query.encode()
     elif isinstance(record, Feedback):
         weight = record.weight
     elif isinstance(record, NamedSet):

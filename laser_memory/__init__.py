@@ -71,6 +71,10 @@ __version__ = "0.1.0"
 # first use keeps `import folders.view` from importing the handle back: imports point one
 # way, records <- log <- folders <- memory handle <- cli.
 _UPPER = {
+    "Agent": "agent",
+    "AgentMessage": "agent",
+    "AgentTopic": "agent",
+    "Session": "agent",
     "ConversationContext": "client",
     "Laser": "client",
     "connect": "client",
@@ -102,7 +106,10 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AccessDenied",
+    "Agent",
     "AgentId",
+    "AgentMessage",
+    "AgentTopic",
     "ApproximateSearch",
     "BackendFailed",
     "BodyTooLarge",
@@ -155,6 +162,7 @@ __all__ = [
     "RerankedMemory",
     "Reranker",
     "RetentionDriver",
+    "Session",
     "Signal",
     "Source",
     "SummarizeFailed",

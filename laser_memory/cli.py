@@ -37,7 +37,7 @@ from .log import DEFAULT_URL
 from .memory import MemoryHandle, Receipt
 from .named import load_json
 from .recall import MAX_LIMIT, STRATEGIES
-from .records import Embedded, Feedback, Forget, Remember, Superseded
+from .records import Embedded, Feedback, Forget, Remember, Retrieved, Superseded
 
 
 def _run(coro_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
@@ -781,14 +781,14 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
             data.pop("version")
             if isinstance(logged.record, Remember):
                 data["id"] = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded):
+            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
                 data["id"] = str(MemoryId(logged.record.target))
             click.echo(json.dumps(data, ensure_ascii=False))
         else:
             target = ""
             if isinstance(logged.record, Remember):
                 target = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded):
+            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
                 target = str(MemoryId(logged.record.target))
             else:
                 target = entry.key or ""

@@ -12,15 +12,26 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from folders.view import MemoryView
 
+from . import inputs
 from .access import Governor, Principal, validate_governor
+from .agent import Agent, AgentMessage, AgentTopic, SessionRecord, encode_session
 from .clock import SYSTEM_CLOCK, Clock
 from .custom import CustomMemory
 from .embedding import Embedder, validate_embedder
-from .errors import ConfigError, InvalidInput, InvalidName, NoView, ViewMismatch, WaitTimeout
+from .errors import (
+    ConfigError,
+    InvalidInput,
+    InvalidName,
+    NoView,
+    UnknownTopic,
+    ViewMismatch,
+    WaitTimeout,
+)
 from .ids import MemoryId, validate_name
 from .log import DEFAULT_URL, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
 from .log.naming import validate_topic
@@ -299,6 +310,87 @@ class Laser:
         using the topic name as the namespace."""
         await self.log.create_topic(topic, partitions=partitions, retention_s=retention)
         return self.memory_on_topic(topic)
+
+    async def send_to_agent(
+        self,
+        agent_id: str,
+        payload: str | bytes,
+        *,
+        conversation: str | None = None,
+        tenant: str = "",
+    ) -> Appended:
+        """Put a message for agent ``agent_id`` on the stream's sessions topic (see
+        `laser_memory.agent`); returns its receipt. A conversation's messages keep their
+        order."""
+        validate_name(agent_id, "agent id")
+        if conversation is not None:
+            validate_name(conversation, "conversation")
+        validate_name(tenant, "tenant", allow_empty=True)
+        data = inputs.body(payload, self.config.max_body_bytes)
+        record = SessionRecord(
+            agent=agent_id, payload=data, conversation=conversation, tenant=tenant
+        )
+        topic = _stream_topic(self.stream, AgentTopic.SESSIONS)
+        try:
+            [receipt] = await self.log.append_batch(topic, [encode_session(record)])
+        except UnknownTopic:
+            if not await self._create_missing_topic(topic):
+                raise
+            [receipt] = await self.log.append_batch(topic, [encode_session(record)])
+        return receipt
+
+    async def spawn_agent(
+        self,
+        agent_id: str,
+        listen_on: AgentTopic,
+        handler: Callable[[AgentMessage], Any],
+        *,
+        memory: MemoryHandle | None = None,
+        consolidate_every: float | None = None,
+        consolidate_every_ms: int | None = None,
+        consolidator: Any = None,
+    ) -> Agent:
+        """Start an agent listening on the stream's sessions topic for messages to
+        ``agent_id`` (sent from now on) and return it, ready; see `laser_memory.agent`.
+        ``memory`` (default: the handler's, for a `MemoryHandler`) is what its sessions'
+        `linked_memory` and `record_retrieval` write to. ``consolidate_every`` (seconds,
+        or ``consolidate_every_ms``) with a ``consolidator`` runs consolidation on a
+        timer. Stop it with ``await agent.stop()``.
+
+        >>> agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, handler)
+        ... # doctest: +SKIP
+        """
+        if listen_on != AgentTopic.SESSIONS:
+            raise ConfigError(f"agents listen on AgentTopic.SESSIONS, got {listen_on!r}")
+        if consolidate_every is not None and consolidate_every_ms is not None:
+            raise ConfigError("give consolidate_every (seconds) or consolidate_every_ms, not both")
+        if consolidate_every_ms is not None:
+            if isinstance(consolidate_every_ms, bool) or not isinstance(consolidate_every_ms, int):
+                raise ConfigError(
+                    f"consolidate_every_ms is a whole number of milliseconds, got "
+                    f"{consolidate_every_ms!r}"
+                )
+            consolidate_every = consolidate_every_ms / 1000
+        topic = _stream_topic(self.stream, AgentTopic.SESSIONS)
+        agent = Agent(
+            self,
+            agent_id,
+            handler,
+            topic=topic,
+            memory=memory,
+            consolidate_every=consolidate_every,
+            consolidator=consolidator,
+        )
+        try:
+            await self.log.describe_topic(topic)
+        except UnknownTopic:
+            if not await self._create_missing_topic(topic):
+                raise UnknownTopic(
+                    f"topic {topic!r} does not exist: run laser.bootstrap() (or "
+                    "'laser-memory bootstrap') to create the stream's agent topics"
+                ) from None
+        await agent.start()
+        return agent
 
     def context(self, conversation: str) -> ConversationContext:
         """Handles scoped to one conversation: ``laser.context(c).memory("notes")``."""

@@ -65,6 +65,7 @@ __all__ = [
     "Origin",
     "Producer",
     "Remember",
+    "Retrieved",
     "Superseded",
     "WireRecord",
     "body_digest",
@@ -185,6 +186,16 @@ class Superseded(_Record, tag="superseded"):
     by: bytes
 
 
+class Retrieved(_Record, tag="retrieved"):
+    """Item ``target`` entered an agent session's context for ``query``
+    (`Session.record_retrieval`): its history shows every answer it went into. It
+    changes nothing a recall returns. ``session`` is the session record acted on."""
+
+    target: bytes
+    query: str = ""
+    session: Origin | None = None
+
+
 class NamedSet(_Record, tag="named.set"):
     """A named item set to a whole new body."""
 
@@ -207,7 +218,15 @@ class NamedRemove(_Record, tag="named.remove"):
 
 
 MemoryRecord = (
-    Remember | Feedback | Forget | Embedded | Superseded | NamedSet | NamedPatch | NamedRemove
+    Remember
+    | Feedback
+    | Forget
+    | Embedded
+    | Superseded
+    | Retrieved
+    | NamedSet
+    | NamedPatch
+    | NamedRemove
 )
 
 

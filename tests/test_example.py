@@ -24,6 +24,10 @@ def test_the_support_agent_answers_from_memory(any_log_url: str, stream_name: st
     assert "A-1043" in answers[0]
     assert "email" in answers[1]
     assert "DHL" in answers[2]
+    # Every turn and reply is in memory, the order message went into an answer, and the
+    # consolidation timer ran while the agent worked.
+    assert "memory: 12 items; the damaged-order message went into 1 answer(s)" in done.stdout
+    assert "0 consolidation pass" not in done.stdout
 
 
 def test_the_support_agent_runs_with_no_arguments():

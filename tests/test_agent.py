@@ -1,0 +1,128 @@
+"""Agents on the sessions topic: an agent handles the messages sent to it, remembers its
+turns through a MemoryHandler, stamps linked memory with its session, records what it
+retrieved (the items' histories show it), and consolidates on a timer. Over both logs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import laser_memory as lm
+from laser_memory.agent import AgentTopic
+
+
+async def until(check, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out waiting")
+        await asyncio.sleep(0.02)
+
+
+async def test_an_agent_handles_remembers_links_and_records_retrievals(laser: lm.Laser):
+    memory = laser.memory("triage")
+    await memory.remember("node-7 logins fail after the key rotation", conversation="kb")
+    answers: list[str] = []
+
+    async def answer(message: lm.AgentMessage) -> None:
+        if message.text == "boom":
+            raise RuntimeError("the model is down")
+        found = await memory.recall(text=message.text, strategy="keyword", limit=3)
+        await message.session.record_retrieval(message.text, found)
+        await message.session.linked_memory().remember(
+            f"answered {message.conversation}", conversation=message.conversation
+        )
+        answers.append(message.text)
+
+    handler = lm.MemoryHandler(answer, memory).auto_remember("message")
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, handler)
+    try:
+        assert await agent.ready() is agent
+        sent = await laser.send_to_agent("triage", "node-7 logins fail", conversation="t-42")
+        await laser.send_to_agent("billing", "not for triage", conversation="t-43")
+        await laser.send_to_agent("triage", "boom", conversation="t-44")
+        await agent.drain(timeout=20)
+        assert agent.handled + len(agent.failures) == 2
+        assert answers == ["node-7 logins fail"]
+        assert [str(e) for e in agent.failures] == ["the model is down"]
+        # The turn was remembered (the failed one was not), and the linked memory names
+        # the agent and the session record.
+        turns = await memory.recall(conversation="t-42", strategy="recent")
+        by_text = {i.text: i for i in turns}
+        assert set(by_text) == {"node-7 logins fail", "answered t-42"}
+        linked = by_text["answered t-42"]
+        assert linked.producer == lm.Producer(name="triage")
+        assert (linked.origin.topic, linked.origin.partition, linked.origin.offset) == (
+            sent.topic,
+            sent.partition,
+            sent.offset,
+        )
+        assert await memory.recall(conversation="t-44") == []
+        # The knowledge-base item's history shows the answer it went into.
+        [kb] = await memory.recall(conversation="kb")
+        history = await memory.history(kb.id)
+        assert [(h.op, h.body) for h in history] == [
+            ("remember", b"node-7 logins fail after the key rotation"),
+            ("retrieved", b"node-7 logins fail"),
+        ]
+        assert (await memory.recall(conversation="kb"))[0].weight == 0.0  # nothing else moved
+    finally:
+        await agent.stop()
+        await agent.stop()  # safe twice
+
+
+async def test_an_agent_consolidates_on_a_timer(laser: lm.Laser):
+    memory = laser.memory("triage")
+    for n in range(5):
+        await memory.remember(f"turn {n}", kind="message", agent="triage")
+    scopes = []
+
+    class Compact:
+        async def consolidate(self, scope):
+            scopes.append(scope)
+            if len(scopes) == 2:
+                raise RuntimeError("a failed pass does not stop later ones")
+            return await memory.consolidate(2, agent="triage")
+
+    async with await laser.spawn_agent(
+        "triage",
+        AgentTopic.SESSIONS,
+        lambda message: None,
+        consolidate_every_ms=50,
+        consolidator=Compact(),
+    ) as agent:
+        await until(lambda: agent.consolidation.passes >= 2)
+    passes = len(scopes)
+    assert scopes[0] == {"agent": "triage"}
+    assert len(agent.consolidation.failures) == 1
+    assert agent.consolidation.reports[0] == lm.ConsolidationReport(pruned=3)
+    assert len(await memory.recall(agent="triage")) == 2
+    await asyncio.sleep(0.2)
+    assert len(scopes) == passes  # stopped with the agent
+
+
+async def test_agent_configuration_is_checked(laser: lm.Laser):
+    class Compact:
+        async def consolidate(self, scope):
+            return None
+
+    for kwargs, match in (
+        ({"consolidate_every": 60.0}, "needs both"),
+        ({"consolidator": Compact()}, "needs both"),
+        ({"consolidate_every": 0, "consolidator": Compact()}, "positive"),
+        ({"consolidate_every": -1.0, "consolidator": Compact()}, "positive"),
+        ({"consolidate_every_ms": 0, "consolidator": Compact()}, "positive"),
+        (
+            {"consolidate_every": 1.0, "consolidate_every_ms": 1000, "consolidator": Compact()},
+            "not both",
+        ),
+    ):
+        with pytest.raises(lm.ConfigError, match=match):
+            await laser.spawn_agent("triage", AgentTopic.SESSIONS, print, **kwargs)
+    with pytest.raises(lm.ConfigError):
+        await laser.spawn_agent("triage", AgentTopic.SESSIONS, "not callable")
+    with pytest.raises(lm.InvalidName):
+        await laser.spawn_agent("", AgentTopic.SESSIONS, print)
+    with pytest.raises(lm.InvalidInput):
+        await laser.send_to_agent("triage", "")
