@@ -566,6 +566,17 @@ class MemoryHandle:
                     threads.setdefault(item.scope.conversation, []).append(item)
             for thread, messages in threads.items():
                 body = await consolidation.summarize(call, [m.body for m in messages])
+                # The summary's id comes from the messages it folds, so two workers that
+                # consolidate the same window at once write one item, not two.
+                summary_id = MemoryId.content(
+                    MemoryKind.SUMMARY,
+                    b"laser-memory/consolidate\0" + b"".join(sorted(m.id.bytes for m in messages)),
+                    stream=self.stream,
+                    tenant=tenant,
+                    agent=agent,
+                    user=user,
+                    application=application,
+                )
                 summaries.append(
                     self._remember_record(
                         {
@@ -578,7 +589,8 @@ class MemoryHandle:
                             "user": user,
                             "application": application,
                             "producer": ("laser-memory/consolidate", "1"),
-                        }
+                        },
+                        memory_id=summary_id,
                     )
                 )
                 summarized += len(messages)

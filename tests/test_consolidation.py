@@ -140,3 +140,36 @@ def test_a_consolidation_interval_is_positive(every):
 
     with pytest.raises(lm.ConfigError):
         lm.ConsolidationDriver(Noop(), every=every)
+
+
+async def test_two_workers_consolidating_at_once_lose_and_double_nothing(
+    any_log_url: str, stream_name: str
+):
+    async with (
+        lm.connect(any_log_url, stream=stream_name) as one,
+        lm.connect(any_log_url, stream=stream_name) as other,
+    ):
+        await one.bootstrap(partitions=4)
+        memory = one.memory("notes")
+        turns = await _turns(memory, "c1", 6)
+        facts = await _turns(memory, "c2", 2, kind="fact")
+
+        async def summarize(bodies):
+            return f"{len(bodies)} turns"
+
+        reports = await asyncio.gather(
+            memory.consolidate(3, summarizer=summarize, prune_summarized=True),
+            other.memory("notes").consolidate(3, summarizer=summarize, prune_summarized=True),
+        )
+        # Each worker wrote the same records: forgets of the same items and a summary
+        # under one id, so the memory holds one summary and nothing twice.
+        assert reports[0] == reports[1] == lm.ConsolidationReport(summarized=6, pruned=6)
+        left = await memory.recall(strategy="recent", limit=100)
+        assert sorted(i.text for i in left) == ["6 turns", "c2 turn 0", "c2 turn 1"]
+        assert [i.id for i in left if i.kind is lm.MemoryKind.FACT] == [facts[1], facts[0]]
+        [summary] = [i for i in left if i.kind is lm.MemoryKind.SUMMARY]
+        assert summary.conversation == "c1" and summary.lifetime == "durable"
+        assert await memory.recall(conversation="c1", kind="message") == []
+        for turn in turns:  # each forgotten by both workers, each shown once in history
+            ops = [h.op for h in await memory.history(turn)]
+            assert ops[0] == "remember" and set(ops[1:]) == {"forget"}
