@@ -18,7 +18,7 @@ from typing import Any
 from folders.view import MemoryView
 
 from . import inputs
-from .access import Governor, Principal, validate_governor
+from .access import Governor, Principal, bound_tenant, resolve_tenant, validate_governor
 from .agent import Agent, AgentMessage, AgentTopic, SessionRecord, encode_session
 from .clock import SYSTEM_CLOCK, Clock
 from .custom import CustomMemory
@@ -64,12 +64,14 @@ class Laser:
         embedder: Embedder | None = None,
         principal: Principal | None = None,
         governor: Governor | None = None,
+        tenant: str | None = None,
     ):
         if stream is not None:
             validate_topic(stream)
         if principal is not None and not isinstance(principal, Principal):
             raise ConfigError(f"principal is a Principal, got {type(principal).__name__}")
-        #: Every handle's principal and governor unless `memory` is given others.
+        #: Every handle's tenant, principal and governor unless `memory` is given others.
+        self.tenant = bound_tenant(tenant, principal)
         self.principal = principal
         self.governor = validate_governor(governor) if governor is not None else None
         self.log = log
@@ -263,7 +265,7 @@ class Laser:
         chosen = embedder if embedder is not None else self.embedder
         return handle._derive(
             embedder=chosen,
-            tenant=tenant,
+            tenant=tenant if self.tenant is None else resolve_tenant(self.tenant, tenant),
             principal=principal if principal is not None else self.principal,
             governor=governor if governor is not None else self.governor,
         )
@@ -299,6 +301,7 @@ class Laser:
             topic=topic,
             stream=stream or self.stream or "",
             embedder=self.embedder,
+            tenant=self.tenant,
             principal=self.principal,
             governor=self.governor,
         )
@@ -427,6 +430,7 @@ def connect(
     embedder: Embedder | None = None,
     principal: Principal | None = None,
     governor: Governor | None = None,
+    tenant: str | None = None,
 ) -> Laser:
     """Connect to the log a URL names: ``local://PATH`` (the default,
     ``$LASER_URL`` or ``local://./laser-data``) or ``kafka://host:port[,host:port]``.
@@ -436,8 +440,9 @@ def connect(
     ``clock`` (a `laser_memory.clock.Clock`) stamps random ids and the embedded log's
     append times; tests pass a `SteppedClock`. ``embedder`` (an `Embedder`) is every
     handle's default: bodies are embedded as they are remembered, the vectors and the
-    embedder's label go in the records. ``principal`` and ``governor`` are every
-    handle's (see `Laser.memory` and `laser_memory.access`).
+    embedder's label go in the records. ``tenant``, ``principal`` and ``governor`` are
+    every handle's (see `Laser.memory` and `laser_memory.access`): with a tenant (or a
+    principal's), no handle of the connection acts in another.
 
     >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
     ...     await laser.bootstrap(partitions=8)
@@ -451,4 +456,5 @@ def connect(
         view=view if view is not None else os.environ.get("LASER_VIEW") or None,
         principal=principal,
         governor=governor,
+        tenant=tenant,
     )

@@ -134,19 +134,33 @@ async def test_a_principal_binds_its_tenant_and_the_connection_default(any_log_u
         memory = laser.memory("notes")
         assert memory.principal == bot and memory.tenant == "acme"
         await memory.remember("acme fact")
-        with pytest.raises(lm.AccessDenied, match="acts for tenant 'acme'"):
+        with pytest.raises(lm.AccessDenied, match="tenant .acme."):
             laser.memory("notes", tenant="globex")
         assert laser.memory("notes", tenant="acme").tenant == "acme"
         mine = laser.memory("notes", principal=Principal("none", tenant="acme"))
         with pytest.raises(lm.AccessDenied):
             await mine.recall()
         assert [i.text for i in await memory.recall()] == ["acme fact"]
-        assert (
-            await laser.memory("notes", principal=Principal("x", grants={"kv:read:*"})).recall(
-                tenant=""
-            )
-            == []
-        )  # the default tenant holds nothing
+        # The connection is bound to acme: no handle of it acts for another tenant.
+        with pytest.raises(lm.AccessDenied):
+            laser.memory("notes", principal=Principal("x", grants={"kv:read:*"}))
+
+
+async def test_a_connection_bound_to_a_tenant_binds_every_handle(any_log_url, stream_name):
+    async with lm.connect(any_log_url, stream=stream_name, tenant="acme") as laser:
+        await laser.bootstrap()
+        memory = laser.memory("notes")
+        assert memory.tenant == laser.memory_on_topic(laser.memory_topic_name).tenant == "acme"
+        await memory.remember("acme fact")
+        with pytest.raises(lm.AccessDenied):
+            laser.memory("notes", tenant="globex")
+        with pytest.raises(lm.AccessDenied):
+            await memory.recall(tenant="")
+        assert [i.text for i in await laser.memory("notes", tenant="acme").recall()] == [
+            "acme fact"
+        ]
+    with pytest.raises(lm.AccessDenied, match="acts for tenant 'acme'"):
+        lm.connect(any_log_url, tenant="globex", principal=Principal("p", tenant="acme"))
 
 
 def test_principals_and_grants_are_checked_when_made():
