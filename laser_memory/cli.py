@@ -679,6 +679,42 @@ def token(name: str, tenant: str, grants: tuple[str, ...]) -> None:
     click.echo(f'token_sha256 = "{hash_token(secret)}"')
 
 
+@main.command()
+@_connection_options
+@click.option("--tenant", default="", help="The tenant every tool acts in (fixed; default '').")
+@click.option(
+    "--http-port",
+    type=int,
+    default=None,
+    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.",
+)
+@_embedder_option
+def mcp(url, stream, namespace, as_json, view, tenant, http_port, embedder) -> None:
+    """Run a Model Context Protocol server over one namespace (stdio by default): tools
+    remember, recall, context, improve, forget, fetch, set and update. The namespace and
+    tenant are fixed here, never by the model. Needs 'laser-memory[mcp]'."""
+    try:
+        from .integrations.mcp import memory_server
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the MCP server needs the mcp extra: pip install 'laser-memory[mcp]' ({exc})"
+        ) from None
+
+    async def serve() -> None:
+        try:
+            laser = connect(url, stream=stream, view=view, embedder=_make_embedder(embedder))
+            async with laser:
+                server = memory_server(laser.memory(namespace, tenant=tenant))
+                if http_port is None:
+                    await server.run_stdio_async()
+                else:
+                    await server.run_streamable_http_async(host="127.0.0.1", port=http_port)
+        except LaserError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+    asyncio.run(serve())
+
+
 def _print_history(entries, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([entry.to_json() for entry in entries], ensure_ascii=False))

@@ -1,0 +1,160 @@
+"""A Model Context Protocol server over one memory namespace, for MCP clients (desktop
+assistants, agent frameworks): ``laser-memory mcp``.
+
+Tools: ``remember``, ``recall``, ``context``, ``improve``, ``forget`` for items, and
+``fetch``, ``set``, ``update`` for named items. The namespace and tenant are fixed when
+the server starts (the handle is bound to the tenant), never chosen by the model; a
+conversation is the only scope a tool call may name. Every `LaserError` comes back as an
+MCP tool error with its message, so the model can read what was wrong; the server goes on.
+
+Needs the optional extra: ``pip install 'laser-memory[mcp]'`` (the official ``mcp`` SDK,
+2.x).
+
+>>> server = memory_server(laser.memory("notes", tenant="acme"))   # doctest: +SKIP
+>>> await server.run_stdio_async()                                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from ..errors import LaserError
+from ..ids import MemoryId
+from ..items import MemoryItem
+from ..memory import MemoryHandle
+
+__all__ = ["memory_server"]
+
+_INSTRUCTIONS = (
+    "Long-term memory. Call recall with the user's question before answering to find what "
+    "was remembered about it; call remember for facts worth keeping (one fact per call). "
+    "When a fact changed, remember the new one with supersedes set to the old item's id. "
+    "Give improve a positive weight for memories that helped and a negative one for "
+    "misleading ones; forget removes an item."
+)
+
+
+def _item(item: MemoryItem) -> dict[str, Any]:
+    return {
+        "id": str(item.id),
+        "kind": item.kind.value,
+        "text": item.text,
+        "conversation": item.conversation,
+        "weight": item.weight,
+        "score": item.score,
+        "appended_at_ms": item.append_time_ms,
+    }
+
+
+def _tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A LaserError becomes an MCP tool error the model reads; anything else is a crash
+    the SDK reports as one."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except LaserError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+    return wrapper
+
+
+def memory_server(memory: MemoryHandle, *, name: str = "laser-memory") -> MCPServer:
+    """An MCP server whose tools read and write ``memory`` (bind it to a tenant with
+    ``laser.memory(ns, tenant=...)``: tool calls cannot name one)."""
+    server = MCPServer(name=name, instructions=_INSTRUCTIONS)
+
+    @server.tool(
+        description="Remember one fact, preference or event so later conversations can "
+        "recall it. Returns the new item's id. Set supersedes to an item id when this "
+        "corrects that item; ttl_seconds makes it expire."
+    )
+    @_tool_errors
+    async def remember(
+        text: str,
+        kind: str = "fact",
+        conversation: str | None = None,
+        supersedes: str | None = None,
+        ttl_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        mid = await memory.remember(
+            text, kind=kind, conversation=conversation, supersedes=supersedes, ttl=ttl_seconds
+        )
+        return {"id": str(mid)}
+
+    @server.tool(
+        description="Find remembered items. With text: the items that best answer it "
+        "(by words and meaning); without: the newest. strategy is auto, recent, keyword, "
+        "semantic or hybrid."
+    )
+    @_tool_errors
+    async def recall(
+        text: str | None = None,
+        conversation: str | None = None,
+        strategy: str = "auto",
+        limit: int = 10,
+    ) -> list[dict[str, Any]]:
+        items = await memory.recall(
+            text=text, conversation=conversation, strategy=strategy, limit=limit
+        )
+        return [_item(item) for item in items]
+
+    @server.tool(
+        description="A conversation's memory as one prompt block, newest first, cut to "
+        "token_budget tokens when given."
+    )
+    @_tool_errors
+    async def context(conversation: str | None = None, token_budget: int | None = None) -> str:
+        return await memory.context(conversation, token_budget=token_budget)
+
+    @server.tool(
+        description="Feedback on an item: a positive weight when it helped, negative when "
+        "it misled. Feedback adds up and ranks items in recall."
+    )
+    @_tool_errors
+    async def improve(id: str, weight: float) -> dict[str, Any]:
+        await memory.improve(MemoryId.parse(id), weight)
+        return {"id": id, "improved": weight}
+
+    @server.tool(description="Forget an item by id: it leaves recall; its history stays.")
+    @_tool_errors
+    async def forget(id: str) -> dict[str, Any]:
+        await memory.forget(MemoryId.parse(id))
+        return {"id": id, "forgotten": True}
+
+    @server.tool(description="A named item's current value (JSON or text), or null.")
+    @_tool_errors
+    async def fetch(key: str) -> dict[str, Any] | None:
+        item = await memory.fetch(key)
+        if item is None:
+            return None
+        try:
+            value: Any = item.json()
+        except LaserError:
+            value = item.text
+        return {"key": key, "value": value, "version": item.version}
+
+    @server.tool(description="Set a named item (a profile, settings) to a JSON value or text.")
+    @_tool_errors
+    async def set(key: str, value: Any) -> dict[str, Any]:
+        body = value if isinstance(value, str | dict | list) else json.dumps(value)
+        await memory.set(key, body)
+        return {"key": key, "set": True}
+
+    @server.tool(
+        description="Update a named item with a JSON merge patch (RFC 7386): fields "
+        "overwrite, null removes."
+    )
+    @_tool_errors
+    async def update(key: str, patch: dict[str, Any]) -> dict[str, Any]:
+        await memory.update(key, patch)
+        return {"key": key, "updated": True}
+
+    return server

@@ -1,0 +1,104 @@
+"""The MCP server as an MCP client uses it, with the official SDK's own client: a session
+lists the tools, calls each, and sees a LaserError as a tool error with its message,
+never a crashed server. The tenant is the server's, whatever a call says. Over both logs,
+in process, and once over stdio through `laser-memory mcp`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra")  # dev installs it; CI fails without dev
+
+from mcp import Client, StdioServerParameters
+
+import laser_memory as lm
+from laser_memory.integrations.mcp import memory_server
+
+TOOLS = {"remember", "recall", "context", "improve", "forget", "fetch", "set", "update"}
+
+
+def data(result):
+    assert not result.is_error, result.content
+    content = result.structured_content
+    return content.get("result", content) if isinstance(content, dict) else content
+
+
+async def test_every_tool_through_an_mcp_session(laser: lm.Laser):
+    server = memory_server(laser.memory("notes", tenant="acme"))
+    async with Client(server) as client:
+        listed = (await client.list_tools()).tools
+        assert {t.name for t in listed} == TOOLS
+        for tool in listed:
+            assert len(tool.description) > 30, tool.name
+            assert "tenant" not in tool.input_schema.get("properties", {}), tool.name
+        assert "text" in next(t for t in listed if t.name == "recall").input_schema["properties"]
+
+        first = data(await client.call_tool("remember", {"text": "node-7 sits in eu-west"}))
+        data(
+            await client.call_tool(
+                "remember", {"text": "the reporter prefers email", "conversation": "t-1"}
+            )
+        )
+        found = data(await client.call_tool("recall", {"text": "where is node-7", "limit": 5}))
+        assert found[0]["text"] == "node-7 sits in eu-west" and found[0]["id"] == first["id"]
+        data(await client.call_tool("improve", {"id": first["id"], "weight": 2.0}))
+        [best] = data(await client.call_tool("recall", {"strategy": "auto", "limit": 1}))
+        assert best["weight"] == 2.0
+        block = data(await client.call_tool("context", {"conversation": "t-1"}))
+        assert "prefers email" in block
+        correction = data(
+            await client.call_tool(
+                "remember", {"text": "node-7 moved to us-east", "supersedes": first["id"]}
+            )
+        )
+        texts = [i["text"] for i in data(await client.call_tool("recall", {"limit": 10}))]
+        assert "node-7 sits in eu-west" not in texts and "node-7 moved to us-east" in texts
+        data(await client.call_tool("forget", {"id": correction["id"]}))
+        texts = [i["text"] for i in data(await client.call_tool("recall", {"limit": 10}))]
+        assert texts == ["the reporter prefers email"]
+
+        data(await client.call_tool("set", {"key": "profile", "value": {"channel": "email"}}))
+        data(await client.call_tool("update", {"key": "profile", "patch": {"tier": "gold"}}))
+        fetched = data(await client.call_tool("fetch", {"key": "profile"}))
+        assert fetched["value"] == {"channel": "email", "tier": "gold"}
+
+        # Bad input is a tool error with the LaserError's message; the server goes on.
+        for name, arguments, message in (
+            ("remember", {"text": ""}, "EmptyBody"),
+            ("remember", {"text": "x", "kind": "gossip"}, "UnknownKind"),
+            ("recall", {"strategy": "graph"}, "InvalidInput"),
+            ("improve", {"id": "not-an-id", "weight": 1.0}, "InvalidId"),
+            ("improve", {"id": first["id"], "weight": 1e12}, "InvalidWeight"),
+            ("remember", {"text": "x", "ttl_seconds": -1}, "InvalidInput"),
+        ):
+            result = await client.call_tool(name, arguments)
+            assert result.is_error, (name, arguments)
+            assert message in result.content[0].text, result.content[0].text
+        assert data(await client.call_tool("recall", {"limit": 1}))
+
+        # The model cannot pick a tenant: everything landed in the server's.
+        await client.call_tool("remember", {"text": "globex secret?", "tenant": "globex"})
+    everywhere = laser.memory("notes")
+    assert await everywhere.recall(tenant="globex") == []
+    assert await everywhere.recall(tenant="") == []
+    assert len(await everywhere.recall(tenant="acme", include_superseded=True)) >= 2
+
+
+async def test_the_cli_serves_mcp_over_stdio(tmp_path):
+    log = f"local://{tmp_path / 'log'}"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "laser_memory.cli", "mcp", "--url", log, "--tenant", "acme"],
+        env={**os.environ},
+    )
+    async with Client(params) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+        data(await client.call_tool("remember", {"text": "remembered over stdio"}))
+        [item] = data(await client.call_tool("recall", {}))
+        assert item["text"] == "remembered over stdio"
+    async with lm.connect(log, create=False) as laser:
+        [item] = await laser.memory("notes").recall(tenant="acme", folded=True)
+        assert item.text == "remembered over stdio"
