@@ -161,9 +161,11 @@ async def test_two_workers_consolidating_at_once_lose_and_double_nothing(
             memory.consolidate(3, summarizer=summarize, prune_summarized=True),
             other.memory("notes").consolidate(3, summarizer=summarize, prune_summarized=True),
         )
-        # Each worker wrote the same records: forgets of the same items and a summary
-        # under one id, so the memory holds one summary and nothing twice.
-        assert reports[0] == reports[1] == lm.ConsolidationReport(summarized=6, pruned=6)
+        # Whichever saw what (the second may see some or all of the first's batch), they
+        # wrote forgets of the same items and a summary under one id: the memory holds one
+        # summary and nothing twice.
+        assert lm.ConsolidationReport(summarized=6, pruned=6) in reports
+        assert all(r.pruned <= 6 and r.summarized in (0, 6) for r in reports)
         left = await memory.recall(strategy="recent", limit=100)
         assert sorted(i.text for i in left) == ["6 turns", "c2 turn 0", "c2 turn 1"]
         assert [i.id for i in left if i.kind is lm.MemoryKind.FACT] == [facts[1], facts[0]]
