@@ -543,14 +543,7 @@ class MemoryHandle:
             raise InvalidInput(f"prune_summarized is True or False, got {prune_summarized!r}")
         call = consolidation.summarizer_call(summarizer) if summarizer is not None else None
         conversation = self._conversation(conversation)
-        where = ItemFilter.build(
-            tenant=tenant,
-            conversation=conversation,
-            agent=agent,
-            user=user,
-            application=application,
-            now_ms=self._laser.clock.now_ms(),
-        )
+        where = self._where(tenant, conversation, agent, user, application)
         info = await self._topic_info()
         if info is None:
             return ConsolidationReport()
@@ -828,15 +821,8 @@ class MemoryHandle:
             raise InvalidInput("exclude is a list of memory ids")
         excluded = frozenset(MemoryId.parse(item).bytes for item in exclude)
         conversation = self._conversation(conversation)
-        where = ItemFilter.build(
-            tenant=tenant,
-            conversation=conversation,
-            agent=agent,
-            user=user,
-            application=application,
-            kind=kind,
-            now_ms=self._laser.clock.now_ms(),
-            include_superseded=include_superseded,
+        where = self._where(
+            tenant, conversation, agent, user, application, kind, include_superseded
         )
         # Embed the query only once every argument has been checked.
         query_vector = None
@@ -930,6 +916,28 @@ class MemoryHandle:
                 f"on conversation {conversation!r}"
             )
         return self.conversation
+
+    def _where(
+        self,
+        tenant: str,
+        conversation: str | None,
+        agent: str | None,
+        user: str | None,
+        application: str | None,
+        kind: str | MemoryKind | None = None,
+        include_superseded: bool = False,
+    ) -> ItemFilter:
+        """What a read of this handle may see, now (expired remembers left out)."""
+        return ItemFilter.build(
+            tenant=tenant,
+            conversation=conversation,
+            agent=agent,
+            user=user,
+            application=application,
+            kind=kind,
+            now_ms=self._laser.clock.now_ms(),
+            include_superseded=include_superseded,
+        )
 
     def _tenant(self, tenant: str | None) -> str:
         return resolve_tenant(self.tenant, tenant)
