@@ -184,7 +184,14 @@ def named_history(records: list[LoggedRecord], key: str, *, tenant: str = "") ->
         and logged.record.scope.tenant == tenant
     ]
     mine.sort(key=lambda logged: (logged.log_record.partition, logged.log_record.offset))
-    return [history_entry(logged.record, logged.log_record, i + 1) for i, logged in enumerate(mine)]
+    out: list[HistoryEntry] = []
+    for logged in mine:
+        record = logged.record
+        # A conditional remove the item had moved past changed nothing, as in the fold.
+        if isinstance(record, NamedRemove) and record.if_version not in (None, len(out)):
+            continue
+        out.append(history_entry(record, logged.log_record, len(out) + 1))
+    return out
 
 
 class MemorySnapshot:

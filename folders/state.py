@@ -103,6 +103,7 @@ __all__ = [
     "decode_for_fold",
     "history_entry",
     "kept",
+    "named_unchanged",
     "remembered_entry",
     "sort_key",
     "source_of",
@@ -255,6 +256,11 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         return record
     if isinstance(record, NamedSet | NamedPatch | NamedRemove):
         validate_name(record.key, "named item key")
+        if kind is NamedSet:
+            _check_named_index(record)
+        elif kind is NamedRemove and record.if_version is not None:
+            if not 1 <= record.if_version < 1 << 63:
+                raise RecordDecodeError("named.remove.if_version must be from 1 to 2**63-1")
     elif len(record.target) != 16:  # Feedback, Forget, Embedded
         MemoryId(record.target)  # raises InvalidId, saying why
     if isinstance(record, Embedded):
@@ -289,6 +295,28 @@ def _check_embedded(record: Embedded) -> None:
     if not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 * 65536:
         raise RecordDecodeError("embedded.embedding must be 1 to 65536 float32 values")
     _check_label(record.embedder, "embedded.embedder")
+
+
+#: At most this many search paths, and this many bytes of vectors, on one named set.
+MAX_NAMED_PATHS = 64
+MAX_NAMED_VECTOR_BYTES = 4 << 20
+
+
+def _check_named_index(record: NamedSet) -> None:
+    if record.index is not None:
+        if len(record.index) > MAX_NAMED_PATHS:
+            raise RecordDecodeError(f"named.set.index lists over {MAX_NAMED_PATHS} paths")
+        for path in record.index:
+            validate_name(path, "named.set.index path")
+    if record.vectors is not None:
+        if len(record.vectors) % 4 or len(record.vectors) > MAX_NAMED_VECTOR_BYTES:
+            raise RecordDecodeError(
+                f"named.set.vectors must be float32 values, at most {MAX_NAMED_VECTOR_BYTES} bytes"
+            )
+        if record.embedder is None:
+            raise RecordDecodeError("named.set.vectors came without the embedder's label")
+    if record.embedder is not None:
+        _check_label(record.embedder, "named.set.embedder")
 
 
 def _check_label(label: str, what: str) -> None:
@@ -523,23 +551,44 @@ def _kills(forget: SortKey, remember: SortKey) -> bool:
 
 
 class NamedState(msgspec.Struct, array_like=True):
-    """A named item after some writes: body (None once removed), version, last write."""
+    """A named item after some writes: body (None once removed), version, last write,
+    its key, when its current life began (the first set after none or a removal), and
+    the search paths and vectors of its last set (kept by patches)."""
 
     body: bytes | None
     version: int
     key: SortKey
     source: Source
+    name: str = ""
+    created_ms: int = 0
+    index: tuple[str, ...] | None = None
+    vectors: bytes | None = None
+    embedder: str | None = None
 
-    def to_item(self, name: str) -> NamedItem | None:
+    def to_item(self, name: str | None = None) -> NamedItem | None:
         if self.body is None:
             return None
         return NamedItem(
-            key=name,
+            key=self.name if name is None else name,
             body=self.body,
             version=self.version,
             source=self.source,
             append_time_ms=self.key[0],
+            created_ms=self.created_ms,
+            index=self.index,
+            vectors=self.vectors,
+            embedder=self.embedder,
         )
+
+
+def named_unchanged(previous: NamedState | None, record: MemoryRecord) -> bool:
+    """Whether a record leaves a named item as it is: a conditional remove of a version
+    the item is no longer at (or never was)."""
+    return (
+        type(record) is NamedRemove
+        and record.if_version is not None
+        and (previous is None or previous.version != record.if_version)
+    )
 
 
 def apply_named(
@@ -548,10 +597,16 @@ def apply_named(
     key: SortKey,
     source: Source,
 ) -> NamedState:
-    """The named item after one more write."""
+    """The named item after one more write (see `named_unchanged` first)."""
+    live = previous is not None and previous.body is not None
+    created = previous.created_ms if live else key[0]
+    index = previous.index if live else None
+    vectors = previous.vectors if live else None
+    embedder = previous.embedder if live else None
     body: bytes | None
     if isinstance(record, NamedSet):
         body = record.body
+        index, vectors, embedder = record.index, record.vectors, record.embedder
     elif isinstance(record, NamedPatch):
         body = apply_patch_bytes(previous.body if previous else None, record.patch)
         if len(body) > MAX_NAMED_BODY_BYTES:
@@ -561,7 +616,18 @@ def apply_named(
             )
     else:
         body = None
-    return NamedState(body, (previous.version if previous else 0) + 1, key, source)
+        index = vectors = embedder = None
+    return NamedState(
+        body,
+        (previous.version if previous else 0) + 1,
+        key,
+        source,
+        record.key,
+        created,
+        index,
+        vectors,
+        embedder,
+    )
 
 
 def source_of(record: MemoryRecord, log_record: LogRecord, generation: str) -> Source:
@@ -615,7 +681,11 @@ class MemoryState:
             tenant = record.scope.tenant
             if isinstance(record, NamedSet | NamedPatch | NamedRemove):
                 slot = (tenant, record.key)
-                named = apply_named(self._named.get(slot), record, key, source)
+                previous = self._named.get(slot)
+                if named_unchanged(previous, record):
+                    self.applied += 1
+                    return
+                named = apply_named(previous, record, key, source)
         except Exception as exc:
             self.set_aside.append(
                 SetAside(log_record.position, log_record.append_time_ms, _reason(exc))
@@ -838,6 +908,17 @@ class MemoryState:
         """A named item's current value, or None when it was never set or was removed."""
         named = self._named.get((tenant, key))
         return named.to_item(key) if named is not None else None
+
+    def named_items(self, *, tenant: str = "", prefix: str = "") -> list[NamedItem]:
+        """The tenant's present named items whose key starts with ``prefix``, by key."""
+        out = []
+        for (owner, name), named in self._named.items():
+            if owner == tenant and name.startswith(prefix):
+                item = named.to_item(name)
+                if item is not None:
+                    out.append(item)
+        out.sort(key=lambda item: item.key)
+        return out
 
 
 def remembered_entry(remembered: Remembered) -> HistoryEntry:

@@ -97,6 +97,7 @@ from .state import (
     history_entry,
     index_entry,
     kept,
+    named_unchanged,
     remembered_entry,
     source_of,
 )
@@ -104,7 +105,7 @@ from .state import (
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
-VIEW_FORMAT = 5
+VIEW_FORMAT = 6
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "changes")
 # Keys of meta that say how a folder got here, not what the view holds.
@@ -514,6 +515,8 @@ class MemoryView:
                 else:
                     raw = txn.get(db_key, db=self._dbs["named"])
                     previous = _named_decoder.decode(raw) if raw is not None else None
+                if named_unchanged(previous, record):
+                    return
                 state = apply_named(previous, record, key, source)
                 entry = _encoder.encode((state, history_entry(record, log_record, state.version)))
             elif is_remember:
@@ -856,6 +859,20 @@ class MemoryView:
             return None
         state = _named_decoder.decode(raw) if version is None else _version_decoder.decode(raw)[0]
         return state.to_item(key)
+
+    def named_items(self, namespace: str, *, tenant: str = "", prefix: str = "") -> list[NamedItem]:
+        """The present named items of a namespace whose key starts with ``prefix``, by
+        key. Reads every named item of the namespace (long keys are digests in the
+        view's keys, so the prefix is checked on the state's own copy of the key)."""
+        out = []
+        with self._read() as txn:
+            cursor = txn.cursor(db=self._dbs["named"])
+            for _, raw in _prefixed(cursor, _scope(tenant, namespace)):
+                state = _named_decoder.decode(raw)
+                if state.body is not None and state.name.startswith(prefix):
+                    out.append(state.to_item())
+        out.sort(key=lambda item: item.key)
+        return out
 
     def named_history(self, namespace: str, key: str, *, tenant: str = "") -> list[HistoryEntry]:
         db_key = _scope(tenant, namespace) + _part(key) + _SEP

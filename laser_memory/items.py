@@ -113,6 +113,13 @@ class NamedItem(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     source: Source
     append_time_ms: int
+    #: When the item's current life began: the first set after none or a removal.
+    created_ms: int = 0
+    #: The JSON paths a search reads (None: a plain named item; ``()``: not searched).
+    index: tuple[str, ...] | None = None
+    #: float32 rows, one per indexed text, and their embedder's label.
+    vectors: bytes | None = None
+    embedder: str | None = None
 
     @property
     def text(self) -> str:

@@ -640,11 +640,28 @@ class MemoryHandle:
             )
         return await self._write_one(record)
 
-    async def remove(self, key: str, *, tenant: str | None = None) -> Receipt:
-        """Remove a named item; removing an absent key succeeds."""
+    async def remove(
+        self, key: str, *, tenant: str | None = None, if_version: int | None = None
+    ) -> Receipt:
+        """Remove a named item; removing an absent key succeeds. With ``if_version=n``
+        the remove applies only if the item is still at version ``n`` when it is
+        folded: a remove decided on what was read never undoes a newer write.
+
+        >>> item = await memory.fetch("draft")                              # doctest: +SKIP
+        >>> await memory.remove("draft", if_version=item.version)           # doctest: +SKIP
+        """
         self._check_publish()
+        if if_version is not None and (
+            isinstance(if_version, bool) or not isinstance(if_version, int) or if_version < 1
+        ):
+            raise InvalidInput(f"if_version counts writes from 1, got {if_version!r}")
         return await self._write_one(
-            NamedRemove(ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key))
+            NamedRemove(
+                ns=self.namespace,
+                scope=self._scope(tenant=tenant),
+                key=validate_key(key),
+                if_version=if_version,
+            )
         )
 
     # -- reads -------------------------------------------------------------------
@@ -698,6 +715,37 @@ class MemoryHandle:
         if view is None:
             return None
         return view.fetch(self.namespace, key, tenant=tenant, version=version)
+
+    async def named(
+        self,
+        prefix: str = "",
+        *,
+        tenant: str | None = None,
+        folded: bool | None = None,
+        after: Receipt | MemoryId | None = None,
+        timeout: float = 10.0,
+    ) -> list[NamedItem]:
+        """Every present named item of the namespace whose key starts with ``prefix``,
+        ordered by key, from the managed view when there is one (``after=receipt``
+        waits for a write), else folded from every partition of the topic. Reads all
+        the namespace's named items: meant for hundreds of thousands, not billions.
+
+        >>> [item.key for item in await memory.named("user:")]   # doctest: +SKIP
+        ['user:1', 'user:2']
+        """
+        if not isinstance(prefix, str):
+            raise InvalidInput(f"prefix is a string, got {type(prefix).__name__}")
+        tenant = self._tenant(tenant)
+        self._check_read()
+        if self._managed(folded):
+            view = await self._laser.view_after(self.topic, after, timeout)
+            if view is None:
+                return []
+            return view.named_items(self.namespace, tenant=tenant, prefix=prefix)
+        if await self._topic_info() is None:
+            return []
+        state = await self._reader.catch_up(None)
+        return state.named_items(tenant=tenant, prefix=prefix)
 
     async def history(
         self, target: MemoryId | str, *, tenant: str | None = None, folded: bool | None = None

@@ -197,10 +197,19 @@ class Retrieved(_Record, tag="retrieved"):
 
 
 class NamedSet(_Record, tag="named.set"):
-    """A named item set to a whole new body."""
+    """A named item set to a whole new body.
+
+    A searchable named item (the LangGraph store's) also names the JSON paths its
+    search text is read from (``index``; ``()``: not searched) and may carry the
+    vectors of those texts, float32 rows one after another, with their embedder's
+    label, so a fold never calls a model. A later patch keeps them; a set replaces them.
+    """
 
     key: str
     body: bytes
+    index: tuple[str, ...] | None = None
+    vectors: bytes | None = None
+    embedder: str | None = None
 
 
 class NamedPatch(_Record, tag="named.patch"):
@@ -212,9 +221,11 @@ class NamedPatch(_Record, tag="named.patch"):
 
 
 class NamedRemove(_Record, tag="named.remove"):
-    """A named item removed."""
+    """A named item removed. With ``if_version``, only if the item is still at that
+    version when the fold reaches this record (a sweep must not remove a newer write)."""
 
     key: str
+    if_version: int | None = None
 
 
 MemoryRecord = (

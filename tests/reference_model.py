@@ -221,11 +221,23 @@ class Model:
         writes = self._named.get((tenant, key), [])
         value: Any = None
         present = False
+        version = 0
         for op, given in writes:
+            if op == "remove_if" and given != version:
+                continue  # the item was no longer at that version: nothing changes
+            version += 1
             if op == "set":
                 value, present = given, True
             elif op == "update":
                 value, present = merge_patch(value if present else None, given), True
             else:
                 value, present = None, False
-        return (value, len(writes)) if present else None
+        return (value, version) if present else None
+
+    def named_items(self, *, tenant: str = "") -> list[tuple[str, Any, int]]:
+        """(key, value, version) of every present named item of a tenant, by key."""
+        out = []
+        for owner, key in sorted(self._named):
+            if owner == tenant and (found := self.fetch(key, tenant=tenant)) is not None:
+                out.append((key, *found))
+        return out

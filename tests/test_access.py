@@ -134,7 +134,7 @@ async def test_a_principal_binds_its_tenant_and_the_connection_default(any_log_u
         memory = laser.memory("notes")
         assert memory.principal == bot and memory.tenant == "acme"
         await memory.remember("acme fact")
-        with pytest.raises(lm.AccessDenied, match="tenant .acme."):
+        with pytest.raises(lm.AccessDenied, match=r"tenant .acme."):
             laser.memory("notes", tenant="globex")
         assert laser.memory("notes", tenant="acme").tenant == "acme"
         mine = laser.memory("notes", principal=Principal("none", tenant="acme"))

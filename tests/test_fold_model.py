@@ -62,7 +62,7 @@ improve_op = st.tuples(
 )
 json_value = st.one_of(st.integers(0, 3), st.sampled_from(["x", "y"]), st.none())
 named_op = st.tuples(
-    st.sampled_from(["set", "update", "remove"]),
+    st.sampled_from(["set", "update", "remove", "remove_if"]),
     st.sampled_from(KEYS),
     st.dictionaries(st.sampled_from(["a", "b", "c"]), json_value, max_size=3),
     st.sampled_from(TENANTS),
@@ -192,6 +192,8 @@ async def _compare(memory: lm.MemoryHandle, model: Model) -> None:
             want = model.fetch(key, tenant=tenant)
             got = await memory.fetch_folded(key, tenant=tenant)
             assert (None if got is None else (got.json(), got.version)) == want, (key, tenant)
+        listed = await memory.named(tenant=tenant, folded=True)
+        assert [(i.key, i.json(), i.version) for i in listed] == model.named_items(tenant=tenant)
 
 
 async def _compare_conversation_first(laser: lm.Laser, namespace: str, model: Model) -> None:
@@ -236,6 +238,11 @@ async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, mode
                     versioned = await managed.fetch(key, tenant=tenant, version=entry.version)
                     snapshot = await managed.as_of({entry.partition: entry.offset + 1})
                     assert versioned == snapshot.fetch(key, tenant=tenant)
+            listed = await managed.named(tenant=tenant)
+            assert listed == await managed.named(tenant=tenant, folded=True)
+            assert [(i.key, i.json(), i.version) for i in listed] == model.named_items(
+                tenant=tenant
+            )
         for mid, _, tenant in ids:
             assert await managed.history(mid, tenant=tenant) == await managed.history(
                 mid, tenant=tenant, folded=True
@@ -337,6 +344,11 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str, clock) ->
             case ("remove", key, _, tenant, writer):
                 await (memory, other_writer)[writer].remove(key, tenant=tenant)
                 model.named("remove", key, None, tenant=tenant)
+            case ("remove_if", key, body, tenant, writer):
+                # A version the item may or may not be at: 1 to 3, from the body's size.
+                version = 1 + len(body)
+                await (memory, other_writer)[writer].remove(key, tenant=tenant, if_version=version)
+                model.named("remove_if", key, version, tenant=tenant)
             case ("clock", step) if clock is not None:
                 clock.step(step)
             case ("recall",):

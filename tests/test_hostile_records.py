@@ -20,6 +20,7 @@ from laser_memory.records import (
     HEADER_VERSION,
     Feedback,
     NamedPatch,
+    NamedRemove,
     NamedSet,
     Remember,
     encode_record,
@@ -87,6 +88,17 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
                 {"embedding": b"\x00\x00\x80?", "embedder": "no slash"},
             )
         ),
+        *(
+            (_outgoing(NamedSet(ns=ns, scope=scope, key="vec", body=b"{}", **bad)), True)
+            for bad in (
+                {"vectors": b"\x00\x00\x80", "embedder": "test/three"},  # not float32s
+                {"vectors": b"\x00\x00\x80?"},  # vectors without their model's label
+                {"vectors": b"\x00\x00\x80?", "embedder": "no slash"},
+                {"index": ("ok", "")},  # an empty path
+                {"index": tuple(f"p{i}" for i in range(65))},  # too many paths
+            )
+        ),
+        (_outgoing(NamedRemove(ns=ns, scope=scope, key="vec", if_version=0)), True),
         (_outgoing(NamedSet(ns=ns, scope=scope, key="deep", body=DEEP)), False),
         (_outgoing(NamedPatch(ns=ns, scope=scope, key="deep", patch=b'{"a":1}')), False),
         (

@@ -70,3 +70,17 @@ def test_package_exposes_the_handle_on_first_use() -> None:
     assert lm.MemoryHandle.__module__ == "laser_memory.memory"
     with pytest.raises(AttributeError):
         _ = lm.no_such_name
+
+
+@pytest.mark.parametrize("module", [*UPPER, "laser_memory", "folders.service"])
+def test_the_core_never_imports_an_integration(module: str) -> None:
+    """LangGraph and the MCP SDK are optional extras: only their integration modules
+    import them."""
+    loaded = _loaded_after_import(module)
+    frameworks = {
+        m
+        for m in loaded
+        if m.split(".")[0] in ("langgraph", "langchain_core", "mcp")
+        or m.startswith("laser_memory.integrations.")
+    }
+    assert not frameworks, f"{module} pulls in {sorted(frameworks)[:5]}"

@@ -99,6 +99,20 @@ EXPECTED_V1 = {
         ns="stream:prod/notes", scope=SCOPE, key="prefs", patch=b'{"a":null,"b":2}'
     ),
     "named-remove": NamedRemove(ns="stream:prod/notes", scope=SCOPE, key="prefs"),
+    # Written when the LangGraph store arrived (fields added with defaults inside
+    # version 1: search paths and vectors of a named set, a conditional remove).
+    "named-set-indexed": NamedSet(
+        ns="langgraph",
+        scope=MemoryScope(tenant="acme"),
+        key="users.u1..prefs",
+        body=b'{"value":{"text":"dark mode"}}',
+        index=("text",),
+        vectors=b"\x00\x00\x80?\x00\x00\x00@",
+        embedder="test/word-hash",
+    ),
+    "named-remove-if-version": NamedRemove(
+        ns="langgraph", scope=MemoryScope(tenant="acme"), key="users.u1..prefs", if_version=3
+    ),
 }
 
 
@@ -126,6 +140,8 @@ def test_round_trip_with_headers(name: str):
         .replace("-seen", "")
         .replace("-embedded", "")
         .replace("-expiring", "")
+        .replace("-indexed", "")
+        .replace("-if-version", "")
         .replace("-", ".")
         .encode()
     )

@@ -1,0 +1,717 @@
+"""A LangGraph store on the memory log: `LaserStore`.
+
+Every ``put`` is a ``named.set`` record and every ``delete`` a ``named.remove`` on the
+handle's memory topic; items come back from the managed view (when the connection has
+one) or from the handle's in-process fold, so a graph's long-term memory is a log you
+can replay and audit like any other. ``search`` with a ``query`` ranks **inside** the
+items the namespace prefix and ``filter`` allow, with the same BM25 and fusion as
+``recall``: by words alone, or with an ``index`` config (``dims``, ``embed``,
+``fields``, as LangGraph defines them) by words and meaning together (hybrid), the
+vectors made once at ``put`` and carried in the record, so a fold never calls a model.
+
+How an item is kept: the named item's key is the namespace labels joined by ``.``,
+then ``..``, then the item's key (labels hold no ``.``, so this is one-to-one); its body
+is the JSON object ``{"value": ..., "ttl": minutes, "expires_at": ms}``.
+
+TTL follows LangGraph's `TTLConfig`: ``put(ttl=minutes)`` (or ``default_ttl``) sets an
+expiry, reads with ``refresh_ttl`` move it (a ``named.patch`` of ``expires_at``), and
+`LaserStore.sweep_ttl` removes what has expired with conditional removes, which never
+undo a newer put. Expired items stay readable until swept unless ``omit_expired``.
+
+Needs the optional extra: ``pip install 'laser-memory[langgraph]'``.
+
+>>> async with laser_memory.connect() as laser:                          # doctest: +SKIP
+...     async with LaserStore(laser.memory("graph"), index={"dims": 64,
+...                           "embed": WordHashEmbedder()}) as store:
+...         await store.aput(("users", "u1"), "prefs", {"text": "likes dark mode"})
+...         graph = builder.compile(store=store)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
+)
+
+from ..embedding import Embedder, cosine_similarities, embed_texts, to_vector
+from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName
+from ..items import NamedItem
+from ..log import Appended
+from ..memory import MemoryHandle
+from ..named import dump_json, load_json, validate_key
+from ..records import NamedPatch, NamedRemove, NamedSet
+from ..scoring import TermStatistics, bm25
+from ..terms import term_counts, terms
+from ..text_ranking import Columns, rank_by_text
+
+__all__ = ["LaserStore"]
+
+_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+_MINUTE_MS = 60_000
+
+
+def _item_key(namespace: tuple[str, ...], key: str) -> str:
+    return ".".join(namespace) + ".." + key
+
+
+def _split_key(name: str) -> tuple[tuple[str, ...], str]:
+    joined, _, key = name.partition("..")
+    return tuple(joined.split(".")), key
+
+
+def _prefix_key(namespace: tuple[str, ...]) -> str:
+    return ".".join(namespace) + "." if namespace else ""
+
+
+def _when(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+class _Stored:
+    """One item as the store reads it from a named item."""
+
+    __slots__ = ("expires_at", "item", "key", "named", "namespace", "ttl", "value")
+
+    def __init__(self, named: NamedItem, envelope: dict[str, Any]) -> None:
+        self.named = named
+        self.namespace, self.key = _split_key(named.key)
+        self.value: dict[str, Any] = envelope["value"]
+        self.ttl: float | None = envelope.get("ttl")
+        self.expires_at: int | None = envelope.get("expires_at")
+
+    def to_item(self, score: float | None = None, *, searched: bool = False) -> Item:
+        fields = {
+            "namespace": self.namespace,
+            "key": self.key,
+            "value": self.value,
+            "created_at": _when(self.named.created_ms or self.named.append_time_ms),
+            "updated_at": _when(self.named.append_time_ms),
+        }
+        return SearchItem(**fields, score=score) if searched else Item(**fields)
+
+
+def _read(named: NamedItem) -> _Stored | None:
+    """The item a named item holds; None for one that is not the store's (a bare
+    ``expires_at`` left by a refresh that raced a delete, or a body of another shape)."""
+    try:
+        envelope = load_json(named.body)
+    except InvalidBody:
+        return None
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("value"), dict):
+        return None
+    return _Stored(named, envelope)
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+    """LangGraph's filter rules: equal values, nested objects field by field, or
+    operators ($eq, $ne, $gt, $gte, $lt, $lte); an order operator on a value that is no
+    number is no match."""
+    if isinstance(wanted, dict):
+        if any(isinstance(k, str) and k.startswith("$") for k in wanted):
+            return all(_operator(value, op, operand) for op, operand in wanted.items())
+        return isinstance(value, dict) and all(_matches(value.get(k), v) for k, v in wanted.items())
+    return value == wanted
+
+
+def _operator(value: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return value == operand
+    if op == "$ne":
+        return value != operand
+    try:
+        left, right = float(value), float(operand)
+    except (TypeError, ValueError):
+        return False
+    if op == "$gt":
+        return left > right
+    if op == "$gte":
+        return left >= right
+    if op == "$lt":
+        return left < right
+    return left <= right
+
+
+def _check_filter(wanted: Any, path: str = "filter") -> None:
+    if isinstance(wanted, dict):
+        for k, v in wanted.items():
+            if isinstance(k, str) and k.startswith("$") and k not in _OPERATORS:
+                raise InvalidInput(
+                    f"{path} uses the operator {k!r}; LangGraph filters know "
+                    f"{', '.join(_OPERATORS)}"
+                )
+            _check_filter(v, f"{path}.{k}")
+
+
+def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
+    if condition.match_type not in ("prefix", "suffix"):
+        raise InvalidInput(f"match_type is 'prefix' or 'suffix', got {condition.match_type!r}")
+    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
+
+
+class _LangChainEmbedder:
+    """A LangChain `Embeddings` as an `Embedder`, so its vectors are checked (shape,
+    finite values) like every other model's before anything is written."""
+
+    def __init__(self, embeddings: Embeddings, label: str, dimensions: int, *, query: bool):
+        self.label = label
+        self.dimensions = dimensions
+        self._embeddings = embeddings
+        self._query = query
+
+    async def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
+        if self._query:
+            return [await self._embeddings.aembed_query(text) for text in texts]
+        return await self._embeddings.aembed_documents(list(texts))
+
+
+class _LaserEmbeddings(Embeddings):
+    """A laser-memory `Embedder` (`WordHashEmbedder`, `MiniLMEmbedder`) given as
+    ``index["embed"]``: LangGraph sees `Embeddings`."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise ConfigError("LaserStore embeds on the event loop; this is never called")
+
+    def embed_query(self, text: str) -> list[float]:
+        raise ConfigError("LaserStore embeds on the event loop; this is never called")
+
+
+def _label_of(embed: Any, dims: int) -> str:
+    if isinstance(embed, Embedder):
+        return embed.label
+    if isinstance(embed, str):
+        return f"langgraph/{embed}"
+    name = getattr(embed, "model", None) or getattr(embed, "model_name", None)
+    kind = getattr(embed, "__qualname__", None) or type(embed).__qualname__
+    return f"langgraph/{kind}{':' + str(name) if name else ''}:{dims}"
+
+
+class LaserStore(BaseStore):
+    """A LangGraph `BaseStore` whose puts and deletes are records on a memory topic.
+
+    ``memory`` is the handle whose namespace (and tenant, principal, governor) the store
+    writes and reads. ``index`` is LangGraph's `IndexConfig` (``dims``, ``embed``,
+    ``fields``; ``embed`` may also be a laser-memory `Embedder`); ``label`` names the
+    model in the records (default: the embedder's label, or one made from ``embed``).
+    ``ttl`` is LangGraph's `TTLConfig`. ``folded=True`` reads the in-process fold even
+    when the connection has a managed view; ``timeout`` bounds the wait for the view to
+    show the store's own writes.
+
+    Async first: use it inside the event loop of its connection (``async with``).
+    The sync methods LangGraph gives every store (``put``, ``get``, ``search``...) work
+    from other threads, such as the worker threads of a sync graph, and run on that
+    loop; called on the loop's own thread they raise `ConfigError` instead of
+    deadlocking.
+
+    >>> async with LaserStore(laser.memory("graph")) as store:        # doctest: +SKIP
+    ...     await store.aput(("users", "u1"), "prefs", {"theme": "dark"})
+    ...     (await store.aget(("users", "u1"), "prefs")).value
+    {'theme': 'dark'}
+    """
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        memory: MemoryHandle,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        label: str | None = None,
+        folded: bool | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(memory, MemoryHandle):
+            raise ConfigError(
+                f"LaserStore takes a memory handle (laser.memory(...)), got {type(memory).__name__}"
+            )
+        self._memory = memory
+        self._folded = folded
+        self._timeout = timeout
+        self.ttl_config = ttl
+        self._loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self._loop = asyncio.get_running_loop()
+        # Receipts of this store's writes not yet known to be in the view, by partition.
+        self._unseen: dict[int, Appended] = {}
+        self._sweeper: asyncio.Task | None = None
+        self._check_ttl_config(ttl)
+        self.index_config: IndexConfig | None = None
+        self._fields: list[str] = ["$"]
+        self._documents: _LangChainEmbedder | None = None
+        self._queries: _LangChainEmbedder | None = None
+        if index is not None:
+            self._configure_index(index, label)
+
+    # -- configuration -------------------------------------------------------------
+
+    @staticmethod
+    def _check_ttl_config(ttl: TTLConfig | None) -> None:
+        if ttl is None:
+            return
+        unknown = set(ttl) - {
+            "refresh_on_read",
+            "omit_expired",
+            "default_ttl",
+            "sweep_interval_minutes",
+        }
+        if unknown:
+            raise ConfigError(f"ttl has unknown settings {sorted(unknown)}")
+        for name in ("default_ttl", "sweep_interval_minutes"):
+            value = ttl.get(name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+            ):
+                raise ConfigError(f"ttl {name} is a number of minutes above 0, got {value!r}")
+
+    def _configure_index(self, index: IndexConfig, label: str | None) -> None:
+        dims = index.get("dims")
+        if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= 65536:
+            raise ConfigError(f"index dims is the vectors' length (1 to 65536), got {dims!r}")
+        embed = index.get("embed")
+        if embed is None:
+            raise ConfigError("index needs embed: an Embeddings, a function, or a provider name")
+        fields = index.get("fields") or ["$"]
+        if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
+            raise ConfigError(f"index fields is a list of JSON paths, got {fields!r}")
+        for field in fields:
+            tokenize_path(field)
+        if isinstance(embed, Embedder):
+            if embed.dimensions != dims:
+                raise ConfigError(
+                    f"index dims is {dims} but the embedder {embed.label} makes "
+                    f"{embed.dimensions}-d vectors"
+                )
+            embeddings: Embeddings = _LaserEmbeddings(embed)
+        else:
+            try:
+                embeddings = ensure_embeddings(embed)
+            except Exception as exc:
+                raise ConfigError(f"index embed cannot be used: {exc}") from None
+        name = label if label is not None else _label_of(embed, dims)
+        if "/" not in name or len(name.encode()) > 255 or "\x00" in name:
+            raise ConfigError(f"label {name!r} is no '<provider>/<model>' of at most 255 bytes")
+        self.index_config = {**index, "fields": list(fields)}
+        self.embeddings = embeddings
+        self._fields = list(fields)
+        if isinstance(embeddings, _LaserEmbeddings):
+            self._documents = self._queries = embeddings.embedder  # type: ignore[assignment]
+        else:
+            self._documents = _LangChainEmbedder(embeddings, name, dims, query=False)
+            self._queries = _LangChainEmbedder(embeddings, name, dims, query=True)
+        self._label = name
+        self._dims = dims
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> LaserStore:
+        self._bind_loop()
+        interval = (self.ttl_config or {}).get("sweep_interval_minutes")
+        if interval:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_every(interval))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop_ttl_sweeper()
+
+    async def _sweep_every(self, minutes: float) -> None:
+        while True:
+            await asyncio.sleep(minutes * 60)
+            await self.sweep_ttl()
+
+    async def stop_ttl_sweeper(self) -> bool:
+        """Stop the sweeper ``async with`` started (with ``sweep_interval_minutes``);
+        True if one was running. Safe to call twice."""
+        task, self._sweeper = self._sweeper, None
+        if task is None:
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return True
+
+    def _bind_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise ConfigError(
+                "this LaserStore belongs to another event loop (that of its connection); "
+                "use it there, or from other threads through its sync methods"
+            )
+
+    # -- the two entry points LangGraph calls ------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` on the store's event loop from another thread (see the class)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            raise ConfigError(
+                "LaserStore has no running event loop yet: create it (or enter it with "
+                "'async with') inside the loop of its connection before sync calls"
+            )
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise ConfigError(
+                "a sync LaserStore call on its own event loop would deadlock; await the "
+                "async twin instead (store.aput, store.aget, store.asearch, graph.ainvoke)"
+            )
+        return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops``: every read sees the store as it was before this batch's writes,
+        and the writes (puts, deletes, TTL refreshes) go on the log as one batch."""
+        self._bind_loop()
+        ops = list(ops)
+        for op in ops:
+            if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
+                raise InvalidInput(f"unknown store operation {type(op).__name__}")
+            validate_op_namespace(op)
+            if isinstance(op, SearchOp):
+                _check_filter(op.filter)
+                self._check_page(op.limit, op.offset)
+            elif isinstance(op, ListNamespacesOp):
+                self._check_page(op.limit, op.offset)
+        # Puts are checked (and embedded) before anything is read or written: a bad put
+        # writes nothing of the batch.
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for op in ops:
+            if isinstance(op, PutOp):
+                puts[(tuple(op.namespace), op.key)] = op
+        writes = await self._put_records(list(puts.values()))
+        results: list[Result] = []
+        refresh: dict[str, _Stored] = {}
+        if any(not isinstance(op, PutOp) for op in ops):
+            await self._caught_up()
+            now = self._memory._laser.clock.now_ms()
+            listing: list[_Stored] | None = None
+            for op in ops:
+                if isinstance(op, PutOp):
+                    results.append(None)
+                elif isinstance(op, GetOp):
+                    stored = await self._get(op, now)
+                    if stored is not None and op.refresh_ttl:
+                        refresh[stored.named.key] = stored
+                    results.append(stored.to_item() if stored is not None else None)
+                else:
+                    if listing is None:
+                        listing = await self._all(now)
+                    if isinstance(op, SearchOp):
+                        found = await self._search(op, listing)
+                        if op.refresh_ttl:
+                            refresh.update((s.named.key, s) for s, _ in found)
+                        results.append([s.to_item(score, searched=True) for s, score in found])
+                    else:
+                        results.append(self._namespaces(op, listing))
+        else:
+            results = [None] * len(ops)
+        await self._write([*self._refreshes(refresh.values(), puts), *writes])
+        return results
+
+    @staticmethod
+    def _check_page(limit: Any, offset: Any) -> None:
+        for name, value in (("limit", limit), ("offset", offset)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(f"{name} is a whole number, 0 or more, got {value!r}")
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def _put_records(self, puts: list[PutOp]) -> list[NamedSet | NamedRemove]:
+        memory = self._memory
+        now = memory._laser.clock.now_ms()
+        records: list[NamedSet | NamedRemove] = []
+        texts: list[str] = []
+        spans: list[tuple[int, int]] = []
+        bodies: list[tuple[PutOp, str, bytes, tuple[str, ...]]] = []
+        for op in puts:
+            name = self._name(op.namespace, op.key)
+            if op.value is None:
+                bodies.append((op, name, b"", ()))
+                continue
+            if not isinstance(op.value, Mapping):
+                raise InvalidBody(
+                    f"a store value is a JSON object (a dict), got {type(op.value).__name__}"
+                )
+            value = dict(op.value)
+            envelope: dict[str, Any] = {"value": value}
+            if op.ttl is not None:
+                if (
+                    isinstance(op.ttl, bool)
+                    or not isinstance(op.ttl, int | float)
+                    or not (op.ttl > 0 and math.isfinite(op.ttl))
+                ):
+                    raise InvalidInput(f"ttl is a number of minutes above 0, got {op.ttl!r}")
+                envelope["ttl"] = op.ttl
+                envelope["expires_at"] = now + round(op.ttl * _MINUTE_MS)
+            body = memory._check_body(dump_json(envelope, "the store value"))
+            paths = self._paths(op)
+            start = len(texts)
+            if self._documents is not None:
+                for path in paths:
+                    texts.extend(get_text_at_path(value, path))
+            spans.append((start, len(texts)))
+            bodies.append((op, name, body, paths))
+        vectors = (
+            await embed_texts(self._documents, texts)
+            if texts and self._documents is not None
+            else np.zeros((0, 0), dtype=np.float32)
+        )
+        scope = memory._scope()
+        spans_iter = iter(spans)
+        for op, name, body, paths in bodies:
+            if op.value is None:
+                records.append(NamedRemove(ns=memory.namespace, scope=scope, key=name))
+                continue
+            start, end = next(spans_iter)
+            rows = vectors[start:end]
+            records.append(
+                NamedSet(
+                    ns=memory.namespace,
+                    scope=scope,
+                    key=name,
+                    body=body,
+                    index=paths,
+                    vectors=rows.astype("<f4").tobytes() if len(rows) else None,
+                    embedder=self._label if len(rows) else None,
+                )
+            )
+        return records
+
+    def _paths(self, op: PutOp) -> tuple[str, ...]:
+        if op.index is False:
+            return ()
+        if op.index is None:
+            return tuple(self._fields)
+        if isinstance(op.index, str) or not all(isinstance(p, str) and p for p in op.index):
+            raise InvalidInput(f"index is False or a list of JSON paths, got {op.index!r}")
+        for path in op.index:
+            tokenize_path(path)
+        return tuple(op.index)
+
+    def _name(self, namespace: tuple[str, ...], key: Any) -> str:
+        if not namespace:
+            raise InvalidName("a store namespace has at least one label")
+        if not isinstance(key, str):
+            raise InvalidName(f"a store key is a string, got {type(key).__name__}")
+        try:
+            return validate_key(_item_key(tuple(namespace), key))
+        except InvalidName as exc:
+            raise InvalidName(
+                f"namespace {tuple(namespace)!r} with key {key[:80]!r} cannot be stored: {exc}"
+            ) from None
+
+    def _refreshes(
+        self, found: Iterable[_Stored], puts: Mapping[tuple[tuple[str, ...], str], PutOp]
+    ) -> list[NamedPatch]:
+        """A patch of ``expires_at`` per item read that has a ttl (not those this batch
+        puts anew: the put sets its own expiry)."""
+        memory = self._memory
+        now = memory._laser.clock.now_ms()
+        out = []
+        for stored in found:
+            if stored.ttl is None or (stored.namespace, stored.key) in puts:
+                continue
+            patch = dump_json({"expires_at": now + round(stored.ttl * _MINUTE_MS)})
+            out.append(
+                NamedPatch(
+                    ns=memory.namespace, scope=memory._scope(), key=stored.named.key, patch=patch
+                )
+            )
+        return out
+
+    async def _write(self, records: Sequence[NamedSet | NamedRemove | NamedPatch]) -> None:
+        if not records:
+            return
+        receipts = await self._memory._write(records)
+        for receipt in receipts:
+            self._unseen[receipt.partition] = receipt
+
+    async def sweep_ttl(self) -> int:
+        """Remove every item whose TTL has passed; the number removed. Each remove is
+        conditional on the version read, so a put or refresh that lands first wins."""
+        self._bind_loop()
+        await self._caught_up()
+        now = self._memory._laser.clock.now_ms()
+        memory = self._memory
+        expired = [
+            s for s in await self._all(None) if s.expires_at is not None and s.expires_at <= now
+        ]
+        await self._write(
+            [
+                NamedRemove(
+                    ns=memory.namespace,
+                    scope=memory._scope(),
+                    key=s.named.key,
+                    if_version=s.named.version,
+                )
+                for s in expired
+            ]
+        )
+        return len(expired)
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def _caught_up(self) -> None:
+        """Wait until the managed view shows this store's writes (read your writes);
+        the in-process fold reads to the end of the log anyway."""
+        if not self._managed():
+            self._unseen.clear()
+            return
+        memory = self._memory
+        for partition, receipt in list(self._unseen.items()):
+            await memory._laser.view_after(memory.topic, receipt, self._timeout)
+            if self._unseen.get(partition) is receipt:
+                del self._unseen[partition]
+
+    def _managed(self) -> bool:
+        return self._memory._managed(self._folded)
+
+    def _alive(self, stored: _Stored | None, now: int | None) -> bool:
+        if stored is None:
+            return False
+        if now is None or not (self.ttl_config or {}).get("omit_expired"):
+            return True
+        return stored.expires_at is None or stored.expires_at > now
+
+    async def _get(self, op: GetOp, now: int) -> _Stored | None:
+        name = self._name(op.namespace, op.key)
+        named = await self._memory.fetch(name, folded=not self._managed(), timeout=self._timeout)
+        stored = _read(named) if named is not None else None
+        return stored if self._alive(stored, now) else None
+
+    async def _all(self, now: int | None) -> list[_Stored]:
+        named = await self._memory.named(folded=not self._managed(), timeout=self._timeout)
+        out = []
+        for one in named:
+            stored = _read(one)
+            if self._alive(stored, now):
+                out.append(stored)
+        return out
+
+    async def _search(
+        self, op: SearchOp, listing: list[_Stored]
+    ) -> list[tuple[_Stored, float | None]]:
+        prefix = _prefix_key(tuple(op.namespace_prefix))
+        candidates = [s for s in listing if s.named.key.startswith(prefix)]
+        if op.filter:
+            candidates = [
+                s
+                for s in candidates
+                if all(_matches(s.value.get(k), v) for k, v in op.filter.items())
+            ]
+        # Newest first (the order without a query, and among equal scores).
+        candidates.sort(
+            key=lambda s: (s.named.append_time_ms, s.named.source.partition, s.named.source.offset),
+            reverse=True,
+        )
+        wanted = op.offset + op.limit
+        if not (op.query and op.query.strip()) or not candidates:
+            return [(s, None) for s in candidates[op.offset : wanted]]
+        ranked = await self._rank(op.query, candidates, wanted)
+        chosen = {id(s) for s, _ in ranked}
+        # Items the query scores nothing for (not indexed, no shared word, no vector of
+        # this model) follow, newest first, so a search never returns fewer items than
+        # the namespace holds.
+        rest = [(s, None) for s in candidates if id(s) not in chosen]
+        return [*ranked, *rest][op.offset : wanted]
+
+    async def _rank(
+        self, query: str, candidates: list[_Stored], limit: int
+    ) -> list[tuple[_Stored, float]]:
+        query_terms = terms(query)
+        documents = []
+        for s in candidates:
+            texts = [t for path in s.named.index or () for t in get_text_at_path(s.value, path)]
+            documents.append(term_counts("\n".join(texts).encode("utf-8", "surrogatepass")))
+        stats = TermStatistics.of(documents, query_terms)
+        keyword = bm25(query_terms, documents, stats)
+        semantic = has_vector = None
+        if self._queries is not None:
+            q = (await embed_texts(self._queries, [query]))[0]
+            semantic = np.zeros(len(candidates), dtype=np.float64)
+            has_vector = np.zeros(len(candidates), dtype=bool)
+            for row, s in enumerate(candidates):
+                raw = s.named.vectors
+                if s.named.embedder != self._label or not raw or len(raw) % (4 * self._dims):
+                    continue
+                matrix = to_vector(raw).reshape(-1, self._dims)
+                # One vector per indexed text: the item is as near as its nearest text.
+                semantic[row] = float(cosine_similarities(q, matrix).max())
+                has_vector[row] = True
+        n = len(candidates)
+        columns = Columns(
+            keyword=keyword,
+            semantic=semantic,
+            has_vector=has_vector,
+            weight=np.zeros(n),
+            time=np.array([s.named.append_time_ms for s in candidates], dtype=np.int64),
+            partition=np.array([s.named.source.partition for s in candidates], dtype=np.int64),
+            offset=np.array([s.named.source.offset for s in candidates], dtype=np.int64),
+            before=np.full(n, -1, dtype=np.int64),
+            after=np.full(n, -1, dtype=np.int64),
+            alive=np.ones(n, dtype=bool),
+            allowed=np.ones(n, dtype=bool),
+        )
+        ranked = rank_by_text(
+            columns, hybrid=semantic is not None, min_similarity=None, limit=limit
+        )
+        return [(candidates[r.row], r.score) for r in ranked]
+
+    @staticmethod
+    def _namespaces(op: ListNamespacesOp, listing: list[_Stored]) -> list[tuple[str, ...]]:
+        found = {s.namespace for s in listing}
+        for condition in op.match_conditions or ():
+            found = {ns for ns in found if _namespace_matches(condition, ns)}
+        if op.max_depth is not None:
+            if (
+                isinstance(op.max_depth, bool)
+                or not isinstance(op.max_depth, int)
+                or op.max_depth < 1
+            ):
+                raise InvalidInput(f"max_depth is a whole number above 0, got {op.max_depth!r}")
+            found = {ns[: op.max_depth] for ns in found}
+        return sorted(found)[op.offset : op.offset + op.limit]
+
+    def __del__(self) -> None:
+        sweeper = getattr(self, "_sweeper", None)
+        if sweeper is not None and not sweeper.done():
+            warnings.warn(
+                "LaserStore was not closed: its TTL sweeper was still running; use "
+                "'async with LaserStore(...)'",
+                ResourceWarning,
+                stacklevel=1,
+            )

@@ -1,0 +1,724 @@
+"""`LaserStore`, the LangGraph store on the memory log, tried as LangGraph's own stores
+are: get/put/delete, batches, search with filters and pages, namespace listing, vector
+search with field selection, TTL; then in a compiled graph, sync and async. Every test
+runs over both logs, reading the in-process fold and the managed view (a folder runs
+beside the test)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import Embeddings
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    PutOp,
+    SearchOp,
+)
+from typing_extensions import TypedDict
+
+import laser_memory as lm
+from folders.service import ViewFolder
+from laser_memory.clock import SteppedClock
+from laser_memory.embedding import WordHashEmbedder
+from laser_memory.integrations.langgraph import LaserStore
+
+MINUTE = 60_000
+
+
+class TrigramEmbeddings(Embeddings):
+    """Letter trigrams hashed into buckets, L2-normalised: texts that share letters
+    are near, in every process, with no model."""
+
+    def __init__(self, dims: int = 128) -> None:
+        self.dims = dims
+        self.calls = 0
+
+    def _one(self, text: str) -> list[float]:
+        vector = np.zeros(self.dims)
+        padded = f"  {text.lower()}  "
+        for i in range(len(padded) - 2):
+            digest = hashlib.blake2b(padded[i : i + 3].encode(), digest_size=4).digest()
+            vector[int.from_bytes(digest, "big") % self.dims] += 1.0
+        norm = np.linalg.norm(vector)
+        return (vector / norm if norm else vector).tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        return [self._one(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._one(text)
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(params=["folded", "managed"])
+async def memory(request, laser: lm.Laser, tmp_path: Path) -> AsyncIterator[lm.MemoryHandle]:
+    """A fresh namespace's handle: reading the in-process fold, or the managed view that
+    a folder keeps beside the test."""
+    namespace = f"lg-{uuid.uuid4().hex[:8]}"
+    if request.param == "folded":
+        yield laser.memory(namespace)
+        return
+    path = tmp_path / "view"
+    await ViewFolder(laser.log, laser.memory_topic_name, path).run(until_caught_up=True)
+    folder = asyncio.get_running_loop().create_task(
+        ViewFolder(laser.log, laser.memory_topic_name, path).run()
+    )
+    reader = lm.Laser(laser.log, stream=laser.stream, view=path, clock=laser.clock)
+    try:
+        yield reader.memory(namespace)
+    finally:
+        folder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await folder
+        reader.managed_view().close()
+
+
+@pytest.fixture
+def clock() -> SteppedClock:
+    return SteppedClock()
+
+
+def with_clock(memory: lm.MemoryHandle, clock: SteppedClock) -> lm.MemoryHandle:
+    """The same namespace, log and view, on a connection whose clock the test moves."""
+    laser = memory._laser
+    stepped = lm.Laser(laser.log, stream=laser.stream, view=laser.view_path, clock=clock)
+    return stepped.memory(memory.namespace)
+
+
+def vector_store(memory: lm.MemoryHandle, fields: list[str] | None = None, **kw) -> LaserStore:
+    index: dict[str, Any] = {"dims": 128, "embed": TrigramEmbeddings()}
+    if fields is not None:
+        index["fields"] = fields
+    return LaserStore(memory, index=index, **kw)
+
+
+# -- get, put, delete, batches ------------------------------------------------------------
+
+
+async def test_put_get_update_delete(memory):
+    store = LaserStore(memory)
+    ns = ("test", "documents")
+    await store.aput(ns, "doc1", {"title": "Test Document", "content": "Hello"})
+    item = await store.aget(ns, "doc1")
+    assert isinstance(item, Item)
+    assert (item.namespace, item.key, item.value) == (
+        ns,
+        "doc1",
+        {"title": "Test Document", "content": "Hello"},
+    )
+    assert item.created_at == item.updated_at
+
+    await asyncio.sleep(0.005)
+    await store.aput(ns, "doc1", {"title": "Updated"})
+    updated = await store.aget(ns, "doc1")
+    assert updated.value == {"title": "Updated"}
+    # An update keeps when the item was created and moves when it was updated.
+    assert updated.created_at == item.created_at
+    assert updated.updated_at > item.updated_at
+
+    assert await store.aget(("test", "other"), "doc1") is None
+    assert await store.aget(("test",), "doc1") is None
+    await store.adelete(ns, "doc1")
+    assert await store.aget(ns, "doc1") is None
+    await store.adelete(ns, "never-there")  # deleting an absent key succeeds
+
+    # Created anew after a delete: a new life, a new created_at.
+    await asyncio.sleep(0.005)
+    await store.aput(ns, "doc1", {"title": "Again"})
+    again = await store.aget(ns, "doc1")
+    assert again.created_at > item.created_at
+
+
+async def test_every_put_and_delete_is_a_record_on_the_log(memory):
+    store = LaserStore(memory)
+    await store.aput(("users", "u1"), "prefs", {"theme": "dark"})
+    await store.aput(("users", "u1"), "prefs", {"theme": "light"})
+    await store.adelete(("users", "u1"), "prefs")
+    history = await memory.history("users.u1..prefs", folded=True)
+    assert [e.op for e in history] == ["named.set", "named.set", "named.remove"]
+    assert b'"theme":"dark"' in history[0].body
+
+
+async def test_a_batch_returns_results_in_order_and_reads_before_its_writes(memory):
+    store = LaserStore(memory)
+    await store.aput(("test", "foo"), "key1", {"data": "value1"})
+    await store.aput(("test", "bar"), "key2", {"data": "value2"})
+    results = await store.abatch(
+        [
+            GetOp(("test", "foo"), "key1"),
+            PutOp(("test", "bar"), "key2", {"data": "value2b"}),
+            SearchOp(("test",), filter={"data": "value1"}, limit=10, offset=0),
+            ListNamespacesOp(match_conditions=None, max_depth=None, limit=10, offset=0),
+            GetOp(("test",), "key3"),
+            PutOp(("test",), "key3", {"data": "value3"}),
+            GetOp(("test", "bar"), "key2"),
+        ]
+    )
+    assert len(results) == 7
+    assert results[0].value == {"data": "value1"}
+    assert results[1] is None and results[5] is None
+    assert [i.key for i in results[2]] == ["key1"]
+    assert results[3] == [("test", "bar"), ("test", "foo")]
+    assert results[4] is None
+    # Reads see the store as it was before the batch's writes.
+    assert results[6].value == {"data": "value2"}
+    assert (await store.aget(("test", "bar"), "key2")).value == {"data": "value2b"}
+    assert (await store.aget(("test",), "key3")).value == {"data": "value3"}
+
+
+async def test_a_batch_of_puts_with_none_deletes(memory):
+    store = LaserStore(memory)
+    await store.aput(("test",), "key3", {"data": "old"})
+    assert await store.abatch(
+        [
+            PutOp(("test",), "key1", {"data": "value1"}),
+            PutOp(("test",), "key2", {"data": "value2"}),
+            PutOp(("test",), "key3", None),
+        ]
+    ) == [None, None, None]
+    assert (await store.aget(("test",), "key1")).value == {"data": "value1"}
+    assert (await store.aget(("test",), "key2")).value == {"data": "value2"}
+    assert await store.aget(("test",), "key3") is None
+
+
+async def test_a_bad_put_writes_nothing_of_its_batch(memory):
+    store = LaserStore(memory)
+    bad_values = [
+        {"x": math.nan},  # not JSON
+        ["not", "a", "dict"],
+    ]
+    for bad in bad_values:
+        with pytest.raises(lm.InvalidInput):
+            await store.abatch([PutOp(("t",), "good", {"ok": 1}), PutOp(("t",), "bad", bad)])
+    with pytest.raises(lm.InvalidName):
+        await store.aput(("t",), "bell\x07", {"ok": 1})
+    with pytest.raises(lm.InvalidName):
+        await store.aput(("t",), "k" * 300, {"ok": 1})
+    with pytest.raises(ValueError, match="periods"):
+        await store.aput(("a.b",), "k", {"ok": 1})
+    with pytest.raises(lm.InvalidInput, match="ttl"):
+        await store.aput(("t",), "k", {"ok": 1}, ttl=-1)
+    assert await store.asearch(("t",)) == []
+    assert await memory.named(folded=True) == []
+
+
+async def test_an_embedder_that_fails_writes_nothing(memory):
+    class Broken(TrigramEmbeddings):
+        def embed_documents(self, texts):
+            raise RuntimeError("model offline")
+
+    store = LaserStore(memory, index={"dims": 128, "embed": Broken()})
+    with pytest.raises(lm.EmbeddingFailed, match="model offline"):
+        await store.aput(("docs",), "d1", {"text": "hello"})
+
+    class Short(TrigramEmbeddings):
+        def embed_documents(self, texts):
+            return [[1.0, 2.0] for _ in texts]
+
+    store = LaserStore(memory, index={"dims": 128, "embed": Short()})
+    with pytest.raises(lm.EmbeddingFailed):
+        await store.aput(("docs",), "d1", {"text": "hello"})
+    assert await memory.named(folded=True) == []
+
+
+# -- search without a query: prefix, filter, pages -------------------------------------------
+
+
+async def test_search_by_prefix_filter_and_page(memory):
+    store = LaserStore(memory)
+    data = [
+        (("test", "docs"), "doc1", {"title": "First", "author": "Alice", "tags": ["important"]}),
+        (("test", "docs"), "doc2", {"title": "Second", "author": "Bob", "tags": ["draft"]}),
+        (("test", "images"), "img1", {"title": "Image 1", "author": "Alice", "tags": ["final"]}),
+        (("testing",), "other", {"title": "not under ('test',)", "author": "Alice"}),
+    ]
+    for ns, key, value in data:
+        await store.aput(ns, key, value)
+        await asyncio.sleep(0.002)
+    everything = await store.asearch(("test",))
+    # Newest first; ("testing",) is no child of ("test",).
+    assert [i.key for i in everything] == ["img1", "doc2", "doc1"]
+    assert all(i.score is None for i in everything)
+    assert [i.key for i in await store.asearch(("test", "docs"))] == ["doc2", "doc1"]
+    assert {i.key for i in await store.asearch(("test",), filter={"author": "Alice"})} == {
+        "doc1",
+        "img1",
+    }
+    assert [i.key for i in await store.asearch(("test",), limit=2)] == ["img1", "doc2"]
+    assert [i.key for i in await store.asearch(("test",), offset=2)] == ["doc1"]
+    assert [i.key for i in await store.asearch(("test",), limit=1, offset=1)] == ["doc2"]
+    assert len(await store.asearch(())) == 4
+    assert await store.asearch(("nothing",)) == []
+
+
+async def test_filters_compare_like_langgraph(memory):
+    store = LaserStore(memory)
+    docs = {
+        "a": {"score": 4.5, "color": "red", "meta": {"lang": "en", "n": 1}},
+        "b": {"score": 3.0, "color": "red", "meta": {"lang": "de", "n": 2}},
+        "c": {"score": 4.0, "color": "green"},
+        "d": {"score": "high", "color": "blue"},
+    }
+    for key, value in docs.items():
+        await store.aput(("f",), key, value)
+
+    async def keys(flt):
+        return sorted(i.key for i in await store.asearch(("f",), filter=flt))
+
+    assert await keys({"color": "red"}) == ["a", "b"]
+    assert await keys({"color": {"$eq": "red"}}) == ["a", "b"]
+    assert await keys({"color": {"$ne": "red"}}) == ["c", "d"]
+    # An order operator on a value that is no number ("high") is no match.
+    assert await keys({"score": {"$gt": 3.0}}) == ["a", "c"]
+    assert await keys({"score": {"$gte": 3.0}}) == ["a", "b", "c"]
+    assert await keys({"score": {"$lt": 4.0}}) == ["b"]
+    assert await keys({"score": {"$lte": 4.0}}) == ["b", "c"]
+    assert await keys({"score": {"$gt": 3.0, "$lt": 4.4}}) == ["c"]
+    assert await keys({"score": {"$gte": 4.0}, "color": "green"}) == ["c"]
+    assert await keys({"meta": {"lang": "en"}}) == ["a"]
+    assert await keys({"missing": 1}) == []
+    with pytest.raises(lm.InvalidInput, match=r"\$regex"):
+        await store.asearch(("f",), filter={"color": {"$regex": "r.*"}})
+
+
+async def test_list_namespaces_by_prefix_suffix_depth_and_page(memory):
+    store = LaserStore(memory)
+    namespaces = [
+        ("test", "documents", "public"),
+        ("test", "documents", "private"),
+        ("test", "images", "public"),
+        ("test", "images", "private"),
+        ("prod", "documents", "public"),
+        ("prod", "documents", "private"),
+    ]
+    for ns in namespaces:
+        await store.aput(ns, "dummy", {"content": "dummy"})
+    assert await store.alist_namespaces() == sorted(namespaces)
+    assert await store.alist_namespaces(prefix=("test",)) == sorted(namespaces[:4])
+    assert await store.alist_namespaces(suffix=("public",)) == sorted(
+        ns for ns in namespaces if ns[-1] == "public"
+    )
+    assert await store.alist_namespaces(prefix=("*", "documents")) == sorted(
+        ns for ns in namespaces if ns[1] == "documents"
+    )
+    assert await store.alist_namespaces(prefix=("test",), suffix=("private",)) == [
+        ("test", "documents", "private"),
+        ("test", "images", "private"),
+    ]
+    assert await store.alist_namespaces(max_depth=2) == [
+        ("prod", "documents"),
+        ("test", "documents"),
+        ("test", "images"),
+    ]
+    assert await store.alist_namespaces(limit=3) == sorted(namespaces)[:3]
+    assert await store.alist_namespaces(limit=3, offset=4) == sorted(namespaces)[4:]
+    for ns in namespaces:
+        await store.adelete(ns, "dummy")
+    assert await store.alist_namespaces() == []
+
+
+# -- search with a query ------------------------------------------------------------------
+
+
+async def test_keyword_search_without_an_index_ranks_matches_first(memory):
+    store = LaserStore(memory)
+    await store.aput(("ops",), "i1", {"text": "disk full on node-3"})
+    await store.aput(("ops",), "i2", {"text": "ERR-4021 payment gateway timeout"})
+    await store.aput(("ops",), "i3", {"text": "weekly report sent"})
+    found = await store.asearch(("ops",), query="what is err-4021?")
+    assert found[0].key == "i2" and found[0].score > 0
+    # Items the query does not match follow, unscored, so a search still lists them.
+    assert [i.score for i in found[1:]] == [None, None]
+    assert len(found) == 3
+    assert [i.key for i in await store.asearch(("ops",), query="err-4021", limit=1)] == ["i2"]
+
+
+async def test_vector_search_ranks_and_follows_updates(memory):
+    store = vector_store(memory)
+    await store.aput(("test",), "doc1", {"text": "zany zebra Xerxes"})
+    await store.aput(("test",), "doc2", {"text": "something about dogs"})
+    await store.aput(("test",), "doc3", {"text": "text about birds"})
+    first = await store.asearch(("test",), query="Zany Xerxes")
+    assert first[0].key == "doc1"
+    assert first[0].score >= first[1].score >= first[2].score
+
+    await store.aput(("test",), "doc1", {"text": "new text about dogs"})
+    after = await store.asearch(("test",), query="Zany Xerxes")
+    assert next(i.score for i in after if i.key == "doc1") < first[0].score
+    assert (await store.asearch(("test",), query="new text about dogs"))[0].key == "doc1"
+
+    # Not indexed: never ranked by the query, listed after the ranked ones.
+    await store.aput(("test",), "doc4", {"text": "new text about dogs"}, index=False)
+    top = await store.asearch(("test",), query="new text about dogs", limit=3)
+    assert "doc4" not in [i.key for i in top]
+    every = await store.asearch(("test",), query="new text about dogs", limit=10)
+    assert every[-1].key == "doc4" and every[-1].score is None
+
+
+async def test_vector_search_with_filters(memory):
+    store = vector_store(memory)
+    docs = [
+        ("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
+        ("doc2", {"text": "red car", "color": "red", "score": 3.0}),
+        ("doc3", {"text": "green apple", "color": "green", "score": 4.0}),
+        ("doc4", {"text": "blue car", "color": "blue", "score": 3.5}),
+    ]
+    for key, value in docs:
+        await store.aput(("test",), key, value)
+    found = await store.asearch(("test",), query="apple", filter={"color": "red"})
+    assert [i.key for i in found][:1] == ["doc1"] and len(found) == 2
+    found = await store.asearch(("test",), query="car", filter={"color": "red"})
+    assert found[0].key == "doc2"
+    # No word in common: meaning alone (here, shared letters) decides.
+    found = await store.asearch(("test",), query="bbbbluuu", filter={"score": {"$gt": 3.2}})
+    assert found[0].key == "doc4" and {i.key for i in found} == {"doc1", "doc3", "doc4"}
+    found = await store.asearch(
+        ("test",), query="apple", filter={"score": {"$gte": 4.0}, "color": "green"}
+    )
+    assert [i.key for i in found] == ["doc3"]
+
+
+async def test_vector_search_pages_do_not_overlap(memory):
+    store = vector_store(memory)
+    for i in range(5):
+        await store.aput(("test",), f"doc{i}", {"text": f"test document number {i}"})
+    page1 = await store.asearch(("test",), query="test", limit=2)
+    page2 = await store.asearch(("test",), query="test", limit=2, offset=2)
+    everything = await store.asearch(("test",), query="test", limit=10)
+    assert len(everything) == 5
+    assert [i.key for i in page1 + page2] == [i.key for i in everything[:4]]
+    scores = [i.score for i in everything]
+    assert scores == sorted(scores, reverse=True)
+
+
+async def test_vector_search_edge_cases(memory):
+    store = vector_store(memory)
+    await store.aput(("test",), "doc1", {"text": "test document"})
+    for query in ("", None, "test " * 100, "test!@#$%^&*()", "   "):
+        assert [i.key for i in await store.asearch(("test",), query=query)] == ["doc1"]
+
+
+async def test_store_fields_choose_what_is_embedded(memory):
+    store = vector_store(memory, fields=["key0", "key1", "key3"])
+    # doc1 has two indexed texts (key0 is missing), doc2 three; key2 is never indexed.
+    await store.aput(("test",), "doc1", {"key1": "xxx", "key2": "yyy", "key3": "zzz"})
+    await store.aput(
+        ("test",), "doc2", {"key0": "uuu", "key1": "vvv", "key2": "www", "key3": "xxx"}
+    )
+    found = await store.asearch(("test",), query="xxx")
+    assert {i.key for i in found} == {"doc1", "doc2"}
+    # Each has "xxx" in an indexed field: matched by word and by meaning (above 0.5).
+    assert min(i.score for i in found) > 0.5
+    assert (await store.asearch(("test",), query="uuu"))[0].key == "doc2"
+    assert (await store.asearch(("test",), query="zzz"))[0].key == "doc1"
+    # "yyy" and "www" are in no indexed field: no word match, meaning at most (<= 0.5).
+    for query in ("yyy", "www"):
+        assert all(i.score <= 0.5 for i in await store.asearch(("test",), query=query))
+    # The paths are the item's, on its record: a store without a model reads the same.
+    words = LaserStore(memory)
+    assert {i.key for i in await words.asearch(("test",), query="xxx") if i.score} == {
+        "doc1",
+        "doc2",
+    }
+    assert all(i.score is None for i in await words.asearch(("test",), query="yyy"))
+
+
+async def test_put_index_overrides_the_store_fields(memory):
+    embeddings = TrigramEmbeddings()
+    store = LaserStore(memory, index={"dims": 128, "embed": embeddings, "fields": ["key17"]})
+    await store.aput(
+        ("test",), "doc3", {"key0": "aaa", "key1": "bbb", "key2": "ccc"}, index=["key0", "key1"]
+    )
+    await store.aput(
+        ("test",), "doc4", {"key0": "eee", "key1": "bbb", "key3": "ggg"}, index=["key1", "key3"]
+    )
+    assert (await store.asearch(("test",), query="aaa"))[0].key == "doc3"
+    assert (await store.asearch(("test",), query="ggg"))[0].key == "doc4"
+    both = await store.asearch(("test",), query="bbb")
+    assert both[0].score == pytest.approx(both[1].score)
+    calls = embeddings.calls
+    await store.aput(("test",), "doc5", {"key0": "hhh", "key1": "iii"}, index=False)
+    assert embeddings.calls == calls  # index=False embeds nothing
+    assert len(await store.asearch(("test",))) == 3
+
+
+async def test_vectors_come_from_the_log_not_the_model(memory):
+    """A fold (or a second store, in another process) never calls the model for
+    stored items: the vectors are in the records."""
+    embeddings = TrigramEmbeddings()
+    writer = LaserStore(memory, index={"dims": 128, "embed": embeddings}, label="test/trigram")
+    await writer.aput(("docs",), "d1", {"text": "the cat sat on the mat"})
+    await writer.aput(("docs",), "d2", {"text": "quarterly revenue grew"})
+    named = await memory.fetch("docs..d1", folded=True)
+    assert named.embedder == "test/trigram" and named.index == ("$",)
+    stored = np.frombuffer(named.vectors, dtype="<f4")
+    # "$" embeds the whole value as sorted JSON, as LangGraph does.
+    assert cosine(
+        stored.tolist(), embeddings.embed_query('{"text": "the cat sat on the mat"}')
+    ) == pytest.approx(1.0, abs=1e-6)
+
+    class Refusing(TrigramEmbeddings):
+        def embed_documents(self, texts):
+            raise AssertionError("stored items must not be embedded again")
+
+    reader = LaserStore(memory, index={"dims": 128, "embed": Refusing()}, label="test/trigram")
+    assert (await reader.asearch(("docs",), query="cat on a mat"))[0].key == "d1"
+    # Another model's vectors are never compared: with another label only words rank.
+    other = LaserStore(memory, index={"dims": 128, "embed": Refusing()}, label="test/other")
+    found = await other.asearch(("docs",), query="felines")
+    assert all(i.score is None for i in found)
+
+
+async def test_a_laser_embedder_can_be_the_index(memory):
+    store = LaserStore(memory, index={"dims": 64, "embed": WordHashEmbedder(), "fields": ["text"]})
+    await store.aput(("kb",), "k1", {"text": "rotate the signing keys monthly"})
+    await store.aput(("kb",), "k2", {"text": "the cafeteria opens at nine"})
+    found = await store.asearch(("kb",), query="when do we rotate keys")
+    assert found[0].key == "k1"
+    named = await memory.fetch("kb..k1", folded=True)
+    assert named.embedder == "test/word-hash"
+    with pytest.raises(lm.ConfigError, match="64"):
+        LaserStore(memory, index={"dims": 32, "embed": WordHashEmbedder()})
+
+
+class LettersEmbeddings(TrigramEmbeddings):
+    """Meaning without numbers: an error code is just "err" to it."""
+
+    def _one(self, text: str) -> list[float]:
+        return super()._one("".join(c for c in text if not c.isdigit()))
+
+
+async def test_hybrid_finds_an_error_code_that_meaning_alone_misses(memory):
+    embeddings = LettersEmbeddings()
+    store = LaserStore(memory, index={"dims": 128, "embed": embeddings, "fields": ["text"]})
+    texts = {"a": "ERR-4021: the payment gateway timed out"}
+    texts |= {f"n{i}": f"error errors terror {i}" for i in range(8)}
+    for key, text in texts.items():
+        await store.aput(("inc",), key, {"text": text})
+    query = embeddings.embed_query("ERR-4021")
+    nearest = max(texts, key=lambda k: cosine(query, embeddings.embed_query(texts[k])))
+    assert nearest != "a"  # the premise: by meaning alone another item comes first
+    found = await store.asearch(("inc",), query="ERR-4021")
+    assert found[0].key == "a"
+
+
+# -- tenancy, misuse -----------------------------------------------------------------------
+
+
+async def test_a_store_sees_only_its_tenant(memory):
+    laser = memory._laser
+    acme = LaserStore(laser.memory(memory.namespace, tenant="acme"))
+    other = LaserStore(laser.memory(memory.namespace, tenant="globex"))
+    await acme.aput(("users", "u1"), "prefs", {"secret": "acme plans"})
+    await other.aput(("users", "u2"), "prefs", {"secret": "globex plans"})
+    assert await other.aget(("users", "u1"), "prefs") is None
+    assert [i.value for i in await other.asearch(("users",), query="plans")] == [
+        {"secret": "globex plans"}
+    ]
+    assert await other.alist_namespaces() == [("users", "u2")]
+    assert await acme.alist_namespaces() == [("users", "u1")]
+
+
+async def test_sync_calls_on_the_store_loop_are_refused(memory):
+    store = LaserStore(memory)
+    with pytest.raises(lm.ConfigError, match="aput"):
+        store.put(("t",), "k", {"v": 1})
+    # From another thread they run on the store's loop.
+    await asyncio.to_thread(store.put, ("t",), "k", {"v": 1})
+    assert (await asyncio.to_thread(store.get, ("t",), "k")).value == {"v": 1}
+    assert [i.key for i in await asyncio.to_thread(store.search, ("t",))] == ["k"]
+
+
+def test_a_store_made_outside_a_loop_says_so(tmp_path):
+    laser = lm.connect(f"local://{tmp_path / 'log'}")
+    store = LaserStore(laser.memory("notes"))
+    with pytest.raises(lm.ConfigError, match="no running event loop"):
+        store.get(("t",), "k")
+
+
+# -- TTL ----------------------------------------------------------------------------------
+
+
+async def test_ttl_default_override_and_sweep(memory, clock):
+    timed = with_clock(memory, clock)
+    store = LaserStore(timed, ttl={"default_ttl": 5})
+    await store.aput(("t",), "short", {"v": 1}, ttl=1)
+    await store.aput(("t",), "default", {"v": 2})
+    await store.aput(("t",), "forever", {"v": 3}, ttl=None)
+    assert await store.sweep_ttl() == 0
+    clock.step(2 * MINUTE)
+    # Expired but not yet swept: still readable (omit_expired is off by default).
+    assert (await store.aget(("t",), "short", refresh_ttl=False)).value == {"v": 1}
+    assert await store.sweep_ttl() == 1
+    assert await store.aget(("t",), "short") is None
+    assert {i.key for i in await store.asearch(("t",), refresh_ttl=False)} == {
+        "default",
+        "forever",
+    }
+    clock.step(4 * MINUTE)
+    assert await store.sweep_ttl() == 1
+    assert [i.key for i in await store.asearch(("t",))] == ["forever"]
+
+
+async def test_reads_refresh_the_ttl_unless_told_not_to(memory, clock):
+    timed = with_clock(memory, clock)
+    store = LaserStore(timed, ttl={"default_ttl": 2, "refresh_on_read": True})
+    await store.aput(("t",), "read", {"v": 1})
+    await store.aput(("t",), "searched", {"v": 2})
+    await store.aput(("t",), "untouched", {"v": 3})
+    clock.step(90_000)
+    await store.aget(("t",), "read")
+    await store.asearch(("t",), filter={"v": 2})
+    await store.aget(("t",), "untouched", refresh_ttl=False)
+    clock.step(90_000)  # 3 minutes after the puts, 1.5 after the reads
+    assert await store.sweep_ttl() == 1
+    assert {i.key for i in await store.asearch(("t",), refresh_ttl=False)} == {"read", "searched"}
+    # A refresh is a patch record in the item's history.
+    history = await timed.history("t..read", folded=True)
+    assert [e.op for e in history] == ["named.set", "named.patch"]
+
+
+async def test_omit_expired_hides_what_is_not_yet_swept(memory, clock):
+    timed = with_clock(memory, clock)
+    store = LaserStore(timed, ttl={"default_ttl": 5, "omit_expired": True})
+    await store.aput(("omit", "expired"), "e", {"data": "gone"})
+    await store.aput(("omit", "control"), "c", {"data": "keep"}, ttl=None)
+    for key in "abc":
+        await store.aput(("page",), key, {"k": key}, ttl=None)
+    await store.aput(("page",), "x", {"k": "x"})
+    clock.step(6 * MINUTE)
+    assert await store.aget(("omit", "expired"), "e") is None
+    assert await store.aget(("omit", "control"), "c") is not None
+    assert await store.asearch(("omit", "expired")) == []
+    assert ("omit", "expired") not in await store.alist_namespaces(prefix=("omit",))
+    # Expired items are dropped before the page is cut.
+    assert len(await store.asearch(("page",), limit=3)) == 3
+    # Refreshing never brings back what expired.
+    assert await store.aget(("omit", "expired"), "e", refresh_ttl=True) is None
+    assert await store.sweep_ttl() == 2  # "e" and "x"
+
+
+async def test_a_sweep_never_removes_a_newer_put(memory, clock):
+    timed = with_clock(memory, clock)
+    store = LaserStore(timed)
+    await store.aput(("t",), "k", {"v": "old"}, ttl=1)
+    clock.step(2 * MINUTE)
+    stale = await timed.fetch("t..k", folded=True)
+    await store.aput(("t",), "k", {"v": "new"})
+    # The remove a sweep would have written for what it read: it no longer applies.
+    await timed.remove("t..k", if_version=stale.version)
+    assert (await store.aget(("t",), "k")).value == {"v": "new"}
+    assert await store.sweep_ttl() == 0
+
+
+async def test_the_sweeper_runs_while_the_store_is_open(memory, clock):
+    timed = with_clock(memory, clock)
+    async with LaserStore(timed, ttl={"sweep_interval_minutes": 0.001}) as store:
+        await store.aput(("t",), "k", {"v": 1}, ttl=1)
+        clock.step(2 * MINUTE)
+        for _ in range(200):
+            # Not refreshing: a read would move the expiry (refresh_on_read is on).
+            if await store.aget(("t",), "k", refresh_ttl=False) is None:
+                break
+            await asyncio.sleep(0.05)
+        assert await store.aget(("t",), "k", refresh_ttl=False) is None
+    assert await store.stop_ttl_sweeper() is False  # already stopped
+
+
+def test_bad_store_settings_are_config_errors(tmp_path):
+    async def check():
+        async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
+            memory = laser.memory("notes")
+            with pytest.raises(lm.ConfigError, match="dims"):
+                LaserStore(memory, index={"dims": 0, "embed": TrigramEmbeddings()})
+            with pytest.raises(lm.ConfigError, match="embed"):
+                LaserStore(memory, index={"dims": 8})
+            with pytest.raises(lm.ConfigError, match="default_ttl"):
+                LaserStore(memory, ttl={"default_ttl": -1})
+            with pytest.raises(lm.ConfigError, match="unknown"):
+                LaserStore(memory, ttl={"default_tll": 1})
+            with pytest.raises(lm.ConfigError, match="memory handle"):
+                LaserStore("notes")
+
+    asyncio.run(check())
+
+
+# -- in a graph ----------------------------------------------------------------------------
+
+
+class Turn(TypedDict):
+    user: str
+    message: str
+    reply: str
+
+
+def remember_node(state: Turn, *, store: BaseStore) -> dict:
+    ns = ("memories", state["user"])
+    if state["message"].startswith("remember "):
+        fact = state["message"].removeprefix("remember ")
+        store.put(ns, f"m{len(store.search(ns, limit=100))}", {"text": fact})
+        return {"reply": "noted"}
+    found = store.search(ns, query=state["message"], limit=1)
+    return {"reply": found[0].value["text"] if found else "I don't know"}
+
+
+async def aremember_node(state: Turn, *, store: BaseStore) -> dict:
+    ns = ("memories", state["user"])
+    if state["message"].startswith("remember "):
+        fact = state["message"].removeprefix("remember ")
+        await store.aput(ns, f"m{len(await store.asearch(ns, limit=100))}", {"text": fact})
+        return {"reply": "noted"}
+    found = await store.asearch(ns, query=state["message"], limit=1)
+    return {"reply": found[0].value["text"] if found else "I don't know"}
+
+
+def build(node) -> StateGraph:
+    builder = StateGraph(Turn)
+    builder.add_node("memory", node)
+    builder.add_edge(START, "memory")
+    builder.add_edge("memory", END)
+    return builder
+
+
+async def test_an_async_graph_reads_and_writes_through_the_store(memory):
+    store = vector_store(memory, fields=["text"])
+    graph = build(aremember_node).compile(store=store)
+    for fact in ("my dog is called Rex", "I live in Leeds", "my badge is ERR-4021"):
+        out = await graph.ainvoke({"user": "u1", "message": f"remember {fact}", "reply": ""})
+        assert out["reply"] == "noted"
+    out = await graph.ainvoke({"user": "u1", "message": "what is my dog called?", "reply": ""})
+    assert out["reply"] == "my dog is called Rex"
+    out = await graph.ainvoke({"user": "u2", "message": "what is my dog called?", "reply": ""})
+    assert out["reply"] == "I don't know"
+    # What the graph stored is on the log, for replay and audit.
+    assert len(await memory.named("memories.u1..", folded=True)) == 3
+
+
+async def test_a_sync_graph_runs_with_the_store_from_a_worker_thread(memory):
+    store = LaserStore(memory)
+    graph = build(remember_node).compile(store=store)
+
+    def conversation() -> list[str]:
+        replies = []
+        for message in ("remember the wifi password is hunter2", "what is the wifi password?"):
+            out = graph.invoke({"user": "u1", "message": message, "reply": ""})
+            replies.append(out["reply"])
+        return replies
+
+    assert await asyncio.to_thread(conversation) == ["noted", "the wifi password is hunter2"]
