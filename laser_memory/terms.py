@@ -43,8 +43,14 @@ STOP_WORDS = frozenset(
 def terms(text: str) -> list[str]:
     """The terms of a text, in order, repeats kept."""
     out: list[str] = []
-    for match in _TOKEN.finditer(text.casefold()):
-        token = match.group(0)
+    stems = _STEMS
+    for token in _TOKEN.findall(text.casefold()):
+        # Most tokens are one plain word: letters and digits only, no joiner to split at.
+        if token.isalnum():
+            if token not in STOP_WORDS:
+                stem = stems.get(token)
+                out.append(stem if stem is not None else _word(token))
+            continue
         parts = _PART.findall(token)
         if len(parts) > 1:
             out.append(token)
@@ -54,8 +60,20 @@ def terms(text: str) -> list[str]:
     return out
 
 
+#: Words already stemmed (a vocabulary is far smaller than the text it makes): stemming
+#: was most of the cost of splitting text into terms. Bounded by clearing.
+_STEMS: dict[str, str] = {}
+_MAX_STEMS = 1 << 18
+
+
 def _word(word: str) -> str:
-    return _stemmer.stemWord(word) if word.isalpha() else word
+    stem = _STEMS.get(word)
+    if stem is None:
+        stem = _stemmer.stemWord(word) if word.isalpha() else word
+        if len(_STEMS) >= _MAX_STEMS:
+            _STEMS.clear()
+        _STEMS[word] = stem
+    return stem
 
 
 @functools.lru_cache(maxsize=1 << 17)
