@@ -95,7 +95,16 @@ def _when(ms: int) -> datetime:
 class _Stored:
     """One item as the store reads it from a named item."""
 
-    __slots__ = ("expires_at", "item", "key", "named", "namespace", "ttl", "value")
+    __slots__ = (
+        "_counts",
+        "_matrix",
+        "expires_at",
+        "key",
+        "named",
+        "namespace",
+        "ttl",
+        "value",
+    )
 
     def __init__(self, named: NamedItem, envelope: dict[str, Any]) -> None:
         self.named = named
@@ -103,6 +112,32 @@ class _Stored:
         self.value: dict[str, Any] = envelope["value"]
         self.ttl: float | None = envelope.get("ttl")
         self.expires_at: int | None = envelope.get("expires_at")
+        self._counts: tuple[dict[str, int], int] | None = None
+        self._matrix: np.ndarray | None = None
+
+    @property
+    def version(self) -> tuple:
+        """What tells this write of the item from any other."""
+        named = self.named
+        return (named.version, named.append_time_ms, named.source.partition, named.source.offset)
+
+    def counts(self) -> tuple[dict[str, int], int]:
+        """The terms of the item's indexed texts (computed once)."""
+        if self._counts is None:
+            texts = [
+                t for path in self.named.index or () for t in get_text_at_path(self.value, path)
+            ]
+            self._counts = term_counts("\n".join(texts).encode("utf-8", "surrogatepass"))
+        return self._counts
+
+    def matrix(self, label: str, dims: int) -> np.ndarray | None:
+        """The item's vectors, one row per indexed text, if they are that model's."""
+        raw = self.named.vectors
+        if self.named.embedder != label or not raw or len(raw) % (4 * dims):
+            return None
+        if self._matrix is None:
+            self._matrix = to_vector(raw).reshape(-1, dims)
+        return self._matrix
 
     def to_item(self, score: float | None = None, *, searched: bool = False) -> Item:
         fields = {
@@ -265,6 +300,7 @@ class LaserStore(BaseStore):
             self._loop = asyncio.get_running_loop()
         # Receipts of this store's writes not yet known to be in the view, by partition.
         self._unseen: dict[int, Appended] = {}
+        self._parsed: dict[str, _Stored] = {}
         self._sweeper: asyncio.Task | None = None
         self._check_ttl_config(ttl)
         self.index_config: IndexConfig | None = None
@@ -616,10 +652,23 @@ class LaserStore(BaseStore):
     async def _all(self, now: int | None) -> list[_Stored]:
         named = await self._memory.named(folded=not self._managed(), timeout=self._timeout)
         out = []
+        # Items read before and unchanged since are not parsed again, nor their terms
+        # counted; the cache holds what the last listing saw.
+        parsed, seen = self._parsed, {}
         for one in named:
-            stored = _read(one)
+            stored = parsed.get(one.key)
+            if stored is None or stored.version != (
+                one.version,
+                one.append_time_ms,
+                one.source.partition,
+                one.source.offset,
+            ):
+                stored = _read(one)
+            if stored is not None:
+                seen[one.key] = stored
             if self._alive(stored, now):
                 out.append(stored)
+        self._parsed = seen
         return out
 
     async def _search(
@@ -653,10 +702,7 @@ class LaserStore(BaseStore):
         self, query: str, candidates: list[_Stored], limit: int
     ) -> list[tuple[_Stored, float]]:
         query_terms = terms(query)
-        documents = []
-        for s in candidates:
-            texts = [t for path in s.named.index or () for t in get_text_at_path(s.value, path)]
-            documents.append(term_counts("\n".join(texts).encode("utf-8", "surrogatepass")))
+        documents = [s.counts() for s in candidates]
         stats = TermStatistics.of(documents, query_terms)
         keyword = bm25(query_terms, documents, stats)
         semantic = has_vector = None
@@ -664,14 +710,18 @@ class LaserStore(BaseStore):
             q = (await embed_texts(self._queries, [query]))[0]
             semantic = np.zeros(len(candidates), dtype=np.float64)
             has_vector = np.zeros(len(candidates), dtype=bool)
+            rows, matrices = [], []
             for row, s in enumerate(candidates):
-                raw = s.named.vectors
-                if s.named.embedder != self._label or not raw or len(raw) % (4 * self._dims):
-                    continue
-                matrix = to_vector(raw).reshape(-1, self._dims)
-                # One vector per indexed text: the item is as near as its nearest text.
-                semantic[row] = float(cosine_similarities(q, matrix).max())
-                has_vector[row] = True
+                matrix = s.matrix(self._label, self._dims)
+                if matrix is not None:
+                    rows.append(row)
+                    matrices.append(matrix)
+            if rows:
+                # One product over every row; an item is as near as its nearest text.
+                similar = cosine_similarities(q, np.concatenate(matrices))
+                starts = np.cumsum([0, *(len(m) for m in matrices[:-1])])
+                semantic[rows] = np.maximum.reduceat(similar, starts)
+                has_vector[rows] = True
         n = len(candidates)
         columns = Columns(
             keyword=keyword,
