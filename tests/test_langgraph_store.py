@@ -477,6 +477,9 @@ async def test_vectors_come_from_the_log_not_the_model(memory):
         def embed_documents(self, texts):
             raise AssertionError("stored items must not be embedded again")
 
+    # Another store reads its own writes at once, and those of others once the view has
+    # them (a managed read is eventual): wait for the writer's last write.
+    await memory.fetch("docs..d2", after=memory.last_receipt)
     reader = LaserStore(memory, index={"dims": 128, "embed": Refusing()}, label="test/trigram")
     assert (await reader.asearch(("docs",), query="cat on a mat"))[0].key == "d1"
     # Another model's vectors are never compared: with another label only words rank.
