@@ -81,6 +81,7 @@ from laser_memory.records import NamedPatch, NamedRemove, NamedSet, Remember
 from laser_memory.search_index import SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
+from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
 from .state import (
     MAX_SEARCH_INDEXES,
     ItemFilter,
@@ -318,10 +319,14 @@ class MemoryView:
         self._dbs = dbs
         self._closed = False
         # Search indexes of this process's reads: (tenant, namespace, conversation,
-        # embedder) -> (index, changes seq it reflects, view epoch). Reads run on
+        # embedder, superseded) -> (index, changes seq it reflects, view epoch, seq of its
+        # last snapshot). Reads run on
         # several threads (the HTTP server), so one lock guards them.
-        self._indexes: dict[tuple, tuple[SearchIndex, int, bytes | None]] = {}
+        self._indexes: dict[tuple, tuple[SearchIndex, int, bytes | None, int]] = {}
         self._search_lock = threading.Lock()
+        #: Where readers save and load their search indexes (see `IndexSnapshots`);
+        #: None: every process builds its own.
+        self.snapshots: IndexSnapshots | None = None
 
     @classmethod
     def open(
@@ -331,10 +336,13 @@ class MemoryView:
         map_size: int = 64 << 30,
         create: bool = True,
         check_format: bool = True,
+        snapshots_from: int | None = SNAPSHOTS_FROM,
     ) -> MemoryView:
         """Open the view at ``path``, creating it unless ``create=False`` (a reader's
         open: a missing view raises `NoView` and nothing is created). A view written in
-        another format raises `ViewMismatch` unless ``check_format=False`` (a rebuild)."""
+        another format raises `ViewMismatch` unless ``check_format=False`` (a rebuild).
+        Search indexes of at least ``snapshots_from`` entries are saved beside the view
+        and loaded by the next reading process (`IndexSnapshots`; None: never)."""
         real = os.path.realpath(os.fspath(path))
         if not create and not os.path.isfile(os.path.join(real, "data.mdb")):
             raise NoView(
@@ -346,6 +354,8 @@ class MemoryView:
         except (lmdb.Error, OSError) as exc:
             raise LogUnavailable(f"cannot open the view at {real}: {exc}") from exc
         view = cls(real, env, dbs)
+        if snapshots_from is not None:
+            view.snapshots = IndexSnapshots(real, keep_from=snapshots_from)
         if check_format:
             try:
                 view.check_format()
@@ -697,17 +707,28 @@ class MemoryView:
         scope = _scope(where.tenant, namespace)
         items_db = self._dbs["items"]
         with self._search_lock:
-            index, seen, seen_epoch = self._indexes.pop(slot, (None, 0, None))
+            index, seen, seen_epoch, saved = self._indexes.pop(slot, (None, 0, None, 0))
             if (
                 index is None
                 or seen_epoch != epoch
                 or (base.now_ms is not None and index.went_back(base.now_ms))
             ):
+                index = None
+                loaded = self.snapshots.load(slot, epoch) if self.snapshots else None
+                if loaded is not None:
+                    index, seen = loaded
+                    if seen > seq or (base.now_ms is not None and index.went_back(base.now_ms)):
+                        index = None
+                    saved = seen
+            if index is None:
                 index = SearchIndex(where.embedder)
                 for key, raw in _prefixed(txn.cursor(db=items_db), scope):
                     raw_id = key[len(scope) :]
                     item, irregular = index_entry(_item_decoder.decode(raw), raw_id, base)
                     index.put(raw_id, item, irregular=irregular)
+                seen = seq
+                if self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index):
+                    saved = seq
             elif seq > seen:
                 changed = {
                     db_key
@@ -734,7 +755,15 @@ class MemoryView:
                         else (None, False)
                     )
                     index.put(raw_id, item, irregular=irregular)
-            self._indexes[slot] = (index, seq, epoch)  # most recently used last
+            # Many changes since the snapshot: save a new one, so the next process
+            # catches up from closer.
+            if (
+                self.snapshots is not None
+                and seq - saved > max(1000, len(index) // 10)
+                and self.snapshots.save(slot, epoch, seq, index)
+            ):
+                saved = seq
+            self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
             while len(self._indexes) > MAX_SEARCH_INDEXES:
                 del self._indexes[next(iter(self._indexes))]
             found = index.find(

@@ -154,7 +154,9 @@ class Laser:
             )
         if self._view is None:
             # A reader never creates a view: a mistyped path says so instead.
-            self._view = MemoryView.open(self.view_path, create=False)
+            self._view = MemoryView.open(
+                self.view_path, create=False, snapshots_from=self.config.index_snapshots_from
+            )
         return self._view
 
     async def view_after(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from folders.index_snapshots import SNAPSHOTS_FROM
 from folders.inprocess import FoldedReader
 from folders.replay import (
     AsOf,
@@ -111,7 +112,9 @@ class MemoryConfig:
     first write with ``default_partitions``; on Kafka it must be created with
     ``bootstrap`` first. ``approximate`` says when a semantic recall over many vectors
     scores only the clusters nearest the query (`ApproximateSearch`; None: always
-    exact, as is ``recall(..., exact=True)``).
+    exact, as is ``recall(..., exact=True)``). A managed view's reader saves search
+    indexes of at least ``index_snapshots_from`` entries beside the view, and the next
+    reading process starts from them (None: each process builds its own).
     """
 
     max_body_bytes: int = 1 << 20
@@ -119,8 +122,17 @@ class MemoryConfig:
     default_partitions: int = 4
     # Frozen, so one shared default is safe.
     approximate: ApproximateSearch | None = ApproximateSearch()  # noqa: RUF009
+    index_snapshots_from: int | None = SNAPSHOTS_FROM
 
     def __post_init__(self) -> None:
+        snapshots = self.index_snapshots_from
+        if snapshots is not None and (
+            isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1
+        ):
+            raise ConfigError(
+                "MemoryConfig.index_snapshots_from is a positive number of entries, or None"
+                f" to never save search indexes (got {snapshots!r})"
+            )
         if self.approximate is not None and not isinstance(self.approximate, ApproximateSearch):
             raise ConfigError(
                 "MemoryConfig.approximate is an ApproximateSearch, or None to search exactly"

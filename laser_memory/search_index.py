@@ -18,9 +18,11 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import sys
 from array import array
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 
 from .embedding import to_vector
@@ -38,7 +40,7 @@ from .text_ranking import (
 )
 from .vector_clusters import ApproximateSearch, VectorClusters
 
-__all__ = ["COMMON_FROM", "Owner", "SearchIndex"]
+__all__ = ["COMMON_FROM", "INDEX_SNAPSHOT_FORMAT", "Owner", "SearchIndex", "SnapshotError"]
 
 #: A term held by more entries than this is common (see `SearchIndex._by_rare_terms`).
 COMMON_FROM = 4096
@@ -48,6 +50,74 @@ _OWNER_COLUMNS = ("_agent", "_user", "_application", "_kind", "_irregular")
 
 #: A read's owner filters: (agent, user, application, kind code), None where unset.
 Owner = tuple[str | None, str | None, str | None, int | None]
+
+#: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
+INDEX_SNAPSHOT_FORMAT = 1
+
+# Slot columns a snapshot holds as raw bytes, with their dtypes.
+_COLUMNS = {
+    "_generation": np.int64, "_time": np.int64, "_partition": np.int64,
+    "_offset": np.int64, "_weight": np.float64, "_length": np.float64,
+    "_alive": np.bool_, "_has_vector": np.bool_, "_other_vector": np.bool_,
+    "_before": np.int64, "_after": np.int64, "_norms": np.float32,
+    "_agent": np.int32, "_user": np.int32, "_application": np.int32,
+    "_kind": np.int32, "_irregular": np.bool_,
+}  # fmt: skip
+
+
+class SnapshotError(ValueError):
+    """Bytes that are no snapshot of this format: the caller builds the index anew."""
+
+
+class _Snapshot(msgspec.Struct, array_like=True):
+    """Everything a `SearchIndex` holds but its caches (per-term arrays and groups,
+    remade on use), and its vectors, which travel apart (they are most of it, and a
+    reader can map them from a file instead of holding a copy)."""
+
+    format: int
+    label: str | None
+    common_from: int
+    capacity: int
+    dimensions: int | None
+    documents: int
+    total_length: int
+    vector_count: int
+    weighted: int
+    irregular_count: int
+    clustered_until: int
+    moment: int | None
+    ids: list[bytes | None]
+    free: list[int]
+    terms: list[str]  # every term with a posting list, in the order of the fields below
+    slot_terms: bytes  # int32 term numbers of each slot, slot after slot
+    slot_term_ends: bytes  # int64 end of each slot's run in slot_terms
+    repeats: list[tuple[int, dict[str, int]]]
+    posting_ends: bytes  # int64 end of each term's run in the three posting fields
+    posting_slots: bytes
+    posting_counts: bytes
+    posting_generations: bytes
+    posting_live: bytes
+    posting_max_count: bytes
+    posting_min_length: bytes
+    columns: dict[str, bytes]
+    groups: list[str]  # group names; group_of and members refer to them by number
+    group_of: bytes  # int32 group number of each slot
+    members: list[bytes]  # int64 slots of each group, in key order
+    codes: list[tuple[str | None, int]]
+    centroids: bytes | None
+    bounds: bytes | None
+    expiry_slots: bytes
+    expiry_at: bytes
+    expiring_at: bytes
+    expiring_slots: bytes
+
+
+_snapshot_encoder = msgspec.msgpack.Encoder()
+_snapshot_decoder = msgspec.msgpack.Decoder(_Snapshot)
+
+
+def _ints(values, dtype=np.int64) -> bytes:
+    return np.asarray(values, dtype=dtype).tobytes()
 
 
 class _Posting:
@@ -197,6 +267,174 @@ class SearchIndex:
 
     def __len__(self) -> int:
         return self._documents
+
+    # -- snapshots -----------------------------------------------------------------
+
+    def snapshot(self) -> tuple[bytes, np.ndarray | None]:
+        """The index as bytes, and its vector matrix (None without vectors), for
+        `from_snapshot`: what a reader saves so the next process starts from it
+        instead of reading every item again."""
+        self._fresh_norms()  # pending norms would name slots the snapshot must keep
+        table = list(self._postings)
+        number = {term: i for i, term in enumerate(table)}
+        slot_terms = [number[t] for terms_ in self._terms for t in terms_]
+        slot_term_ends = np.cumsum([len(terms_) for terms_ in self._terms], dtype=np.int64)
+        postings = [self._postings[t] for t in table]
+        group_names = list(self._groups)
+        group_number = {g: i for i, g in enumerate(group_names)}
+        for g in self._group_of:
+            if g not in group_number:
+                group_number[g] = len(group_names)
+                group_names.append(g)
+        clusters = self._clusters
+        data = _Snapshot(
+            format=INDEX_SNAPSHOT_FORMAT,
+            label=self.label,
+            common_from=self._common_from,
+            capacity=len(self._time),
+            dimensions=self._dimensions,
+            documents=self._documents,
+            total_length=self._total_length,
+            vector_count=self._vector_count,
+            weighted=self._weighted,
+            irregular_count=self._irregular_count,
+            clustered_until=self._clustered_until,
+            moment=self._moment,
+            ids=list(self._ids),
+            free=list(self._free),
+            terms=table,
+            slot_terms=_ints(slot_terms, np.int32),
+            slot_term_ends=slot_term_ends.tobytes(),
+            repeats=[(slot, r) for slot, r in enumerate(self._repeats) if r is not None],
+            posting_ends=np.cumsum([len(p.slots) for p in postings], dtype=np.int64).tobytes(),
+            posting_slots=b"".join(p.slots.tobytes() for p in postings),
+            posting_counts=b"".join(p.counts.tobytes() for p in postings),
+            posting_generations=b"".join(p.generations.tobytes() for p in postings),
+            posting_live=_ints([p.live for p in postings]),
+            posting_max_count=_ints([p.max_count for p in postings]),
+            posting_min_length=_ints([p.min_length for p in postings]),
+            columns={name: getattr(self, name).tobytes() for name in _COLUMNS},
+            groups=group_names,
+            group_of=_ints([group_number[g] for g in self._group_of], np.int32),
+            members=[
+                _ints([slot for _, slot in self._groups[g]])
+                for g in group_names[: len(self._groups)]
+            ],
+            codes=list(self._codes.items()),
+            centroids=clusters.centroids.astype(np.float32).tobytes() if clusters else None,
+            bounds=clusters.bounds.astype(np.int64).tobytes() if clusters else None,
+            expiry_slots=_ints(list(self._expiry)),
+            expiry_at=_ints(list(self._expiry.values())),
+            expiring_at=_ints([at for at, _ in self._expiring]),
+            expiring_slots=_ints([slot for _, slot in self._expiring]),
+        )
+        return _snapshot_encoder.encode(data), self._vectors
+
+    @classmethod
+    def from_snapshot(cls, data: bytes, vectors: np.ndarray | None) -> SearchIndex:
+        """The index `snapshot` saved; ``vectors`` its matrix (a writable array, or a
+        copy-on-write map of a file). Raises `SnapshotError` for bytes it cannot
+        trust, so the caller builds the index anew."""
+        try:
+            return cls._restore(_snapshot_decoder.decode(data), vectors)
+        except SnapshotError:
+            raise
+        except (msgspec.DecodeError, ValueError, IndexError, KeyError, TypeError) as exc:
+            raise SnapshotError(f"not a search index snapshot: {exc}") from None
+
+    @classmethod
+    def _restore(cls, snap: _Snapshot, vectors: np.ndarray | None) -> SearchIndex:
+        if snap.format != INDEX_SNAPSHOT_FORMAT:
+            raise SnapshotError(f"snapshot format {snap.format}, not {INDEX_SNAPSHOT_FORMAT}")
+        size, capacity = len(snap.ids), snap.capacity
+        index = cls(snap.label, common_from=snap.common_from)
+        for name, dtype in _COLUMNS.items():
+            column = np.frombuffer(snap.columns[name], dtype=dtype).copy()
+            if len(column) != capacity:
+                raise SnapshotError(f"column {name} has {len(column)} rows, not {capacity}")
+            setattr(index, name, column)
+        if snap.dimensions is None:
+            if vectors is not None:
+                raise SnapshotError("vectors for an index without them")
+        elif vectors is None or vectors.shape != (capacity, snap.dimensions):
+            raise SnapshotError("the vector matrix does not fit the snapshot")
+        index._vectors = vectors
+        index._dimensions = snap.dimensions
+        index._documents, index._total_length = snap.documents, snap.total_length
+        index._vector_count, index._weighted = snap.vector_count, snap.weighted
+        index._irregular_count = snap.irregular_count
+        index._clustered_until, index._moment = snap.clustered_until, snap.moment
+        index._ids = snap.ids
+        index._slots = {raw_id: slot for slot, raw_id in enumerate(snap.ids) if raw_id is not None}
+        index._free = snap.free
+        table = [sys.intern(t) for t in snap.terms]
+        numbers = np.frombuffer(snap.slot_terms, dtype=np.int32).tolist()
+        ends = np.frombuffer(snap.slot_term_ends, dtype=np.int64).tolist()
+        if len(ends) != size:
+            raise SnapshotError("slot terms do not fit the slots")
+        start, slot_terms = 0, []
+        for end in ends:
+            slot_terms.append(tuple(table[n] for n in numbers[start:end]))
+            start = end
+        index._terms = slot_terms
+        index._repeats = [None] * size
+        for slot, repeats in snap.repeats:
+            index._repeats[slot] = repeats
+        posting_ends = np.frombuffer(snap.posting_ends, dtype=np.int64).tolist()
+        live = np.frombuffer(snap.posting_live, dtype=np.int64).tolist()
+        max_count = np.frombuffer(snap.posting_max_count, dtype=np.int64).tolist()
+        min_length = np.frombuffer(snap.posting_min_length, dtype=np.int64).tolist()
+        if not len(posting_ends) == len(live) == len(table):
+            raise SnapshotError("posting lists do not fit the terms")
+        start = 0
+        for i, term in enumerate(table):
+            end = posting_ends[i]
+            posting = _Posting()
+            posting.slots = array("q", snap.posting_slots[8 * start : 8 * end])
+            posting.counts = array("d", snap.posting_counts[8 * start : 8 * end])
+            posting.generations = array("q", snap.posting_generations[8 * start : 8 * end])
+            posting.live, posting.max_count, posting.min_length = (
+                live[i],
+                max_count[i],
+                min_length[i],
+            )
+            index._postings[term] = posting
+            start = end
+        group_of = np.frombuffer(snap.group_of, dtype=np.int32).tolist()
+        if len(group_of) != size:
+            raise SnapshotError("groups do not fit the slots")
+        index._group_of = [snap.groups[g] for g in group_of]
+        time_, partition, offset = index._time, index._partition, index._offset
+        for name, members in zip(snap.groups, snap.members, strict=False):
+            slots = np.frombuffer(members, dtype=np.int64).tolist()
+            keys = zip(
+                time_[slots].tolist(),
+                partition[slots].tolist(),
+                offset[slots].tolist(),
+                strict=True,
+            )
+            index._groups[name] = [(key, slot) for key, slot in zip(keys, slots, strict=True)]
+        index._codes = dict(snap.codes)
+        if snap.centroids is not None and snap.bounds is not None and snap.dimensions:
+            centroids = np.frombuffer(snap.centroids, dtype=np.float32).reshape(-1, snap.dimensions)
+            index._clusters = VectorClusters(
+                centroids.copy(), np.frombuffer(snap.bounds, dtype=np.int64).copy()
+            )
+        index._expiry = dict(
+            zip(
+                np.frombuffer(snap.expiry_slots, dtype=np.int64).tolist(),
+                np.frombuffer(snap.expiry_at, dtype=np.int64).tolist(),
+                strict=True,
+            )
+        )
+        index._expiring = list(
+            zip(
+                np.frombuffer(snap.expiring_at, dtype=np.int64).tolist(),
+                np.frombuffer(snap.expiring_slots, dtype=np.int64).tolist(),
+                strict=True,
+            )
+        )
+        return index
 
     # -- keeping it current ------------------------------------------------------
 

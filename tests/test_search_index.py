@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +19,9 @@ from laser_memory.items import MemoryItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.recall import rank, search_mode
 from laser_memory.scope import MemoryScope
-from laser_memory.search_index import SearchIndex
+from laser_memory.search_index import SearchIndex, SnapshotError
 from laser_memory.terms import terms
+from laser_memory.vector_clusters import ApproximateSearch
 
 WORDS = ["alpha", "beta", "gamma", "delta", "node-7", "the", "keys"]
 LABEL = "test/three"
@@ -437,3 +439,84 @@ def test_queries_of_rare_words_rank_as_a_scan_without_arrays_as_long_as_the_inde
             assert [(raw_id, r.score) for raw_id, r in got] == [
                 (i.id.bytes, i.score) for i in want
             ], (text, owner)
+
+
+expiring_put = st.tuples(put, st.one_of(st.none(), st.integers(0, 40)))
+APPROXIMATE = ApproximateSearch(from_vectors=2, probe_share=0.5)
+
+
+def _apply(index: SearchIndex, ops, offsets) -> None:
+    for op in ops:
+        if op[0][0] == "put":
+            (_, n, body, conversation, weight, vector, time, partition), expires = op
+            item = _item(n, body, conversation, weight, vector, (time, partition, next(offsets)))
+            if expires is not None:
+                item = msgspec.structs.replace(item, expires_at_ms=expires)
+            index.put(item.id.bytes, item, irregular=n == 5 and weight > 0)
+        else:
+            index.put(op[0][1].to_bytes(16, "big"), None)
+
+
+def _answers(index: SearchIndex, now_ms: int) -> list:
+    out = [len(index), index.went_back(now_ms - 1), sorted(index.due(now_ms))]
+    query_vector = np.asarray([1.0, 0.5, -0.25], dtype=np.float32)
+    for mode in ("keyword", "semantic", "hybrid"):
+        for text in ("alpha", "beta gamma", "node-7 keys the"):
+            for approximate in (None, APPROXIMATE):
+                found = index.find(
+                    text,
+                    mode=mode,
+                    query_vector=query_vector,
+                    min_similarity=None,
+                    limit=3,
+                    exclude=frozenset(),
+                    approximate=approximate,
+                )
+                out.append(None if found is None else [(i, r.score, r.signals) for i, r in found])
+    for strategy in ("recent", "auto"):
+        for owner in (None, (None, None, None, MemoryKind.FACT.code)):
+            found = index.ordered(strategy=strategy, limit=4, exclude=frozenset(), owner=owner)
+            out.append(None if found is None else [(i, r.score) for i, r in found])
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    before=st.lists(st.one_of(expiring_put, expiring_put, st.tuples(drop)), max_size=20),
+    after=st.lists(st.one_of(expiring_put, st.tuples(drop)), max_size=12),
+    common_from=st.sampled_from([4096, 2]),
+    cluster=st.booleans(),
+    now_ms=st.integers(0, 50),
+)
+def test_an_index_from_its_snapshot_answers_as_the_index_does(
+    before, after, common_from, cluster, now_ms
+):
+    """A reader that starts from a snapshot must rank exactly as the index it was taken
+    from, then and after the same later changes."""
+    index = SearchIndex(LABEL, common_from=common_from)
+    offsets = iter(range(10_000))
+    _apply(index, before, offsets)
+    if cluster:
+        _answers(index, now_ms)  # an approximate search makes the clusters
+    data, vectors = index.snapshot()
+    restored = SearchIndex.from_snapshot(data, None if vectors is None else vectors.copy())
+    assert _answers(restored, now_ms) == _answers(index, now_ms)
+    later = iter(range(20_000, 30_000))
+    _apply(index, after, later)
+    later = iter(range(20_000, 30_000))
+    _apply(restored, after, later)
+    assert _answers(restored, now_ms + 5) == _answers(index, now_ms + 5)
+
+
+def test_bytes_that_are_no_snapshot_are_refused():
+    index = SearchIndex(LABEL)
+    index.put(b"\x01" * 16, _item(1, "alpha", None, 0.0, [1.0, 0.0, 0.0], (1, 0, 0)))
+    data, vectors = index.snapshot()
+    for bad, matrix in (
+        (b"not msgpack", vectors),
+        (data[: len(data) // 2], vectors),
+        (data, None),
+        (data, vectors[:3]),
+    ):
+        with pytest.raises(SnapshotError):
+            SearchIndex.from_snapshot(bad, matrix)

@@ -1,0 +1,143 @@
+"""Search index snapshots beside a managed view, so a reading process need not build
+its search index from every item of the view.
+
+A reader's first text recall builds the read's `SearchIndex` from the view: minutes at
+a million items, in every process that reads (the CLI, each HTTP server). With
+snapshots, the reader that built an index saves it here; the next process loads it and
+catches up from the view's ``changes`` log, which numbers every item change since the
+view was made, so a snapshot at change ``seq`` plus the changes after it is exactly the
+index a full build would make (a property test holds the two to the same answers).
+
+Files, in ``<view>/search/``: ``<read>.idx`` the index (which read it serves, the view
+epoch and change number it reflects, the name of its vector file) and
+``<read>-<token>.npy`` its vectors, which a reader maps copy-on-write instead of
+holding a copy: only rows it changes take memory of its own. Each file is written under
+a temporary name, synced and renamed, so a reader sees a whole snapshot or the one
+before.
+
+A snapshot is a cache. One that cannot be used (another format, another epoch of the
+view, a torn or foreign file, a clock set back) is passed over and the index is built
+from the view; one that cannot be written (a read-only folder, a full disk) leaves the
+read as it was. Both are counted in `IndexSnapshots.errors` with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import deque
+
+import msgspec
+import numpy as np
+
+from laser_memory.search_index import SearchIndex, SnapshotError
+
+__all__ = ["SNAPSHOTS_FROM", "IndexSnapshots"]
+
+#: Indexes with fewer entries than this are built faster than a snapshot is written.
+SNAPSHOTS_FROM = 20_000
+
+_FORMAT = 1
+
+
+class _SnapshotFile(msgspec.Struct, array_like=True):
+    format: int
+    read: bytes  # the read's key (tenant, namespace, conversation, embedder, superseded)
+    epoch: bytes | None
+    seq: int
+    vectors: str | None
+    index: bytes
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(_SnapshotFile)
+
+
+class IndexSnapshots:
+    """The snapshots of one view's search indexes, at ``<view>/search``. ``keep_from``:
+    the fewest entries an index has for it to be saved (None: never save)."""
+
+    def __init__(self, view_path: str, *, keep_from: int | None = SNAPSHOTS_FROM) -> None:
+        self.path = os.path.join(view_path, "search")
+        self.keep_from = keep_from
+        #: Why snapshots could not be read or written, newest last (at most 100).
+        self.errors: deque[str] = deque(maxlen=100)
+        self._lock = threading.Lock()
+
+    def _names(self, read: tuple) -> tuple[bytes, str]:
+        key = _encoder.encode(read)
+        return key, hashlib.blake2b(key, digest_size=16).hexdigest()
+
+    def load(self, read: tuple, epoch: bytes | None) -> tuple[SearchIndex, int] | None:
+        """The saved index of ``read`` for this epoch of the view, and the change number
+        it reflects; None when there is none that can be used."""
+        key, name = self._names(read)
+        try:
+            with open(os.path.join(self.path, f"{name}.idx"), "rb") as file:
+                saved = _decoder.decode(file.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, msgspec.DecodeError) as exc:
+            self.errors.append(f"snapshot {name}.idx unreadable: {exc}")
+            return None
+        if saved.format != _FORMAT or saved.read != key or saved.epoch != epoch:
+            return None  # another format, read or epoch of the view: a rebuild made it stale
+        try:
+            vectors = None
+            if saved.vectors is not None:
+                if os.sep in saved.vectors or not saved.vectors.startswith(name):
+                    raise SnapshotError(f"vector file {saved.vectors!r} is not this read's")
+                vectors = np.load(os.path.join(self.path, saved.vectors), mmap_mode="c")
+            return SearchIndex.from_snapshot(saved.index, vectors), saved.seq
+        except (OSError, ValueError) as exc:  # SnapshotError is a ValueError
+            self.errors.append(f"snapshot {name} unusable: {exc}")
+            return None
+
+    def save(self, read: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
+        """Save ``index`` as the snapshot of ``read`` at change ``seq``, if it is large
+        enough to be worth it; True if saved."""
+        if self.keep_from is None or len(index) < self.keep_from:
+            return False
+        key, name = self._names(read)
+        data, vectors = index.snapshot()
+        with self._lock:
+            try:
+                os.makedirs(self.path, exist_ok=True)
+                vector_name = None
+                if vectors is not None:
+                    vector_name = f"{name}-{os.urandom(8).hex()}.npy"
+                    self._write(vector_name, lambda f: np.save(f, vectors, allow_pickle=False))
+                file = _SnapshotFile(_FORMAT, key, epoch, seq, vector_name, data)
+                self._write(f"{name}.idx", lambda f: f.write(_encoder.encode(file)))
+            except OSError as exc:
+                self.errors.append(f"snapshot {name} not saved: {exc}")
+                return False
+            # Older vector files of this read: a reader that opened one keeps its map.
+            for other in os.listdir(self.path):
+                if (
+                    other.startswith(f"{name}-")
+                    and other != vector_name
+                    and not other.endswith(".tmp")
+                ):
+                    try:
+                        os.unlink(os.path.join(self.path, other))
+                    except OSError as exc:
+                        self.errors.append(f"old snapshot file {other} not removed: {exc}")
+        return True
+
+    def _write(self, name: str, write) -> None:
+        final = os.path.join(self.path, name)
+        temporary = f"{final}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            with open(temporary, "wb") as file:
+                write(file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, final)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise

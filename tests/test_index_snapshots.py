@@ -1,0 +1,132 @@
+"""Search index snapshots beside a managed view: a new reading process starts from the
+last one saved and catches up from the view's changes, answering exactly as a full
+build would; a snapshot that cannot be used is passed over, never trusted."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import folders.view as view_module
+import laser_memory as lm
+from folders.service import ViewFolder
+
+QUERIES = [
+    {"text": text, "strategy": strategy, **scope}
+    for text in ("signing keys", "lunch noon", "node-7")
+    for strategy in ("keyword", "hybrid", "semantic")
+    for scope in ({}, {"conversation": "c1"})
+] + [{"text": "keys", "strategy": "hybrid", "limit": 2}]
+
+
+@pytest.fixture
+def built(monkeypatch) -> list[int]:
+    """How many items the view's readers read to build or update their indexes."""
+    calls = [0]
+    real = view_module.index_entry
+
+    def counting(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(view_module, "index_entry", counting)
+    return calls
+
+
+async def answers(url: str, view: Path, config: lm.MemoryConfig) -> list[list]:
+    """Every query's answer from a reader that has just started (a new process)."""
+    async with lm.connect(
+        url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
+    ) as reader:
+        memory = reader.memory("notes")
+        try:
+            return [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
+        finally:
+            reader.managed_view().close()
+
+
+async def test_a_new_reader_starts_from_the_snapshot_and_catches_up(tmp_path: Path, built):
+    view = tmp_path / "view"
+    always = lm.MemoryConfig(index_snapshots_from=1)
+    never = lm.MemoryConfig(index_snapshots_from=None)
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        folder = ViewFolder(laser.log, memory.topic, view)
+        items = await memory.remember_many(
+            [
+                {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
+                for i in range(40)
+            ]
+            + [{"body": "lunch is served at noon", "conversation": "c1"}]
+        )
+        await folder.run(until_caught_up=True)
+        first = await answers(laser.log.url, view, always)
+        assert any(name.endswith(".idx") for name in os.listdir(view / "search"))
+        assert first == await answers(laser.log.url, view, never)
+
+        # Later changes: a forget, feedback, new items; the snapshot predates them.
+        await memory.forget(items[0])
+        await memory.improve(items[5], 3.0)
+        await memory.remember("keys rotate every week on node-7", conversation="c1")
+        await folder.run(until_caught_up=True)
+        built[0] = 0
+        caught_up = await answers(laser.log.url, view, always)
+        # Only the changed items were read, fewer than one full build reads: the rest
+        # came from the snapshots.
+        assert built[0] < 42
+        built[0] = 0
+        assert caught_up == await answers(laser.log.url, view, never)
+        assert built[0] >= 2 * 42  # full builds read every item, for each read
+
+
+async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
+    view = tmp_path / "view"
+    always = lm.MemoryConfig(index_snapshots_from=1)
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many(
+            [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
+        )
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
+        assert await answers(laser.log.url, view, always) == want
+        search = view / "search"
+
+        # Torn or foreign files: answered from the view, the reason kept.
+        for name in os.listdir(search):
+            path = search / name
+            path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+        async with lm.connect(laser.log.url, stream="s", view=view, config=always) as reader:
+            opened = reader.managed_view()
+            reader_memory = reader.memory("notes")
+            got = [
+                [(i.id, i.score, i.signals) for i in await reader_memory.recall(**q)]
+                for q in QUERIES
+                if q["strategy"] == "keyword"
+            ]
+            assert got == [
+                w for w, q in zip(want, QUERIES, strict=True) if q["strategy"] == "keyword"
+            ]
+            assert any("snapshot" in reason for reason in opened.snapshots.errors)
+            opened.close()
+
+        # A rebuilt view (a new epoch) never reads the snapshots of the old one.
+        assert await answers(laser.log.url, view, always) == want
+        await memory.forget((await memory.recall(text="node-3", strategy="keyword"))[0].id)
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True, rebuild=True)
+        rebuilt = await answers(laser.log.url, view, always)
+        assert rebuilt == await answers(
+            laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None)
+        )
+        assert rebuilt != want
+
+
+def test_index_snapshots_from_is_checked():
+    with pytest.raises(lm.ConfigError, match="index_snapshots_from"):
+        lm.MemoryConfig(index_snapshots_from=0)
