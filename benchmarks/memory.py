@@ -7,7 +7,9 @@ dimensions from its stand-in embedder) to an embedded log, then measures:
 
 - a **folder** process folding the whole topic into a fresh view;
 - a **reader** process opening the view and making one hybrid, one keyword and one
-  semantic recall (the first builds its search index: its time is reported).
+  semantic recall (the first builds its search index, and saves a snapshot of it: its
+  time is reported);
+- the **next reader**, another process doing the same, which starts from the snapshot.
 
 For each: peak resident memory (VmHWM), and anonymous memory at the end (RssAnon:
 the process's own heap, not the LMDB pages it maps, which the kernel shares and
@@ -110,7 +112,9 @@ def measure(items: int, dims: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as path:
         asyncio.run(_write(path, items, dims))
         out = {"log on disk MB": _disk_mb(f"{path}/log")}
-        for role in ("folder", "reader"):
+        # The first reader builds its search index and saves a snapshot; the next one
+        # (another process) starts from the snapshot.
+        for role in ("folder", "reader", "next-reader"):
             done = subprocess.run(
                 [sys.executable, "-m", "benchmarks.memory", "--child", role, path, str(dims)],
                 cwd=ROOT,
@@ -121,9 +125,10 @@ def measure(items: int, dims: int) -> dict[str, float]:
             if done.returncode != 0:
                 raise RuntimeError(f"the {role} failed:\n{done.stderr[-2000:]}")
             status = json.loads(done.stdout.strip().splitlines()[-1])
-            out[f"{role} peak RSS MB"] = status["VmHWM"]
-            out[f"{role} anonymous MB"] = status["RssAnon"]
-            out[f"{role} s"] = status["seconds"]
+            name = role.replace("-", " ")
+            out[f"{name} peak RSS MB"] = status["VmHWM"]
+            out[f"{name} anonymous MB"] = status["RssAnon"]
+            out[f"{name} s"] = status["seconds"]
         out["view on disk MB"] = _disk_mb(f"{path}/view")
         return out
 
@@ -138,6 +143,7 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
     }
     log = f"log on disk @{items}"
     ratios = {name: log for name, (_, unit) in values.items() if unit == "MB" and name != log}
+    ratios[f"next reader @{items}"] = f"reader @{items}"
     return rows("memory", values, ratios)
 
 
