@@ -214,6 +214,21 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.aput(("a.b",), "k", {"ok": 1})
     with pytest.raises(lm.InvalidInput, match="ttl"):
         await store.aput(("t",), "k", {"ok": 1}, ttl=-1)
+    with pytest.raises(lm.InvalidInput, match="ttl"):
+        await store.aput(("t",), "k", {"ok": 1}, ttl=1e300)
+    # Deeper than a fold parses back: refused, never stored unreadable.
+    deep: Any = "leaf"
+    for _ in range(150):
+        deep = [deep]
+    with pytest.raises(lm.InvalidBody, match="levels deep"):
+        await store.aput(("t",), "k", {"deep": deep})
+    # A bare string is no namespace (it would be read letter by letter).
+    with pytest.raises(lm.InvalidName, match="tuple of strings"):
+        await store.abatch([PutOp("abc", "k", {"ok": 1})])  # type: ignore[arg-type]
+    with pytest.raises(lm.InvalidInput, match="filter"):
+        await store.asearch(("t",), filter=["ok"])  # type: ignore[arg-type]
+    with pytest.raises(lm.InvalidInput, match="query"):
+        await store.asearch(("t",), query=5)  # type: ignore[arg-type]
     assert await store.asearch(("t",)) == []
     assert await memory.named(folded=True) == []
 

@@ -63,7 +63,7 @@ from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName
 from ..items import NamedItem
 from ..log import Appended
 from ..memory import MemoryHandle
-from ..named import dump_json, load_json, validate_key
+from ..named import MAX_JSON_DEPTH, dump_json, json_depth, load_json, validate_key
 from ..records import NamedPatch, NamedRemove, NamedSet
 from ..scoring import TermStatistics, bm25
 from ..terms import term_counts, terms
@@ -200,6 +200,19 @@ def _check_filter(wanted: Any, path: str = "filter") -> None:
                     f"{', '.join(_OPERATORS)}"
                 )
             _check_filter(v, f"{path}.{k}")
+
+
+def _check_namespace(op: Op) -> None:
+    """Namespaces are tuples of strings: a bare string would be read label by letter."""
+    if isinstance(op, GetOp | PutOp):
+        paths = [op.namespace]
+    elif isinstance(op, SearchOp):
+        paths = [op.namespace_prefix]
+    else:
+        paths = [c.path for c in op.match_conditions or ()]
+    for path in paths:
+        if not isinstance(path, tuple | list) or not all(isinstance(p, str) for p in path):
+            raise InvalidName(f"a store namespace is a tuple of strings, got {path!r:.80}")
 
 
 def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
@@ -436,8 +449,13 @@ class LaserStore(BaseStore):
         for op in ops:
             if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
                 raise InvalidInput(f"unknown store operation {type(op).__name__}")
+            _check_namespace(op)
             validate_op_namespace(op)
             if isinstance(op, SearchOp):
+                if op.filter is not None and not isinstance(op.filter, dict):
+                    raise InvalidInput(f"filter is a dict, got {type(op.filter).__name__}")
+                if op.query is not None and not isinstance(op.query, str):
+                    raise InvalidInput(f"query is a string, got {type(op.query).__name__}")
                 _check_filter(op.filter)
                 self._check_page(op.limit, op.offset)
             elif isinstance(op, ListNamespacesOp):
@@ -513,7 +531,16 @@ class LaserStore(BaseStore):
                     raise InvalidInput(f"ttl is a number of minutes above 0, got {op.ttl!r}")
                 envelope["ttl"] = op.ttl
                 envelope["expires_at"] = now + round(op.ttl * _MINUTE_MS)
+                if envelope["expires_at"] >= 1 << 63:
+                    raise InvalidInput(f"ttl {op.ttl!r} minutes ends past the year 292 million")
             body = memory._check_body(dump_json(envelope, "the store value"))
+            # The value sits one level down in the stored object: what a fold cannot
+            # parse back is refused here, never stored unreadable.
+            if (depth := json_depth(body)) > MAX_JSON_DEPTH:
+                raise InvalidBody(
+                    f"the store value nests {depth - 1} levels deep; at most "
+                    f"{MAX_JSON_DEPTH - 1} are allowed"
+                )
             paths = self._paths(op)
             start = len(texts)
             if self._documents is not None:
