@@ -372,11 +372,9 @@ class SearchIndex:
         ends = np.frombuffer(snap.slot_term_ends, dtype=np.int64).tolist()
         if len(ends) != size:
             raise SnapshotError("slot terms do not fit the slots")
-        start, slot_terms = 0, []
-        for end in ends:
-            slot_terms.append(tuple(table[n] for n in numbers[start:end]))
-            start = end
-        index._terms = slot_terms
+        named = [table[n] for n in numbers]
+        starts = [0, *ends[:-1]] if ends else []
+        index._terms = [tuple(named[a:b]) for a, b in zip(starts, ends, strict=True)]
         index._repeats = [None] * size
         for slot, repeats in snap.repeats:
             index._repeats[slot] = repeats
@@ -389,7 +387,7 @@ class SearchIndex:
         start = 0
         for i, term in enumerate(table):
             end = posting_ends[i]
-            posting = _Posting()
+            posting = _Posting.__new__(_Posting)  # its arrays come next: no empty ones
             posting.slots = array("q", snap.posting_slots[8 * start : 8 * end])
             posting.counts = array("d", snap.posting_counts[8 * start : 8 * end])
             posting.generations = array("q", snap.posting_generations[8 * start : 8 * end])
