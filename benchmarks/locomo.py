@@ -13,6 +13,11 @@ among the first k items. Prints R@1/5/10/20 per strategy over all questions.
 ``--view`` recalls from a managed view folded after the writes instead of folding in
 the process; the figures must be the same.
 
+``--peers`` also runs LangGraph's ``InMemoryStore`` and mem0 (from ``make peers``, or the
+interpreter ``--peers-python`` names) and laser-memory's own LangGraph store on the same
+turns and questions with the very same vectors (see `benchmarks.locomo_peers`), so the
+table shows them side by side.
+
 Reference figures over all ten LoCoMo conversations (categories 1-4, turns prefixed
 with their session date): BM25 R@5 0.53, R@10 0.59; all-MiniLM-L6-v2 cosine R@5 0.39,
 R@10 0.50; their reciprocal-rank fusion R@10 0.59, R@20 0.69.
@@ -23,6 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -111,6 +118,66 @@ async def evaluate(
     return scores
 
 
+PEERS = {
+    "langgraph": "LangGraph InMemoryStore (cosine)",
+    "mem0": "mem0 (cosine)",
+    "laser-store": "laser-memory LaserStore (hybrid)",
+}
+
+
+def compare_peers(
+    conversations: list[tuple[str, dict]], embedder, peers_python: str
+) -> dict[str, dict[int, float] | str]:
+    """R@k of each peer on the same turns and questions, with the same vectors; or why
+    a peer did not run."""
+    import numpy as np
+
+    from . import locomo_peers
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as folder:
+        data, texts = [], {}
+        for name, conversation in conversations:
+            turns = turns_of(conversation)
+            questions = [
+                (q["question"], q["evidence"])
+                for q in conversation["qa"]
+                if q.get("category") in CATEGORIES and q.get("evidence")
+            ]
+            data.append({"name": name, "turns": turns, "questions": questions})
+            texts.update(dict.fromkeys([t for _, t in turns] + [q for q, _ in questions]))
+        ordered = list(texts)
+        vectors = np.concatenate(
+            [
+                np.asarray(embedder.embed_many(ordered[i : i + 256]), dtype=np.float32)
+                for i in range(0, len(ordered), 256)
+            ]
+        )
+        (Path(folder) / "data.json").write_text(json.dumps(data))
+        (Path(folder) / "texts.json").write_text(json.dumps(ordered))
+        np.save(Path(folder) / "vectors.npy", vectors)
+        out: dict[str, dict[int, float] | str] = {}
+        for store in PEERS:
+            python = sys.executable if store == "laser-store" else peers_python
+            print(f"  {store} ...", file=sys.stderr)
+            done = subprocess.run(
+                [python, "-m", locomo_peers.__name__, store, folder],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(root)},
+            )
+            try:
+                result = json.loads(done.stdout.strip().splitlines()[-1])
+            except (IndexError, json.JSONDecodeError):
+                out[store] = " / ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
+                continue
+            out[store] = (
+                result["error"] if "error" in result else {int(k): v for k, v in result.items()}
+            )
+        return out
+
+
 def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Figure]:
     """The figures for ``python -m benchmarks`` (none without ``--locomo PATH``); quick
     runs the first conversation only."""
@@ -128,6 +195,17 @@ def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Fig
         if k in (5, 10)
     }
     ratios = {f"hybrid R@{k}": f"keyword R@{k}" for k in (5, 10)}
+    # The peers on the same turns with the same vectors; a ratio says how many times
+    # laser-memory's hybrid recall finds what the peer finds.
+    for store, result in compare_peers(conversations, embedder, _peers_python()).items():
+        if isinstance(result, str):
+            print(f"  {store}: {result}", file=sys.stderr)
+            continue
+        for k in (5, 10):
+            name = f"{PEERS[store]} R@{k}"
+            values[name] = (result[k], "recall")
+            ratios[f"hybrid R@{k} vs {store}"] = name
+            values[f"hybrid R@{k} vs {store}"] = values[f"hybrid R@{k}"]
     return rows("locomo", values, ratios)
 
 
@@ -141,6 +219,8 @@ def main() -> None:
     parser.add_argument(
         "--strategies", nargs="+", default=["keyword", "semantic", "hybrid", "auto"]
     )
+    parser.add_argument("--peers", action="store_true", help="run LangGraph and mem0 too")
+    parser.add_argument("--peers-python", default=_peers_python())
     args = parser.parse_args()
     embedder = make_embedder(args.embedder)
     label = embedder.label if embedder is not None else "no embedder"
@@ -152,6 +232,20 @@ def main() -> None:
     print(f"{'strategy':<10}" + "".join(f"{f'R@{k}':>8}" for k in KS))
     for strategy, by_k in scores.items():
         print(f"{strategy:<10}" + "".join(f"{sum(v) / len(v):8.3f}" for v in by_k.values()))
+    if args.peers:
+        if embedder is None:
+            raise SystemExit("--peers needs an embedder: every store gets the same vectors")
+        print(f"the same questions, the same vectors ({label}):")
+        for store, result in compare_peers(load(args.path), embedder, args.peers_python).items():
+            if isinstance(result, str):
+                print(f"{PEERS[store]:<36} {result}")
+            else:
+                print(f"{PEERS[store]:<36}" + "".join(f"{result[k]:8.3f}" for k in KS))
+
+
+def _peers_python() -> str:
+    venv = Path(__file__).resolve().parent.parent / ".peers-venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
 
 
 if __name__ == "__main__":
