@@ -98,6 +98,7 @@ _REMEMBER_OPTIONS = {
     "ttl",
     "supersedes",
 }
+_ENTRY_KEYS = frozenset({*_REMEMBER_OPTIONS, "body"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +180,8 @@ class MemoryHandle:
         self._producer = producer
         self._reader = reader or FoldedReader(laser.log, topic, namespace)
         self.last_receipt: Receipt | None = None
+        # Scopes made for remembers, by (conversation, tenant, agent, user, application).
+        self._scopes: dict[tuple, MemoryScope] = {}
 
     @staticmethod
     def custom(backend: Any) -> CustomMemory:
@@ -1033,21 +1036,38 @@ class MemoryHandle:
             entry = {"body": entry}
         if not isinstance(entry, Mapping) or "body" not in entry:
             raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
-        unknown = set(entry) - _REMEMBER_OPTIONS - {"body"}
+        unknown = entry.keys() - _ENTRY_KEYS
         if unknown:
             raise InvalidInput(
                 f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
                 f"{', '.join(sorted(_REMEMBER_OPTIONS))}"
             )
         data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
-        kind = parse_kind(entry["kind"] if entry.get("kind") is not None else "fact")
-        scope = self._scope(
-            conversation=entry.get("conversation"),
-            tenant=entry.get("tenant"),
-            agent=entry.get("agent"),
-            user=entry.get("user"),
-            application=entry.get("application"),
+        given_kind = entry.get("kind")
+        kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
+        owner = (
+            entry.get("conversation"),
+            entry.get("tenant"),
+            entry.get("agent"),
+            entry.get("user"),
+            application := entry.get("application"),
         )
+        # Entries of a batch mostly share their scope: made and checked once.
+        scope = self._scopes.get(owner)
+        if scope is None:
+            scope = self._scope(
+                conversation=owner[0],
+                tenant=owner[1],
+                agent=owner[2],
+                user=owner[3],
+                application=application,
+            )
+            if len(self._scopes) >= 1024:
+                self._scopes.clear()
+            try:
+                self._scopes[owner] = scope
+            except TypeError:  # a field that is no string cannot hash; _scope checked it
+                pass
         if memory_id is None:
             if entry.get("dedup"):
                 memory_id = MemoryId.content(
@@ -1073,8 +1093,12 @@ class MemoryHandle:
             origin=inputs.origin(origin) if origin is not None else self._origin,
             producer=inputs.producer(producer) if producer is not None else self._producer,
             embedding=inputs.embedding(entry.get("embedding")),
-            expires_at=inputs.expiry(
-                entry.get("expires_at"), entry.get("ttl"), self._laser.clock.now_ms()
+            expires_at=(
+                None
+                if entry.get("expires_at") is None and entry.get("ttl") is None
+                else inputs.expiry(
+                    entry.get("expires_at"), entry.get("ttl"), self._laser.clock.now_ms()
+                )
             ),
             supersedes=self._supersedes(entry.get("supersedes"), memory_id),
         )
