@@ -31,6 +31,7 @@ from collections import deque
 import msgspec
 import numpy as np
 
+from laser_memory.errors import LogUnavailable
 from laser_memory.search_index import SearchIndex, SnapshotError
 
 __all__ = ["SNAPSHOTS_FROM", "IndexSnapshots"]
@@ -125,6 +126,24 @@ class IndexSnapshots:
                     except OSError as exc:
                         self.errors.append(f"old snapshot file {other} not removed: {exc}")
         return True
+
+    def remove_all(self) -> None:
+        """Remove every snapshot (the view was emptied); a reader that mapped one keeps
+        its map. A file that cannot be removed raises `LogUnavailable`."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return
+        for name in names:
+            try:
+                os.unlink(os.path.join(self.path, name))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise LogUnavailable(
+                    f"the index snapshot {name} in {self.path} cannot be removed: {exc}; "
+                    "remove the folder by hand"
+                ) from exc
 
     def _write(self, name: str, write) -> None:
         final = os.path.join(self.path, name)

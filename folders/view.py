@@ -439,10 +439,13 @@ class MemoryView:
         return self.watermark().get(position.partition, 0) > position.offset
 
     def clear(self) -> None:
-        """Empty every database (for a rebuild)."""
+        """Empty every database (for a rebuild), and remove the readers' index
+        snapshots: they index the old view (a reader ignores them anyway, by epoch; this
+        frees their space)."""
         with self._env.begin(write=True) as txn:
             for name in _DBS:
                 txn.drop(self._dbs[name], delete=False)
+        IndexSnapshots(self.path).remove_all()
 
     # -- writing (the folder) --------------------------------------------------------
 

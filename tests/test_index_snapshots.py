@@ -120,6 +120,7 @@ async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
         assert await answers(laser.log.url, view, always) == want
         await memory.forget((await memory.recall(text="node-3", strategy="keyword"))[0].id)
         await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True, rebuild=True)
+        assert os.listdir(search) == []  # a rebuild removes the old view's snapshots
         rebuilt = await answers(laser.log.url, view, always)
         assert rebuilt == await answers(
             laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None)
