@@ -212,9 +212,16 @@ async def test_an_embedded_append_has_a_deadline_too(tmp_path):
         try:
             with pytest.raises(lm.WriteTimeout, match="may or may not have landed"):
                 await log.append("t", OutgoingRecord(b"blocked"))
+            # Appends waiting together each get their deadline (one timer serves all).
+            late = asyncio.get_running_loop().create_task(log.append("t", OutgoingRecord(b"b2")))
+            await asyncio.sleep(0.1)
+            outcomes = await asyncio.gather(
+                late, log.append("t", OutgoingRecord(b"b3")), return_exceptions=True
+            )
+            assert [type(o) for o in outcomes] == [lm.WriteTimeout, lm.WriteTimeout]
         finally:
             release.set()
             holder.join()
         await log.append("t", OutgoingRecord(b"after"))
-        # The late append landed once the lock was free; never twice.
-        assert [r.value for r in await read_all(log, "t")] == [b"blocked", b"after"]
+        # The late appends landed once the lock was free; never twice.
+        assert [r.value for r in await read_all(log, "t")] == [b"blocked", b"b2", b"b3", b"after"]
