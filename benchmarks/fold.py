@@ -4,7 +4,8 @@
 
 - ``remember_many`` (batches of 1,000, 110-byte bodies over 100 conversations) against
   the raw limit: msgspec-encoding the same records and putting them into LMDB in one
-  transaction per batch.
+  transaction per batch; and 1,000 concurrent ``remember`` calls at a time (up to 20,000
+  items) against the same limit.
 - The fold (`ViewFolder` rebuilding a view of the whole topic) against its raw limit:
   decoding every record with msgspec and putting one value per record into LMDB, in
   transactions of the folder's batch size.
@@ -83,6 +84,23 @@ def raw_decode_put(values: list[bytes], batch: int) -> float:
     return len(values) / elapsed
 
 
+async def concurrent_remember(entries: list[dict]) -> float:
+    """Items a second from 1,000 concurrent `remember` calls at a time (gathered: they
+    share the log's group commits), on a log of their own."""
+    with tempfile.TemporaryDirectory() as log_dir:
+        async with lm.connect(f"local://{log_dir}", stream="bench") as laser:
+            memory = laser.memory("notes")
+            start = time.perf_counter()
+            for first in range(0, len(entries), 1000):
+                await asyncio.gather(
+                    *(
+                        memory.remember(e["body"], conversation=e["conversation"])
+                        for e in entries[first : first + 1000]
+                    )
+                )
+            return len(entries) / (time.perf_counter() - start)
+
+
 async def measure(items: int) -> dict[str, float]:
     entries = bodies(items)
     with tempfile.TemporaryDirectory() as log_dir, tempfile.TemporaryDirectory() as view_dir:
@@ -98,8 +116,10 @@ async def measure(items: int) -> dict[str, float]:
             start = time.perf_counter()
             await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(until_caught_up=True)
             fold = items / (time.perf_counter() - start)
+        gathered = await concurrent_remember(entries[: min(items, 20_000)])
         return {
             "remember_many items/s": writes,
+            "concurrent remember items/s": gathered,
             "raw encode+put items/s": raw_encode_put(entries),
             "fold records/s": fold,
             "raw decode+put records/s": raw_decode_put(values, 1000),
@@ -114,6 +134,7 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
     values = {
         "raw encode+put": (r["raw encode+put items/s"], "items/s"),
         "remember_many": (r["remember_many items/s"], "items/s"),
+        "1,000 concurrent remember": (r["concurrent remember items/s"], "items/s"),
         "raw decode+put": (r["raw decode+put records/s"], "records/s"),
         "fold (rebuild)": (r["fold records/s"], "records/s"),
         "log on disk": (r["log bytes/item"], "bytes/item"),
@@ -121,6 +142,7 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
     }
     ratios = {
         "remember_many": "raw encode+put",
+        "1,000 concurrent remember": "raw encode+put",
         "fold (rebuild)": "raw decode+put",
         "view on disk": "log on disk",
     }
@@ -139,6 +161,11 @@ def main() -> None:
         print(f"  {name:<26} {value:12,.0f}")
     ratios = [
         ("remember_many / raw encode+put", "remember_many items/s", "raw encode+put items/s"),
+        (
+            "concurrent remember / raw",
+            "concurrent remember items/s",
+            "raw encode+put items/s",
+        ),
         ("fold / raw decode+put", "fold records/s", "raw decode+put records/s"),
         ("fold / remember_many", "fold records/s", "remember_many items/s"),
         ("view / log bytes per item", "view bytes/item", "log bytes/item"),
