@@ -917,26 +917,39 @@ class SearchIndex:
         statistics: TermStatistics,
         dense: Sequence[str],
         counts: np.ndarray | None = None,
+        known: tuple[str, float] | None = None,
     ) -> np.ndarray:
         """BM25 of ``rows`` for the query terms, with `bm25_postings`' operations in its
         order, so to the bit, but without arrays as long as the index. ``rows`` are
         sorted, or (one term, ``counts`` given) that term's posting list. Counts of the
         ``dense`` terms are read from `_counts_of` (a long posting list is not
-        searched for a few rows)."""
+        searched for a few rows). ``known``: a term every row holds with the same score
+        (rows of one of its groups), added as that number."""
         scores = np.zeros(len(rows), dtype=np.float64)
         if statistics.documents == 0 or not len(rows):
             return scores
         average = max(statistics.total_length / statistics.documents, 1e-9)
         lengths = self._length[rows]
+        norm_all = None
         for term in held:
             df = statistics.document_frequency.get(term, 0)
             if df == 0:
+                continue
+            if known is not None and term == known[0]:
+                scores += known[1]
                 continue
             idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
             if counts is not None:
                 tf = counts
             elif term in dense:
                 tf = self._counts_of(term)[rows].astype(np.float64)
+                if norm_all is None:
+                    norm_all = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths / average)
+                # Every row at once: one without the term adds idf * 0 / norm, exactly
+                # 0.0, which leaves its score as it was; the others add what the masked
+                # form adds, by the same operations.
+                scores += idf * tf * (BM25_K1 + 1.0) / (tf + norm_all)
+                continue
             else:
                 slots, held_counts = self._posting(term)
                 at = np.minimum(np.searchsorted(rows, slots), len(rows) - 1)
@@ -1053,10 +1066,14 @@ class SearchIndex:
         return groups, idf * tf * (BM25_K1 + 1.0) / (tf + norm)
 
     def _full_scores(
-        self, rows: np.ndarray, held: list[str], statistics: TermStatistics
+        self,
+        rows: np.ndarray,
+        held: list[str],
+        statistics: TermStatistics,
+        known: tuple[str, float] | None = None,
     ) -> np.ndarray:
         """BM25 of any rows for common terms, from each term's counts per slot."""
-        return self._bm25_over(rows, held, statistics, held)
+        return self._bm25_over(rows, held, statistics, held, known=known)
 
     def _threshold_walk(
         self,
@@ -1087,14 +1104,17 @@ class SearchIndex:
             if bound == 0.0 or found > budget:
                 return (rows_out, scores_out) if bound == 0.0 else None
             term = int(np.argmax(upcoming))
-            groups, _ = by_term[term]
-            live = groups.live(int(orders[term][at[term]]), self._generation)
+            groups, group_scores = by_term[term]
+            group = int(orders[term][at[term]])
+            live = groups.live(group, self._generation)
             at[term] += 1
             new = live[~seen[live]]
             if len(new):
                 seen[new] = True
                 rows_out.append(new)
-                scores_out.append(self._full_scores(new, held, statistics))
+                # Every row of the group holds the term with the group's score.
+                known = (held[term], float(group_scores[group]))
+                scores_out.append(self._full_scores(new, held, statistics, known))
                 found += len(new)
 
     def _best_groups(
