@@ -217,7 +217,7 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan():
         item = _item(n, " ".join(words), f"c{n % 5}", weight, None, (n // 50, n % 3, n))
         items.append(item)
         index.put(item.id.bytes, item)
-    for text in ("alpha", "beta gamma", "node-7 keys", "delta alpha alpha"):
+    for text in ("alpha", "beta gamma", "alpha beta gamma", "node-7 keys", "delta alpha alpha"):
         for limit in (1, 3, 10, 40):
             for excluded in ((), (0, 5, 77)):
                 exclude = frozenset(items[n].id.bytes for n in excluded)
