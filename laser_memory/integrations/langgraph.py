@@ -601,14 +601,22 @@ class LaserStore(BaseStore):
         self, found: Iterable[_Stored], puts: Mapping[tuple[tuple[str, ...], str], PutOp]
     ) -> list[NamedPatch]:
         """A patch of ``expires_at`` per item read that has a ttl (not those this batch
-        puts anew: the put sets its own expiry)."""
+        puts anew: the put sets its own expiry). A read that would move the expiry by
+        less than 1% of the ttl (and under a minute) writes nothing: reads in quick
+        succession do not each add a record to the log."""
         memory = self._memory
         now = memory._laser.clock.now_ms()
         out = []
         for stored in found:
             if stored.ttl is None or (stored.namespace, stored.key) in puts:
                 continue
-            patch = dump_json({"expires_at": now + round(stored.ttl * _MINUTE_MS)})
+            ttl_ms = round(stored.ttl * _MINUTE_MS)
+            expires = now + ttl_ms
+            if isinstance(stored.expires_at, int) and expires - stored.expires_at < min(
+                ttl_ms // 100, _MINUTE_MS
+            ):
+                continue
+            patch = dump_json({"expires_at": expires})
             out.append(
                 NamedPatch(
                     ns=memory.namespace, scope=memory._scope(), key=stored.named.key, patch=patch
