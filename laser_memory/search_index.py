@@ -51,6 +51,16 @@ _OWNER_COLUMNS = ("_agent", "_user", "_application", "_kind", "_irregular")
 #: A read's owner filters: (agent, user, application, kind code), None where unset.
 Owner = tuple[str | None, str | None, str | None, int | None]
 
+_SLOT_MASK = (1 << 32) - 1
+
+
+def _member(key: _Key, slot: int) -> int:
+    """An entry of a conversation's neighbour list as one number that sorts as
+    (append time, partition, offset, slot) does: a fifth of the memory of the tuples."""
+    time_, partition, offset = key
+    return (((time_ << 32 | partition) << 64 | offset) << 32) | slot
+
+
 #: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
 INDEX_SNAPSHOT_FORMAT = 1
 
@@ -217,7 +227,8 @@ class SearchIndex:
         # common terms, the count of every slot.
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._dense: dict[str, np.ndarray] = {}
-        self._groups: dict[str, list[tuple[_Key, int]]] = {}
+        # Per conversation, its entries as sorted `_member` numbers (neighbours).
+        self._groups: dict[str, list[int]] = {}
         self._group_of: list[str] = []
         self._documents = 0
         self._total_length = 0
@@ -317,7 +328,7 @@ class SearchIndex:
             groups=group_names,
             group_of=_ints([group_number[g] for g in self._group_of], np.int32),
             members=[
-                _ints([slot for _, slot in self._groups[g]])
+                _ints([member & _SLOT_MASK for member in self._groups[g]])
                 for g in group_names[: len(self._groups)]
             ],
             codes=list(self._codes.items()),
@@ -411,7 +422,9 @@ class SearchIndex:
                 offset[slots].tolist(),
                 strict=True,
             )
-            index._groups[name] = [(key, slot) for key, slot in zip(keys, slots, strict=True)]
+            index._groups[name] = [
+                _member(key, slot) for key, slot in zip(keys, slots, strict=True)
+            ]
         index._codes = dict(snap.codes)
         if snap.centroids is not None and snap.bounds is not None and snap.dimensions:
             centroids = np.frombuffer(snap.centroids, dtype=np.float32).reshape(-1, snap.dimensions)
@@ -587,10 +600,11 @@ class SearchIndex:
         group = item.scope.conversation or ""
         self._group_of[slot] = group
         members = self._groups.setdefault(group, [])
-        at = bisect.bisect_left(members, (key, slot))
-        members.insert(at, (key, slot))
-        before = members[at - 1][1] if at > 0 else -1
-        after = members[at + 1][1] if at + 1 < len(members) else -1
+        member = _member(key, slot)
+        at = bisect.bisect_left(members, member)
+        members.insert(at, member)
+        before = members[at - 1] & _SLOT_MASK if at > 0 else -1
+        after = members[at + 1] & _SLOT_MASK if at + 1 < len(members) else -1
         self._before[slot], self._after[slot] = before, after
         if before >= 0:
             self._after[before] = slot
@@ -614,7 +628,7 @@ class SearchIndex:
         self._total_length -= int(self._length[slot])
         key = (int(self._time[slot]), int(self._partition[slot]), int(self._offset[slot]))
         members = self._groups[self._group_of[slot]]
-        at = bisect.bisect_left(members, (key, slot))
+        at = bisect.bisect_left(members, _member(key, slot))
         del members[at]
         if not members:
             del self._groups[self._group_of[slot]]
@@ -1322,7 +1336,9 @@ class SearchIndex:
         self._slots = {raw_id: slot for slot, raw_id in enumerate(self._ids)}
         self._free = []
         self._groups = {
-            group: sorted((key, int(inverse[slot])) for key, slot in members)
+            group: sorted(
+                (member & ~_SLOT_MASK) | int(inverse[member & _SLOT_MASK]) for member in members
+            )
             for group, members in self._groups.items()
         }
         self._expiry = {int(inverse[slot]): at for slot, at in self._expiry.items()}
