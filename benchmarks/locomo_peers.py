@@ -21,7 +21,6 @@ interpreter of their own (``make peers``), which may have only numpy and themsel
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -77,28 +76,12 @@ def run_langgraph(folder: Path) -> dict[int, list[float]]:
 
 
 def run_mem0(folder: Path) -> dict[int, list[float]]:
-    os.environ["MEM0_TELEMETRY"] = "False"
-    os.environ.setdefault("OPENAI_API_KEY", "sk-never-used")
-    from mem0 import Memory
+    from .peers import mem0_memory
 
     embedder = LookupEmbedder(folder)
     scores = _scores()
     with tempfile.TemporaryDirectory() as path:
-        memory = Memory.from_config(
-            {
-                "vector_store": {
-                    "provider": "qdrant",
-                    "config": {
-                        "path": f"{path}/qdrant",
-                        "on_disk": True,
-                        "collection_name": "locomo",
-                        "embedding_model_dims": embedder.dims,
-                    },
-                },
-                "history_db_path": f"{path}/history.db",
-            }
-        )
-        memory.embedding_model = embedder  # its own model is never called
+        memory = mem0_memory(path, "locomo", embedder.dims, embedder)
         for conversation in json.loads((folder / "data.json").read_text()):
             user = f"u-{conversation['name']}"
             for dia_id, text in conversation["turns"]:

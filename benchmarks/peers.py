@@ -181,12 +181,14 @@ def run_langgraph(size: int, path: str) -> dict:
     return {"add items/s": add, "semantic p50 ms": p50, "semantic p99 ms": p99}
 
 
-def run_mem0(size: int, path: str) -> dict:
+def mem0_memory(path: str, collection: str, dimensions: int, embedder):
+    """mem0 as these benchmarks run it: ``infer=False`` adds, embedded Qdrant on disk
+    under ``path``, telemetry off, a dummy API key never used, and ``embedder`` in
+    place of its model."""
     os.environ["MEM0_TELEMETRY"] = "False"
     os.environ.setdefault("OPENAI_API_KEY", "sk-never-used")
     from mem0 import Memory
 
-    texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
     memory = Memory.from_config(
         {
             "vector_store": {
@@ -194,15 +196,20 @@ def run_mem0(size: int, path: str) -> dict:
                 "config": {
                     "path": f"{path}/qdrant",
                     "on_disk": True,
-                    "collection_name": "bench",
-                    "embedding_model_dims": DIMENSIONS,
+                    "collection_name": collection,
+                    "embedding_model_dims": dimensions,
                 },
             },
             "history_db_path": f"{path}/history.db",
         }
     )
-    # The same embedder; mem0's own model is never called.
-    memory.embedding_model = _warm_embedder(texts + asked)
+    memory.embedding_model = embedder  # its own model is never called
+    return memory
+
+
+def run_mem0(size: int, path: str) -> dict:
+    texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
+    memory = mem0_memory(path, "bench", DIMENSIONS, _warm_embedder(texts + asked))
     started = time.perf_counter()
     for text in texts:
         memory.add(text, user_id="bench", infer=False)
