@@ -433,12 +433,38 @@ async def update(key, patch, url, stream, namespace, as_json, view, tenant) -> N
 @click.argument("key")
 @_connection_options
 @click.option("--tenant", default="")
+@click.option(
+    "--if-version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Remove only if the item is still at this version when folded.",
+)
 @_run
-async def remove(key, url, stream, namespace, as_json, view, tenant) -> None:
+async def remove(key, url, stream, namespace, as_json, view, tenant, if_version) -> None:
     """Remove named item KEY (absent keys succeed)."""
     async with _Session(url, stream, namespace) as memory:
-        receipt = await memory.remove(key, tenant=tenant)
+        receipt = await memory.remove(key, tenant=tenant, if_version=if_version)
     _print_write(as_json, receipt, key=key)
+
+
+@main.command()
+@click.argument("prefix", default="")
+@_connection_options
+@click.option("--tenant", default="")
+@_run
+async def named(prefix, url, stream, namespace, as_json, view, tenant) -> None:
+    """List the named items whose key starts with PREFIX (all without one), by key."""
+    async with _Session(url, stream, namespace, view, read=True) as memory:
+        items = await memory.named(prefix, tenant=tenant)
+    for item in items:
+        if as_json:
+            try:
+                body: Any = item.json()
+            except LaserError:
+                body = item.text
+            click.echo(json.dumps({"key": item.key, "body": body, "version": item.version}))
+        else:
+            click.echo(f"{item.key}\t{item.version}\t{item.text}")
 
 
 def _topic_options(fn: Callable[..., Any]) -> Callable[..., Any]:

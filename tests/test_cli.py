@@ -62,8 +62,21 @@ def test_a_memory_session_from_the_command_line(any_log_url: str, stream_name: s
     run("update", "profile", '{"channel": "email", "name": null}', *common)
     fetched = json.loads(run("fetch", "profile", *common, "--json"))
     assert fetched == {"key": "profile", "body": {"channel": "email"}, "version": 2}
-    run("remove", "profile", *common)
+    run("set", "prefs", "dark mode", *common)
+    listed = [json.loads(line) for line in run("named", "pro", *common, "--json").splitlines()]
+    assert listed == [fetched]
+    assert [line.split("\t")[0] for line in run("named", *common).splitlines()] == [
+        "prefs",
+        "profile",
+    ]
+    # A remove for a version the item has moved past changes nothing.
+    run("remove", "profile", *common, "--if-version", "1")
+    assert json.loads(run("fetch", "profile", *common, "--json")) == fetched
+    run("remove", "profile", *common, "--if-version", "2")
     assert "no named item" in run("fetch", "profile", *common, ok=False)
+    assert "0" in run("remove", "prefs", *common, "--if-version", "0", ok=False)
+    run("remove", "prefs", *common)
+    assert run("named", *common) == ""
 
 
 def test_cli_errors_are_clear_and_write_nothing(tmp_path):
