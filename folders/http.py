@@ -6,6 +6,8 @@
   application kind text strategy limit include_superseded`` (``limit`` at most
   `MAX_LIMIT`)
 - ``GET /v1/fetch?namespace=NS&key=K[&tenant=&version=]`` (404 when absent)
+- ``GET /v1/named?namespace=NS[&prefix=P&tenant=&limit=]``: named items by key, the
+  first ``limit`` (default and at most `MAX_LIMIT`) whose key starts with the prefix
 - ``GET /v1/history?namespace=NS&(id=ID|key=K)[&tenant=]``
 - ``GET /v1/stats``
 
@@ -23,7 +25,7 @@ Every request is authenticated first (`folders.http_auth`): with ``--auth FILE``
 by its bearer token (401 without a valid one), else as the local anonymous
 principal. A request acts in its principal's tenant only (a ``tenant`` parameter
 naming another is a 403) and within its grants: ``kv:read:<namespace>`` for
-recall, fetch and history, ``view:stats`` for stats. Grants are checked before
+recall, fetch, named and history, ``view:stats`` for stats. Grants are checked before
 the view is read, so a 403 says nothing about whether a namespace or item exists.
 """
 
@@ -206,6 +208,21 @@ class ViewServer:
             }
         )
 
+    async def named(self, principal: Principal, request: web.Request) -> web.Response:
+        namespace = self._namespace(principal, request)
+        prefix = self._arg(request, "prefix") or ""
+        limit = _whole_number(request, "limit", 0, MAX_LIMIT)
+        tenant = self._tenant(principal, request)
+        items = await self._off_loop(
+            self._view.named_items, namespace, tenant=tenant, prefix=prefix
+        )
+        return _json(
+            [
+                {"key": item.key, "body": item.text, "version": item.version}
+                for item in items[: MAX_LIMIT if limit is None else limit]
+            ]
+        )
+
     async def history(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._namespace(principal, request)
         tenant = self._tenant(principal, request)
@@ -259,6 +276,7 @@ def make_app(
     app = web.Application()
     app.router.add_get("/v1/recall", server.route(server.recall))
     app.router.add_get("/v1/fetch", server.route(server.fetch))
+    app.router.add_get("/v1/named", server.route(server.named))
     app.router.add_get("/v1/history", server.route(server.history))
     app.router.add_get("/v1/stats", server.route(server.stats))
     return app

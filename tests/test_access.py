@@ -290,6 +290,7 @@ async def test_http_takes_the_tenant_and_grants_from_the_token_only(
             ("/v1/recall", {"namespace": ns, "tenant": "globex"}),
             ("/v1/recall", {"namespace": ns, "tenant": ""}),
             ("/v1/fetch", {"namespace": ns, "key": "profile", "tenant": "globex"}),
+            ("/v1/named", {"namespace": ns, "tenant": "globex"}),
             ("/v1/history", {"namespace": ns, "id": str(mid), "tenant": "globex"}),
             ("/v1/stats", {}),
         ):
@@ -312,6 +313,12 @@ async def test_http_takes_the_tenant_and_grants_from_the_token_only(
             "/v1/fetch", params={"namespace": ns, "key": "profile"}, headers=bearer
         ) as r:
             assert (await r.json())["version"] == 1
+        # The listing is the token's tenant's only (globex has no named item to leak,
+        # acme's profile is listed); another namespace is outside the grants.
+        async with http.get("/v1/named", params={"namespace": ns}, headers=bearer) as r:
+            assert [i["key"] for i in await r.json()] == ["profile"]
+        async with http.get("/v1/named", params={"namespace": f"{ns}-2"}, headers=bearer) as r:
+            assert r.status == 403
         async with http.get("/v1/stats", headers=ops_bearer) as r:
             assert r.status == 200 and (await r.json())["items"] == 2
 

@@ -69,6 +69,7 @@ async def test_bad_parameters_are_400s_never_500s(big_view: Path):
             ("/v1/fetch", {"namespace": "stream:s/notes", "key": "profile", "version": str(2**64)}),
             ("/v1/fetch", {"namespace": "stream:s/notes", "key": "profile", "version": "1e3"}),
             ("/v1/history", {"namespace": "stream:s/notes", "id": "not-an-id"}),
+            ("/v1/named", {"namespace": "stream:s/notes", "limit": "-1"}),
         ]:
             async with http.get(path, params=params) as response:
                 assert response.status == 400, (path, params, await response.text())
@@ -76,6 +77,9 @@ async def test_bad_parameters_are_400s_never_500s(big_view: Path):
         params = {"namespace": "stream:s/notes", "limit": "1000", "text": "common"}
         async with http.get("/v1/recall", params=params) as response:
             assert response.status == 200 and len(await response.json()) == 1000
+        params = {"namespace": "stream:s/notes", "prefix": "pro"}
+        async with http.get("/v1/named", params=params) as response:
+            assert await response.json() == [{"key": "profile", "body": '{"a":1}', "version": 1}]
 
 
 async def test_heavy_recalls_never_hold_other_requests(big_view: Path):
