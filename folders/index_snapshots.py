@@ -31,7 +31,6 @@ from collections import deque
 import msgspec
 import numpy as np
 
-from laser_memory.errors import LogUnavailable
 from laser_memory.search_index import SearchIndex, SnapshotError
 
 __all__ = ["SNAPSHOTS_FROM", "IndexSnapshots"]
@@ -127,23 +126,27 @@ class IndexSnapshots:
                         self.errors.append(f"old snapshot file {other} not removed: {exc}")
         return True
 
-    def remove_all(self) -> None:
+    def remove_all(self) -> list[str]:
         """Remove every snapshot (the view was emptied); a reader that mapped one keeps
-        its map. A file that cannot be removed raises `LogUnavailable`."""
+        its map. Returns the files that could not be removed: they stay harmless (a
+        reader passes over a snapshot of another epoch) until a save replaces them."""
         try:
             names = os.listdir(self.path)
         except FileNotFoundError:
-            return
+            return []
+        except OSError as exc:
+            self.errors.append(f"snapshots in {self.path} not listed: {exc}")
+            return [self.path]
+        kept = []
         for name in names:
             try:
                 os.unlink(os.path.join(self.path, name))
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise LogUnavailable(
-                    f"the index snapshot {name} in {self.path} cannot be removed: {exc}; "
-                    "remove the folder by hand"
-                ) from exc
+                self.errors.append(f"old snapshot {name} not removed: {exc}")
+                kept.append(name)
+        return kept
 
     def _write(self, name: str, write) -> None:
         final = os.path.join(self.path, name)

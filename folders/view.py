@@ -440,8 +440,8 @@ class MemoryView:
 
     def clear(self) -> None:
         """Empty every database (for a rebuild), and remove the readers' index
-        snapshots: they index the old view (a reader ignores them anyway, by epoch; this
-        frees their space)."""
+        snapshots: they index the old view (a reader passes over them anyway, by epoch;
+        this frees their space, and one that cannot be removed stays harmless)."""
         with self._env.begin(write=True) as txn:
             for name in _DBS:
                 txn.drop(self._dbs[name], delete=False)
