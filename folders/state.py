@@ -224,6 +224,9 @@ def index_entry(state: ItemState, raw_id: bytes, where: ItemFilter) -> tuple:
     return item, item is not None and state.irregular()
 
 
+_KIND_CODES = frozenset(kind.code for kind in MemoryKind)
+
+
 @functools.lru_cache(maxsize=1 << 12)
 def _valid_namespace(namespace: str) -> None:
     # A fold meets the same few namespaces over and over; a refused one raises, and
@@ -242,7 +245,8 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         # The common record first, checked without isinstance: the fold's hot path.
         if len(record.id) != 16:
             MemoryId(record.id)  # raises InvalidId, saying why
-        MemoryKind.from_code(record.kind)
+        if record.kind not in _KIND_CODES:
+            MemoryKind.from_code(record.kind)  # raises UnknownKind, saying why
         if record.embedding is not None and (
             not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 << 16
         ):
@@ -348,6 +352,7 @@ KeptRemember = msgspec.defstruct(
     array_like=True,
     frozen=True,
     omit_defaults=True,
+    gc=False,
 )
 _KEPT_FIELDS = operator.attrgetter(*(field[0] for field in _kept_fields()))
 
@@ -362,13 +367,15 @@ def kept(record: Remember) -> KeptRemember:
 R = TypeVar("R")
 
 
-class Remembered(msgspec.Struct, Generic[R], array_like=True):
+class Remembered(msgspec.Struct, Generic[R], array_like=True, gc=False):
     key: SortKey
     record: R
     source: Source
 
 
-class ItemState(msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_defaults=True):
+class ItemState(
+    msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_defaults=True, gc=False
+):
     """Everything the fold knows about one (namespace, tenant, id).
 
     ``forgets`` maps a conversation ("" for none) to its forget horizon: for each
@@ -631,14 +638,22 @@ def apply_named(
 
 
 def source_of(record: MemoryRecord, log_record: LogRecord, generation: str) -> Source:
-    return Source(
-        record.scope.stream,
-        log_record.topic,
-        log_record.partition,
-        log_record.offset,
-        generation,
-        record.scope.conversation,
+    scope = record.scope
+    # tuple.__new__: a NamedTuple's own __new__ is a Python function, a fifth of this.
+    return _new_tuple(
+        Source,
+        (
+            scope.stream,
+            log_record.topic,
+            log_record.partition,
+            log_record.offset,
+            generation,
+            scope.conversation,
+        ),
     )
+
+
+_new_tuple = tuple.__new__
 
 
 class MemoryState:

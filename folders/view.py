@@ -148,9 +148,11 @@ def _inv_key(key: SortKey) -> bytes:
     )
 
 
+_KEY_BYTES = struct.Struct(">QIQ").pack
+
+
 def _key_bytes(key: SortKey) -> bytes:
-    t, p, o = key
-    return t.to_bytes(8, "big") + p.to_bytes(4, "big") + o.to_bytes(8, "big")
+    return _KEY_BYTES(*key)
 
 
 def _inv_weight(weight: float) -> bytes:

@@ -87,7 +87,7 @@ HEADER_TENANT = "lm-tenant"
 Headers = Sequence[tuple[str, bytes]]
 
 
-class Origin(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+class Origin(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, gc=False):
     """The log record that motivated an item (for example the message a fact came from)."""
 
     stream: str = ""
@@ -97,14 +97,14 @@ class Origin(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
     generation: str = ""
 
 
-class Producer(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+class Producer(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, gc=False):
     """Who wrote an item: an agent, an extraction policy or a consolidator, with a version."""
 
     name: str
     version: str = ""
 
 
-class _Record(msgspec.Struct, frozen=True, tag_field="op", kw_only=True):
+class _Record(msgspec.Struct, frozen=True, tag_field="op", kw_only=True, gc=False):
     v: int = SCHEMA_VERSION
     ns: str
     scope: MemoryScope = MemoryScope()

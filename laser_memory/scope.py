@@ -26,7 +26,7 @@ Lifetime = Literal["session", "durable"]
 _VALID: set[MemoryScope] = set()
 
 
-class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, gc=False):
     """The scope of one item or one write. Part of the wire format (schema v1)."""
 
     stream: str = ""

@@ -76,7 +76,7 @@ class Appended(msgspec.Struct, frozen=True):
         return Position(self.topic, self.partition, self.offset)
 
 
-class LogRecord(msgspec.Struct, frozen=True):
+class LogRecord(msgspec.Struct, frozen=True, gc=False):
     """A record read from the log."""
 
     topic: str
