@@ -79,6 +79,9 @@ def parse_kind(kind: str | MemoryKind) -> MemoryKind:
     if isinstance(kind, MemoryKind):
         return kind
     if isinstance(kind, str):
+        known = _BY_WORD.get(kind)
+        if known is not None:  # the common case, without the enum's own lookup
+            return known
         try:
             return MemoryKind(kind.lower())
         except ValueError:
@@ -97,3 +100,6 @@ def memory_kind_code(kind: str | MemoryKind) -> int:
 def memory_kind_class(kind: str | MemoryKind) -> str:
     """The class of a kind: ``semantic``, ``episodic`` or ``procedural``."""
     return parse_kind(kind).memory_class.value
+
+
+_BY_WORD = {kind.value: kind for kind in MemoryKind}

@@ -62,7 +62,7 @@ def _member(key: _Key, slot: int) -> int:
 
 
 #: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
-INDEX_SNAPSHOT_FORMAT = 1
+INDEX_SNAPSHOT_FORMAT = 2
 
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
@@ -130,6 +130,18 @@ def _ints(values, dtype=np.int64) -> bytes:
     return np.asarray(values, dtype=dtype).tobytes()
 
 
+# A posting entry is 12 bytes: int32 slot, uint32 count, uint32 generation (a slot's
+# generation counts its removals; compared modulo 2**32). Postings are most of a
+# reader's memory after the vectors: 64-bit fields doubled it for nothing.
+_SLOT, _COUNT, _GENERATION = "i", "I", "I"
+_SLOT_DTYPE, _COUNT_DTYPE, _GENERATION_DTYPE = np.int32, np.uint32, np.uint32
+
+
+def _generations(generation: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """The current generation of ``slots`` as posting entries store it."""
+    return generation[slots].astype(_GENERATION_DTYPE)
+
+
 class _Posting:
     """One term's entries: slots, counts and the slot generation each was written in;
     and bounds on them (the highest count, the shortest item) that removals leave as
@@ -138,9 +150,9 @@ class _Posting:
     __slots__ = ("counts", "generations", "live", "max_count", "min_length", "slots")
 
     def __init__(self) -> None:
-        self.slots = array("q")
-        self.counts = array("d")
-        self.generations = array("q")
+        self.slots = array(_SLOT)
+        self.counts = array(_COUNT)
+        self.generations = array(_GENERATION)
         self.live = 0
         self.max_count = 0
         self.min_length = 1 << 62
@@ -148,7 +160,7 @@ class _Posting:
     def add(self, slot: int, count: int, generation: int, length: int) -> None:
         self.slots.append(slot)
         self.counts.append(count)
-        self.generations.append(generation)
+        self.generations.append(generation & 0xFFFFFFFF)
         self.live += 1
         if count > self.max_count:
             self.max_count = count
@@ -157,18 +169,21 @@ class _Posting:
 
     def current(self, generation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slots, counts) of the entries still current."""
-        slots = np.frombuffer(self.slots, dtype=np.int64)
-        valid = np.frombuffer(self.generations, dtype=np.int64) == generation[slots]
-        return slots[valid].copy(), np.frombuffer(self.counts, dtype=np.float64)[valid].copy()
+        slots = np.frombuffer(self.slots, dtype=_SLOT_DTYPE)
+        valid = np.frombuffer(self.generations, dtype=_GENERATION_DTYPE) == _generations(
+            generation, slots
+        )
+        counts = np.frombuffer(self.counts, dtype=_COUNT_DTYPE)[valid]
+        return slots[valid].astype(np.int64), counts.astype(np.float64)
 
     def compact(self, generation: np.ndarray) -> None:
         """Drop stale entries once they outnumber the current ones."""
         if len(self.slots) <= 2 * self.live + 16:
             return
         slots, counts = self.current(generation)
-        self.slots = array("q", slots.tobytes())
-        self.counts = array("d", counts.tobytes())
-        self.generations = array("q", generation[slots].tobytes())
+        self.slots = array(_SLOT, slots.astype(_SLOT_DTYPE).tobytes())
+        self.counts = array(_COUNT, counts.astype(_COUNT_DTYPE).tobytes())
+        self.generations = array(_GENERATION, _generations(generation, slots).tobytes())
 
 
 class _TermGroups:
@@ -191,20 +206,20 @@ class _TermGroups:
             group = self.index[(count, length)] = len(self.counts)
             self.counts.append(count)
             self.lengths.append(length)
-            self.slots.append(array("q"))
-            self.generations.append(array("q"))
+            self.slots.append(array(_SLOT))
+            self.generations.append(array(_GENERATION))
         self.slots[group].append(slot)
-        self.generations[group].append(generation)
+        self.generations[group].append(generation & 0xFFFFFFFF)
 
     def live(self, group: int, generation: np.ndarray) -> np.ndarray:
         """The group's current slots (dropping stale entries once they are most)."""
-        slots = np.frombuffer(self.slots[group], dtype=np.int64)
-        current = np.frombuffer(self.generations[group], dtype=np.int64) == generation[slots]
-        live = slots[current]
+        slots = np.frombuffer(self.slots[group], dtype=_SLOT_DTYPE)
+        stored = np.frombuffer(self.generations[group], dtype=_GENERATION_DTYPE)
+        live = slots[stored == _generations(generation, slots)]
         if len(live) * 2 + 16 < len(slots):
-            self.slots[group] = array("q", live.tobytes())
-            self.generations[group] = array("q", generation[live].tobytes())
-        return live.copy()
+            self.slots[group] = array(_SLOT, live.tobytes())
+            self.generations[group] = array(_GENERATION, _generations(generation, live).tobytes())
+        return live.astype(np.int64)
 
 
 class SearchIndex:
@@ -399,9 +414,9 @@ class SearchIndex:
         for i, term in enumerate(table):
             end = posting_ends[i]
             posting = _Posting.__new__(_Posting)  # its arrays come next: no empty ones
-            posting.slots = array("q", snap.posting_slots[8 * start : 8 * end])
-            posting.counts = array("d", snap.posting_counts[8 * start : 8 * end])
-            posting.generations = array("q", snap.posting_generations[8 * start : 8 * end])
+            posting.slots = array(_SLOT, snap.posting_slots[4 * start : 4 * end])
+            posting.counts = array(_COUNT, snap.posting_counts[4 * start : 4 * end])
+            posting.generations = array(_GENERATION, snap.posting_generations[4 * start : 4 * end])
             posting.live, posting.max_count, posting.min_length = (
                 live[i],
                 max_count[i],
@@ -1305,9 +1320,9 @@ class SearchIndex:
         inverse[order] = np.arange(count)
         for posting in self._postings.values():
             slots, counts = posting.current(self._generation)
-            posting.slots = array("q", inverse[slots].tobytes())
-            posting.counts = array("d", counts.tobytes())
-            posting.generations = array("q", bytes(8 * len(slots)))
+            posting.slots = array(_SLOT, inverse[slots].astype(_SLOT_DTYPE).tobytes())
+            posting.counts = array(_COUNT, counts.astype(_COUNT_DTYPE).tobytes())
+            posting.generations = array(_GENERATION, bytes(4 * len(slots)))
         self._arrays.clear()
         self._dense.clear()
         capacity = max(64, count + count // 4)

@@ -13,6 +13,7 @@ same tests over both.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -55,9 +56,14 @@ def record_size(record: OutgoingRecord) -> int:
     """The bytes a record carries: key, value and headers (names and values)."""
     size = len(record.value) + (len(record.key) if record.key is not None else 0)
     for name, value in record.headers:
-        size += len(name) if name.isascii() else len(name.encode("utf-8", "surrogatepass"))
-        size += len(value)
+        size += _name_bytes(name) + len(value)
     return size
+
+
+@functools.lru_cache(maxsize=256)
+def _name_bytes(name: str) -> int:
+    # Header names are a few constants: measured once each, not on every record.
+    return len(name.encode("utf-8", "surrogatepass"))
 
 
 class Appended(msgspec.Struct, frozen=True):
