@@ -40,6 +40,7 @@ are kept under ``tests/fixtures/`` and must keep decoding.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -266,8 +267,30 @@ def partition_key(record: MemoryRecord) -> bytes:
     if isinstance(record, NamedSet | NamedPatch | NamedRemove):
         return f"{record.ns}/{record.key}".encode()
     if record.scope.conversation is not None:
-        return f"c/{record.scope.conversation}".encode()
-    return f"n/{record.ns}".encode()
+        return _conversation_key(record.scope.conversation)
+    return _namespace_key(record.ns)
+
+
+# Writers meet the same conversations, namespaces and tenants record after record:
+# their key and header bytes are made once (a name that cannot encode raises, uncached).
+@functools.lru_cache(maxsize=4096)
+def _conversation_key(conversation: str) -> bytes:
+    return f"c/{conversation}".encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _namespace_key(namespace: str) -> bytes:
+    return f"n/{namespace}".encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _headers(namespace: str, operation: str, tenant: str) -> tuple[tuple[str, bytes], ...]:
+    return (
+        (HEADER_NAMESPACE, namespace.encode()),
+        (HEADER_OPERATION, operation.encode()),
+        (HEADER_VERSION, str(SCHEMA_VERSION).encode()),
+        (HEADER_TENANT, tenant.encode()),
+    )
 
 
 def encode_record(record: MemoryRecord) -> WireRecord:
@@ -281,12 +304,7 @@ def encode_record(record: MemoryRecord) -> WireRecord:
         value = _encoder.encode(record)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidRecord(f"record cannot be encoded: {exc}") from None
-    headers = (
-        (HEADER_NAMESPACE, record.ns.encode()),
-        (HEADER_OPERATION, type(record).__struct_config__.tag.encode()),
-        (HEADER_VERSION, str(record.v).encode()),
-        (HEADER_TENANT, record.scope.tenant.encode()),
-    )
+    headers = _headers(record.ns, type(record).__struct_config__.tag, record.scope.tenant)
     return WireRecord(partition_key(record), value, headers)
 
 

@@ -21,6 +21,7 @@ import math
 import sys
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -40,7 +41,14 @@ from .text_ranking import (
 )
 from .vector_clusters import ApproximateSearch, VectorClusters
 
-__all__ = ["COMMON_FROM", "INDEX_SNAPSHOT_FORMAT", "Owner", "SearchIndex", "SnapshotError"]
+__all__ = [
+    "CACHE_BYTES",
+    "COMMON_FROM",
+    "INDEX_SNAPSHOT_FORMAT",
+    "Owner",
+    "SearchIndex",
+    "SnapshotError",
+]
 
 #: A term held by more entries than this is common (see `SearchIndex._by_rare_terms`).
 COMMON_FROM = 4096
@@ -186,6 +194,51 @@ class _Posting:
         self.generations = array(_GENERATION, _generations(generation, slots).tobytes())
 
 
+#: Bytes each of a reader's per-term array caches may hold (see `_TermCache`).
+CACHE_BYTES = 64 << 20
+
+
+class _TermCache:
+    """Arrays made from a term's posting list, kept while they fit ``budget`` bytes;
+    the least recently used go first. Without a bound a reader serving many different
+    queries would end up with a copy of every posting list it ever scored, and an
+    array as long as the index for every common term it met."""
+
+    __slots__ = ("_entries", "_sizes", "budget", "size")
+
+    def __init__(self, budget: int) -> None:
+        self._entries: dict[str, Any] = {}
+        self._sizes: dict[str, int] = {}
+        self.budget = budget
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, term: str) -> Any:
+        value = self._entries.pop(term, None)
+        if value is not None:
+            self._entries[term] = value  # the most recently used is last
+        return value
+
+    def put(self, term: str, value: Any, nbytes: int) -> None:
+        self.pop(term)
+        self._entries[term], self._sizes[term] = value, nbytes
+        self.size += nbytes
+        # The newest entry always stays: a caller is using it.
+        while self.size > self.budget and len(self._entries) > 1:
+            self.pop(next(iter(self._entries)))
+
+    def pop(self, term: str) -> None:
+        if self._entries.pop(term, None) is not None:
+            self.size -= self._sizes.pop(term)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._sizes.clear()
+        self.size = 0
+
+
 class _TermGroups:
     """A common term's entries grouped by (count, length of the entry): one term's
     BM25 is the same for every entry of a group. Entries are appended with the slot
@@ -226,7 +279,9 @@ class SearchIndex:
     """The candidates of one read (a tenant's namespace, or one conversation of it),
     for one embedder label (None: text only)."""
 
-    def __init__(self, label: str | None, *, common_from: int = COMMON_FROM) -> None:
+    def __init__(
+        self, label: str | None, *, common_from: int = COMMON_FROM, cache_bytes: int = CACHE_BYTES
+    ) -> None:
         self.label = label
         self._slots: dict[bytes, int] = {}
         self._ids: list[bytes | None] = []
@@ -240,8 +295,8 @@ class SearchIndex:
         self._generation = np.zeros(64, dtype=np.int64)
         # A term's posting list as arrays, until the term's postings change; and for
         # common terms, the count of every slot.
-        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._dense: dict[str, np.ndarray] = {}
+        self._arrays = _TermCache(cache_bytes)  # term -> (slots, counts)
+        self._dense = _TermCache(cache_bytes)  # term -> counts of every slot
         # Per conversation, its entries as sorted `_member` numbers (neighbours).
         self._groups: dict[str, list[int]] = {}
         self._group_of: list[str] = []
@@ -582,8 +637,8 @@ class SearchIndex:
             groups = self._term_groups.get(term)
             if groups is not None:
                 groups.add(tf, length, slot, generation)
-            self._arrays.pop(term, None)
-            self._dense.pop(term, None)
+            self._arrays.pop(term)
+            self._dense.pop(term)
         self._documents += 1
         self._total_length += length
         key = (item.append_time_ms, item.source.partition, item.source.offset)
@@ -629,8 +684,8 @@ class SearchIndex:
     def _remove(self, slot: int) -> None:
         self._expiry.pop(slot, None)
         for term in self._terms[slot]:
-            self._arrays.pop(term, None)
-            self._dense.pop(term, None)
+            self._arrays.pop(term)
+            self._dense.pop(term)
             posting = self._postings[term]
             posting.live -= 1
             if posting.live == 0:
@@ -998,7 +1053,7 @@ class SearchIndex:
             slots, counts = self._posting(term)
             dense = np.zeros(len(self._ids), dtype=np.uint32)
             dense[slots] = np.minimum(counts, np.iinfo(np.uint32).max)
-            self._dense[term] = dense
+            self._dense.put(term, dense, dense.nbytes)
         return dense
 
     def _rare_rows_suffice(
@@ -1207,7 +1262,8 @@ class SearchIndex:
             if posting is None:
                 return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
             posting.compact(self._generation)
-            arrays = self._arrays[term] = posting.current(self._generation)
+            arrays = posting.current(self._generation)
+            self._arrays.put(term, arrays, arrays[0].nbytes + arrays[1].nbytes)
         return arrays
 
     def _statistics(self, query: list[str], owner: Owner | None = None) -> TermStatistics:

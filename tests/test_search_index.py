@@ -19,7 +19,7 @@ from laser_memory.items import MemoryItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.recall import rank, search_mode
 from laser_memory.scope import MemoryScope
-from laser_memory.search_index import SearchIndex, SnapshotError
+from laser_memory.search_index import CACHE_BYTES, SearchIndex, SnapshotError
 from laser_memory.terms import terms
 from laser_memory.vector_clusters import ApproximateSearch
 
@@ -205,11 +205,14 @@ async def test_a_fold_keeps_a_bounded_number_of_indexes(tmp_path: Path):
         assert again.conversation == "c0"
 
 
-def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan():
+@pytest.mark.parametrize("cache_bytes", [CACHE_BYTES, 1])
+def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan(cache_bytes):
     """Common words: the index ranks only the rows that can make the limit, which must
-    be exactly the scan's first ones, with feedback, ties and exclusions."""
+    be exactly the scan's first ones, with feedback, ties and exclusions. With a cache
+    budget of one byte every per-term array is made again each time it is needed: the
+    answers are the same, and the caches hold one array each at most."""
     rng = np.random.default_rng(9)
-    index = SearchIndex(None, common_from=300)  # "alpha" and others are common here
+    index = SearchIndex(None, common_from=300, cache_bytes=cache_bytes)
     items = []
     for n in range(1_500):
         words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
@@ -229,6 +232,8 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan():
                 assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
                     (i.id.bytes, i.score, i.signals) for i in want
                 ], (text, limit, excluded)
+                if cache_bytes == 1:
+                    assert len(index._arrays) <= 1 and len(index._dense) <= 1
 
 
 owned_put = st.tuples(
