@@ -70,11 +70,11 @@ def _member(key: _Key, slot: int) -> int:
 
 
 #: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
-INDEX_SNAPSHOT_FORMAT = 2
+INDEX_SNAPSHOT_FORMAT = 3
 
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
-    "_generation": np.int64, "_time": np.int64, "_partition": np.int64,
+    "_generation": np.uint32, "_time": np.int64, "_partition": np.int64,
     "_offset": np.int64, "_weight": np.float64, "_length": np.float64,
     "_alive": np.bool_, "_has_vector": np.bool_, "_other_vector": np.bool_,
     "_before": np.int64, "_after": np.int64, "_norms": np.float32,
@@ -146,8 +146,9 @@ _SLOT_DTYPE, _COUNT_DTYPE, _GENERATION_DTYPE = np.int32, np.uint32, np.uint32
 
 
 def _generations(generation: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """The current generation of ``slots`` as posting entries store it."""
-    return generation[slots].astype(_GENERATION_DTYPE)
+    """The current generation of ``slots`` (the index keeps them as uint32 too, so
+    this is a plain gather)."""
+    return generation[slots]
 
 
 class _Posting:
@@ -292,7 +293,7 @@ class SearchIndex:
         # term -> its posting list. Entries are appended and never edited: an entry counts
         # while its slot's generation is the one it was written with.
         self._postings: dict[str, _Posting] = {}
-        self._generation = np.zeros(64, dtype=np.int64)
+        self._generation = np.zeros(64, dtype=_GENERATION_DTYPE)
         # A term's posting list as arrays, until the term's postings change; and for
         # common terms, the count of every slot.
         self._arrays = _TermCache(cache_bytes)  # term -> (slots, counts)
@@ -616,7 +617,7 @@ class SearchIndex:
             new = np.full(capacity, -1, dtype=np.int64)
             new[: len(old)] = old
             setattr(self, name, new)
-        generation = np.zeros(capacity, dtype=np.int64)
+        generation = np.zeros(capacity, dtype=_GENERATION_DTYPE)
         generation[: len(self._generation)] = self._generation
         self._generation = generation
         if self._vectors is not None:
@@ -1394,7 +1395,7 @@ class SearchIndex:
             moved = np.full(capacity, -1, dtype=np.int64)
             moved[:count] = np.where(neighbour >= 0, inverse[neighbour], -1)
             setattr(self, name, moved)
-        self._generation = np.zeros(capacity, dtype=np.int64)
+        self._generation = np.zeros(capacity, dtype=_GENERATION_DTYPE)
         if self._vectors is not None:
             vectors = np.zeros((capacity, self._vectors.shape[1]), dtype=np.float32)
             vectors[:count] = self._vectors[order]

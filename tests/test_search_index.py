@@ -357,6 +357,47 @@ def test_recency_over_many_tied_scores_orders_as_a_scan():
                 ], (strategy, limit, excluded)
 
 
+@pytest.mark.parametrize("in_key_order", [True, False])
+def test_common_words_tied_in_large_groups_rank_as_a_scan(in_key_order):
+    """Thousands of items hold every query word once at the same length: their scores
+    tie, and the first ones are the newest. The groups walk must pick exactly the
+    scan's, whether items arrive in position order or not, and after removals and
+    re-puts that move items to reused slots."""
+    rng = np.random.default_rng(4)
+    index = SearchIndex(None, common_from=100)
+    bodies = ["alpha beta gamma", "alpha beta", "beta gamma delta", "alpha", "gamma keys"]
+    positions = np.arange(3_000)
+    if not in_key_order:
+        rng.shuffle(positions)
+    items: dict[int, MemoryItem] = {}
+    for n in range(3_000):
+        body = bodies[int(rng.choice(5, p=[0.5, 0.2, 0.1, 0.1, 0.1]))]
+        at = int(positions[n])
+        weight = 1.5 if n % 400 == 0 else 0.0
+        items[n] = _item(n, body, f"c{n % 7}", weight, None, (at // 3, at % 3, at))
+        index.put(items[n].id.bytes, items[n])
+    for n in range(0, 3_000, 17):  # removed, and some put again with a newer position
+        index.put(items.pop(n).id.bytes, None)
+        if n % 2:
+            items[n] = _item(n, "alpha beta gamma", "c1", 0.0, None, (5_000 + n, 0, n))
+            index.put(items[n].id.bytes, items[n])
+    for text in ("alpha beta gamma", "alpha beta", "beta gamma", "gamma alpha keys"):
+        for limit in (1, 5, 10, 60):
+            for excluded in ((), (3, 5_000 + 1)):
+                exclude = frozenset(items[n].id.bytes for n in (3, 1) if n in items and excluded)
+                want = rank(
+                    list(items.values()), strategy="keyword", text=text, limit=limit,
+                    exclude=exclude,
+                )  # fmt: skip
+                got = index.search(
+                    terms(text), strategy="keyword", query_vector=None, min_similarity=None,
+                    limit=limit, exclude=exclude,
+                )  # fmt: skip
+                assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                    (i.id.bytes, i.score, i.signals) for i in want
+                ], (text, limit, excluded)
+
+
 def test_an_identifier_with_a_common_part_is_scored_from_its_rare_terms(monkeypatch):
     """``node-7`` gives the terms ``node-7``, ``node`` and ``7``; ``node`` is in every
     item. The index scores only the rows holding a rare term (with ``node``'s part
