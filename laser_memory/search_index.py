@@ -70,7 +70,7 @@ def _member(key: _Key, slot: int) -> int:
 
 
 #: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
-INDEX_SNAPSHOT_FORMAT = 3
+INDEX_SNAPSHOT_FORMAT = 4
 
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
@@ -78,6 +78,7 @@ _COLUMNS = {
     "_offset": np.int64, "_weight": np.float64, "_length": np.float64,
     "_alive": np.bool_, "_has_vector": np.bool_, "_other_vector": np.bool_,
     "_before": np.int64, "_after": np.int64, "_norms": np.float32,
+    "_run_start": np.int64, "_run_end": np.int64,
     "_agent": np.int32, "_user": np.int32, "_application": np.int32,
     "_kind": np.int32, "_irregular": np.bool_,
 }  # fmt: skip
@@ -106,10 +107,8 @@ class _Snapshot(msgspec.Struct, array_like=True):
     moment: int | None
     ids: list[bytes | None]
     free: list[int]
-    terms: list[str]  # every term with a posting list, in the order of the fields below
+    terms: list[str]  # the term numbers' terms; the posting fields below in this order
     slot_terms: bytes  # int32 term numbers of each slot, slot after slot
-    slot_term_ends: bytes  # int64 end of each slot's run in slot_terms
-    repeats: list[tuple[int, dict[str, int]]]
     posting_ends: bytes  # int64 end of each term's run in the three posting fields
     posting_slots: bytes
     posting_counts: bytes
@@ -143,6 +142,10 @@ def _ints(values, dtype=np.int64) -> bytes:
 # reader's memory after the vectors: 64-bit fields doubled it for nothing.
 _SLOT, _COUNT, _GENERATION = "i", "I", "I"
 _SLOT_DTYPE, _COUNT_DTYPE, _GENERATION_DTYPE = np.int32, np.uint32, np.uint32
+_TERM, _TERM_DTYPE = "i", np.int32  # term numbers of `SearchIndex._slot_terms`
+#: Dead term numbers (of removed entries) past which, once they are half the array,
+#: `SearchIndex._slot_terms` is compacted.
+_COMPACT_TERMS_FROM = 4096
 
 
 def _generations(generation: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -287,9 +290,14 @@ class SearchIndex:
         self._slots: dict[bytes, int] = {}
         self._ids: list[bytes | None] = []
         self._free: list[int] = []
-        self._terms: list[tuple[str, ...]] = []
-        # The terms an entry holds more than once, with their counts (None: each once).
-        self._repeats: list[dict[str, int] | None] = []
+        # The terms each entry holds, as numbers (`_term_table`) in one array: a slot's
+        # run is from `_run_start` to `_run_end`. (A tuple of strings per entry took a
+        # fifth of a reader's memory.) Runs of removed entries are dead until the array
+        # is compacted.
+        self._term_table: list[str] = []
+        self._term_numbers: dict[str, int] = {}
+        self._slot_terms = array(_TERM)
+        self._dead_terms = 0
         # term -> its posting list. Entries are appended and never edited: an entry counts
         # while its slot's generation is the one it was written with.
         self._postings: dict[str, _Posting] = {}
@@ -315,6 +323,8 @@ class SearchIndex:
         self._other_vector = np.zeros(capacity, dtype=bool)
         self._before = np.full(capacity, -1, dtype=np.int64)
         self._after = np.full(capacity, -1, dtype=np.int64)
+        self._run_start = np.zeros(capacity, dtype=np.int64)
+        self._run_end = np.zeros(capacity, dtype=np.int64)
         self._vectors: np.ndarray | None = None
         self._norms = np.zeros(capacity, dtype=np.float32)
         self._unnormed: list[int] = []  # slots whose vector's norm is not computed yet
@@ -357,11 +367,16 @@ class SearchIndex:
         `from_snapshot`: what a reader saves so the next process starts from it
         instead of reading every item again."""
         self._fresh_norms()  # pending norms would name slots the snapshot must keep
-        table = list(self._postings)
-        number = {term: i for i, term in enumerate(table)}
-        slot_terms = [number[t] for terms_ in self._terms for t in terms_]
-        slot_term_ends = np.cumsum([len(terms_) for terms_ in self._terms], dtype=np.int64)
-        postings = [self._postings[t] for t in table]
+        table = self._term_table
+        empty = _Posting()
+        postings = [self._postings.get(t, empty) for t in table]
+        size = len(self._ids)
+        starts, ends = self._run_start[:size], self._run_end[:size]
+        lengths = ends - starts
+        # Each slot's run, slot after slot: what `_restore` reads back with its ends.
+        packed_starts = np.cumsum(lengths) - lengths
+        at = np.repeat(starts - packed_starts, lengths) + np.arange(int(lengths.sum()))
+        slot_terms = np.frombuffer(self._slot_terms, dtype=_TERM_DTYPE)[at]
         group_names = list(self._groups)
         group_number = {g: i for i, g in enumerate(group_names)}
         for g in self._group_of:
@@ -384,10 +399,8 @@ class SearchIndex:
             moment=self._moment,
             ids=list(self._ids),
             free=list(self._free),
-            terms=table,
-            slot_terms=_ints(slot_terms, np.int32),
-            slot_term_ends=slot_term_ends.tobytes(),
-            repeats=[(slot, r) for slot, r in enumerate(self._repeats) if r is not None],
+            terms=list(table),
+            slot_terms=slot_terms.tobytes(),
             posting_ends=np.cumsum([len(p.slots) for p in postings], dtype=np.int64).tobytes(),
             posting_slots=b"".join(p.slots.tobytes() for p in postings),
             posting_counts=b"".join(p.counts.tobytes() for p in postings),
@@ -395,7 +408,18 @@ class SearchIndex:
             posting_live=_ints([p.live for p in postings]),
             posting_max_count=_ints([p.max_count for p in postings]),
             posting_min_length=_ints([p.min_length for p in postings]),
-            columns={name: getattr(self, name).tobytes() for name in _COLUMNS},
+            columns={
+                **{name: getattr(self, name).tobytes() for name in _COLUMNS},
+                # Runs as they lie in `slot_terms`: one after another.
+                "_run_start": _ints(
+                    np.concatenate([packed_starts, np.zeros(len(self._time) - size, np.int64)])
+                ),
+                "_run_end": _ints(
+                    np.concatenate(
+                        [packed_starts + lengths, np.zeros(len(self._time) - size, np.int64)]
+                    )
+                ),
+            },
             groups=group_names,
             group_of=_ints([group_number[g] for g in self._group_of], np.int32),
             members=[
@@ -450,16 +474,18 @@ class SearchIndex:
         index._slots = {raw_id: slot for slot, raw_id in enumerate(snap.ids) if raw_id is not None}
         index._free = snap.free
         table = [sys.intern(t) for t in snap.terms]
-        numbers = np.frombuffer(snap.slot_terms, dtype=np.int32).tolist()
-        ends = np.frombuffer(snap.slot_term_ends, dtype=np.int64).tolist()
-        if len(ends) != size:
+        index._term_table = table
+        index._term_numbers = {term: number for number, term in enumerate(table)}
+        if len(index._term_numbers) != len(table):
+            raise SnapshotError("a term is listed twice")
+        index._slot_terms = array(_TERM, snap.slot_terms)
+        numbers = np.frombuffer(index._slot_terms, dtype=_TERM_DTYPE)
+        if len(numbers) and (int(numbers.min()) < 0 or int(numbers.max()) >= len(table)):
+            raise SnapshotError("a slot holds a term number out of the table")
+        runs = len(numbers)
+        starts, ends = index._run_start, index._run_end
+        if np.any(starts > ends) or np.any(starts < 0) or np.any(ends > runs):
             raise SnapshotError("slot terms do not fit the slots")
-        named = [table[n] for n in numbers]
-        starts = [0, *ends[:-1]] if ends else []
-        index._terms = [tuple(named[a:b]) for a, b in zip(starts, ends, strict=True)]
-        index._repeats = [None] * size
-        for slot, repeats in snap.repeats:
-            index._repeats[slot] = repeats
         posting_ends = np.frombuffer(snap.posting_ends, dtype=np.int64).tolist()
         live = np.frombuffer(snap.posting_live, dtype=np.int64).tolist()
         max_count = np.frombuffer(snap.posting_max_count, dtype=np.int64).tolist()
@@ -469,6 +495,9 @@ class SearchIndex:
         start = 0
         for i, term in enumerate(table):
             end = posting_ends[i]
+            if live[i] == 0:  # a term no entry holds any more: no posting list
+                start = end
+                continue
             posting = _Posting.__new__(_Posting)  # its arrays come next: no empty ones
             posting.slots = array(_SLOT, snap.posting_slots[4 * start : 4 * end])
             posting.counts = array(_COUNT, snap.posting_counts[4 * start : 4 * end])
@@ -595,8 +624,6 @@ class SearchIndex:
         else:
             slot = len(self._ids)
             self._ids.append(raw_id)
-            self._terms.append(())
-            self._repeats.append(None)
             self._group_of.append("")
             if slot >= len(self._time):
                 self._grow(2 * len(self._time))
@@ -606,7 +633,7 @@ class SearchIndex:
     def _grow(self, capacity: int) -> None:
         for name in (
             "_time", "_partition", "_offset", "_weight", "_length", "_alive",
-            "_has_vector", "_other_vector", "_norms", *_OWNER_COLUMNS,
+            "_has_vector", "_other_vector", "_norms", "_run_start", "_run_end", *_OWNER_COLUMNS,
         ):  # fmt: skip
             old = getattr(self, name)
             new = np.zeros(capacity, dtype=old.dtype)
@@ -627,8 +654,19 @@ class SearchIndex:
 
     def _insert(self, slot: int, item: MemoryItem) -> None:
         counts, length = term_counts(item.body)
-        self._terms[slot] = tuple(counts)
-        self._repeats[slot] = {t: c for t, c in counts.items() if c > 1} or None
+        numbers = self._term_numbers
+        run = []
+        for term in counts:
+            number = numbers.get(term)
+            if number is None:
+                number = numbers[term] = len(self._term_table)
+                self._term_table.append(term)
+            run.append(number)
+        if self._dead_terms > _COMPACT_TERMS_FROM and self._dead_terms * 2 > len(self._slot_terms):
+            self._compact_terms()
+        self._run_start[slot] = len(self._slot_terms)
+        self._slot_terms.extend(run)
+        self._run_end[slot] = len(self._slot_terms)
         generation = int(self._generation[slot])
         for term, tf in counts.items():
             posting = self._postings.get(term)
@@ -684,15 +722,18 @@ class SearchIndex:
 
     def _remove(self, slot: int) -> None:
         self._expiry.pop(slot, None)
-        for term in self._terms[slot]:
+        start, end = int(self._run_start[slot]), int(self._run_end[slot])
+        table = self._term_table
+        for number in self._slot_terms[start:end]:
+            term = table[number]
             self._arrays.pop(term)
             self._dense.pop(term)
             posting = self._postings[term]
             posting.live -= 1
             if posting.live == 0:
                 del self._postings[term]
-        self._terms[slot] = ()
-        self._repeats[slot] = None
+        self._run_start[slot] = self._run_end[slot] = 0
+        self._dead_terms += end - start
         # Every entry of this slot is stale from now on.
         self._generation[slot] += 1
         self._documents -= 1
@@ -1119,10 +1160,11 @@ class SearchIndex:
             # Feedback lifts a row by less than FEEDBACK_SHARE: every weighted holder of
             # a term is a candidate too.
             size = len(self._ids)
+            numbers = {self._term_numbers[term] for term in held}
             weighted = [
                 slot
                 for slot in np.flatnonzero(self._weight[:size]).tolist()
-                if any(term in self._terms[slot] for term in held)
+                if not numbers.isdisjoint(self._terms_of(slot))
             ]
             if weighted:
                 weighted_rows = np.asarray(weighted, dtype=np.int64)
@@ -1222,12 +1264,22 @@ class SearchIndex:
                 cut = group_scores[group]
         return rows_out, scores_out
 
-    def _count(self, slot: int, term: str) -> int:
-        """How many times an entry holds a term."""
-        if term not in self._terms[slot]:
-            return 0
-        repeats = self._repeats[slot]
-        return repeats.get(term, 1) if repeats else 1
+    def _terms_of(self, slot: int) -> array:
+        """The term numbers an entry holds."""
+        return self._slot_terms[int(self._run_start[slot]) : int(self._run_end[slot])]
+
+    def _compact_terms(self) -> None:
+        """Drop the runs of removed entries from the term array."""
+        size = len(self._ids)
+        starts, ends = self._run_start[:size], self._run_end[:size]
+        lengths = ends - starts
+        packed = np.cumsum(lengths) - lengths
+        at = np.repeat(starts - packed, lengths) + np.arange(int(lengths.sum()))
+        self._slot_terms = array(
+            _TERM, np.frombuffer(self._slot_terms, dtype=_TERM_DTYPE)[at].tobytes()
+        )
+        self._run_start[:size], self._run_end[:size] = packed, packed + lengths
+        self._dead_terms = 0
 
     def _contenders(
         self, rows: np.ndarray, allowed: np.ndarray, scores: np.ndarray, limit: int
@@ -1385,7 +1437,7 @@ class SearchIndex:
         capacity = max(64, count + count // 4)
         for name in (
             "_time", "_partition", "_offset", "_weight", "_length", "_alive",
-            "_has_vector", "_other_vector", "_norms", *_OWNER_COLUMNS,
+            "_has_vector", "_other_vector", "_norms", "_run_start", "_run_end", *_OWNER_COLUMNS,
         ):  # fmt: skip
             moved = np.zeros(capacity, dtype=getattr(self, name).dtype)
             moved[:count] = getattr(self, name)[order]
@@ -1402,8 +1454,6 @@ class SearchIndex:
             self._vectors = vectors
         slots = order.tolist()
         self._ids = [self._ids[slot] for slot in slots]
-        self._terms = [self._terms[slot] for slot in slots]
-        self._repeats = [self._repeats[slot] for slot in slots]
         self._group_of = [self._group_of[slot] for slot in slots]
         self._slots = {raw_id: slot for slot, raw_id in enumerate(self._ids)}
         self._free = []

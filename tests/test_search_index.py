@@ -398,6 +398,42 @@ def test_common_words_tied_in_large_groups_rank_as_a_scan(in_key_order):
                 ], (text, limit, excluded)
 
 
+def test_entries_removed_and_put_again_keep_their_terms_through_compactions(monkeypatch):
+    """An index keeps every entry's terms as numbers in one array, leaving removed
+    entries' runs dead until it compacts the array. Over many removals and re-puts
+    (compacting often here), keyword recall stays the scan's, before and after a
+    snapshot, and the snapshot holds no dead runs."""
+    import laser_memory.search_index as search_index
+
+    monkeypatch.setattr(search_index, "_COMPACT_TERMS_FROM", 8)
+    rng = np.random.default_rng(11)
+    index = SearchIndex(None, common_from=50)
+    items: dict[int, MemoryItem] = {}
+    for step in range(2_500):
+        n = int(rng.integers(0, 400))
+        if n in items and rng.random() < 0.4:
+            index.put(items.pop(n).id.bytes, None)
+            continue
+        words = rng.choice([*WORDS, f"rare{n}", f"x{step}"], size=int(rng.integers(1, 6)))
+        items[n] = _item(n, " ".join(words), f"c{n % 4}", 0.0, None, (step, n % 2, step))
+        index.put(items[n].id.bytes, items[n])
+    held = sum(len(index._terms_of(slot)) for slot in range(len(index._ids)))
+    assert len(index._slot_terms) <= 2 * held + 16  # dead runs were dropped as it went
+    data, vectors = index.snapshot()
+    restored = SearchIndex.from_snapshot(data, vectors)
+    assert len(restored._slot_terms) == held
+    for text in ("alpha", "beta gamma keys", "rare7 alpha", "x2400", "node-7 the"):
+        want = rank(list(items.values()), strategy="keyword", text=text, limit=15)
+        for searched in (index, restored):
+            got = searched.search(
+                terms(text), strategy="keyword", query_vector=None, min_similarity=None,
+                limit=15, exclude=frozenset(),
+            )  # fmt: skip
+            assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                (i.id.bytes, i.score, i.signals) for i in want
+            ], text
+
+
 def test_an_identifier_with_a_common_part_is_scored_from_its_rare_terms(monkeypatch):
     """``node-7`` gives the terms ``node-7``, ``node`` and ``7``; ``node`` is in every
     item. The index scores only the rows holding a rare term (with ``node``'s part
