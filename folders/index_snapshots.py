@@ -9,11 +9,12 @@ view was made, so a snapshot at change ``seq`` plus the changes after it is exac
 index a full build would make (a property test holds the two to the same answers).
 
 Files, in ``<view>/search/``: ``<read>.idx`` the index (which read it serves, the view
-epoch and change number it reflects, the name of its vector file) and
-``<read>-<token>.npy`` its vectors, which a reader maps copy-on-write instead of
-holding a copy: only rows it changes take memory of its own. Each file is written under
-a temporary name, synced and renamed, so a reader sees a whole snapshot or the one
-before.
+epoch and change number it reflects, the name and layout of its array file) and
+``<read>-<token>.arrays`` its arrays (slot columns, term runs, posting lists, vectors:
+nearly all of it) one after another, 64-byte aligned, which a reader maps
+copy-on-write instead of holding copies: only pages it changes take memory of its own.
+Each file is written under a temporary name, synced and renamed, so a reader sees a
+whole snapshot or the one before.
 
 A snapshot is a cache. One that cannot be used (another format, another epoch of the
 view, a torn or foreign file, a clock set back) is passed over and the index is built
@@ -24,6 +25,7 @@ read as it was. Both are counted in `IndexSnapshots.errors` with the reason.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import threading
 from collections import deque
@@ -38,7 +40,17 @@ __all__ = ["SNAPSHOTS_FROM", "IndexSnapshots"]
 #: Indexes with fewer entries than this are built faster than a snapshot is written.
 SNAPSHOTS_FROM = 20_000
 
-_FORMAT = 1
+_FORMAT = 2
+
+# The dtypes an index's arrays have; a layout naming another is refused.
+_DTYPES = frozenset({"<i4", "<u4", "<i8", "<f4", "<f8", "|b1"})
+
+
+class _ArrayAt(msgspec.Struct, array_like=True):
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
 
 
 class _SnapshotFile(msgspec.Struct, array_like=True):
@@ -46,7 +58,8 @@ class _SnapshotFile(msgspec.Struct, array_like=True):
     read: bytes  # the read's key (tenant, namespace, conversation, embedder, superseded)
     epoch: bytes | None
     seq: int
-    vectors: str | None
+    arrays: str  # the array file's name
+    layout: list[_ArrayAt]
     index: bytes
 
 
@@ -84,15 +97,27 @@ class IndexSnapshots:
         if saved.format != _FORMAT or saved.read != key or saved.epoch != epoch:
             return None  # another format, read or epoch of the view: a rebuild made it stale
         try:
-            vectors = None
-            if saved.vectors is not None:
-                if os.sep in saved.vectors or not saved.vectors.startswith(name):
-                    raise SnapshotError(f"vector file {saved.vectors!r} is not this read's")
-                vectors = np.load(os.path.join(self.path, saved.vectors), mmap_mode="c")
-            return SearchIndex.from_snapshot(saved.index, vectors), saved.seq
-        except (OSError, ValueError) as exc:  # SnapshotError is a ValueError
+            arrays = self._map(name, saved)
+            return SearchIndex.from_snapshot(saved.index, arrays), saved.seq
+        except (OSError, ValueError, TypeError) as exc:  # SnapshotError is a ValueError
             self.errors.append(f"snapshot {name} unusable: {exc}")
             return None
+
+    def _map(self, name: str, saved: _SnapshotFile) -> dict[str, np.ndarray]:
+        """The snapshot's arrays, views of its array file mapped copy-on-write."""
+        if os.sep in saved.arrays or not saved.arrays.startswith(f"{name}-"):
+            raise SnapshotError(f"array file {saved.arrays!r} is not this read's")
+        with open(os.path.join(self.path, saved.arrays), "rb") as file:
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+        arrays = {}
+        for at in saved.layout:
+            if at.dtype not in _DTYPES or any(n < 0 for n in at.shape) or at.offset < 0:
+                raise SnapshotError(f"array {at.name!r} has an unknown layout")
+            count = int(np.prod(at.shape, dtype=np.int64))
+            # Views of the map keep it open; np.frombuffer checks the file holds them.
+            array_ = np.frombuffer(mapped, dtype=np.dtype(at.dtype), count=count, offset=at.offset)
+            arrays[at.name] = array_.reshape(at.shape)
+        return arrays
 
     def save(self, read: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
         """Save ``index`` as the snapshot of ``read`` at change ``seq``, if it is large
@@ -100,24 +125,35 @@ class IndexSnapshots:
         if self.keep_from is None or len(index) < self.keep_from:
             return False
         key, name = self._names(read)
-        data, vectors = index.snapshot()
+        data, arrays = index.snapshot()
+        layout: list[_ArrayAt] = []
+
+        def write_arrays(file) -> None:
+            offset = 0
+            for array_name, array_ in arrays.items():
+                array_ = np.ascontiguousarray(array_)
+                padding = -offset % 64
+                file.write(bytes(padding))
+                offset += padding
+                layout.append(_ArrayAt(array_name, array_.dtype.str, array_.shape, offset))
+                file.write(memoryview(array_.reshape(-1).view(np.uint8)))
+                offset += array_.nbytes
+
         with self._lock:
             try:
                 os.makedirs(self.path, exist_ok=True)
-                vector_name = None
-                if vectors is not None:
-                    vector_name = f"{name}-{os.urandom(8).hex()}.npy"
-                    self._write(vector_name, lambda f: np.save(f, vectors, allow_pickle=False))
-                file = _SnapshotFile(_FORMAT, key, epoch, seq, vector_name, data)
+                arrays_name = f"{name}-{os.urandom(8).hex()}.arrays"
+                self._write(arrays_name, write_arrays)
+                file = _SnapshotFile(_FORMAT, key, epoch, seq, arrays_name, layout, data)
                 self._write(f"{name}.idx", lambda f: f.write(_encoder.encode(file)))
             except OSError as exc:
                 self.errors.append(f"snapshot {name} not saved: {exc}")
                 return False
-            # Older vector files of this read: a reader that opened one keeps its map.
+            # Older array files of this read: a reader that opened one keeps its map.
             for other in os.listdir(self.path):
                 if (
                     other.startswith(f"{name}-")
-                    and other != vector_name
+                    and other != arrays_name
                     and not other.endswith(".tmp")
                 ):
                     try:

@@ -20,7 +20,7 @@ import heapq
 import math
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -70,7 +70,7 @@ def _member(key: _Key, slot: int) -> int:
 
 
 #: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
-INDEX_SNAPSHOT_FORMAT = 4
+INDEX_SNAPSHOT_FORMAT = 5
 
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
@@ -108,15 +108,10 @@ class _Snapshot(msgspec.Struct, array_like=True):
     ids: list[bytes | None]
     free: list[int]
     terms: list[str]  # the term numbers' terms; the posting fields below in this order
-    slot_terms: bytes  # int32 term numbers of each slot, slot after slot
-    posting_ends: bytes  # int64 end of each term's run in the three posting fields
-    posting_slots: bytes
-    posting_counts: bytes
-    posting_generations: bytes
+    posting_ends: bytes  # int64 end of each term's run in the posting arrays
     posting_live: bytes
     posting_max_count: bytes
     posting_min_length: bytes
-    columns: dict[str, bytes]
     groups: list[str]  # group names; group_of and members refer to them by number
     group_of: bytes  # int32 group number of each slot
     members: list[bytes]  # int64 slots of each group, in key order
@@ -143,6 +138,12 @@ def _ints(values, dtype=np.int64) -> bytes:
 _SLOT, _COUNT, _GENERATION = "i", "I", "I"
 _SLOT_DTYPE, _COUNT_DTYPE, _GENERATION_DTYPE = np.int32, np.uint32, np.uint32
 _TERM, _TERM_DTYPE = "i", np.int32  # term numbers of `SearchIndex._slot_terms`
+#: A snapshot's posting arrays: every term's entries, term after term.
+_POSTING_ARRAYS = {
+    "posting_slots": _SLOT_DTYPE,
+    "posting_counts": _COUNT_DTYPE,
+    "posting_generations": _GENERATION_DTYPE,
+}
 #: Dead term numbers (of removed entries) past which, once they are half the array,
 #: `SearchIndex._slot_terms` is compacted.
 _COMPACT_TERMS_FROM = 4096
@@ -157,17 +158,37 @@ def _generations(generation: np.ndarray, slots: np.ndarray) -> np.ndarray:
 class _Posting:
     """One term's entries: slots, counts and the slot generation each was written in;
     and bounds on them (the highest count, the shortest item) that removals leave as
-    they are, so they stay upper bounds of a score."""
+    they are, so they stay upper bounds of a score.
 
-    __slots__ = ("counts", "generations", "live", "max_count", "min_length", "slots")
+    Entries are ``base`` (slots, counts, generations as arrays: a restored snapshot's,
+    often mapped from its file, never written) then the ones added since, which grow."""
+
+    __slots__ = ("base", "counts", "generations", "live", "max_count", "min_length", "slots")
 
     def __init__(self) -> None:
+        self.base: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.slots = array(_SLOT)
         self.counts = array(_COUNT)
         self.generations = array(_GENERATION)
         self.live = 0
         self.max_count = 0
         self.min_length = 1 << 62
+
+    def __len__(self) -> int:
+        return len(self.slots) + (len(self.base[0]) if self.base is not None else 0)
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every entry's slot, count and generation, base first."""
+        added = (
+            np.frombuffer(self.slots, dtype=_SLOT_DTYPE),
+            np.frombuffer(self.counts, dtype=_COUNT_DTYPE),
+            np.frombuffer(self.generations, dtype=_GENERATION_DTYPE),
+        )
+        if self.base is None:
+            return added
+        if not len(self.slots):
+            return self.base
+        return tuple(np.concatenate(pair) for pair in zip(self.base, added, strict=True))
 
     def add(self, slot: int, count: int, generation: int, length: int) -> None:
         self.slots.append(slot)
@@ -181,18 +202,16 @@ class _Posting:
 
     def current(self, generation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slots, counts) of the entries still current."""
-        slots = np.frombuffer(self.slots, dtype=_SLOT_DTYPE)
-        valid = np.frombuffer(self.generations, dtype=_GENERATION_DTYPE) == _generations(
-            generation, slots
-        )
-        counts = np.frombuffer(self.counts, dtype=_COUNT_DTYPE)[valid]
-        return slots[valid].astype(np.int64), counts.astype(np.float64)
+        slots, counts, generations = self.entries()
+        valid = generations == _generations(generation, slots)
+        return slots[valid].astype(np.int64), counts[valid].astype(np.float64)
 
     def compact(self, generation: np.ndarray) -> None:
         """Drop stale entries once they outnumber the current ones."""
-        if len(self.slots) <= 2 * self.live + 16:
+        if len(self) <= 2 * self.live + 16:
             return
         slots, counts = self.current(generation)
+        self.base = None
         self.slots = array(_SLOT, slots.astype(_SLOT_DTYPE).tobytes())
         self.counts = array(_COUNT, counts.astype(_COUNT_DTYPE).tobytes())
         self.generations = array(_GENERATION, _generations(generation, slots).tobytes())
@@ -279,6 +298,37 @@ class _TermGroups:
         return live.astype(np.int64)
 
 
+class _TermRuns:
+    """The term numbers of every entry, run after run: ``base`` (a restored snapshot's,
+    often mapped from its file, never written) then the runs added since. A run lies
+    wholly in one of the two."""
+
+    __slots__ = ("added", "base")
+
+    def __init__(self, base: np.ndarray | None = None) -> None:
+        self.base = np.zeros(0, dtype=_TERM_DTYPE) if base is None else base
+        self.added = array(_TERM)
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.added)
+
+    def extend(self, run: list[int]) -> None:
+        self.added.extend(run)
+
+    def run(self, start: int, end: int) -> list[int]:
+        based = len(self.base)
+        if end <= based:
+            return self.base[start:end].tolist()
+        return self.added[start - based : end - based].tolist()
+
+    def gather(self, at: np.ndarray) -> np.ndarray:
+        """The numbers at positions ``at``."""
+        if not len(self.added):
+            return self.base[at]
+        every = np.concatenate([self.base, np.frombuffer(self.added, dtype=_TERM_DTYPE)])
+        return every[at]
+
+
 class SearchIndex:
     """The candidates of one read (a tenant's namespace, or one conversation of it),
     for one embedder label (None: text only)."""
@@ -296,7 +346,7 @@ class SearchIndex:
         # is compacted.
         self._term_table: list[str] = []
         self._term_numbers: dict[str, int] = {}
-        self._slot_terms = array(_TERM)
+        self._slot_terms = _TermRuns()
         self._dead_terms = 0
         # term -> its posting list. Entries are appended and never edited: an entry counts
         # while its slot's generation is the one it was written with.
@@ -362,21 +412,34 @@ class SearchIndex:
 
     # -- snapshots -----------------------------------------------------------------
 
-    def snapshot(self) -> tuple[bytes, np.ndarray | None]:
-        """The index as bytes, and its vector matrix (None without vectors), for
-        `from_snapshot`: what a reader saves so the next process starts from it
-        instead of reading every item again."""
+    def snapshot(self) -> tuple[bytes, dict[str, np.ndarray]]:
+        """The index as bytes and arrays, for `from_snapshot`: what a reader saves so
+        the next process starts from it instead of reading every item again. The
+        arrays (slot columns, term runs, posting lists, vectors) are most of it, kept
+        apart so a reader can map them from a file instead of holding copies; some are
+        the index's own, so write them out before the index changes."""
         self._fresh_norms()  # pending norms would name slots the snapshot must keep
         table = self._term_table
         empty = _Posting()
         postings = [self._postings.get(t, empty) for t in table]
-        size = len(self._ids)
+        entries = [p.entries() for p in postings]
+        size, capacity = len(self._ids), len(self._time)
         starts, ends = self._run_start[:size], self._run_end[:size]
         lengths = ends - starts
-        # Each slot's run, slot after slot: what `_restore` reads back with its ends.
-        packed_starts = np.cumsum(lengths) - lengths
-        at = np.repeat(starts - packed_starts, lengths) + np.arange(int(lengths.sum()))
-        slot_terms = np.frombuffer(self._slot_terms, dtype=_TERM_DTYPE)[at]
+        # Each slot's run, slot after slot, as `_restore` reads them back.
+        packed = np.zeros(capacity, dtype=np.int64)
+        packed[:size] = np.cumsum(lengths) - lengths
+        at = np.repeat(starts - packed[:size], lengths) + np.arange(int(lengths.sum()))
+        packed_ends = packed.copy()
+        packed_ends[:size] += lengths
+        arrays = {name: getattr(self, name) for name in _COLUMNS}
+        arrays["_run_start"], arrays["_run_end"] = packed, packed_ends
+        arrays["slot_terms"] = self._slot_terms.gather(at)
+        for field, (name, dtype) in enumerate(_POSTING_ARRAYS.items()):
+            parts = [e[field] for e in entries]
+            arrays[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        if self._vectors is not None:
+            arrays["vectors"] = self._vectors
         group_names = list(self._groups)
         group_number = {g: i for i, g in enumerate(group_names)}
         for g in self._group_of:
@@ -388,7 +451,7 @@ class SearchIndex:
             format=INDEX_SNAPSHOT_FORMAT,
             label=self.label,
             common_from=self._common_from,
-            capacity=len(self._time),
+            capacity=capacity,
             dimensions=self._dimensions,
             documents=self._documents,
             total_length=self._total_length,
@@ -400,26 +463,10 @@ class SearchIndex:
             ids=list(self._ids),
             free=list(self._free),
             terms=list(table),
-            slot_terms=slot_terms.tobytes(),
-            posting_ends=np.cumsum([len(p.slots) for p in postings], dtype=np.int64).tobytes(),
-            posting_slots=b"".join(p.slots.tobytes() for p in postings),
-            posting_counts=b"".join(p.counts.tobytes() for p in postings),
-            posting_generations=b"".join(p.generations.tobytes() for p in postings),
+            posting_ends=np.cumsum([len(e[0]) for e in entries], dtype=np.int64).tobytes(),
             posting_live=_ints([p.live for p in postings]),
             posting_max_count=_ints([p.max_count for p in postings]),
             posting_min_length=_ints([p.min_length for p in postings]),
-            columns={
-                **{name: getattr(self, name).tobytes() for name in _COLUMNS},
-                # Runs as they lie in `slot_terms`: one after another.
-                "_run_start": _ints(
-                    np.concatenate([packed_starts, np.zeros(len(self._time) - size, np.int64)])
-                ),
-                "_run_end": _ints(
-                    np.concatenate(
-                        [packed_starts + lengths, np.zeros(len(self._time) - size, np.int64)]
-                    )
-                ),
-            },
             groups=group_names,
             group_of=_ints([group_number[g] for g in self._group_of], np.int32),
             members=[
@@ -434,31 +481,47 @@ class SearchIndex:
             expiring_at=_ints([at for at, _ in self._expiring]),
             expiring_slots=_ints([slot for _, slot in self._expiring]),
         )
-        return _snapshot_encoder.encode(data), self._vectors
+        return _snapshot_encoder.encode(data), arrays
 
     @classmethod
-    def from_snapshot(cls, data: bytes, vectors: np.ndarray | None) -> SearchIndex:
-        """The index `snapshot` saved; ``vectors`` its matrix (a writable array, or a
-        copy-on-write map of a file). Raises `SnapshotError` for bytes it cannot
-        trust, so the caller builds the index anew."""
+    def from_snapshot(cls, data: bytes, arrays: Mapping[str, np.ndarray]) -> SearchIndex:
+        """The index `snapshot` saved, from its bytes and arrays. The index takes the
+        arrays as its own: writable ones, or copy-on-write maps of a file (only the rows
+        it changes then take memory of its own). Raises `SnapshotError` for what it
+        cannot trust, so the caller builds the index anew."""
         try:
-            return cls._restore(_snapshot_decoder.decode(data), vectors)
+            return cls._restore(_snapshot_decoder.decode(data), arrays)
         except SnapshotError:
             raise
         except (msgspec.DecodeError, ValueError, IndexError, KeyError, TypeError) as exc:
             raise SnapshotError(f"not a search index snapshot: {exc}") from None
 
     @classmethod
-    def _restore(cls, snap: _Snapshot, vectors: np.ndarray | None) -> SearchIndex:
+    def _restore(cls, snap: _Snapshot, arrays: Mapping[str, np.ndarray]) -> SearchIndex:
         if snap.format != INDEX_SNAPSHOT_FORMAT:
             raise SnapshotError(f"snapshot format {snap.format}, not {INDEX_SNAPSHOT_FORMAT}")
         size, capacity = len(snap.ids), snap.capacity
+
+        def given(name: str, dtype: type, length: int | None = None) -> np.ndarray:
+            array_ = arrays.get(name)
+            if not isinstance(array_, np.ndarray) or array_.dtype != dtype or array_.ndim != 1:
+                raise SnapshotError(f"array {name} is missing or not {np.dtype(dtype)}")
+            if not array_.flags.writeable:  # the index writes its columns in place
+                raise SnapshotError(f"array {name} is read-only")
+            if length is not None and len(array_) != length:
+                raise SnapshotError(f"array {name} has {len(array_)} rows, not {length}")
+            return array_
+
         index = cls(snap.label, common_from=snap.common_from)
         for name, dtype in _COLUMNS.items():
-            column = np.frombuffer(snap.columns[name], dtype=dtype).copy()
-            if len(column) != capacity:
-                raise SnapshotError(f"column {name} has {len(column)} rows, not {capacity}")
-            setattr(index, name, column)
+            setattr(index, name, given(name, dtype, capacity))
+        vectors = arrays.get("vectors")
+        if vectors is not None and (
+            not isinstance(vectors, np.ndarray)
+            or vectors.dtype != np.float32
+            or not vectors.flags.writeable
+        ):
+            raise SnapshotError("the vector matrix is not a writable float32 array")
         if snap.dimensions is None:
             if vectors is not None:
                 raise SnapshotError("vectors for an index without them")
@@ -478,10 +541,10 @@ class SearchIndex:
         index._term_numbers = {term: number for number, term in enumerate(table)}
         if len(index._term_numbers) != len(table):
             raise SnapshotError("a term is listed twice")
-        index._slot_terms = array(_TERM, snap.slot_terms)
-        numbers = np.frombuffer(index._slot_terms, dtype=_TERM_DTYPE)
+        numbers = given("slot_terms", _TERM_DTYPE)
         if len(numbers) and (int(numbers.min()) < 0 or int(numbers.max()) >= len(table)):
             raise SnapshotError("a slot holds a term number out of the table")
+        index._slot_terms = _TermRuns(numbers)
         runs = len(numbers)
         starts, ends = index._run_start, index._run_end
         if np.any(starts > ends) or np.any(starts < 0) or np.any(ends > runs):
@@ -492,16 +555,18 @@ class SearchIndex:
         min_length = np.frombuffer(snap.posting_min_length, dtype=np.int64).tolist()
         if not len(posting_ends) == len(live) == len(table):
             raise SnapshotError("posting lists do not fit the terms")
+        total = posting_ends[-1] if posting_ends else 0
+        posting_arrays = [given(name, dtype, total) for name, dtype in _POSTING_ARRAYS.items()]
+        if total and (int(posting_arrays[0].min()) < 0 or int(posting_arrays[0].max()) >= capacity):
+            raise SnapshotError("a posting list names a slot out of the index")
         start = 0
         for i, term in enumerate(table):
             end = posting_ends[i]
             if live[i] == 0:  # a term no entry holds any more: no posting list
                 start = end
                 continue
-            posting = _Posting.__new__(_Posting)  # its arrays come next: no empty ones
-            posting.slots = array(_SLOT, snap.posting_slots[4 * start : 4 * end])
-            posting.counts = array(_COUNT, snap.posting_counts[4 * start : 4 * end])
-            posting.generations = array(_GENERATION, snap.posting_generations[4 * start : 4 * end])
+            posting = _Posting()
+            posting.base = tuple(a[start:end] for a in posting_arrays)
             posting.live, posting.max_count, posting.min_length = (
                 live[i],
                 max_count[i],
@@ -724,7 +789,7 @@ class SearchIndex:
         self._expiry.pop(slot, None)
         start, end = int(self._run_start[slot]), int(self._run_end[slot])
         table = self._term_table
-        for number in self._slot_terms[start:end]:
+        for number in self._slot_terms.run(start, end):
             term = table[number]
             self._arrays.pop(term)
             self._dense.pop(term)
@@ -1264,9 +1329,9 @@ class SearchIndex:
                 cut = group_scores[group]
         return rows_out, scores_out
 
-    def _terms_of(self, slot: int) -> array:
+    def _terms_of(self, slot: int) -> list[int]:
         """The term numbers an entry holds."""
-        return self._slot_terms[int(self._run_start[slot]) : int(self._run_end[slot])]
+        return self._slot_terms.run(int(self._run_start[slot]), int(self._run_end[slot]))
 
     def _compact_terms(self) -> None:
         """Drop the runs of removed entries from the term array."""
@@ -1275,9 +1340,7 @@ class SearchIndex:
         lengths = ends - starts
         packed = np.cumsum(lengths) - lengths
         at = np.repeat(starts - packed, lengths) + np.arange(int(lengths.sum()))
-        self._slot_terms = array(
-            _TERM, np.frombuffer(self._slot_terms, dtype=_TERM_DTYPE)[at].tobytes()
-        )
+        self._slot_terms = _TermRuns(self._slot_terms.gather(at))
         self._run_start[:size], self._run_end[:size] = packed, packed + lengths
         self._dead_terms = 0
 
@@ -1429,6 +1492,7 @@ class SearchIndex:
         inverse[order] = np.arange(count)
         for posting in self._postings.values():
             slots, counts = posting.current(self._generation)
+            posting.base = None
             posting.slots = array(_SLOT, inverse[slots].astype(_SLOT_DTYPE).tobytes())
             posting.counts = array(_COUNT, counts.astype(_COUNT_DTYPE).tobytes())
             posting.generations = array(_GENERATION, bytes(4 * len(slots)))

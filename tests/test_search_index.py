@@ -419,8 +419,8 @@ def test_entries_removed_and_put_again_keep_their_terms_through_compactions(monk
         index.put(items[n].id.bytes, items[n])
     held = sum(len(index._terms_of(slot)) for slot in range(len(index._ids)))
     assert len(index._slot_terms) <= 2 * held + 16  # dead runs were dropped as it went
-    data, vectors = index.snapshot()
-    restored = SearchIndex.from_snapshot(data, vectors)
+    data, arrays = index.snapshot()
+    restored = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
     assert len(restored._slot_terms) == held
     for text in ("alpha", "beta gamma keys", "rare7 alpha", "x2400", "node-7 the"):
         want = rank(list(items.values()), strategy="keyword", text=text, limit=15)
@@ -580,8 +580,8 @@ def test_an_index_from_its_snapshot_answers_as_the_index_does(
     _apply(index, before, offsets)
     if cluster:
         _answers(index, now_ms)  # an approximate search makes the clusters
-    data, vectors = index.snapshot()
-    restored = SearchIndex.from_snapshot(data, None if vectors is None else vectors.copy())
+    data, arrays = index.snapshot()
+    restored = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
     assert _answers(restored, now_ms) == _answers(index, now_ms)
     later = iter(range(20_000, 30_000))
     _apply(index, after, later)
@@ -593,12 +593,20 @@ def test_an_index_from_its_snapshot_answers_as_the_index_does(
 def test_bytes_that_are_no_snapshot_are_refused():
     index = SearchIndex(LABEL)
     index.put(b"\x01" * 16, _item(1, "alpha", None, 0.0, [1.0, 0.0, 0.0], (1, 0, 0)))
-    data, vectors = index.snapshot()
-    for bad, matrix in (
-        (b"not msgpack", vectors),
-        (data[: len(data) // 2], vectors),
-        (data, None),
-        (data, vectors[:3]),
+    data, arrays = index.snapshot()
+    arrays = {k: a.copy() for k, a in arrays.items()}
+    without = {k: a for k, a in arrays.items() if k != "vectors"}
+    read_only = {**arrays, "_time": np.frombuffer(arrays["_time"].tobytes(), dtype=np.int64)}
+    for bad, handed in (
+        (b"not msgpack", arrays),
+        (data[: len(data) // 2], arrays),
+        (data, without),
+        (data, {**arrays, "vectors": arrays["vectors"][:3]}),
+        (data, {**arrays, "_time": arrays["_time"][:5]}),
+        (data, {**arrays, "slot_terms": arrays["slot_terms"] + 1_000}),
+        (data, {**arrays, "posting_slots": arrays["posting_slots"].astype(np.int64)}),
+        (data, {k: a for k, a in arrays.items() if k != "posting_counts"}),
+        (data, read_only),
     ):
         with pytest.raises(SnapshotError):
-            SearchIndex.from_snapshot(bad, matrix)
+            SearchIndex.from_snapshot(bad, handed)
