@@ -43,7 +43,7 @@ SNAPSHOTS_FROM = 20_000
 _FORMAT = 2
 
 # The dtypes an index's arrays have; a layout naming another is refused.
-_DTYPES = frozenset({"<i4", "<u4", "<i8", "<f4", "<f8", "|b1"})
+_DTYPES = frozenset({"|u1", "<i4", "<u4", "<i8", "<u8", "<f4", "<f8", "|b1"})
 
 
 class _ArrayAt(msgspec.Struct, array_like=True):

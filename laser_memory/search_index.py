@@ -105,7 +105,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     irregular_count: int
     clustered_until: int
     moment: int | None
-    ids: list[bytes | None]
+    size: int  # slots in use (the id arrays' rows)
     free: list[int]
     terms: list[str]  # the term numbers' terms; the posting fields below in this order
     posting_ends: bytes  # int64 end of each term's run in the posting arrays
@@ -329,6 +329,113 @@ class _TermRuns:
         return every[at]
 
 
+class _IdTable:
+    """Entry ids by slot, and slots by id. A restored snapshot's ids are arrays (often
+    mapped from its file): 16 bytes a slot with a mark of presence, and the present ids
+    sorted as two big-endian halves with their slots, searched by bisection. Slots
+    changed since and slots added are kept apart, and a slot found by bisection counts
+    only if it still holds that id. (A bytes object and a dict entry per id took a
+    quarter of a restored reader's memory.)"""
+
+    __slots__ = (
+        "added",
+        "changed",
+        "ids",
+        "present",
+        "sorted_high",
+        "sorted_low",
+        "sorted_slots",
+        "tail",
+    )
+
+    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        if arrays is None:
+            arrays = _IdTable.arrays_of([])
+        self.ids = arrays["ids"]
+        self.present = arrays["id_present"]
+        self.sorted_high = arrays["id_sorted_high"]
+        self.sorted_low = arrays["id_sorted_low"]
+        self.sorted_slots = arrays["id_sorted_slots"]
+        self.changed: dict[int, bytes | None] = {}  # base slots freed or reused since
+        self.tail: list[bytes | None] = []  # slots after the base
+        self.added: dict[bytes, int] = {}  # ids put since, by slot
+
+    @staticmethod
+    def arrays_of(ids: Sequence[bytes | None]) -> dict[str, np.ndarray]:
+        """The arrays of a table holding ``ids`` by slot (every id 16 bytes)."""
+        if any(raw_id is not None and len(raw_id) != 16 for raw_id in ids):
+            raise ValueError("only 16-byte ids are kept as arrays")
+        present = np.array([raw_id is not None for raw_id in ids], dtype=bool)
+        joined = b"".join(raw_id if raw_id is not None else bytes(16) for raw_id in ids)
+        table = np.frombuffer(joined, dtype=np.uint8).reshape(-1, 16).copy()
+        halves = table.view(">u8").reshape(-1, 2).astype(np.uint64)
+        slots = np.flatnonzero(present)
+        order = slots[np.lexsort((halves[slots, 1], halves[slots, 0]))]
+        return {
+            "ids": table,
+            "id_present": present,
+            "id_sorted_high": np.ascontiguousarray(halves[order, 0]),
+            "id_sorted_low": np.ascontiguousarray(halves[order, 1]),
+            "id_sorted_slots": order.astype(np.int64),
+        }
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return _IdTable.arrays_of([self[slot] for slot in range(len(self))])
+
+    def __len__(self) -> int:
+        return len(self.ids) + len(self.tail)
+
+    def __getitem__(self, slot: int) -> bytes | None:
+        based = len(self.ids)
+        if slot >= based:
+            return self.tail[slot - based]
+        if slot in self.changed:
+            return self.changed[slot]
+        return self.ids[slot].tobytes() if self.present[slot] else None
+
+    def __setitem__(self, slot: int, raw_id: bytes | None) -> None:
+        based = len(self.ids)
+        if slot >= based:
+            self.tail[slot - based] = raw_id
+        else:
+            self.changed[slot] = raw_id
+
+    def append(self, raw_id: bytes | None) -> None:
+        self.tail.append(raw_id)
+
+    def slot_of(self, raw_id: bytes) -> int | None:
+        """The slot holding ``raw_id``, or None."""
+        slot = self.added.get(raw_id)
+        if slot is not None:
+            return slot
+        if len(raw_id) != 16 or not len(self.sorted_slots):
+            return None
+        high = int.from_bytes(raw_id[:8], "big")
+        low = int.from_bytes(raw_id[8:], "big")
+        first = int(np.searchsorted(self.sorted_high, np.uint64(high), side="left"))
+        last = int(np.searchsorted(self.sorted_high, np.uint64(high), side="right"))
+        if first == last:
+            return None
+        at = first + int(np.searchsorted(self.sorted_low[first:last], np.uint64(low)))
+        if at == last or int(self.sorted_low[at]) != low:
+            return None
+        slot = int(self.sorted_slots[at])
+        return slot if self[slot] == raw_id else None  # freed or reused since
+
+    def bind(self, raw_id: bytes, slot: int) -> None:
+        self.added[raw_id] = slot
+
+    def unbind(self, raw_id: bytes) -> None:
+        self.added.pop(raw_id, None)
+
+
+#: The arrays of a snapshot's `_IdTable`, with their dtypes.
+_ID_ARRAYS = {
+    "ids": np.uint8, "id_present": np.bool_, "id_sorted_high": np.uint64,
+    "id_sorted_low": np.uint64, "id_sorted_slots": np.int64,
+}  # fmt: skip
+
+
 class SearchIndex:
     """The candidates of one read (a tenant's namespace, or one conversation of it),
     for one embedder label (None: text only)."""
@@ -337,8 +444,7 @@ class SearchIndex:
         self, label: str | None, *, common_from: int = COMMON_FROM, cache_bytes: int = CACHE_BYTES
     ) -> None:
         self.label = label
-        self._slots: dict[bytes, int] = {}
-        self._ids: list[bytes | None] = []
+        self._ids = _IdTable()
         self._free: list[int] = []
         # The terms each entry holds, as numbers (`_term_table`) in one array: a slot's
         # run is from `_run_start` to `_run_end`. (A tuple of strings per entry took a
@@ -357,7 +463,9 @@ class SearchIndex:
         self._arrays = _TermCache(cache_bytes)  # term -> (slots, counts)
         self._dense = _TermCache(cache_bytes)  # term -> counts of every slot
         # Per conversation, its entries as sorted `_member` numbers (neighbours).
-        self._groups: dict[str, list[int]] = {}
+        # A restored group is an array of its slots in key order (8 bytes an entry)
+        # until first changed; then a list of `_member` numbers, which bisect quickly.
+        self._groups: dict[str, list[int] | array] = {}
         self._group_of: list[str] = []
         self._documents = 0
         self._total_length = 0
@@ -424,6 +532,7 @@ class SearchIndex:
         postings = [self._postings.get(t, empty) for t in table]
         entries = [p.entries() for p in postings]
         size, capacity = len(self._ids), len(self._time)
+        ids = self._ids.arrays()
         starts, ends = self._run_start[:size], self._run_end[:size]
         lengths = ends - starts
         # Each slot's run, slot after slot, as `_restore` reads them back.
@@ -440,6 +549,7 @@ class SearchIndex:
             arrays[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
         if self._vectors is not None:
             arrays["vectors"] = self._vectors
+        arrays.update(ids)
         group_names = list(self._groups)
         group_number = {g: i for i, g in enumerate(group_names)}
         for g in self._group_of:
@@ -460,7 +570,7 @@ class SearchIndex:
             irregular_count=self._irregular_count,
             clustered_until=self._clustered_until,
             moment=self._moment,
-            ids=list(self._ids),
+            size=size,
             free=list(self._free),
             terms=list(table),
             posting_ends=np.cumsum([len(e[0]) for e in entries], dtype=np.int64).tobytes(),
@@ -470,7 +580,9 @@ class SearchIndex:
             groups=group_names,
             group_of=_ints([group_number[g] for g in self._group_of], np.int32),
             members=[
-                _ints([member & _SLOT_MASK for member in self._groups[g]])
+                members.tobytes()
+                if isinstance(members := self._groups[g], array)
+                else _ints([member & _SLOT_MASK for member in members])
                 for g in group_names[: len(self._groups)]
             ],
             codes=list(self._codes.items()),
@@ -500,7 +612,9 @@ class SearchIndex:
     def _restore(cls, snap: _Snapshot, arrays: Mapping[str, np.ndarray]) -> SearchIndex:
         if snap.format != INDEX_SNAPSHOT_FORMAT:
             raise SnapshotError(f"snapshot format {snap.format}, not {INDEX_SNAPSHOT_FORMAT}")
-        size, capacity = len(snap.ids), snap.capacity
+        size, capacity = snap.size, snap.capacity
+        if not 0 <= size <= capacity:
+            raise SnapshotError(f"{size} slots in use, over the capacity of {capacity}")
 
         def given(name: str, dtype: type, length: int | None = None) -> np.ndarray:
             array_ = arrays.get(name)
@@ -533,8 +647,24 @@ class SearchIndex:
         index._vector_count, index._weighted = snap.vector_count, snap.weighted
         index._irregular_count = snap.irregular_count
         index._clustered_until, index._moment = snap.clustered_until, snap.moment
-        index._ids = snap.ids
-        index._slots = {raw_id: slot for slot, raw_id in enumerate(snap.ids) if raw_id is not None}
+        ids = {
+            name: given(name, dtype) if name != "ids" else arrays.get(name)
+            for name, dtype in _ID_ARRAYS.items()
+        }
+        table = ids["ids"]
+        if (
+            not isinstance(table, np.ndarray)
+            or table.dtype != np.uint8
+            or table.shape != (size, 16)
+            or len(ids["id_present"]) != size
+        ):
+            raise SnapshotError("the id arrays do not fit the slots")
+        sorted_slots = ids["id_sorted_slots"]
+        if not len(ids["id_sorted_high"]) == len(ids["id_sorted_low"]) == len(sorted_slots):
+            raise SnapshotError("the sorted ids do not fit their slots")
+        if len(sorted_slots) and (int(sorted_slots.min()) < 0 or int(sorted_slots.max()) >= size):
+            raise SnapshotError("a sorted id names a slot out of the index")
+        index._ids = _IdTable(ids)
         index._free = snap.free
         table = [sys.intern(t) for t in snap.terms]
         index._term_table = table
@@ -578,18 +708,11 @@ class SearchIndex:
         if len(group_of) != size:
             raise SnapshotError("groups do not fit the slots")
         index._group_of = [snap.groups[g] for g in group_of]
-        time_, partition, offset = index._time, index._partition, index._offset
         for name, members in zip(snap.groups, snap.members, strict=False):
-            slots = np.frombuffer(members, dtype=np.int64).tolist()
-            keys = zip(
-                time_[slots].tolist(),
-                partition[slots].tolist(),
-                offset[slots].tolist(),
-                strict=True,
-            )
-            index._groups[name] = [
-                _member(key, slot) for key, slot in zip(keys, slots, strict=True)
-            ]
+            slots = np.frombuffer(members, dtype=np.int64)
+            if len(slots) and (int(slots.min()) < 0 or int(slots.max()) >= size):
+                raise SnapshotError(f"group {name!r} names a slot out of the index")
+            index._groups[name] = array("q", members)
         index._codes = dict(snap.codes)
         if snap.centroids is not None and snap.bounds is not None and snap.dimensions:
             centroids = np.frombuffer(snap.centroids, dtype=np.float32).reshape(-1, snap.dimensions)
@@ -617,7 +740,7 @@ class SearchIndex:
     def put(self, raw_id: bytes, item: MemoryItem | None, *, irregular: bool = False) -> None:
         """Set an item's entry (None: it is no candidate now). ``irregular``: the item's
         live remembers have more than one owner (agent, user, application, kind)."""
-        slot = self._slots.get(raw_id)
+        slot = self._ids.slot_of(raw_id)
         if slot is not None and item is not None and self._leaves_cluster(slot, item):
             # Its vector changed, so its slot may sit in the wrong cluster: move it.
             self.put(raw_id, None)
@@ -625,7 +748,7 @@ class SearchIndex:
         if slot is not None:
             self._remove(slot)
             if item is None:
-                del self._slots[raw_id]
+                self._ids.unbind(raw_id)
                 self._ids[slot] = None
                 if slot >= self._clustered_until:
                     # A clustered slot stays empty: reused, it would hold a vector of
@@ -692,7 +815,7 @@ class SearchIndex:
             self._group_of.append("")
             if slot >= len(self._time):
                 self._grow(2 * len(self._time))
-        self._slots[raw_id] = slot
+        self._ids.bind(raw_id, slot)
         return slot
 
     def _grow(self, capacity: int) -> None:
@@ -773,7 +896,7 @@ class SearchIndex:
                 self._other_vector[slot] = True
         group = item.scope.conversation or ""
         self._group_of[slot] = group
-        members = self._groups.setdefault(group, [])
+        members = self._members(group)
         member = _member(key, slot)
         at = bisect.bisect_left(members, member)
         members.insert(at, member)
@@ -784,6 +907,24 @@ class SearchIndex:
             self._after[before] = slot
         if after >= 0:
             self._before[after] = slot
+
+    def _members(self, group: str) -> list[int]:
+        """A group's neighbour list as `_member` numbers, to change it."""
+        members = self._groups.get(group)
+        if members is None:
+            members = self._groups[group] = []
+        elif isinstance(members, array):
+            slots = np.frombuffer(members, dtype=np.int64)
+            keys = zip(
+                self._time[slots].tolist(),
+                self._partition[slots].tolist(),
+                self._offset[slots].tolist(),
+                strict=True,
+            )
+            members = self._groups[group] = [
+                _member(key, slot) for key, slot in zip(keys, slots.tolist(), strict=True)
+            ]
+        return members
 
     def _remove(self, slot: int) -> None:
         self._expiry.pop(slot, None)
@@ -804,7 +945,7 @@ class SearchIndex:
         self._documents -= 1
         self._total_length -= int(self._length[slot])
         key = (int(self._time[slot]), int(self._partition[slot]), int(self._offset[slot]))
-        members = self._groups[self._group_of[slot]]
+        members = self._members(self._group_of[slot])
         at = bisect.bisect_left(members, _member(key, slot))
         del members[at]
         if not members:
@@ -932,7 +1073,7 @@ class SearchIndex:
             candidates = candidates & self._owned(owner, slice(0, size))
         allowed = candidates.copy()
         for raw_id in exclude:
-            slot = self._slots.get(raw_id)
+            slot = self._ids.slot_of(raw_id)
             if slot is not None:
                 allowed[slot] = False
         return candidates, allowed
@@ -1047,7 +1188,7 @@ class SearchIndex:
                 scores = self._bm25_over(rows, held, statistics, ())
         allowed = np.ones(len(rows), dtype=bool)
         if exclude:
-            excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
+            excluded = [slot for slot in map(self._ids.slot_of, exclude) if slot is not None]
             allowed = ~np.isin(rows, excluded)
         if by_rare is not None and not self._rare_rows_suffice(
             held, statistics, rows, scores, allowed, limit
@@ -1209,9 +1350,12 @@ class SearchIndex:
         (up to four): the best group of any term next, each new row scored in full,
         until the ``wanted``-th best score beats what a row not met yet could reach
         (the sum of each term's next group: Fagin's threshold algorithm). Every row
-        with feedback (which can lift a weaker row) is a candidate too."""
+        with feedback (which can lift a weaker row) is a candidate too; and as feedback
+        can also sink a row below ones not met, the walk finds ``wanted`` more rows
+        than there are rows with feedback, so that many without it are found."""
         if len(held) > 4 or any(self._postings[t].live <= self._common_from for t in held):
             return None
+        wanted += self._weighted
         average = max(statistics.total_length / statistics.documents, 1e-9)
         by_term = [self._group_scores(term, statistics, average) for term in held]
         if len(held) == 1:
@@ -1442,7 +1586,7 @@ class SearchIndex:
             rows, similar = rows[owned], similar[owned]
         allowed = np.ones(len(rows), dtype=bool)
         if exclude:
-            excluded = [self._slots[raw_id] for raw_id in exclude if raw_id in self._slots]
+            excluded = [slot for slot in map(self._ids.slot_of, exclude) if slot is not None]
             allowed = ~np.isin(rows, excluded)
         columns = Columns(
             keyword=np.zeros(len(rows), dtype=np.float64),
@@ -1517,12 +1661,13 @@ class SearchIndex:
             vectors[:count] = self._vectors[order]
             self._vectors = vectors
         slots = order.tolist()
-        self._ids = [self._ids[slot] for slot in slots]
+        self._ids = _IdTable(_IdTable.arrays_of([self._ids[slot] for slot in slots]))
         self._group_of = [self._group_of[slot] for slot in slots]
-        self._slots = {raw_id: slot for slot, raw_id in enumerate(self._ids)}
         self._free = []
         self._groups = {
-            group: sorted(
+            group: array("q", inverse[np.frombuffer(members, dtype=np.int64)].tobytes())
+            if isinstance(members, array)
+            else sorted(
                 (member & ~_SLOT_MASK) | int(inverse[member & _SLOT_MASK]) for member in members
             )
             for group, members in self._groups.items()
