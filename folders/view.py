@@ -732,8 +732,9 @@ class MemoryView:
                     item, irregular = index_entry(_item_decoder.decode(raw), raw_id, base)
                     index.put(raw_id, item, irregular=irregular)
                 seen = seq
-                if self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index):
+                if self._save(slot, epoch, seq, index):
                     saved = seq
+                    index = self._mapped(slot, epoch, seq, index)
             elif seq > seen:
                 changed = {
                     db_key
@@ -762,12 +763,9 @@ class MemoryView:
                     index.put(raw_id, item, irregular=irregular)
             # Many changes since the snapshot: save a new one, so the next process
             # catches up from closer.
-            if (
-                self.snapshots is not None
-                and seq - saved > max(1000, len(index) // 10)
-                and self.snapshots.save(slot, epoch, seq, index)
-            ):
+            if seq - saved > max(1000, len(index) // 10) and self._save(slot, epoch, seq, index):
                 saved = seq
+                index = self._mapped(slot, epoch, seq, index)
             self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
             while len(self._indexes) > MAX_SEARCH_INDEXES:
                 del self._indexes[next(iter(self._indexes))]
@@ -789,6 +787,21 @@ class MemoryView:
             if item is not None:
                 out.append(with_ranking(item, ranked))
         return out
+
+    def _save(self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
+        return self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index)
+
+    def _mapped(
+        self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex
+    ) -> SearchIndex:
+        """The index just saved, as the next reader would load it: its arrays mapped
+        from the snapshot file, so this reader stops holding its own copies (and the
+        objects a build or a catch-up made). ``index`` itself if that fails."""
+        assert self.snapshots is not None
+        loaded = self.snapshots.load(slot, epoch)
+        if loaded is None or loaded[1] != seq:
+            return index
+        return loaded[0]
 
     def _load(self, txn, namespace: str, where: ItemFilter, raw_id: bytes) -> MemoryItem | None:
         raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])

@@ -166,7 +166,9 @@ class _Posting:
     __slots__ = ("base", "counts", "generations", "live", "max_count", "min_length", "slots")
 
     def __init__(self) -> None:
-        self.base: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # The snapshot's three arrays and this term's run in them: views are made on
+        # use, not kept (three per term were a third of a restored index's objects).
+        self.base: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int, int] | None = None
         self.slots = array(_SLOT)
         self.counts = array(_COUNT)
         self.generations = array(_GENERATION)
@@ -175,7 +177,7 @@ class _Posting:
         self.min_length = 1 << 62
 
     def __len__(self) -> int:
-        return len(self.slots) + (len(self.base[0]) if self.base is not None else 0)
+        return len(self.slots) + (self.base[2] - self.base[1] if self.base is not None else 0)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every entry's slot, count and generation, base first."""
@@ -186,9 +188,11 @@ class _Posting:
         )
         if self.base is None:
             return added
+        arrays, start, end = self.base
+        based = tuple(a[start:end] for a in arrays)
         if not len(self.slots):
-            return self.base
-        return tuple(np.concatenate(pair) for pair in zip(self.base, added, strict=True))
+            return based
+        return tuple(np.concatenate(pair) for pair in zip(based, added, strict=True))
 
     def add(self, slot: int, count: int, generation: int, length: int) -> None:
         self.slots.append(slot)
@@ -686,7 +690,7 @@ class SearchIndex:
         if not len(posting_ends) == len(live) == len(table):
             raise SnapshotError("posting lists do not fit the terms")
         total = posting_ends[-1] if posting_ends else 0
-        posting_arrays = [given(name, dtype, total) for name, dtype in _POSTING_ARRAYS.items()]
+        posting_arrays = tuple(given(name, dtype, total) for name, dtype in _POSTING_ARRAYS.items())
         if total and (int(posting_arrays[0].min()) < 0 or int(posting_arrays[0].max()) >= capacity):
             raise SnapshotError("a posting list names a slot out of the index")
         start = 0
@@ -696,7 +700,7 @@ class SearchIndex:
                 start = end
                 continue
             posting = _Posting()
-            posting.base = tuple(a[start:end] for a in posting_arrays)
+            posting.base = (posting_arrays, start, end)
             posting.live, posting.max_count, posting.min_length = (
                 live[i],
                 max_count[i],
