@@ -779,6 +779,10 @@ class MemoryView:
                 approximate=approximate,
                 owner=owner,
             )
+            if index.reorganized and self._save(slot, epoch, seq, index):
+                # It made its vector clusters (moving every entry): the next reader
+                # starts from them, and this one serves from the map, not its copies.
+                self._indexes[slot] = (self._mapped(slot, epoch, seq, index), seq, epoch, seq)
         if found is None:
             return None
         out = []

@@ -511,6 +511,9 @@ class SearchIndex:
         # order (`_cluster`); slots from there on were added since and always scored.
         self._clusters: VectorClusters | None = None
         self._clustered_until = 0
+        #: Whether the entries were moved (vector clusters made) since the last
+        #: `snapshot`: a snapshot saved before is worth replacing.
+        self.reorganized = False
         # Entries that expire: slot -> when, and a heap of (when, slot) to find the due
         # ones (stale heap entries are skipped by comparing with the dict).
         self._expiry: dict[int, int] = {}
@@ -531,6 +534,7 @@ class SearchIndex:
         apart so a reader can map them from a file instead of holding copies; some are
         the index's own, so write them out before the index changes."""
         self._fresh_norms()  # pending norms would name slots the snapshot must keep
+        self.reorganized = False
         table = self._term_table
         empty = _Posting()
         postings = [self._postings.get(t, empty) for t in table]
@@ -1629,6 +1633,7 @@ class SearchIndex:
         bounds = np.searchsorted(nearest[by_cluster], np.arange(len(centroids) + 1))
         self._clusters = VectorClusters(centroids, bounds)
         self._clustered_until = len(with_vector)
+        self.reorganized = True
 
     def _reorder(self, order: np.ndarray) -> None:
         """Move the entry of slot ``order[i]`` to slot ``i``; slots not in ``order``

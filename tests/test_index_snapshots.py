@@ -12,6 +12,7 @@ import pytest
 import folders.view as view_module
 import laser_memory as lm
 from folders.service import ViewFolder
+from laser_memory.search_index import SearchIndex
 
 QUERIES = [
     {"text": text, "strategy": strategy, **scope}
@@ -131,3 +132,52 @@ async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
 def test_index_snapshots_from_is_checked():
     with pytest.raises(lm.ConfigError, match="index_snapshots_from"):
         lm.MemoryConfig(index_snapshots_from=0)
+
+
+async def test_vector_clusters_made_by_one_reader_are_saved_for_the_next(tmp_path: Path):
+    """Making vector clusters moves every entry of an index; the reader that made them
+    saves a new snapshot, so the next reader starts from the clusters instead of
+    making them again, and both answer as readers that never saved anything."""
+    view = tmp_path / "view"
+    clustered = lm.ApproximateSearch(from_vectors=20, probe_share=0.5)
+    always = lm.MemoryConfig(index_snapshots_from=1, approximate=clustered)
+    never = lm.MemoryConfig(index_snapshots_from=None, approximate=clustered)
+    query = {"text": "rotate keys node-7", "strategy": "semantic", "limit": 5}
+
+    async def semantic(url: str, config: lm.MemoryConfig) -> tuple[list, bool]:
+        async with lm.connect(
+            url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
+        ) as reader:
+            found = await reader.memory("notes").recall(**query)
+            opened = reader.managed_view()
+            [(index, *_)] = [
+                entry for slot, entry in opened._indexes.items() if slot[3] is not None
+            ]
+            made = index._clusters is not None
+            opened.close()
+            return [(i.id, i.score) for i in found], made
+
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many(
+            [f"rotate the keys of node-{i} in region {i % 5}" for i in range(60)]
+        )
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        first, made = await semantic(laser.log.url, always)
+        assert made
+        made_again = []
+        real = SearchIndex._cluster
+
+        def counting(self):
+            made_again.append(True)
+            return real(self)
+
+        SearchIndex._cluster = counting
+        try:
+            second, made = await semantic(laser.log.url, always)
+        finally:
+            SearchIndex._cluster = real
+        assert made and not made_again  # restored with its clusters
+        assert first == second == (await semantic(laser.log.url, never))[0]
