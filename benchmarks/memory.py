@@ -11,9 +11,10 @@ dimensions from its stand-in embedder) to an embedded log, then measures:
   time is reported);
 - the **next reader**, another process doing the same, which starts from the snapshot.
 
-For each: peak resident memory (VmHWM), and anonymous memory at the end (RssAnon:
-the process's own heap, not the LMDB pages it maps, which the kernel shares and
-drops as it needs), against the log's size on disk in the same run.
+For each: peak resident memory (VmHWM), and anonymous memory after its work, with a
+reader's connection and search indexes still open (RssAnon: the process's own heap, not
+the LMDB pages or snapshot files it maps, which the kernel shares and drops as it
+needs), against the log's size on disk in the same run.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ async def _fold(path: str) -> None:
         )
 
 
-async def _read(path: str, dims: int) -> float:
-    """Seconds the reader's first text recall took (it builds the search index)."""
+async def _read(path: str, dims: int) -> tuple[float, dict[str, float]]:
+    """Seconds the reader's first text recall took (it builds the search index), and
+    its memory after the recalls, with its index still open."""
     import time
 
     import laser_memory as lm
@@ -83,7 +85,7 @@ async def _read(path: str, dims: int) -> float:
         first = time.perf_counter() - started
         for strategy in ("keyword", "semantic"):
             await memory.recall(text="w1 w7 node-5", strategy=strategy, limit=10)
-        return first
+        return first, _status()
 
 
 def child(role: str, path: str, dims: int) -> None:
@@ -91,10 +93,10 @@ def child(role: str, path: str, dims: int) -> None:
     started = time.perf_counter()
     if role == "folder":
         asyncio.run(_fold(path))
-        seconds = time.perf_counter() - started
+        seconds, status = time.perf_counter() - started, _status()
     else:
-        seconds = asyncio.run(_read(path, dims))
-    print(json.dumps({**_status(), "seconds": seconds}))
+        seconds, status = asyncio.run(_read(path, dims))
+    print(json.dumps({**status, "seconds": seconds}))
 
 
 def _disk_mb(path: str) -> float:
