@@ -674,6 +674,14 @@ class SearchIndex:
             raise SnapshotError("a sorted id names a slot out of the index")
         index._ids = _IdTable(ids)
         index._free = snap.free
+        if any(not 0 <= slot < size for slot in snap.free):
+            raise SnapshotError("a free slot is out of the index")
+        for name in ("_before", "_after"):
+            neighbours = getattr(index, name)
+            if len(neighbours) and (
+                int(neighbours.min()) < -1 or int(neighbours.max()) >= capacity
+            ):
+                raise SnapshotError(f"column {name} names a slot out of the index")
         table = [sys.intern(t) for t in snap.terms]
         index._term_table = table
         index._term_numbers = {term: number for number, term in enumerate(table)}

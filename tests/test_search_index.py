@@ -672,6 +672,7 @@ def test_bytes_that_are_no_snapshot_are_refused():
         (data, {**arrays, "vectors": arrays["vectors"][:3]}),
         (data, {**arrays, "_time": arrays["_time"][:5]}),
         (data, {**arrays, "slot_terms": arrays["slot_terms"] + 1_000}),
+        (data, {**arrays, "_before": arrays["_before"] + 1_000}),
         (data, {**arrays, "posting_slots": arrays["posting_slots"].astype(np.int64)}),
         (data, {k: a for k, a in arrays.items() if k != "posting_counts"}),
         (data, read_only),
