@@ -896,9 +896,13 @@ class MemoryHandle:
             and self._embedder is not None
         ):
             query_vector = (await embed_texts(self._embedder, [text]))[0]
-        if query_vector is not None:
+        if query_vector is not None or (
+            strategy == "keyword" and text and self._embedder is not None
+        ):
             # Items show the vector of the handle's model, from an embedded record where
-            # their own is another model's.
+            # their own is another model's. A keyword recall reads the same way, so it
+            # shares the search index of the handle's hybrid and semantic recalls (a
+            # reader keeps one index a namespace, not two).
             where = msgspec.structs.replace(where, embedder=self._embedder.label)
         ranking = {
             "query_vector": query_vector,

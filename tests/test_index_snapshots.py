@@ -103,7 +103,10 @@ async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
         for name in os.listdir(search):
             path = search / name
             path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
-        async with lm.connect(laser.log.url, stream="s", view=view, config=always) as reader:
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, config=always, embedder=lm.WordHashEmbedder()
+        ) as reader:
+            # With the writer's embedder: its keyword recalls read the same (torn) index.
             opened = reader.managed_view()
             reader_memory = reader.memory("notes")
             got = [
@@ -181,3 +184,34 @@ async def test_vector_clusters_made_by_one_reader_are_saved_for_the_next(tmp_pat
             SearchIndex._cluster = real
         assert made and not made_again  # restored with its clusters
         assert first == second == (await semantic(laser.log.url, never))[0]
+
+
+async def test_keyword_and_hybrid_recalls_of_a_handle_share_one_search_index(tmp_path: Path):
+    """A handle with an embedder reads keyword recalls from the index its hybrid and
+    semantic recalls use (one index a namespace in a reader, not two), ranking as a
+    handle without an embedder does."""
+    view = tmp_path / "view"
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([f"rotate the keys of node-{i}" for i in range(30)])
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    query = {"text": "keys node-7", "limit": 5}
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", view=view, embedder=lm.WordHashEmbedder()
+    ) as reader:
+        with_embedder = reader.memory("notes")
+        keyword = await with_embedder.recall(strategy="keyword", **query)
+        await with_embedder.recall(strategy="hybrid", **query)
+        await with_embedder.recall(strategy="semantic", **query)
+        opened = reader.managed_view()
+        assert len(opened._indexes) == 1
+        opened.close()
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s", view=view) as plain:
+        without = await plain.memory("notes").recall(strategy="keyword", **query)
+        plain.managed_view().close()
+    assert [(i.id, i.score, i.signals) for i in keyword] == [
+        (i.id, i.score, i.signals) for i in without
+    ]
+    assert keyword
