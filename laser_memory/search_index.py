@@ -21,12 +21,28 @@ import math
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import msgspec
 import numpy as np
 
 from .embedding import to_vector
+from .index_arrays import (
+    CACHE_BYTES,
+    COUNT,
+    COUNT_DTYPE,
+    GENERATION,
+    GENERATION_DTYPE,
+    ID_ARRAYS,
+    POSTING_ARRAYS,
+    SLOT,
+    SLOT_DTYPE,
+    TERM_DTYPE,
+    IdTable,
+    Posting,
+    TermCache,
+    TermGroups,
+    TermRuns,
+)
 from .items import MemoryItem
 from .recall import dimensions_mismatch
 from .scoring import BM25_B, BM25_K1, TermStatistics, bm25_postings
@@ -71,6 +87,10 @@ def _member(key: _Key, slot: int) -> int:
 
 #: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
 INDEX_SNAPSHOT_FORMAT = 5
+
+#: Dead term numbers (of removed entries) past which, once they are half the array,
+#: `SearchIndex._slot_terms` is compacted.
+_COMPACT_TERMS_FROM = 4096
 
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
@@ -132,314 +152,6 @@ def _ints(values, dtype=np.int64) -> bytes:
     return np.asarray(values, dtype=dtype).tobytes()
 
 
-# A posting entry is 12 bytes: int32 slot, uint32 count, uint32 generation (a slot's
-# generation counts its removals; compared modulo 2**32). Postings are most of a
-# reader's memory after the vectors: 64-bit fields doubled it for nothing.
-_SLOT, _COUNT, _GENERATION = "i", "I", "I"
-_SLOT_DTYPE, _COUNT_DTYPE, _GENERATION_DTYPE = np.int32, np.uint32, np.uint32
-_TERM, _TERM_DTYPE = "i", np.int32  # term numbers of `SearchIndex._slot_terms`
-#: A snapshot's posting arrays: every term's entries, term after term.
-_POSTING_ARRAYS = {
-    "posting_slots": _SLOT_DTYPE,
-    "posting_counts": _COUNT_DTYPE,
-    "posting_generations": _GENERATION_DTYPE,
-}
-#: Dead term numbers (of removed entries) past which, once they are half the array,
-#: `SearchIndex._slot_terms` is compacted.
-_COMPACT_TERMS_FROM = 4096
-
-
-def _generations(generation: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """The current generation of ``slots`` (the index keeps them as uint32 too, so
-    this is a plain gather)."""
-    return generation[slots]
-
-
-class _Posting:
-    """One term's entries: slots, counts and the slot generation each was written in;
-    and bounds on them (the highest count, the shortest item) that removals leave as
-    they are, so they stay upper bounds of a score.
-
-    Entries are ``base`` (slots, counts, generations as arrays: a restored snapshot's,
-    often mapped from its file, never written) then the ones added since, which grow."""
-
-    __slots__ = ("base", "counts", "generations", "live", "max_count", "min_length", "slots")
-
-    def __init__(self) -> None:
-        # The snapshot's three arrays and this term's run in them: views are made on
-        # use, not kept (three per term were a third of a restored index's objects).
-        self.base: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int, int] | None = None
-        self.slots = array(_SLOT)
-        self.counts = array(_COUNT)
-        self.generations = array(_GENERATION)
-        self.live = 0
-        self.max_count = 0
-        self.min_length = 1 << 62
-
-    def __len__(self) -> int:
-        return len(self.slots) + (self.base[2] - self.base[1] if self.base is not None else 0)
-
-    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every entry's slot, count and generation, base first."""
-        added = (
-            np.frombuffer(self.slots, dtype=_SLOT_DTYPE),
-            np.frombuffer(self.counts, dtype=_COUNT_DTYPE),
-            np.frombuffer(self.generations, dtype=_GENERATION_DTYPE),
-        )
-        if self.base is None:
-            return added
-        arrays, start, end = self.base
-        based = tuple(a[start:end] for a in arrays)
-        if not len(self.slots):
-            return based
-        return tuple(np.concatenate(pair) for pair in zip(based, added, strict=True))
-
-    def add(self, slot: int, count: int, generation: int, length: int) -> None:
-        self.slots.append(slot)
-        self.counts.append(count)
-        self.generations.append(generation & 0xFFFFFFFF)
-        self.live += 1
-        if count > self.max_count:
-            self.max_count = count
-        if length < self.min_length:
-            self.min_length = length
-
-    def current(self, generation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, counts) of the entries still current."""
-        slots, counts, generations = self.entries()
-        valid = generations == _generations(generation, slots)
-        return slots[valid].astype(np.int64), counts[valid].astype(np.float64)
-
-    def compact(self, generation: np.ndarray) -> None:
-        """Drop stale entries once they outnumber the current ones."""
-        if len(self) <= 2 * self.live + 16:
-            return
-        slots, counts = self.current(generation)
-        self.base = None
-        self.slots = array(_SLOT, slots.astype(_SLOT_DTYPE).tobytes())
-        self.counts = array(_COUNT, counts.astype(_COUNT_DTYPE).tobytes())
-        self.generations = array(_GENERATION, _generations(generation, slots).tobytes())
-
-
-#: Bytes each of a reader's per-term array caches may hold (see `_TermCache`).
-CACHE_BYTES = 64 << 20
-
-
-class _TermCache:
-    """Arrays made from a term's posting list, kept while they fit ``budget`` bytes;
-    the least recently used go first. Without a bound a reader serving many different
-    queries would end up with a copy of every posting list it ever scored, and an
-    array as long as the index for every common term it met."""
-
-    __slots__ = ("_entries", "_sizes", "budget", "size")
-
-    def __init__(self, budget: int) -> None:
-        self._entries: dict[str, Any] = {}
-        self._sizes: dict[str, int] = {}
-        self.budget = budget
-        self.size = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, term: str) -> Any:
-        value = self._entries.pop(term, None)
-        if value is not None:
-            self._entries[term] = value  # the most recently used is last
-        return value
-
-    def put(self, term: str, value: Any, nbytes: int) -> None:
-        self.pop(term)
-        self._entries[term], self._sizes[term] = value, nbytes
-        self.size += nbytes
-        # The newest entry always stays: a caller is using it.
-        while self.size > self.budget and len(self._entries) > 1:
-            self.pop(next(iter(self._entries)))
-
-    def pop(self, term: str) -> None:
-        if self._entries.pop(term, None) is not None:
-            self.size -= self._sizes.pop(term)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self._sizes.clear()
-        self.size = 0
-
-
-class _TermGroups:
-    """A common term's entries grouped by (count, length of the entry): one term's
-    BM25 is the same for every entry of a group. Entries are appended with the slot
-    generation they were written in, like posting lists; stale ones are skipped."""
-
-    __slots__ = ("counts", "generations", "index", "lengths", "slots")
-
-    def __init__(self) -> None:
-        self.index: dict[tuple[int, int], int] = {}
-        self.counts: list[int] = []
-        self.lengths: list[int] = []
-        self.slots: list[array] = []
-        self.generations: list[array] = []
-
-    def add(self, count: int, length: int, slot: int, generation: int) -> None:
-        group = self.index.get((count, length))
-        if group is None:
-            group = self.index[(count, length)] = len(self.counts)
-            self.counts.append(count)
-            self.lengths.append(length)
-            self.slots.append(array(_SLOT))
-            self.generations.append(array(_GENERATION))
-        self.slots[group].append(slot)
-        self.generations[group].append(generation & 0xFFFFFFFF)
-
-    def live(self, group: int, generation: np.ndarray) -> np.ndarray:
-        """The group's current slots (dropping stale entries once they are most)."""
-        slots = np.frombuffer(self.slots[group], dtype=_SLOT_DTYPE)
-        stored = np.frombuffer(self.generations[group], dtype=_GENERATION_DTYPE)
-        live = slots[stored == _generations(generation, slots)]
-        if len(live) * 2 + 16 < len(slots):
-            self.slots[group] = array(_SLOT, live.tobytes())
-            self.generations[group] = array(_GENERATION, _generations(generation, live).tobytes())
-        return live.astype(np.int64)
-
-
-class _TermRuns:
-    """The term numbers of every entry, run after run: ``base`` (a restored snapshot's,
-    often mapped from its file, never written) then the runs added since. A run lies
-    wholly in one of the two."""
-
-    __slots__ = ("added", "base")
-
-    def __init__(self, base: np.ndarray | None = None) -> None:
-        self.base = np.zeros(0, dtype=_TERM_DTYPE) if base is None else base
-        self.added = array(_TERM)
-
-    def __len__(self) -> int:
-        return len(self.base) + len(self.added)
-
-    def extend(self, run: list[int]) -> None:
-        self.added.extend(run)
-
-    def run(self, start: int, end: int) -> list[int]:
-        based = len(self.base)
-        if end <= based:
-            return self.base[start:end].tolist()
-        return self.added[start - based : end - based].tolist()
-
-    def gather(self, at: np.ndarray) -> np.ndarray:
-        """The numbers at positions ``at``."""
-        if not len(self.added):
-            return self.base[at]
-        every = np.concatenate([self.base, np.frombuffer(self.added, dtype=_TERM_DTYPE)])
-        return every[at]
-
-
-class _IdTable:
-    """Entry ids by slot, and slots by id. A restored snapshot's ids are arrays (often
-    mapped from its file): 16 bytes a slot with a mark of presence, and the present ids
-    sorted as two big-endian halves with their slots, searched by bisection. Slots
-    changed since and slots added are kept apart, and a slot found by bisection counts
-    only if it still holds that id. (A bytes object and a dict entry per id took a
-    quarter of a restored reader's memory.)"""
-
-    __slots__ = (
-        "added",
-        "changed",
-        "ids",
-        "present",
-        "sorted_high",
-        "sorted_low",
-        "sorted_slots",
-        "tail",
-    )
-
-    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None) -> None:
-        if arrays is None:
-            arrays = _IdTable.arrays_of([])
-        self.ids = arrays["ids"]
-        self.present = arrays["id_present"]
-        self.sorted_high = arrays["id_sorted_high"]
-        self.sorted_low = arrays["id_sorted_low"]
-        self.sorted_slots = arrays["id_sorted_slots"]
-        self.changed: dict[int, bytes | None] = {}  # base slots freed or reused since
-        self.tail: list[bytes | None] = []  # slots after the base
-        self.added: dict[bytes, int] = {}  # ids put since, by slot
-
-    @staticmethod
-    def arrays_of(ids: Sequence[bytes | None]) -> dict[str, np.ndarray]:
-        """The arrays of a table holding ``ids`` by slot (every id 16 bytes)."""
-        if any(raw_id is not None and len(raw_id) != 16 for raw_id in ids):
-            raise ValueError("only 16-byte ids are kept as arrays")
-        present = np.array([raw_id is not None for raw_id in ids], dtype=bool)
-        joined = b"".join(raw_id if raw_id is not None else bytes(16) for raw_id in ids)
-        table = np.frombuffer(joined, dtype=np.uint8).reshape(-1, 16).copy()
-        halves = table.view(">u8").reshape(-1, 2).astype(np.uint64)
-        slots = np.flatnonzero(present)
-        order = slots[np.lexsort((halves[slots, 1], halves[slots, 0]))]
-        return {
-            "ids": table,
-            "id_present": present,
-            "id_sorted_high": np.ascontiguousarray(halves[order, 0]),
-            "id_sorted_low": np.ascontiguousarray(halves[order, 1]),
-            "id_sorted_slots": order.astype(np.int64),
-        }
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return _IdTable.arrays_of([self[slot] for slot in range(len(self))])
-
-    def __len__(self) -> int:
-        return len(self.ids) + len(self.tail)
-
-    def __getitem__(self, slot: int) -> bytes | None:
-        based = len(self.ids)
-        if slot >= based:
-            return self.tail[slot - based]
-        if slot in self.changed:
-            return self.changed[slot]
-        return self.ids[slot].tobytes() if self.present[slot] else None
-
-    def __setitem__(self, slot: int, raw_id: bytes | None) -> None:
-        based = len(self.ids)
-        if slot >= based:
-            self.tail[slot - based] = raw_id
-        else:
-            self.changed[slot] = raw_id
-
-    def append(self, raw_id: bytes | None) -> None:
-        self.tail.append(raw_id)
-
-    def slot_of(self, raw_id: bytes) -> int | None:
-        """The slot holding ``raw_id``, or None."""
-        slot = self.added.get(raw_id)
-        if slot is not None:
-            return slot
-        if len(raw_id) != 16 or not len(self.sorted_slots):
-            return None
-        high = int.from_bytes(raw_id[:8], "big")
-        low = int.from_bytes(raw_id[8:], "big")
-        first = int(np.searchsorted(self.sorted_high, np.uint64(high), side="left"))
-        last = int(np.searchsorted(self.sorted_high, np.uint64(high), side="right"))
-        if first == last:
-            return None
-        at = first + int(np.searchsorted(self.sorted_low[first:last], np.uint64(low)))
-        if at == last or int(self.sorted_low[at]) != low:
-            return None
-        slot = int(self.sorted_slots[at])
-        return slot if self[slot] == raw_id else None  # freed or reused since
-
-    def bind(self, raw_id: bytes, slot: int) -> None:
-        self.added[raw_id] = slot
-
-    def unbind(self, raw_id: bytes) -> None:
-        self.added.pop(raw_id, None)
-
-
-#: The arrays of a snapshot's `_IdTable`, with their dtypes.
-_ID_ARRAYS = {
-    "ids": np.uint8, "id_present": np.bool_, "id_sorted_high": np.uint64,
-    "id_sorted_low": np.uint64, "id_sorted_slots": np.int64,
-}  # fmt: skip
-
-
 class SearchIndex:
     """The candidates of one read (a tenant's namespace, or one conversation of it),
     for one embedder label (None: text only)."""
@@ -448,7 +160,7 @@ class SearchIndex:
         self, label: str | None, *, common_from: int = COMMON_FROM, cache_bytes: int = CACHE_BYTES
     ) -> None:
         self.label = label
-        self._ids = _IdTable()
+        self._ids = IdTable()
         self._free: list[int] = []
         # The terms each entry holds, as numbers (`_term_table`) in one array: a slot's
         # run is from `_run_start` to `_run_end`. (A tuple of strings per entry took a
@@ -456,16 +168,16 @@ class SearchIndex:
         # is compacted.
         self._term_table: list[str] = []
         self._term_numbers: dict[str, int] = {}
-        self._slot_terms = _TermRuns()
+        self._slot_terms = TermRuns()
         self._dead_terms = 0
         # term -> its posting list. Entries are appended and never edited: an entry counts
         # while its slot's generation is the one it was written with.
-        self._postings: dict[str, _Posting] = {}
-        self._generation = np.zeros(64, dtype=_GENERATION_DTYPE)
+        self._postings: dict[str, Posting] = {}
+        self._generation = np.zeros(64, dtype=GENERATION_DTYPE)
         # A term's posting list as arrays, until the term's postings change; and for
         # common terms, the count of every slot.
-        self._arrays = _TermCache(cache_bytes)  # term -> (slots, counts)
-        self._dense = _TermCache(cache_bytes)  # term -> counts of every slot
+        self._arrays = TermCache(cache_bytes)  # term -> (slots, counts)
+        self._dense = TermCache(cache_bytes)  # term -> counts of every slot
         # Per conversation, its entries as sorted `_member` numbers (neighbours).
         # A restored group is an array of its slots in key order (8 bytes an entry)
         # until first changed; then a list of `_member` numbers, which bisect quickly.
@@ -496,7 +208,7 @@ class SearchIndex:
         # terms scores the rare terms' rows first (`_by_rare_terms`).
         self._common_from = common_from
         # Common terms queried alone, grouped by (count, length), kept up to date.
-        self._term_groups: dict[str, _TermGroups] = {}
+        self._term_groups: dict[str, TermGroups] = {}
         # Owners as small codes per slot, so owner filters are one comparison per row.
         # An irregular entry (an item whose remembers have several owners) looks
         # different to each owner filter: with any, owner-filtered reads need a scan.
@@ -536,7 +248,7 @@ class SearchIndex:
         self._fresh_norms()  # pending norms would name slots the snapshot must keep
         self.reorganized = False
         table = self._term_table
-        empty = _Posting()
+        empty = Posting()
         postings = [self._postings.get(t, empty) for t in table]
         entries = [p.entries() for p in postings]
         size, capacity = len(self._ids), len(self._time)
@@ -552,7 +264,7 @@ class SearchIndex:
         arrays = {name: getattr(self, name) for name in _COLUMNS}
         arrays["_run_start"], arrays["_run_end"] = packed, packed_ends
         arrays["slot_terms"] = self._slot_terms.gather(at)
-        for field, (name, dtype) in enumerate(_POSTING_ARRAYS.items()):
+        for field, (name, dtype) in enumerate(POSTING_ARRAYS.items()):
             parts = [e[field] for e in entries]
             arrays[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
         if self._vectors is not None:
@@ -657,7 +369,7 @@ class SearchIndex:
         index._clustered_until, index._moment = snap.clustered_until, snap.moment
         ids = {
             name: given(name, dtype) if name != "ids" else arrays.get(name)
-            for name, dtype in _ID_ARRAYS.items()
+            for name, dtype in ID_ARRAYS.items()
         }
         table = ids["ids"]
         if (
@@ -672,7 +384,7 @@ class SearchIndex:
             raise SnapshotError("the sorted ids do not fit their slots")
         if len(sorted_slots) and (int(sorted_slots.min()) < 0 or int(sorted_slots.max()) >= size):
             raise SnapshotError("a sorted id names a slot out of the index")
-        index._ids = _IdTable(ids)
+        index._ids = IdTable(ids)
         index._free = snap.free
         if any(not 0 <= slot < size for slot in snap.free):
             raise SnapshotError("a free slot is out of the index")
@@ -687,10 +399,10 @@ class SearchIndex:
         index._term_numbers = {term: number for number, term in enumerate(table)}
         if len(index._term_numbers) != len(table):
             raise SnapshotError("a term is listed twice")
-        numbers = given("slot_terms", _TERM_DTYPE)
+        numbers = given("slot_terms", TERM_DTYPE)
         if len(numbers) and (int(numbers.min()) < 0 or int(numbers.max()) >= len(table)):
             raise SnapshotError("a slot holds a term number out of the table")
-        index._slot_terms = _TermRuns(numbers)
+        index._slot_terms = TermRuns(numbers)
         runs = len(numbers)
         starts, ends = index._run_start, index._run_end
         if np.any(starts > ends) or np.any(starts < 0) or np.any(ends > runs):
@@ -702,7 +414,7 @@ class SearchIndex:
         if not len(posting_ends) == len(live) == len(table):
             raise SnapshotError("posting lists do not fit the terms")
         total = posting_ends[-1] if posting_ends else 0
-        posting_arrays = tuple(given(name, dtype, total) for name, dtype in _POSTING_ARRAYS.items())
+        posting_arrays = tuple(given(name, dtype, total) for name, dtype in POSTING_ARRAYS.items())
         if total and (int(posting_arrays[0].min()) < 0 or int(posting_arrays[0].max()) >= capacity):
             raise SnapshotError("a posting list names a slot out of the index")
         start = 0
@@ -711,7 +423,7 @@ class SearchIndex:
             if live[i] == 0:  # a term no entry holds any more: no posting list
                 start = end
                 continue
-            posting = _Posting()
+            posting = Posting()
             posting.base = (posting_arrays, start, end)
             posting.live, posting.max_count, posting.min_length = (
                 live[i],
@@ -848,7 +560,7 @@ class SearchIndex:
             new = np.full(capacity, -1, dtype=np.int64)
             new[: len(old)] = old
             setattr(self, name, new)
-        generation = np.zeros(capacity, dtype=_GENERATION_DTYPE)
+        generation = np.zeros(capacity, dtype=GENERATION_DTYPE)
         generation[: len(self._generation)] = self._generation
         self._generation = generation
         if self._vectors is not None:
@@ -875,7 +587,7 @@ class SearchIndex:
         for term, tf in counts.items():
             posting = self._postings.get(term)
             if posting is None:
-                posting = self._postings[term] = _Posting()
+                posting = self._postings[term] = Posting()
             posting.add(slot, tf, generation, length)
             groups = self._term_groups.get(term)
             if groups is not None:
@@ -1361,7 +1073,7 @@ class SearchIndex:
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """For a query of common terms only: the rows that can make the first
         ``wanted`` and their BM25. One term's score depends only on an entry's count
-        and length, so its entries are kept grouped by (count, length) (`_TermGroups`).
+        and length, so its entries are kept grouped by (count, length) (`TermGroups`).
         One term: the best groups, whole, until they hold ``wanted`` live rows. Several
         (up to four): the best group of any term next, each new row scored in full,
         until the ``wanted``-th best score beats what a row not met yet could reach
@@ -1402,10 +1114,10 @@ class SearchIndex:
 
     def _group_scores(
         self, term: str, statistics: TermStatistics, average: float
-    ) -> tuple[_TermGroups, np.ndarray]:
+    ) -> tuple[TermGroups, np.ndarray]:
         groups = self._term_groups.get(term)
         if groups is None:
-            groups = self._term_groups[term] = _TermGroups()
+            groups = self._term_groups[term] = TermGroups()
             slots, counts = self._posting(term)
             for slot, count in zip(slots.tolist(), counts.tolist(), strict=True):
                 groups.add(int(count), int(self._length[slot]), slot, int(self._generation[slot]))
@@ -1431,7 +1143,7 @@ class SearchIndex:
         self,
         held: list[str],
         statistics: TermStatistics,
-        by_term: list[tuple[_TermGroups, np.ndarray]],
+        by_term: list[tuple[TermGroups, np.ndarray]],
         wanted: int,
     ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
         """Fagin's threshold algorithm over the terms' groups (see `_by_groups`);
@@ -1470,7 +1182,7 @@ class SearchIndex:
                 found += len(new)
 
     def _best_groups(
-        self, groups: _TermGroups, group_scores: np.ndarray, wanted: int
+        self, groups: TermGroups, group_scores: np.ndarray, wanted: int
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """One term: its best groups, whole, until they hold ``wanted`` live rows."""
         rows_out: list[np.ndarray] = []
@@ -1500,7 +1212,7 @@ class SearchIndex:
         lengths = ends - starts
         packed = np.cumsum(lengths) - lengths
         at = np.repeat(starts - packed, lengths) + np.arange(int(lengths.sum()))
-        self._slot_terms = _TermRuns(self._slot_terms.gather(at))
+        self._slot_terms = TermRuns(self._slot_terms.gather(at))
         self._run_start[:size], self._run_end[:size] = packed, packed + lengths
         self._dead_terms = 0
 
@@ -1654,9 +1366,9 @@ class SearchIndex:
         for posting in self._postings.values():
             slots, counts = posting.current(self._generation)
             posting.base = None
-            posting.slots = array(_SLOT, inverse[slots].astype(_SLOT_DTYPE).tobytes())
-            posting.counts = array(_COUNT, counts.astype(_COUNT_DTYPE).tobytes())
-            posting.generations = array(_GENERATION, bytes(4 * len(slots)))
+            posting.slots = array(SLOT, inverse[slots].astype(SLOT_DTYPE).tobytes())
+            posting.counts = array(COUNT, counts.astype(COUNT_DTYPE).tobytes())
+            posting.generations = array(GENERATION, bytes(4 * len(slots)))
         self._arrays.clear()
         self._dense.clear()
         capacity = max(64, count + count // 4)
@@ -1672,13 +1384,13 @@ class SearchIndex:
             moved = np.full(capacity, -1, dtype=np.int64)
             moved[:count] = np.where(neighbour >= 0, inverse[neighbour], -1)
             setattr(self, name, moved)
-        self._generation = np.zeros(capacity, dtype=_GENERATION_DTYPE)
+        self._generation = np.zeros(capacity, dtype=GENERATION_DTYPE)
         if self._vectors is not None:
             vectors = np.zeros((capacity, self._vectors.shape[1]), dtype=np.float32)
             vectors[:count] = self._vectors[order]
             self._vectors = vectors
         slots = order.tolist()
-        self._ids = _IdTable(_IdTable.arrays_of([self._ids[slot] for slot in slots]))
+        self._ids = IdTable(IdTable.arrays_of([self._ids[slot] for slot in slots]))
         self._group_of = [self._group_of[slot] for slot in slots]
         self._free = []
         self._groups = {
