@@ -288,6 +288,15 @@ class IdTable:
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
+        if not self.changed and not self.tail and not self.added:
+            # Nothing changed since it was restored: its arrays are still the whole of it.
+            return {
+                "ids": self.ids,
+                "id_present": self.present,
+                "id_sorted_high": self.sorted_high,
+                "id_sorted_low": self.sorted_low,
+                "id_sorted_slots": self.sorted_slots,
+            }
         return IdTable.arrays_of([self[slot] for slot in range(len(self))])
 
     def __len__(self) -> int:

@@ -43,6 +43,18 @@ def _item(n: int, body: str, conversation: str | None, weight: float, vector, ke
     )
 
 
+def _assert_keyword_as_scan(index: SearchIndex, items, text: str, limit: int, exclude=frozenset()):
+    """The index's keyword recall is the scan's, to the bit (ids, scores, signals)."""
+    want = rank(list(items), strategy="keyword", text=text, limit=limit, exclude=exclude)
+    got = index.search(
+        terms(text), strategy="keyword", query_vector=None, min_similarity=None,
+        limit=limit, exclude=exclude,
+    )  # fmt: skip
+    assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+        (i.id.bytes, i.score, i.signals) for i in want
+    ], (text, limit, sorted(exclude))
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
@@ -224,14 +236,7 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan(cache_byte
         for limit in (1, 3, 10, 40):
             for excluded in ((), (0, 5, 77)):
                 exclude = frozenset(items[n].id.bytes for n in excluded)
-                want = rank(items, strategy="keyword", text=text, limit=limit, exclude=exclude)
-                got = index.search(
-                    terms(text), strategy="keyword", query_vector=None, min_similarity=None,
-                    limit=limit, exclude=exclude,
-                )  # fmt: skip
-                assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
-                    (i.id.bytes, i.score, i.signals) for i in want
-                ], (text, limit, excluded)
+                _assert_keyword_as_scan(index, items, text, limit, exclude)
                 if cache_bytes == 1:
                     assert len(index._arrays) <= 1 and len(index._dense) <= 1
 
@@ -385,17 +390,7 @@ def test_common_words_tied_in_large_groups_rank_as_a_scan(in_key_order):
         for limit in (1, 5, 10, 60):
             for excluded in ((), (3, 5_000 + 1)):
                 exclude = frozenset(items[n].id.bytes for n in (3, 1) if n in items and excluded)
-                want = rank(
-                    list(items.values()), strategy="keyword", text=text, limit=limit,
-                    exclude=exclude,
-                )  # fmt: skip
-                got = index.search(
-                    terms(text), strategy="keyword", query_vector=None, min_similarity=None,
-                    limit=limit, exclude=exclude,
-                )  # fmt: skip
-                assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
-                    (i.id.bytes, i.score, i.signals) for i in want
-                ], (text, limit, excluded)
+                _assert_keyword_as_scan(index, items.values(), text, limit, exclude)
 
 
 def test_entries_removed_and_put_again_keep_their_terms_through_compactions(monkeypatch):
@@ -423,15 +418,8 @@ def test_entries_removed_and_put_again_keep_their_terms_through_compactions(monk
     restored = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
     assert len(restored._slot_terms) == held
     for text in ("alpha", "beta gamma keys", "rare7 alpha", "x2400", "node-7 the"):
-        want = rank(list(items.values()), strategy="keyword", text=text, limit=15)
         for searched in (index, restored):
-            got = searched.search(
-                terms(text), strategy="keyword", query_vector=None, min_similarity=None,
-                limit=15, exclude=frozenset(),
-            )  # fmt: skip
-            assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
-                (i.id.bytes, i.score, i.signals) for i in want
-            ], text
+            _assert_keyword_as_scan(searched, items.values(), text, 15)
 
 
 def test_a_restored_index_finds_each_entry_by_id_after_removals_and_reuse():
@@ -494,12 +482,7 @@ def test_negative_feedback_on_the_best_keyword_rows_lets_the_next_ones_in(text):
         live[item.id.bytes] = item
         index.put(item.id.bytes, item)
     for limit in (1, 2):
-        want = rank(list(live.values()), strategy="keyword", text=text, limit=limit)
-        got = index.search(
-            terms(text), strategy="keyword", query_vector=None, min_similarity=None,
-            limit=limit, exclude=frozenset(),
-        )  # fmt: skip
-        assert [(raw_id, r.score) for raw_id, r in got] == [(i.id.bytes, i.score) for i in want]
+        _assert_keyword_as_scan(index, live.values(), text, limit)
 
 
 def test_an_identifier_with_a_common_part_is_scored_from_its_rare_terms(monkeypatch):
