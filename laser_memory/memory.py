@@ -321,9 +321,14 @@ class MemoryHandle:
                 "supersedes": supersedes,
             }
         )
-        [record] = await self._embedded([record])
-        [receipt, *also] = await self._write([record, *self._replacements([record])])
-        mid = MemoryId(record.id)
+        if self._embedder is not None:
+            [record] = await self._embedded([record])
+        if record.supersedes is None:
+            [receipt] = await self._write([record])
+            also: list[Receipt] = []
+        else:
+            [receipt, *also] = await self._write([record, *self._replacements([record])])
+        mid = MemoryId._of(record.id)
         mid.receipt, mid.also = receipt, tuple(also)
         return mid
 
@@ -348,7 +353,7 @@ class MemoryHandle:
             except InvalidInput as exc:
                 raise type(exc)(f"entry {index}: {exc}") from None
             records.append(record)
-            ids.append(MemoryId(record.id))
+            ids.append(MemoryId._of(record.id))
         embedded = await self._embedded(records)
         receipts = await self._write([*embedded, *self._replacements(embedded)])
         also = iter(receipts[len(ids) :])
@@ -1038,7 +1043,7 @@ class MemoryHandle:
     ) -> Remember:
         if isinstance(entry, str | bytes | bytearray):
             entry = {"body": entry}
-        if not isinstance(entry, Mapping) or "body" not in entry:
+        if (type(entry) is not dict and not isinstance(entry, Mapping)) or "body" not in entry:
             raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
         unknown = entry.keys() - _ENTRY_KEYS
         if unknown:

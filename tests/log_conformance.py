@@ -294,6 +294,8 @@ class LogConformance:
             OutgoingRecord(b"v", key="text key"),
             OutgoingRecord(b"v", headers=(("h", "text"),)),
             OutgoingRecord(b"v", headers=(("only-a-name",),)),
+            OutgoingRecord(b"v", headers=None),
+            OutgoingRecord(b"v", headers="h"),
             OutgoingRecord(b"v", partition="0"),
             b"raw bytes",
         ],
@@ -303,6 +305,20 @@ class LogConformance:
         with pytest.raises(InvalidRecord):
             await log.append_batch(topic_name, [OutgoingRecord(b"fine"), bad])
         assert await log.end_offsets(topic_name) == {0: 0}
+
+    async def test_headers_seen_before_still_count_toward_the_size_limit(
+        self, log: Log, topic_name: str
+    ):
+        # A log may remember a headers tuple it checked; the size it remembers must be
+        # the tuple's, whatever value comes with it next.
+        await log.create_topic(topic_name, partitions=1)
+        headers = (("big", b"h" * (1 << 20)),)
+        await log.append(topic_name, OutgoingRecord(b"v" * (1 << 19), headers=headers))
+        with pytest.raises(RecordTooLarge):
+            await log.append(topic_name, OutgoingRecord(b"v" * (1 << 20) + b"v", headers=headers))
+        with pytest.raises(InvalidRecord):
+            await log.append(topic_name, OutgoingRecord(b"v", headers=(*headers, ("h", "t"))))
+        assert await log.end_offsets(topic_name) == {0: 1}
 
     async def test_closed_log_is_a_clear_error(self, log_url: str, topic_name: str):
         log = connect_log(log_url)

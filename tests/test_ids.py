@@ -130,3 +130,6 @@ def test_murmur2_matches_the_java_client():
     for key, signed in vectors.items():
         assert murmur2(key) == signed & 0xFFFFFFFF
         assert partition_for(key, 7) == (signed & 0x7FFFFFFF) % 7
+        # Placed again (the hash is kept) and from a bytearray: the same partition.
+        assert partition_for(bytearray(key), 7) == (signed & 0x7FFFFFFF) % 7
+        assert partition_for(key, 5) == (signed & 0x7FFFFFFF) % 5

@@ -298,7 +298,7 @@ class LocalLog(LogLifecycle):
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Appended]] = loop.create_future()
-        await self._queue.put(_AppendRequest(topic, list(records), future))
+        self._queue.put_nowait(_AppendRequest(topic, list(records), future))
         if self._config.write_timeout_s is not None:
             # One timer for every waiting append (one each cost a fifth of a small
             # append): past its deadline an append fails; a commit under way finishes.

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from ..errors import InvalidInput, InvalidName, InvalidRecord, RecordTooLarge
-from .port import OutgoingRecord, record_size
+from .port import OutgoingRecord, checked_headers_size
 
 __all__ = ["validate_outgoing", "validate_partitions", "validate_timeout", "validate_topic"]
 
@@ -55,32 +55,42 @@ def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) 
     than ``max_record_bytes``, before anything is written (msgspec Structs do not check
     field types when built)."""
     for index, record in enumerate(records):
-        where = f"record {index}"
-        if not isinstance(record, OutgoingRecord):
-            raise InvalidRecord(f"{where} is a {type(record).__name__}, not an OutgoingRecord")
-        if not isinstance(record.value, bytes):
+        if type(record) is not OutgoingRecord and not isinstance(record, OutgoingRecord):
             raise InvalidRecord(
-                f"{where}: the value must be bytes, got {type(record.value).__name__}"
+                f"record {index} is a {type(record).__name__}, not an OutgoingRecord"
             )
-        if record.key is not None and not isinstance(record.key, bytes):
+        value, key = record.value, record.key
+        if not isinstance(value, bytes):
             raise InvalidRecord(
-                f"{where}: the key must be bytes or None, got {type(record.key).__name__}"
+                f"record {index}: the value must be bytes, got {type(value).__name__}"
+            )
+        if key is not None and not isinstance(key, bytes):
+            raise InvalidRecord(
+                f"record {index}: the key must be bytes or None, got {type(key).__name__}"
             )
         if record.partition is not None and (
             not isinstance(record.partition, int) or isinstance(record.partition, bool)
         ):
-            raise InvalidRecord(f"{where}: the partition must be an int or None")
-        for header in record.headers:
-            if (
-                not isinstance(header, tuple)
-                or len(header) != 2
-                or not isinstance(header[0], str)
-                or not isinstance(header[1], bytes)
-            ):
-                raise InvalidRecord(f"{where}: a header is a (str, bytes) pair, got {header!r}")
-        size = record_size(record)
+            raise InvalidRecord(f"record {index}: the partition must be an int or None")
+        headers_size = checked_headers_size(record.headers)
+        if headers_size is None:
+            bad = next(
+                (
+                    header
+                    for header in (
+                        record.headers if isinstance(record.headers, tuple | list) else ()
+                    )
+                    if not isinstance(header, tuple)
+                    or len(header) != 2
+                    or not isinstance(header[0], str)
+                    or not isinstance(header[1], bytes)
+                ),
+                record.headers,
+            )
+            raise InvalidRecord(f"record {index}: a header is a (str, bytes) pair, got {bad!r}")
+        size = len(value) + (len(key) if key is not None else 0) + headers_size
         if size > max_record_bytes:
             raise RecordTooLarge(
-                f"{where} is {size} bytes (key, value and headers), over the "
+                f"record {index} is {size} bytes (key, value and headers), over the "
                 f"{max_record_bytes} bytes this log takes; nothing was written"
             )

@@ -14,8 +14,22 @@ from aiokafka.partitioner import murmur2
 __all__ = ["murmur2", "partition_for"]
 
 
+#: murmur2 of keys already placed: keys are conversations and namespaces, few and
+#: repeated, and the hash in pure Python costs more than the rest of an append.
+_HASHES: dict[bytes, int] = {}
+_HASHES_KEPT = 65_536
+
+
 def partition_for(key: bytes | None, partitions: int) -> int:
     """The partition of a key; a record without a key goes to a random partition."""
     if key is None:
         return int.from_bytes(os.urandom(4), "big") % partitions
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    if type(key) is not bytes:
+        key = bytes(key)
+    hashed = _HASHES.get(key)
+    if hashed is None:
+        hashed = murmur2(key) & 0x7FFFFFFF
+        if len(_HASHES) >= _HASHES_KEPT:
+            _HASHES.clear()
+        _HASHES[key] = hashed
+    return hashed % partitions

@@ -55,8 +55,44 @@ class OutgoingRecord(msgspec.Struct, frozen=True):
 def record_size(record: OutgoingRecord) -> int:
     """The bytes a record carries: key, value and headers (names and values)."""
     size = len(record.value) + (len(record.key) if record.key is not None else 0)
-    for name, value in record.headers:
+    headers = record.headers
+    known = _CHECKED_HEADERS.get(id(headers))
+    if known is not None and known[0] is headers:
+        return size + known[1]
+    for name, value in headers:
         size += _name_bytes(name) + len(value)
+    return size
+
+
+#: Header tuples already found well formed, by identity, with their size. The encoder
+#: hands out the same tuple for every record of a conversation, so most records skip
+#: the check. Each entry holds its tuple, so its id is not reused while it is here; a
+#: tuple of (str, bytes) tuples cannot change.
+_CHECKED_HEADERS: dict[int, tuple[tuple[tuple[str, bytes], ...], int]] = {}
+
+
+def checked_headers_size(headers: object) -> int | None:
+    """The bytes of well-formed headers (a tuple or list of (str, bytes) pairs), or
+    None when they are not well formed."""
+    known = _CHECKED_HEADERS.get(id(headers))
+    if known is not None and known[0] is headers:
+        return known[1]
+    if not isinstance(headers, tuple | list):
+        return None
+    size = 0
+    for header in headers:
+        if (
+            not isinstance(header, tuple)
+            or len(header) != 2
+            or not isinstance(header[0], str)
+            or not isinstance(header[1], bytes)
+        ):
+            return None
+        size += _name_bytes(header[0]) + len(header[1])
+    if type(headers) is tuple and all(type(header) is tuple for header in headers):
+        if len(_CHECKED_HEADERS) >= 1024:
+            _CHECKED_HEADERS.clear()
+        _CHECKED_HEADERS[id(headers)] = (headers, size)
     return size
 
 
