@@ -109,10 +109,18 @@ class Posting:
             self.min_length = length
 
     def current(self, generation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, counts) of the entries still current."""
+        """(slots, counts) of the entries still current, as stored: int32 and uint32.
+        Half the bytes of int64 and float64 in a reader's caches; arithmetic with
+        float64 converts a count exactly, so scores stay the same to the bit."""
         slots, counts, generations = self.entries()
         valid = generations == generations_of(generation, slots)
-        return slots[valid].astype(np.int64), counts[valid].astype(np.float64)
+        if self.base is not None and not len(self.slots) and valid.all():
+            # The snapshot's own arrays, often mapped from its file: served as they are
+            # (read only), so a reader's cache holds no copy of them.
+            slots, counts = slots.view(), counts.view()
+            slots.flags.writeable = counts.flags.writeable = False
+            return slots, counts
+        return slots[valid], counts[valid]
 
     def compact(self, generation: np.ndarray) -> None:
         """Drop stale entries once they outnumber the current ones."""
@@ -151,6 +159,13 @@ class TermCache:
         if value is not None:
             self._entries[term] = value  # the most recently used is last
         return value
+
+    @staticmethod
+    def owned_bytes(*arrays: np.ndarray) -> int:
+        """What arrays cost a cache: the bytes of those holding their own data, plus a
+        little for each (a view of a mapped snapshot costs the process next to
+        nothing, but the cache must stay bounded in entries too)."""
+        return sum((a.nbytes if a.base is None else 0) + 256 for a in arrays)
 
     def put(self, term: str, value: Any, nbytes: int) -> None:
         self.pop(term)

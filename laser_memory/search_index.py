@@ -1027,8 +1027,11 @@ class SearchIndex:
         dense = self._dense.get(term)
         if dense is None or len(dense) < len(self._ids):
             slots, counts = self._posting(term)
-            dense = np.zeros(len(self._ids), dtype=np.uint32)
-            dense[slots] = np.minimum(counts, np.iinfo(np.uint32).max)
+            # Half the bytes when every count fits 16 bits (max_count bounds them all).
+            posting = self._postings.get(term)
+            small = posting is None or posting.max_count <= np.iinfo(np.uint16).max
+            dense = np.zeros(len(self._ids), dtype=np.uint16 if small else np.uint32)
+            dense[slots] = counts
             self._dense.put(term, dense, dense.nbytes)
         return dense
 
@@ -1248,10 +1251,10 @@ class SearchIndex:
         if arrays is None:
             posting = self._postings.get(term)
             if posting is None:
-                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+                return np.zeros(0, dtype=SLOT_DTYPE), np.zeros(0, dtype=COUNT_DTYPE)
             posting.compact(self._generation)
             arrays = posting.current(self._generation)
-            self._arrays.put(term, arrays, arrays[0].nbytes + arrays[1].nbytes)
+            self._arrays.put(term, arrays, TermCache.owned_bytes(*arrays))
         return arrays
 
     def _statistics(self, query: list[str], owner: Owner | None = None) -> TermStatistics:

@@ -241,6 +241,62 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan(cache_byte
                     assert len(index._arrays) <= 1 and len(index._dense) <= 1
 
 
+def test_a_restored_index_scores_from_the_snapshots_own_arrays():
+    """A reader restored from a snapshot scores a common word from the snapshot's
+    arrays (mapped from its file in a reader) without copying them into its caches, and
+    cannot write into them; once the word gains entries, it scores from a copy that
+    holds them. Either way the answers are the scan's."""
+    rng = np.random.default_rng(4)
+    index = SearchIndex(None, common_from=300)
+    items = []
+    for n in range(1_200):
+        words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
+        item = _item(n, " ".join(words), f"c{n % 5}", 0.0, None, (n // 50, n % 3, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    data, arrays = index.snapshot()
+    arrays = {name: array.copy() for name, array in arrays.items()}
+    restored = SearchIndex.from_snapshot(data, arrays)
+    for limit in (1, 10):
+        _assert_keyword_as_scan(restored, items, "alpha beta", limit)
+    slots, counts = restored._posting("alpha")
+    assert np.shares_memory(slots, arrays["posting_slots"])
+    assert np.shares_memory(counts, arrays["posting_counts"])
+    assert not slots.flags.writeable and not counts.flags.writeable
+    assert restored._arrays.size < 4096  # views cost the cache next to nothing
+    for n in range(1_200, 1_260):
+        item = _item(n, "alpha gamma", "c1", 0.0, None, (100, 0, n))
+        items.append(item)
+        restored.put(item.id.bytes, item)
+    for limit in (1, 10, 80):
+        _assert_keyword_as_scan(restored, items, "alpha beta", limit)
+    slots, _ = restored._posting("alpha")
+    assert not np.shares_memory(slots, arrays["posting_slots"])
+
+
+def test_counts_too_large_for_16_bits_keep_their_value():
+    """A reader keeps a common word's counts in 16 bits when they fit: a word said
+    70,000 times in one item must still count 70,000."""
+    index = SearchIndex(None, common_from=100)
+    items = []
+    for n in range(400):
+        if n == 7:
+            body = "alpha " * 70_000 + "rare"
+        elif n % 20 == 0:
+            body = "rare alpha beta"
+        else:
+            body = f"alpha beta w{n % 50}"
+        item = _item(n, body, None, 0.0, None, (n, 0, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    # Scored from the rows holding "rare", with "alpha" counted from its dense counts:
+    # the item saying it 70,000 times is among them.
+    for limit in (5, 21):
+        _assert_keyword_as_scan(index, items, "alpha rare", limit)
+    assert index._counts_of("alpha").dtype == np.uint32
+    assert index._counts_of("beta").dtype == np.uint16
+
+
 owned_put = st.tuples(
     st.just("put"),
     st.integers(0, 7),
