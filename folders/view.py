@@ -60,6 +60,7 @@ remembered in two conversations has an entry for each):
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import itertools
@@ -274,6 +275,24 @@ def _index_entries(
     if len(owners) > 1:
         entries[b"I" + _scope(tenant, namespace) + raw_id] = b""
     return entries
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc: nothing to call
+        return None
+
+
+def _return_freed_memory() -> None:
+    """Give the heap's free pages back to the system, where the C library can (glibc's
+    ``malloc_trim``). Building an index frees millions of small objects at once; without
+    this the process keeps the pages they sat on, and a reader that built its index
+    holds the build's peak for as long as it runs."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _prefixed_from(cursor: lmdb.Cursor, start: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -735,6 +754,7 @@ class MemoryView:
                 if self._save(slot, epoch, seq, index):
                     saved = seq
                     index = self._mapped(slot, epoch, seq, index)
+                    _return_freed_memory()
             elif seq > seen:
                 changed = {
                     db_key
@@ -783,6 +803,8 @@ class MemoryView:
                 # It made its vector clusters (moving every entry): the next reader
                 # starts from them, and this one serves from the map, not its copies.
                 self._indexes[slot] = (self._mapped(slot, epoch, seq, index), seq, epoch, seq)
+                del index
+                _return_freed_memory()
         if found is None:
             return None
         out = []
