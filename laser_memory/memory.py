@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -347,9 +348,13 @@ class MemoryHandle:
             raise InvalidInput("remember_many takes a list of bodies or of mappings with 'body'")
         records: list[Remember] = []
         ids: list[MemoryId] = []
+        # One system call for the random part of every new id in the batch.
+        randomness = os.urandom(10 * len(entries))
         for index, entry in enumerate(entries):
             try:
-                record = self._remember_record(entry)
+                record = self._remember_record(
+                    entry, random_part=randomness[10 * index : 10 * index + 10]
+                )
             except InvalidInput as exc:
                 raise type(exc)(f"entry {index}: {exc}") from None
             records.append(record)
@@ -1039,8 +1044,13 @@ class MemoryHandle:
         return inputs.check_body(data, self._laser.config.max_body_bytes)
 
     def _remember_record(
-        self, entry: str | bytes | Mapping[str, Any], memory_id: MemoryId | None = None
+        self,
+        entry: str | bytes | Mapping[str, Any],
+        memory_id: MemoryId | None = None,
+        random_part: bytes | None = None,
     ) -> Remember:
+        """The `Remember` an entry asks for, checked. ``random_part``: ten random bytes
+        for a new id (a batch draws them all at once), else drawn here."""
         if isinstance(entry, str | bytes | bytearray):
             entry = {"body": entry}
         if (type(entry) is not dict and not isinstance(entry, Mapping)) or "body" not in entry:
@@ -1088,8 +1098,11 @@ class MemoryHandle:
                     user=scope.user,
                     application=scope.application,
                 )
-            else:
+            elif random_part is None:
                 memory_id = MemoryId.new(self._laser.clock)
+            else:
+                millis = self._laser.clock.now_ms() % (1 << 48)
+                memory_id = MemoryId._of(millis.to_bytes(6, "big") + random_part)
         origin = entry.get("origin")
         producer = entry.get("producer")
         return Remember(

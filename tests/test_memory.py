@@ -373,6 +373,16 @@ async def test_remember_many_writes_one_batch(laser: lm.Laser):
     assert len(set(ids)) == 3 and all(i.receipt for i in ids)
     assert sorted(await texts(memory)) == ["bytes", "plain", "summary"]
     assert await texts(memory, kind="summary") == ["summary"]
+    # A batch draws its ids' random parts at once: each id still its own, and the
+    # time part the connection's clock; a dedup entry still gets its content id.
+    entries = [*(f"n{i}" for i in range(500)), {"body": "d", "dedup": True}]
+    many = await memory.remember_many(entries)
+    assert len({i.bytes for i in many}) == 501
+    assert len({i.bytes[6:] for i in many[:500]}) == 500
+    now = laser.clock.now_ms() % (1 << 48)
+    assert all(0 <= now - int.from_bytes(i.bytes[:6], "big") < 60_000 for i in many[:500])
+    [again] = await memory.remember_many([{"body": "d", "dedup": True}])
+    assert again == many[-1]
 
 
 # -- named items ------------------------------------------------------------------------
