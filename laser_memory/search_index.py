@@ -570,30 +570,33 @@ class SearchIndex:
 
     def _insert(self, slot: int, item: MemoryItem) -> None:
         counts, length = term_counts(item.body)
-        numbers = self._term_numbers
+        if self._dead_terms > _COMPACT_TERMS_FROM and self._dead_terms * 2 > len(self._slot_terms):
+            self._compact_terms()
+        numbers, postings, term_groups = self._term_numbers, self._postings, self._term_groups
+        # A build meets empty caches and no groups: it skips evicting, term by term.
+        cached = len(self._arrays) or len(self._dense)
+        generation = int(self._generation[slot])
         run = []
-        for term in counts:
+        for term, tf in counts.items():
             number = numbers.get(term)
             if number is None:
                 number = numbers[term] = len(self._term_table)
                 self._term_table.append(term)
             run.append(number)
-        if self._dead_terms > _COMPACT_TERMS_FROM and self._dead_terms * 2 > len(self._slot_terms):
-            self._compact_terms()
+            posting = postings.get(term)
+            if posting is None:
+                posting = postings[term] = Posting()
+            posting.add(slot, tf, generation, length)
+            if term_groups:
+                groups = term_groups.get(term)
+                if groups is not None:
+                    groups.add(tf, length, slot, generation)
+            if cached:
+                self._arrays.pop(term)
+                self._dense.pop(term)
         self._run_start[slot] = len(self._slot_terms)
         self._slot_terms.extend(run)
         self._run_end[slot] = len(self._slot_terms)
-        generation = int(self._generation[slot])
-        for term, tf in counts.items():
-            posting = self._postings.get(term)
-            if posting is None:
-                posting = self._postings[term] = Posting()
-            posting.add(slot, tf, generation, length)
-            groups = self._term_groups.get(term)
-            if groups is not None:
-                groups.add(tf, length, slot, generation)
-            self._arrays.pop(term)
-            self._dense.pop(term)
         self._documents += 1
         self._total_length += length
         key = (item.append_time_ms, item.source.partition, item.source.offset)

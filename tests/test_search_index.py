@@ -297,6 +297,36 @@ def test_counts_too_large_for_16_bits_keep_their_value():
     assert index._counts_of("beta").dtype == np.uint16
 
 
+def test_a_terms_cached_arrays_follow_later_puts():
+    """A query leaves a common word's arrays in the caches (its posting list, its count
+    for every entry); an item put afterwards that holds the word must be in the next
+    query's answer, with its count."""
+    index = SearchIndex(None, common_from=100)
+    items = []
+
+    def put(n: int, body: str) -> None:
+        item = _item(n, body, None, 0.0, None, (n, 0, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+
+    for n in range(400):
+        gamma = " gamma" if n % 2 == 0 else ""
+        put(n, "rare alpha beta" if n % 20 == 0 else f"alpha beta w{n % 50}{gamma}")
+    for text in ("alpha rare", "gamma rare", "alpha beta", "alpha"):
+        _assert_keyword_as_scan(index, items, text, 21)
+    assert len(index._arrays) and len(index._dense)
+    put(400, "alpha alpha alpha rare")
+    put(401, "alpha alpha beta beta")
+    for text in ("alpha rare", "gamma rare", "alpha beta", "alpha"):
+        _assert_keyword_as_scan(index, items, text, 21)
+    # Put again under the same id, now with a word it did not hold: the entry changes in
+    # its slot and the index does not grow, so only evicting that word's arrays shows it.
+    del items[41]
+    put(41, "gamma gamma gamma rare")
+    for text in ("gamma rare", "alpha rare", "alpha beta"):
+        _assert_keyword_as_scan(index, items, text, 21)
+
+
 owned_put = st.tuples(
     st.just("put"),
     st.integers(0, 7),
