@@ -172,7 +172,13 @@ async def test_the_views_index_follows_later_writes_and_a_rebuild(tmp_path: Path
                 await same(**query)
 
 
-def test_cosines_of_real_sized_vectors_match_a_scan_to_the_bit():
+@pytest.mark.parametrize("norm_block", [16_384, 7])
+def test_cosines_of_real_sized_vectors_match_a_scan_to_the_bit(monkeypatch, norm_block):
+    """Norms are computed a block of vectors at a time (a block of 7 here: many blocks,
+    one cut short); each row's norm, and so each cosine, is the scan's to the bit."""
+    import laser_memory.search_index as search_index
+
+    monkeypatch.setattr(search_index, "_NORM_BLOCK", norm_block)
     rng = np.random.default_rng(3)
     index = SearchIndex(LABEL)
     items = []
