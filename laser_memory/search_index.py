@@ -46,7 +46,7 @@ from .index_arrays import (
 from .items import MemoryItem
 from .recall import dimensions_mismatch
 from .scoring import BM25_B, BM25_K1, TermStatistics, bm25_postings
-from .terms import term_counts, terms
+from .terms import count_terms, terms
 from .text_ranking import (
     FEEDBACK_SHARE,
     Columns,
@@ -577,7 +577,7 @@ class SearchIndex:
             self._vectors = vectors
 
     def _insert(self, slot: int, item: MemoryItem) -> None:
-        counts, length = term_counts(item.body)
+        counts, length = count_terms(item.body)
         if self._dead_terms > _COMPACT_TERMS_FROM and self._dead_terms * 2 > len(self._slot_terms):
             self._compact_terms()
         numbers, postings, term_groups = self._term_numbers, self._postings, self._term_groups

@@ -21,7 +21,7 @@ import sys
 
 import Stemmer
 
-__all__ = ["STOP_WORDS", "term_counts", "terms"]
+__all__ = ["STOP_WORDS", "count_terms", "term_counts", "terms"]
 
 _TOKEN = re.compile(r"[^\W_]+(?:[-_.:/@][^\W_]+)*")
 _PART = re.compile(r"[^\W_]+")
@@ -76,13 +76,10 @@ def _word(word: str) -> str:
     return stem
 
 
-@functools.lru_cache(maxsize=1 << 15)
-def term_counts(body: bytes) -> tuple[dict[str, int], int]:
-    """How often each term occurs in a record body, and the body's length in terms.
-    Cached: a scan (an owner-filtered hybrid recall) scores the same bodies again and
-    again, and they never change. At most 32,768 bodies, about 12 MB: a search index
-    keeps what it needs of each body itself, and a cache of 131,072 held 50 MB of a
-    reader's memory at 100k items."""
+def count_terms(body: bytes) -> tuple[dict[str, int], int]:
+    """How often each term occurs in a record body, and the body's length in terms
+    (`term_counts` without its cache: for a search index, which meets each body once
+    and keeps what it needs of it)."""
     counts: dict[str, int] = {}
     found = terms(body.decode("utf-8", "replace"))
     for term in found:
@@ -90,3 +87,9 @@ def term_counts(body: bytes) -> tuple[dict[str, int], int]:
         term = sys.intern(term)
         counts[term] = counts.get(term, 0) + 1
     return counts, len(found)
+
+
+#: `count_terms`, cached: a scan (an owner-filtered hybrid recall) scores the same bodies
+#: again and again, and they never change. At most 32,768 bodies, about 12 MB: a cache of
+#: 131,072 held 50 MB of a reader's memory at 100k items.
+term_counts = functools.lru_cache(maxsize=1 << 15)(count_terms)
