@@ -281,7 +281,7 @@ def _index_entries(
 def _malloc_trim():
     try:
         return ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):  # not glibc: nothing to call
+    except (AttributeError, OSError, TypeError):  # not glibc: nothing to call
         return None
 
 

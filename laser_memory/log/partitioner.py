@@ -17,7 +17,7 @@ __all__ = ["murmur2", "partition_for"]
 #: murmur2 of keys already placed: keys are conversations and namespaces, few and
 #: repeated, and the hash in pure Python costs more than the rest of an append.
 _HASHES: dict[bytes, int] = {}
-_HASHES_KEPT = 65_536
+_HASHES_KEPT = 16_384
 
 
 def partition_for(key: bytes | None, partitions: int) -> int:
