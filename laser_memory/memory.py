@@ -1062,6 +1062,10 @@ class MemoryHandle:
                 f"{', '.join(sorted(_REMEMBER_OPTIONS))}"
             )
         data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
+        durable, dedup = entry.get("durable"), entry.get("dedup")
+        for flag, value in (("durable", durable), ("dedup", dedup)):
+            if value is not None and type(value) is not bool:
+                raise InvalidInput(f"{flag} is True or False, got a {type(value).__name__}")
         given_kind = entry.get("kind")
         kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
         owner = (
@@ -1088,7 +1092,7 @@ class MemoryHandle:
             except TypeError:  # a field that is no string cannot hash; _scope checked it
                 pass
         if memory_id is None:
-            if entry.get("dedup"):
+            if dedup:
                 memory_id = MemoryId.content(
                     kind,
                     data,
@@ -1111,7 +1115,7 @@ class MemoryHandle:
             id=memory_id.bytes,
             kind=kind.code,
             body=data,
-            lifetime="durable" if entry.get("durable") else "session",
+            lifetime="durable" if durable else "session",
             origin=inputs.origin(origin) if origin is not None else self._origin,
             producer=inputs.producer(producer) if producer is not None else self._producer,
             embedding=inputs.embedding(entry.get("embedding")),

@@ -63,7 +63,8 @@ remember = st.fixed_dictionaries(
             )
         ),
         "embedding": maybe(st.lists(number, max_size=4)),
-        "dedup": st.booleans(),
+        "dedup": st.one_of(st.booleans(), anything),
+        "durable": st.one_of(st.booleans(), anything),
     },
 )
 call = st.one_of(

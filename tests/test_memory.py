@@ -506,6 +506,10 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
         (lambda m: m.remember_many(["ok", {"body": "ok", "kind": "nope"}]), lm.UnknownKind),
         (lambda m: m.remember_many(["ok", ""]), lm.EmptyBody),
         (lambda m: m.remember_many([{"body": "x", "colour": "red"}]), lm.InvalidInput),
+        # A flag is True or False: "no" must not make an item durable.
+        (lambda m: m.remember("x", durable="no"), lm.InvalidInput),
+        (lambda m: m.remember("x", dedup=1), lm.InvalidInput),
+        (lambda m: m.remember_many(["ok", {"body": "x", "durable": "false"}]), lm.InvalidInput),
         (lambda m: m.recall(strategy="graph"), lm.InvalidInput),
         (lambda m: m.recall(limit=-1), lm.InvalidInput),
     ],
