@@ -826,6 +826,8 @@ class MemoryHandle:
         return await snapshot(self._laser.log, self.topic, self.namespace, at, tenant=self.tenant)
 
     def _managed(self, folded: bool | None) -> bool:
+        if folded is not None and not isinstance(folded, bool):
+            raise InvalidInput(f"folded is True, False or None, got a {type(folded).__name__}")
         if folded is None:
             return self._laser.view_path is not None
         return not folded
@@ -888,6 +890,8 @@ class MemoryHandle:
             raise InvalidInput(f"min_similarity is from -1 to 1, got {min_similarity!r}")
         if not isinstance(exact, bool):
             raise InvalidInput(f"exact is True or False, got {exact!r}")
+        if not isinstance(block, bool):
+            raise InvalidInput(f"block is True or False, got a {type(block).__name__}")
         if not isinstance(include_superseded, bool):
             raise InvalidInput(f"include_superseded is True or False, got {include_superseded!r}")
         if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence):
