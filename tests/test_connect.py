@@ -46,3 +46,12 @@ def test_connect_uses_laser_url_and_checks_the_stream(monkeypatch, tmp_path):
     assert laser.memory_topic_name == "prod.agent.memory"
     with pytest.raises(lm.InvalidName):
         lm.connect(stream="bad stream")
+
+
+def test_create_is_true_or_false(tmp_path):
+    """create="no" is refused, not read as true: a read-only caller must not make a log."""
+    with pytest.raises(lm.ConfigError, match="create"):
+        lm.connect(f"local://{tmp_path}/log", create="no")
+    with pytest.raises(lm.ConfigError):
+        connect_log(f"local://{tmp_path}/log", create=0)
+    assert not (tmp_path / "log").exists()

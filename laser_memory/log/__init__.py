@@ -10,7 +10,7 @@ import os
 import re
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import InvalidUrl
+from ..errors import ConfigError, InvalidUrl
 from .kafka import KafkaLog, KafkaLogConfig
 from .local import LocalLog, LocalLogConfig
 from .partitioner import partition_for
@@ -68,6 +68,9 @@ def connect_log(url: str = DEFAULT_URL, *, create: bool = True, clock: Clock | N
     With ``create=False`` an embedded log that does not exist yet is refused on start
     (`LogUnavailable`) instead of created: a read never creates anything. ``clock``
     stamps the embedded log's append times (Kafka's are the broker's)."""
+    if not isinstance(create, bool):
+        # create="no" must not create a log.
+        raise ConfigError(f"create is True or False, got a {type(create).__name__}")
     kind, where = parse_url(url)
     if kind == "local":
         return LocalLog(where, LocalLogConfig(create=create, clock=clock or SYSTEM_CLOCK))
