@@ -339,6 +339,8 @@ class MemoryView:
         self._env = env
         self._dbs = dbs
         self._closed = False
+        # The ``changes`` sequence number while a write transaction runs (folder only).
+        self._seq = 0
         # Search indexes of this process's reads: (tenant, namespace, conversation,
         # embedder, superseded) -> (index, changes seq it reflects, view epoch, seq of its
         # last snapshot). Reads run on
@@ -493,16 +495,17 @@ class MemoryView:
             items: dict[bytes, tuple[ItemState, dict[bytes, bytes], str, str, bytes]] = {}
             named: dict[bytes, NamedState | None] = {}
             positions: dict[int, int] = {}
+            seq_raw = txn.get(b"seq", db=self._dbs["meta"])
+            self._seq = int.from_bytes(seq_raw, "big") if seq_raw else 0
+            if seq_raw is None:
+                txn.put(b"epoch", os.urandom(8), db=self._dbs["meta"])
             for batch in batches:
                 for log_record in batch:
                     self._apply_one(txn, log_record, generation, items, named)
                     positions[log_record.partition] = log_record.offset + 1
                     count += 1
             index_db, changes_db = self._dbs["index"], self._dbs["changes"]
-            seq_raw = txn.get(b"seq", db=self._dbs["meta"])
-            seq = int.from_bytes(seq_raw, "big") if seq_raw else 0
-            if seq_raw is None:
-                txn.put(b"epoch", os.urandom(8), db=self._dbs["meta"])
+            seq = self._seq
             items_db = self._dbs["items"]
             put = txn.put
             for db_key, (state, before, tenant, namespace, raw_id) in items.items():
@@ -582,14 +585,12 @@ class MemoryView:
         if db_key not in items:
             raw = txn.get(db_key, db=self._dbs["items"])
             if raw is None and is_remember:
-                # The most common record: a new item, whose state is this remember.
-                conversation = _conv(record.scope.conversation)
-                state = ItemState(
-                    remembers={conversation: Remembered(key, kept(record), source)},
-                    version=1,
-                    last=key,
-                )
-                items[db_key] = (state, {}, record.scope.tenant, record.ns, raw_id)
+                # The most common record: a new item, whose state is this remember. It is
+                # written at once rather than kept until the batch ends: a later record
+                # of the batch about it reads it back from the transaction, and a batch
+                # of new items holds no objects for the garbage collector to walk (which
+                # cost a third of the fold).
+                self._put_new(txn, db_key, record, key, source, raw_id)
                 return
             self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id, raw)
         state = items[db_key][0]
@@ -617,6 +618,28 @@ class MemoryView:
             entry,
             db=self._dbs["audit"],
         )
+
+    def _put_new(
+        self, txn, db_key: bytes, record: Remember, key: SortKey, source, raw_id: bytes
+    ) -> None:
+        """Write a new item remembered by ``record``: its state, its index entries and
+        its ``changes`` row."""
+        scope = record.scope
+        conversation = _conv(scope.conversation)
+        state = ItemState(
+            remembers={conversation: Remembered(key, kept(record), source)}, version=1, last=key
+        )
+        prefixes, owner = _recency_prefixes(
+            scope.tenant, record.ns, conversation, scope.agent, scope.user, scope.application,
+            record.kind,
+        )  # fmt: skip
+        tail = _KEY_BYTES(*key) + raw_id
+        put, index_db = txn.put, self._dbs["index"]
+        for prefix in prefixes:
+            put(prefix + tail, owner, db=index_db)
+        self._seq += 1
+        put(self._seq.to_bytes(8, "big"), db_key, db=self._dbs["changes"], append=True)
+        put(db_key, _encoder.encode(state), db=self._dbs["items"])
 
     def _loaded(
         self,
