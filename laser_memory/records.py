@@ -316,11 +316,14 @@ def header_value(headers: Headers, name: str) -> bytes | None:
     return None
 
 
+_VERSION_HEADER = str(SCHEMA_VERSION).encode()
+
+
 def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
     """Decode a record's value; raises `RecordDecodeError` (or its subclass
     `UnsupportedSchemaVersion`) with the reason, never returns garbage."""
     version_header = header_value(headers, HEADER_VERSION)
-    if version_header is not None:
+    if version_header is not None and version_header != _VERSION_HEADER:
         try:
             version = int(version_header)
         except ValueError:
