@@ -339,12 +339,8 @@ class MemoryView:
         self._env = env
         self._dbs = dbs
         self._closed = False
-        # While a write transaction runs (folder only): the ``changes`` sequence number
-        # it started from, and its new items' index entries and keys, written at its end.
+        # The ``changes`` sequence number while a write transaction runs (folder only).
         self._seq = 0
-        self._new_keys: list[bytes] = []
-        self._new_owners: list[bytes] = []
-        self._new_items: list[bytes] = []
         # Search indexes of this process's reads: (tenant, namespace, conversation,
         # embedder, superseded) -> (index, changes seq it reflects, view epoch, seq of its
         # last snapshot). Reads run on
@@ -503,27 +499,13 @@ class MemoryView:
             self._seq = int.from_bytes(seq_raw, "big") if seq_raw else 0
             if seq_raw is None:
                 txn.put(b"epoch", os.urandom(8), db=self._dbs["meta"])
-            self._new_keys, self._new_owners, self._new_items = [], [], []
             for batch in batches:
                 for log_record in batch:
                     self._apply_one(txn, log_record, generation, items, named)
                     positions[log_record.partition] = log_record.offset + 1
                     count += 1
             index_db, changes_db = self._dbs["index"], self._dbs["changes"]
-            # New items' index entries and changes rows, in one call each: before the
-            # changed items below, whose index entries were read as including them.
-            txn.cursor(db=index_db).putmulti(zip(self._new_keys, self._new_owners, strict=True))
             seq = self._seq
-            txn.cursor(db=changes_db).putmulti(
-                zip(
-                    [n.to_bytes(8, "big") for n in range(seq + 1, seq + 1 + len(self._new_items))],
-                    self._new_items,
-                    strict=True,
-                ),
-                append=True,
-            )
-            seq += len(self._new_items)
-            self._new_keys = self._new_owners = self._new_items = []
             items_db = self._dbs["items"]
             put = txn.put
             for db_key, (state, before, tenant, namespace, raw_id) in items.items():
@@ -652,10 +634,12 @@ class MemoryView:
             record.kind,
         )  # fmt: skip
         tail = _KEY_BYTES(*key) + raw_id
-        self._new_keys.extend([prefix + tail for prefix in prefixes])
-        self._new_owners.extend(itertools.repeat(owner, len(prefixes)))
-        self._new_items.append(db_key)
-        txn.put(db_key, _encoder.encode(state), db=self._dbs["items"])
+        put, index_db = txn.put, self._dbs["index"]
+        for prefix in prefixes:
+            put(prefix + tail, owner, db=index_db)
+        self._seq += 1
+        put(self._seq.to_bytes(8, "big"), db_key, db=self._dbs["changes"], append=True)
+        put(db_key, _encoder.encode(state), db=self._dbs["items"])
 
     def _loaded(
         self,
