@@ -48,9 +48,10 @@ remembered in two conversations has an entry for each):
   with ``k + id``, ``k`` big-endian. Filters by conversation, agent, user, application and kind
   are index-backed: a read walks the narrowest index that applies and checks
   the other filters on each entry, stopping once it has ``limit`` items.
-- ``F`` feedback-ranked: tag ``*`` or ``c:<conversation>``, then the weight
-  inverted (highest first), then ``inv(k) + id``; only items whose weight is
-  not zero. ``auto`` recall takes positive weights from here, zero weights
+- ``F`` feedback-ranked: the same tags as ``R``, then the weight inverted
+  (highest first), then ``inv(k) + id`` (``k + id`` under ``c:``); only items
+  whose weight is not zero; the value is the owner (empty for an item of
+  several owners). ``auto`` recall takes positive weights from here, zero weights
   from ``R`` and negative weights from here again, so its cost grows with the
   limit, not with the namespace.
 - ``I`` irregular items (a typed append reused an id with another owner or
@@ -107,7 +108,7 @@ from .state import (
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
-VIEW_FORMAT = 6
+VIEW_FORMAT = 7
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "changes")
 # Keys of meta that say how a folder got here, not what the view holds.
@@ -204,15 +205,9 @@ def _recency_prefixes(
 ) -> tuple[tuple[bytes, ...], bytes]:
     """The recency index prefixes an item of this owner is listed under, and the owner
     as the entries' value. Items of one owner are many: computed once per owner."""
-    tags = ["*", f"k:{kind}"]
+    tags = ["*", *_owner_tags(agent, user, application, kind)]
     if conversation:
         tags.append(f"c:{conversation}")
-    if agent is not None:
-        tags.append(f"a:{agent}")
-    if user is not None:
-        tags.append(f"u:{user}")
-    if application is not None:
-        tags.append(f"p:{application}")
     prefixes = tuple(_tag_prefix(b"R", tenant, namespace, tag) for tag in tags)
     return prefixes, _encoder.encode((conversation, agent, user, application, kind))
 
@@ -240,15 +235,17 @@ def _index_entries(
     if not live:
         return {}
     entries: dict[bytes, bytes] = {}
-    owners = set()
+    owners: set[tuple] = set()
+    weighted_tags: set[str] = {"*"}
     for conversation, remembered in live.items():
         record = remembered.record
         scope = record.scope
-        owners.add((scope.agent, scope.user, scope.application, record.kind))
         prefixes, value = _recency_prefixes(
             tenant, namespace, conversation, scope.agent, scope.user, scope.application,
             record.kind,
         )  # fmt: skip
+        owners.add((scope.agent, scope.user, scope.application, record.kind))
+        weighted_tags.update(_owner_tags(scope.agent, scope.user, scope.application, record.kind))
         # Ascending, read backwards: new entries go at the end of their range, which
         # keeps LMDB's pages full (inverted keys went at the front and left them half
         # empty).
@@ -262,19 +259,44 @@ def _index_entries(
                     _tag_prefix(b"F", tenant, namespace, f"c:{conversation}")
                     + _inv_weight(weight)
                     + tail
-                ] = b""
+                ] = value
     weight = state.weight(list(live))
     if weight != 0:
+        # Listed under its owner's tags too, so an owner-filtered feedback-ranked read
+        # walks only its owner's weighted items; the value is the owner, so a read with
+        # several filters checks the others without loading the item. An item of several
+        # owners (listed under ``I``, which sends owner-filtered reads to a scan) gets
+        # an empty value: a read loads it to check. The value leaves the conversation
+        # out: no read of these tags filters by one, and it is then the same bytes
+        # whatever order the item's conversations come in.
         newest = max(r.key for r in live.values())
-        entries[
-            _tag_prefix(b"F", tenant, namespace, "*")
-            + _inv_weight(weight)
-            + _inv_key(newest)
-            + raw_id
-        ] = b""
+        tail = _inv_weight(weight) + _inv_key(newest) + raw_id
+        owner = _owner_value(*next(iter(owners))) if len(owners) == 1 else b""
+        for tag in weighted_tags:
+            entries[_tag_prefix(b"F", tenant, namespace, tag) + tail] = owner
     if len(owners) > 1:
         entries[b"I" + _scope(tenant, namespace) + raw_id] = b""
     return entries
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _owner_value(agent: str | None, user: str | None, application: str | None, kind: int) -> bytes:
+    return _encoder.encode(("", agent, user, application, kind))
+
+
+def _owner_tags(
+    agent: str | None, user: str | None, application: str | None, kind: int
+) -> list[str]:
+    """The owner tags (all but ``*`` and the conversation) an item of this owner is
+    listed under, in the recency index and, when it has feedback, the feedback one."""
+    tags = [f"k:{kind}"]
+    if agent is not None:
+        tags.append(f"a:{agent}")
+    if user is not None:
+        tags.append(f"u:{user}")
+    if application is not None:
+        tags.append(f"p:{application}")
+    return tags
 
 
 @functools.cache
@@ -914,9 +936,13 @@ class MemoryView:
     ) -> list[MemoryItem]:
         """Positive weights (highest first), then zero weights (newest first), then
         negative weights: each part read only as far as the limit needs."""
-        tag = f"c:{where.conversation}" if where.conversation is not None else "*"
-        prefix = _tag_prefix(b"F", where.tenant, namespace, tag)
-        weighted = _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
+        prefix = _tag_prefix(b"F", where.tenant, namespace, self._narrowest_tag(where))
+        # Entries of items of another owner are passed over on their value alone.
+        weighted = (
+            (key, owner)
+            for key, owner in _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
+            if not owner or self._entry_matches(where, owner)
+        )
         out: list[MemoryItem] = []
         pending: bytes | None = None
         for key, _ in weighted:

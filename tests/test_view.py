@@ -176,6 +176,10 @@ async def test_recall_cost_grows_with_the_limit_not_the_namespace(viewed, monkey
     for mid in ids[:3]:
         await memory.improve(mid, 1.0)
     await memory.improve(ids[3], -1.0)
+    # Feedback on a hundred items of agent a1: a read filtered to another agent must
+    # not walk them.
+    for mid in ids[11::10]:
+        await memory.improve(mid, 2.0)
     await catch_up(laser, view)
     opened = laser.managed_view()
     loads = 0
@@ -193,6 +197,8 @@ async def test_recall_cost_grows_with_the_limit_not_the_namespace(viewed, monkey
         ({"strategy": "recent", "agent": "a3"}, 5),
         ({"strategy": "recent", "conversation": "c8", "kind": "message"}, 5),
         ({"strategy": "auto", "user": None, "kind": "fact"}, 5 + 4),
+        ({"strategy": "auto", "agent": "a3"}, 5 + 1),
+        ({"strategy": "auto", "agent": "a1"}, 5),
         ({"strategy": "keyword", "text": "needle"}, 10),
     ]
     for query, most in cases:
