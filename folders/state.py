@@ -736,19 +736,21 @@ class MemoryState:
             index = None
         if index is None:
             index = SearchIndex(where.embedder)
-            for (tenant, raw_id), state in self._items.items():
-                if tenant == where.tenant:
-                    item, irregular = index_entry(state, raw_id, where)
-                    index.put(raw_id, item, irregular=irregular)
+            index.put_many(
+                (raw_id, *index_entry(state, raw_id, where))
+                for (tenant, raw_id), state in self._items.items()
+                if tenant == where.tenant
+            )
         else:
             changed = {
                 raw_id
                 for tenant, raw_id in self._changes[seen - self._changed_before :]
                 if tenant == where.tenant
             }
-            for raw_id in changed:
-                item, irregular = index_entry(self._items[(where.tenant, raw_id)], raw_id, where)
-                index.put(raw_id, item, irregular=irregular)
+            index.put_many(
+                (raw_id, *index_entry(self._items[(where.tenant, raw_id)], raw_id, where))
+                for raw_id in changed
+            )
         if where.now_ms is not None:
             for raw_id in index.due(where.now_ms):
                 item, irregular = index_entry(self._items[(where.tenant, raw_id)], raw_id, where)

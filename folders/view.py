@@ -791,10 +791,10 @@ class MemoryView:
                     saved = seen
             if index is None:
                 index = SearchIndex(where.embedder)
-                for key, raw in _prefixed(txn.cursor(db=items_db), scope):
-                    raw_id = key[len(scope) :]
-                    item, irregular = index_entry(_item_decoder.decode(raw), raw_id, base)
-                    index.put(raw_id, item, irregular=irregular)
+                index.put_many(
+                    self._entry(raw, key[len(scope) :], base)
+                    for key, raw in _prefixed(txn.cursor(db=items_db), scope)
+                )
                 seen = seq
                 if self._save(slot, epoch, seq, index):
                     saved = seq
@@ -808,14 +808,10 @@ class MemoryView:
                     )
                     if db_key.startswith(scope) and len(db_key) == len(scope) + 16
                 }
-                for db_key in changed:
-                    raw = txn.get(db_key, db=items_db)
-                    raw_id = db_key[len(scope) :]
-                    if raw is None:
-                        index.put(raw_id, None)
-                    else:
-                        item, irregular = index_entry(_item_decoder.decode(raw), raw_id, base)
-                        index.put(raw_id, item, irregular=irregular)
+                index.put_many(
+                    self._entry(txn.get(db_key, db=items_db), db_key[len(scope) :], base)
+                    for db_key in changed
+                )
             if base.now_ms is not None:
                 # Entries whose remember expired since: as this read sees them now.
                 for raw_id in index.due(base.now_ms):
@@ -858,6 +854,14 @@ class MemoryView:
             if item is not None:
                 out.append(with_ranking(item, ranked))
         return out
+
+    @staticmethod
+    def _entry(raw: bytes | None, raw_id: bytes, where: ItemFilter) -> tuple:
+        """A search index entry ``(raw_id, item or None, irregular)`` from an item's
+        stored bytes (None: it is gone)."""
+        if raw is None:
+            return raw_id, None, False
+        return raw_id, *index_entry(_item_decoder.decode(raw), raw_id, where)
 
     def _save(self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
         return self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index)

@@ -20,7 +20,7 @@ import heapq
 import math
 import sys
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 import numpy as np
@@ -36,12 +36,14 @@ from .index_arrays import (
     POSTING_ARRAYS,
     SLOT,
     SLOT_DTYPE,
+    TERM,
     TERM_DTYPE,
     IdTable,
     Posting,
     TermCache,
     TermGroups,
     TermRuns,
+    generations_of,
 )
 from .items import MemoryItem
 from .recall import dimensions_mismatch
@@ -91,6 +93,30 @@ INDEX_SNAPSHOT_FORMAT = 5
 #: Dead term numbers (of removed entries) past which, once they are half the array,
 #: `SearchIndex._slot_terms` is compacted.
 _COMPACT_TERMS_FROM = 4096
+
+
+class _Block:
+    """New entries `SearchIndex.put_many` has staged: their numbers only, as arrays."""
+
+    __slots__ = (
+        "counts", "irregular", "keys", "lengths", "owners", "runs", "slots", "terms", "weights",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.slots = array("q")
+        self.terms = array(TERM)  # every entry's term numbers, run after run
+        self.counts = array(COUNT)  # and their counts
+        self.runs = array("q")  # each entry's number of terms
+        self.lengths = array("q")
+        self.keys = array("q")  # (append time, partition, offset) of each
+        self.weights = array("d")
+        self.owners = array("q")  # (agent, user, application, kind) codes of each
+        self.irregular = array("B")
+
+
+#: Entries `SearchIndex.put_many` writes together: large enough that per-term work is
+#: shared by many entries, small enough that the block's flat arrays stay a few MB.
+_BLOCK = 32_768
 
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
@@ -498,6 +524,133 @@ class SearchIndex:
             self._expiry[slot] = item.expires_at_ms
             heapq.heappush(self._expiring, (item.expires_at_ms, slot))
 
+    def put_many(self, entries: Iterable[tuple[bytes, MemoryItem | None, bool]]) -> None:
+        """`put` for each ``(raw_id, item, irregular)``, in order, with the same result.
+        While the index has no cached arrays (a build, or a catch-up that follows one),
+        entries new to it are written a block at a time: their postings and columns as
+        whole arrays instead of item by item. Entries are taken one at a time, so a
+        generator over a view's items holds only a block's numbers, never its items."""
+        bulk = not (self._term_groups or len(self._arrays) or len(self._dense))
+        block = _Block()
+        for raw_id, item, irregular in entries:
+            if not bulk or item is None or self._ids.slot_of(raw_id) is not None:
+                self._insert_block(block)
+                block = _Block()
+                self.put(raw_id, item, irregular=irregular)
+                continue
+            self._stage(block, self._allocate(raw_id), item, irregular)
+            if len(block.slots) >= _BLOCK:
+                self._insert_block(block)
+                block = _Block()
+        self._insert_block(block)
+
+    def _stage(self, block: _Block, slot: int, item: MemoryItem, irregular: bool) -> None:
+        """What `_insert` does for one new entry, but its terms and columns go to
+        ``block`` for `_insert_block`; its vector, neighbours and expiry are set now."""
+        numbers, table, codes = self._term_numbers, self._term_table, self._codes
+        counts, length = count_terms(item.body)
+        try:
+            run = [numbers[term] for term in counts]
+        except KeyError:
+            run = []
+            for term in counts:
+                number = numbers.get(term)
+                if number is None:
+                    number = numbers[term] = len(table)
+                    table.append(term)
+                run.append(number)
+        block.terms.extend(run)
+        block.counts.extend(counts.values())
+        block.runs.append(len(run))
+        block.lengths.append(length)
+        block.slots.append(slot)
+        key = (item.append_time_ms, item.source.partition, item.source.offset)
+        block.keys.extend(key)
+        block.weights.append(item.weight)
+        scope = item.scope
+        block.owners.extend(
+            (
+                codes.setdefault(scope.agent, len(codes)),
+                codes.setdefault(scope.user, len(codes)),
+                codes.setdefault(scope.application, len(codes)),
+                item.kind.code,
+            )
+        )
+        block.irregular.append(irregular)
+        if self.label is not None and item.embedder == self.label and item.embedding:
+            vector = to_vector(item.embedding)
+            if self._dimensions is None:
+                self._dimensions = len(vector)
+                self._vectors = np.zeros((len(self._time), len(vector)), dtype=np.float32)
+            if len(vector) == self._dimensions:
+                self._vectors[slot] = vector
+                self._has_vector[slot] = True
+                self._unnormed.append(slot)
+                self._vector_count += 1
+            else:
+                self._other_vector[slot] = True
+        self._link(slot, scope.conversation or "", key)
+        if item.expires_at_ms is not None:
+            self._expiry[slot] = item.expires_at_ms
+            heapq.heappush(self._expiring, (item.expires_at_ms, slot))
+
+    def _insert_block(self, block: _Block) -> None:
+        """Write the terms and columns of the entries `_stage` put in ``block``."""
+        if not block.slots:
+            return
+        if self._dead_terms > _COMPACT_TERMS_FROM and self._dead_terms * 2 > len(self._slot_terms):
+            self._compact_terms()
+        at = np.frombuffer(block.slots, dtype=np.int64)
+        run_lengths = np.frombuffer(block.runs, dtype=np.int64)
+        ends = len(self._slot_terms) + np.cumsum(run_lengths)
+        self._run_start[at], self._run_end[at] = ends - run_lengths, ends
+        self._slot_terms.added.extend(block.terms)
+        lengths = np.frombuffer(block.lengths, dtype=np.int64)
+        self._documents += len(at)
+        self._total_length += int(lengths.sum())
+        keys = np.frombuffer(block.keys, dtype=np.int64).reshape(-1, 3)
+        self._time[at], self._partition[at], self._offset[at] = keys.T
+        weights = np.frombuffer(block.weights, dtype=np.float64)
+        self._weight[at] = weights
+        self._weighted += int(np.count_nonzero(weights))
+        owners = np.frombuffer(block.owners, dtype=np.int64).reshape(-1, 4)
+        self._agent[at], self._user[at], self._application[at], self._kind[at] = owners.T
+        self._length[at] = lengths
+        self._alive[at] = True
+        irregular = np.frombuffer(block.irregular, dtype=np.uint8).astype(bool)
+        self._irregular[at] = irregular
+        self._irregular_count += int(irregular.sum())
+        # Postings, term by term: the entries sorted by term, stably, so each term's
+        # entries stay in the order `put` appends them.
+        terms_of = np.frombuffer(block.terms, dtype=TERM_DTYPE)
+        if not len(terms_of):
+            return
+        order = np.argsort(terms_of, kind="stable")
+        entry_slots = np.repeat(at, run_lengths)[order].astype(SLOT_DTYPE)
+        entry_counts = np.frombuffer(block.counts, dtype=COUNT_DTYPE)[order]
+        entry_generations = generations_of(self._generation, entry_slots)
+        entry_lengths = np.repeat(lengths, run_lengths)[order]
+        sorted_terms = terms_of[order]
+        starts = np.flatnonzero(np.r_[True, sorted_terms[1:] != sorted_terms[:-1]])
+        most = np.maximum.reduceat(entry_counts, starts).tolist()
+        shortest = np.minimum.reduceat(entry_lengths, starts).tolist()
+        bounds = [*starts.tolist(), len(sorted_terms)]
+        postings, table = self._postings, self._term_table
+        for i, number in enumerate(sorted_terms[starts].tolist()):
+            term = table[number]
+            posting = postings.get(term)
+            if posting is None:
+                posting = postings[term] = Posting()
+            first, last = bounds[i], bounds[i + 1]
+            posting.slots.frombytes(entry_slots[first:last].tobytes())
+            posting.counts.frombytes(entry_counts[first:last].tobytes())
+            posting.generations.frombytes(entry_generations[first:last].tobytes())
+            posting.live += last - first
+            if most[i] > posting.max_count:
+                posting.max_count = most[i]
+            if shortest[i] < posting.min_length:
+                posting.min_length = shortest[i]
+
     def went_back(self, now_ms: int) -> bool:
         """Whether a read at ``now_ms`` comes before the moment the entries were last
         brought to (a clock set back): entries expired since may count again then, so
@@ -633,7 +786,10 @@ class SearchIndex:
             else:
                 # Another length under the same label: only a scan can rank it.
                 self._other_vector[slot] = True
-        group = item.scope.conversation or ""
+        self._link(slot, item.scope.conversation or "", key)
+
+    def _link(self, slot: int, group: str, key: _Key) -> None:
+        """Put ``slot`` in its conversation's neighbour list, between its neighbours."""
         self._group_of[slot] = group
         members = self._members(group)
         member = _member(key, slot)

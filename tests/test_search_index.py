@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
@@ -754,3 +754,101 @@ def test_bytes_that_are_no_snapshot_are_refused():
     ):
         with pytest.raises(SnapshotError):
             SearchIndex.from_snapshot(bad, handed)
+
+
+many_put = st.tuples(
+    st.just("put"),
+    st.integers(0, 9),
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
+    st.sampled_from([None, "c1", "c2"]),
+    st.sampled_from([0.0, 0.0, 1.0, -2.0]),
+    st.one_of(
+        st.none(),
+        st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5]), min_size=3, max_size=3),
+        st.just([1.0, 0.5]),  # another length under the same label
+    ),
+    st.integers(0, 3),
+    st.integers(0, 2),
+    st.sampled_from([None, "a1", "a2"]),
+    st.sampled_from([MemoryKind.FACT, MemoryKind.MESSAGE]),
+    st.one_of(st.none(), st.integers(0, 40)),
+)
+
+
+def _entries(ops, offsets) -> list[tuple[bytes, MemoryItem | None, bool]]:
+    out = []
+    for op in ops:
+        if op[0] == "drop":
+            out.append((op[1].to_bytes(16, "big"), None, False))
+            continue
+        _, n, body, conversation, weight, vector, time, partition, agent, kind, expires = op
+        item = _item(n, body, conversation, weight, vector, (time, partition, next(offsets)))
+        item = msgspec.structs.replace(
+            item,
+            scope=MemoryScope(conversation=conversation, agent=agent),
+            kind=kind,
+            expires_at_ms=expires,
+        )
+        out.append((item.id.bytes, item, n == 5 and weight > 0))
+    return out
+
+
+def _snapshot_of(index: SearchIndex) -> tuple[bytes, dict[str, bytes]]:
+    data, arrays = index.snapshot()
+    return data, {name: (a.dtype.str, a.shape, a.tobytes()) for name, a in arrays.items()}
+
+
+_THREE = ("put", 0, "alpha", None, 0.0, [1.0, 0.0, 0.5], 0, 0, None, MemoryKind.FACT, None)
+_TWO = ("put", 1, "beta", "c1", 1.0, [1.0, 0.5], 1, 1, "a1", MemoryKind.MESSAGE, 9)
+
+
+@example(
+    first=[_THREE, _TWO], then=[_TWO, ("drop", 0)], block=32_768, query_between=False, now_ms=0
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    first=st.lists(
+        st.one_of(
+            many_put, many_put, many_put, st.tuples(st.just("drop"), st.integers(0, 9)).map(tuple)
+        ),
+        max_size=30,
+    ),
+    then=st.lists(
+        st.one_of(many_put, st.tuples(st.just("drop"), st.integers(0, 9)).map(tuple)), max_size=12
+    ),
+    block=st.sampled_from([1, 3, 32_768]),
+    query_between=st.booleans(),
+    now_ms=st.integers(0, 50),
+)
+def test_put_many_makes_the_index_put_one_at_a_time_makes(
+    first, then, block, query_between, now_ms
+):
+    """A build writes its entries a block at a time: the index (every array of its
+    snapshot, every answer) must be the one `put` makes entry by entry, for new entries,
+    entries put again, removals, vectors of another length and expiring entries, with
+    cached arrays from a query in between or not."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("laser_memory.search_index._BLOCK", block)
+        _compare_put_many(first, then, query_between, now_ms)
+
+
+def _answers_or_error(index: SearchIndex, now_ms: int) -> list | str:
+    # A first vector of two dimensions makes the three-dimensional query an error: the
+    # same one from both indexes.
+    try:
+        return _answers(index, now_ms)
+    except lm.LaserError as exc:
+        return repr(exc)
+
+
+def _compare_put_many(first, then, query_between, now_ms) -> None:
+    one, many = SearchIndex(LABEL, common_from=2), SearchIndex(LABEL, common_from=2)
+    for ops, start in ((first, 0), (then, 1_000)):
+        entries = _entries(ops, iter(range(start, start + 1_000)))
+        for raw_id, item, irregular in entries:
+            one.put(raw_id, item, irregular=irregular)
+        many.put_many(entries)
+        if query_between:
+            assert _answers_or_error(many, now_ms) == _answers_or_error(one, now_ms)
+    assert _answers_or_error(many, now_ms) == _answers_or_error(one, now_ms)
+    assert _snapshot_of(many) == _snapshot_of(one)
