@@ -34,9 +34,7 @@ from . import consolidation, inputs, retention
 from .access import (
     Governor,
     Principal,
-    ProposedWrite,
     bound_tenant,
-    check_governor,
     resolve_tenant,
     validate_governor,
 )
@@ -48,13 +46,12 @@ from .errors import (
     ConfigError,
     InvalidInput,
     NoView,
-    RecordTooLarge,
     UnknownTopic,
 )
 from .ids import MemoryId, validate_name
 from .items import HistoryEntry, MemoryItem, NamedItem
-from .kinds import MemoryKind, parse_kind
-from .log.port import Appended, OutgoingRecord, record_size
+from .kinds import MemoryKind
+from .log.port import Appended
 from .named import apply_patch_bytes, encode_body, encode_patch, validate_key
 from .recall import to_context_block, validate_limit, validate_strategy
 from .records import (
@@ -67,12 +64,11 @@ from .records import (
     Origin,
     Producer,
     Remember,
-    Superseded,
-    encode_record,
 )
 from .retention import Age
 from .scope import MemoryScope
 from .vector_clusters import ApproximateSearch
+from .writes import RecordWriter, RememberBuilder
 
 if TYPE_CHECKING:
     from .client import Laser
@@ -82,24 +78,6 @@ __all__ = ["MemoryConfig", "MemoryHandle", "Receipt"]
 
 Receipt = Appended
 """Where a write landed: topic, partition, offset and append time."""
-
-_REMEMBER_OPTIONS = {
-    "kind",
-    "conversation",
-    "agent",
-    "user",
-    "application",
-    "tenant",
-    "durable",
-    "dedup",
-    "origin",
-    "producer",
-    "embedding",
-    "expires_at",
-    "ttl",
-    "supersedes",
-}
-_ENTRY_KEYS = frozenset({*_REMEMBER_OPTIONS, "body"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +159,18 @@ class MemoryHandle:
         self._producer = producer
         self._reader = reader or FoldedReader(laser.log, topic, namespace)
         self.last_receipt: Receipt | None = None
-        # Scopes made for remembers, by (conversation, tenant, agent, user, application).
-        self._scopes: dict[tuple, MemoryScope] = {}
+        self._remembers = RememberBuilder(
+            laser,
+            namespace=namespace,
+            stream=stream,
+            origin=origin,
+            producer=producer,
+            embedder=self._embedder,
+            make_scope=self._scope,
+        )
+        self._writer = RecordWriter(
+            laser, namespace=namespace, topic=topic, principal=principal, governor=self._governor
+        )
 
     @staticmethod
     def custom(backend: Any) -> CustomMemory:
@@ -303,7 +291,7 @@ class MemoryHandle:
         >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
         """
         self._check_publish()
-        record = self._remember_record(
+        record = self._remembers.record(
             {
                 "body": body,
                 "kind": kind,
@@ -323,12 +311,12 @@ class MemoryHandle:
             }
         )
         if self._embedder is not None:
-            [record] = await self._embedded([record])
+            [record] = await self._remembers.embedded([record])
         if record.supersedes is None:
             [receipt] = await self._write([record])
             also: list[Receipt] = []
         else:
-            [receipt, *also] = await self._write([record, *self._replacements([record])])
+            [receipt, *also] = await self._write([record, *self._remembers.replacements([record])])
         mid = MemoryId._of(record.id)
         mid.receipt, mid.also = receipt, tuple(also)
         return mid
@@ -352,15 +340,15 @@ class MemoryHandle:
         randomness = os.urandom(10 * len(entries))
         for index, entry in enumerate(entries):
             try:
-                record = self._remember_record(
+                record = self._remembers.record(
                     entry, random_part=randomness[10 * index : 10 * index + 10]
                 )
             except InvalidInput as exc:
                 raise type(exc)(f"entry {index}: {exc}") from None
             records.append(record)
             ids.append(MemoryId._of(record.id))
-        embedded = await self._embedded(records)
-        receipts = await self._write([*embedded, *self._replacements(embedded)])
+        embedded = await self._remembers.embedded(records)
+        receipts = await self._write([*embedded, *self._remembers.replacements(embedded)])
         also = iter(receipts[len(ids) :])
         for mid, record, receipt in zip(ids, embedded, receipts, strict=False):
             mid.receipt = receipt
@@ -394,7 +382,7 @@ class MemoryHandle:
         """
         self._check_publish()
         mid = MemoryId.parse(id)
-        record = self._remember_record(
+        record = self._remembers.record(
             {
                 "body": body,
                 "kind": kind,
@@ -413,8 +401,8 @@ class MemoryHandle:
             },
             memory_id=mid,
         )
-        [record] = await self._embedded([record])
-        [mid.receipt, *also] = await self._write([record, *self._replacements([record])])
+        [record] = await self._remembers.embedded([record])
+        [mid.receipt, *also] = await self._write([record, *self._remembers.replacements([record])])
         mid.also = tuple(also)
         return mid
 
@@ -596,7 +584,7 @@ class MemoryHandle:
                     application=application,
                 )
                 summaries.append(
-                    self._remember_record(
+                    self._remembers.record(
                         {
                             "body": body,
                             "kind": "summary",
@@ -622,7 +610,7 @@ class MemoryHandle:
                 Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen)
                 for raw_id in doomed
             ]
-        records: list[MemoryRecord] = [*await self._embedded(summaries), *forgets]
+        records: list[MemoryRecord] = [*await self._remembers.embedded(summaries), *forgets]
         if records:
             await self._write(records)
         return ConsolidationReport(summarized=summarized, pruned=len(forgets))
@@ -1047,149 +1035,6 @@ class MemoryHandle:
     def _check_body(self, data: bytes) -> bytes:
         return inputs.check_body(data, self._laser.config.max_body_bytes)
 
-    def _remember_record(
-        self,
-        entry: str | bytes | Mapping[str, Any],
-        memory_id: MemoryId | None = None,
-        random_part: bytes | None = None,
-    ) -> Remember:
-        """The `Remember` an entry asks for, checked. ``random_part``: ten random bytes
-        for a new id (a batch draws them all at once), else drawn here."""
-        if isinstance(entry, str | bytes | bytearray):
-            entry = {"body": entry}
-        if (type(entry) is not dict and not isinstance(entry, Mapping)) or "body" not in entry:
-            raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
-        unknown = entry.keys() - _ENTRY_KEYS
-        if unknown:
-            raise InvalidInput(
-                f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
-                f"{', '.join(sorted(_REMEMBER_OPTIONS))}"
-            )
-        data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
-        durable, dedup = entry.get("durable"), entry.get("dedup")
-        for flag, value in (("durable", durable), ("dedup", dedup)):
-            if value is not None and type(value) is not bool:
-                raise InvalidInput(f"{flag} is True or False, got a {type(value).__name__}")
-        given_kind = entry.get("kind")
-        kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
-        owner = (
-            entry.get("conversation"),
-            entry.get("tenant"),
-            entry.get("agent"),
-            entry.get("user"),
-            application := entry.get("application"),
-        )
-        # Entries of a batch mostly share their scope: made and checked once.
-        scope = self._scopes.get(owner)
-        if scope is None:
-            scope = self._scope(
-                conversation=owner[0],
-                tenant=owner[1],
-                agent=owner[2],
-                user=owner[3],
-                application=application,
-            )
-            if len(self._scopes) >= 1024:
-                self._scopes.clear()
-            try:
-                self._scopes[owner] = scope
-            except TypeError:  # a field that is no string cannot hash; _scope checked it
-                pass
-        if memory_id is None:
-            if dedup:
-                memory_id = MemoryId.content(
-                    kind,
-                    data,
-                    stream=scope.stream,
-                    tenant=scope.tenant,
-                    agent=scope.agent,
-                    user=scope.user,
-                    application=scope.application,
-                )
-            elif random_part is None:
-                memory_id = MemoryId.new(self._laser.clock)
-            else:
-                millis = self._laser.clock.now_ms() % (1 << 48)
-                memory_id = MemoryId._of(millis.to_bytes(6, "big") + random_part)
-        origin = entry.get("origin")
-        producer = entry.get("producer")
-        return Remember(
-            ns=self.namespace,
-            scope=scope,
-            id=memory_id.bytes,
-            kind=kind.code,
-            body=data,
-            lifetime="durable" if durable else "session",
-            origin=inputs.origin(origin) if origin is not None else self._origin,
-            producer=inputs.producer(producer) if producer is not None else self._producer,
-            embedding=inputs.embedding(entry.get("embedding")),
-            expires_at=(
-                None
-                if entry.get("expires_at") is None and entry.get("ttl") is None
-                else inputs.expiry(
-                    entry.get("expires_at"), entry.get("ttl"), self._laser.clock.now_ms()
-                )
-            ),
-            supersedes=self._supersedes(entry.get("supersedes"), memory_id),
-        )
-
-    def _replacements(self, records: list[Remember]) -> list[Superseded]:
-        """The `Superseded` record of each remember that replaces an item: without a
-        conversation, so every fold of the namespace reads it, in the same batch."""
-        return [
-            Superseded(
-                ns=self.namespace,
-                scope=MemoryScope(stream=self.stream, tenant=record.scope.tenant),
-                target=record.supersedes,
-                by=record.id,
-            )
-            for record in records
-            if record.supersedes is not None
-        ]
-
-    @staticmethod
-    def _supersedes(value: Any, memory_id: MemoryId) -> bytes | None:
-        if value is None:
-            return None
-        replaced = MemoryId.parse(value)
-        if replaced == memory_id:
-            raise InvalidInput(f"item {memory_id} cannot supersede itself")
-        return replaced.bytes
-
-    async def _embedded(self, records: list[Remember]) -> list[Remember]:
-        """The records with their bodies' vectors and the embedder's label: one batch
-        for the bodies that came without an embedding. Without an embedder, unchanged."""
-        embedder = self._embedder
-        if embedder is None:
-            return records
-        for index, record in enumerate(records):
-            given = record.embedding
-            if given is not None and len(given) != 4 * embedder.dimensions:
-                where = f"entry {index}: " if len(records) > 1 else ""
-                raise InvalidInput(
-                    f"{where}the embedding has {len(given) // 4} values; {embedder.label} "
-                    f"makes {embedder.dimensions}"
-                )
-        missing = [i for i, record in enumerate(records) if record.embedding is None]
-        vectors = (
-            await embed_texts(
-                embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
-            )
-            if missing
-            else None
-        )
-        made = dict(zip(missing, vectors if vectors is not None else [], strict=True))
-        return [
-            msgspec.structs.replace(
-                record,
-                embedding=record.embedding
-                if record.embedding is not None
-                else made[index].astype("<f4").tobytes(),
-                embedder=embedder.label,
-            )
-            for index, record in enumerate(records)
-        ]
-
     async def _seen_now(self, partitions: int) -> tuple[int, ...]:
         """The topic's end offsets, partition by partition: what a forget written now
         forgets (the fold compares offsets with these, never clocks)."""
@@ -1209,46 +1054,8 @@ class MemoryHandle:
         return receipt
 
     async def _write(self, records: Sequence[MemoryRecord]) -> list[Receipt]:
-        # Every record is encoded and measured before any is sent: a batch refused for
-        # bad input writes nothing.
-        limit = self._laser.config.max_record_bytes
-        outgoing = []
-        for index, record in enumerate(records):
-            wire = encode_record(record)
-            out = OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
-            size = record_size(out)
-            if size > limit:
-                where = f"entry {index}: " if len(records) > 1 else ""
-                raise RecordTooLarge(
-                    f"{where}the encoded record is {size} bytes, over the {limit}-byte maximum "
-                    "(body, embedding, scope and lineage together); shorten it, or raise "
-                    "MemoryConfig.max_record_bytes and the log's max_record_bytes"
-                )
-            outgoing.append(out)
-        self._check_publish()
-        if self._governor is not None:
-            await check_governor(
-                self._governor,
-                [
-                    ProposedWrite(
-                        op=type(record).__struct_config__.tag,
-                        namespace=self.namespace,
-                        topic=self.topic,
-                        tenant=record.scope.tenant,
-                        principal=self.principal,
-                        body=getattr(record, "body", None) or getattr(record, "patch", None),
-                        record=out.value,
-                    )
-                    for record, out in zip(records, outgoing, strict=True)
-                ],
-            )
-        log = self._laser.log
-        try:
-            receipts = await log.append_batch(self.topic, outgoing)
-        except UnknownTopic:
-            if not await self._laser._create_missing_topic(self.topic):
-                raise
-            receipts = await log.append_batch(self.topic, outgoing)
+        """Send ``records`` (see `RecordWriter`), keeping the last receipt."""
+        receipts = await self._writer.write(records)
         if receipts:
             self.last_receipt = receipts[-1]
         return receipts

@@ -26,6 +26,7 @@ LOWER = [
     "laser_memory.custom",
     "laser_memory.search_index",
     "laser_memory.vector_clusters",
+    "laser_memory.writes",
 ]
 FOLDERS = [
     "folders.state",

@@ -1,0 +1,288 @@
+"""A memory handle's write path: the records its calls ask for, checked, then sent.
+
+- `RememberBuilder` makes the `Remember` records of ``remember``, ``remember_many`` and
+  ``append`` from their arguments, checking every option, and adds each body's vector
+  (one embedder batch for a whole ``remember_many``).
+- `RecordWriter` sends records to the handle's topic: each encoded and measured before
+  any is sent, the governor asked about all of them, so a refused batch writes nothing.
+
+`laser_memory.memory.MemoryHandle` owns one of each; they hold no state a call depends
+on but a cache of checked scopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from . import inputs
+from .access import Governor, Principal, ProposedWrite, check_governor
+from .embedding import Embedder, embed_texts
+from .errors import InvalidInput, RecordTooLarge, UnknownTopic
+from .ids import MemoryId
+from .kinds import MemoryKind, parse_kind
+from .log.port import Appended, OutgoingRecord, record_size
+from .records import MemoryRecord, Origin, Producer, Remember, Superseded, encode_record
+from .scope import MemoryScope
+
+if TYPE_CHECKING:
+    from .client import Laser
+
+__all__ = ["ENTRY_KEYS", "REMEMBER_OPTIONS", "RecordWriter", "RememberBuilder"]
+
+#: The options of ``remember`` (and of a ``remember_many`` entry, with ``body``).
+REMEMBER_OPTIONS = frozenset(
+    {
+        "kind",
+        "conversation",
+        "agent",
+        "user",
+        "application",
+        "tenant",
+        "durable",
+        "dedup",
+        "origin",
+        "producer",
+        "embedding",
+        "expires_at",
+        "ttl",
+        "supersedes",
+    }
+)
+ENTRY_KEYS = frozenset({*REMEMBER_OPTIONS, "body"})
+
+
+class RememberBuilder:
+    """Makes a handle's `Remember` records: ``make_scope`` turns a call's conversation,
+    tenant and owner into the checked scope the handle allows (its bound tenant and
+    conversation)."""
+
+    def __init__(
+        self,
+        laser: Laser,
+        *,
+        namespace: str,
+        stream: str,
+        origin: Origin | None,
+        producer: Producer | None,
+        embedder: Embedder | None,
+        make_scope: Callable[..., MemoryScope],
+    ) -> None:
+        self._laser = laser
+        self.namespace = namespace
+        self.stream = stream
+        self._origin = origin
+        self._producer = producer
+        self._embedder = embedder
+        self._make_scope = make_scope
+        # Scopes made for remembers, by (conversation, tenant, agent, user, application).
+        self._scopes: dict[tuple, MemoryScope] = {}
+
+    def record(
+        self,
+        entry: str | bytes | Mapping[str, Any],
+        memory_id: MemoryId | None = None,
+        random_part: bytes | None = None,
+    ) -> Remember:
+        """The `Remember` an entry asks for, checked. ``random_part``: ten random bytes
+        for a new id (a batch draws them all at once), else drawn here."""
+        if isinstance(entry, str | bytes | bytearray):
+            entry = {"body": entry}
+        if (type(entry) is not dict and not isinstance(entry, Mapping)) or "body" not in entry:
+            raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
+        unknown = entry.keys() - ENTRY_KEYS
+        if unknown:
+            raise InvalidInput(
+                f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
+                f"{', '.join(sorted(REMEMBER_OPTIONS))}"
+            )
+        data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
+        durable, dedup = entry.get("durable"), entry.get("dedup")
+        for flag, value in (("durable", durable), ("dedup", dedup)):
+            if value is not None and type(value) is not bool:
+                raise InvalidInput(f"{flag} is True or False, got a {type(value).__name__}")
+        given_kind = entry.get("kind")
+        kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
+        owner = (
+            entry.get("conversation"),
+            entry.get("tenant"),
+            entry.get("agent"),
+            entry.get("user"),
+            application := entry.get("application"),
+        )
+        # Entries of a batch mostly share their scope: made and checked once.
+        scope = self._scopes.get(owner)
+        if scope is None:
+            scope = self._make_scope(
+                conversation=owner[0],
+                tenant=owner[1],
+                agent=owner[2],
+                user=owner[3],
+                application=application,
+            )
+            if len(self._scopes) >= 1024:
+                self._scopes.clear()
+            try:
+                self._scopes[owner] = scope
+            except TypeError:  # a field that is no string cannot hash; _scope checked it
+                pass
+        if memory_id is None:
+            if dedup:
+                memory_id = MemoryId.content(
+                    kind,
+                    data,
+                    stream=scope.stream,
+                    tenant=scope.tenant,
+                    agent=scope.agent,
+                    user=scope.user,
+                    application=scope.application,
+                )
+            elif random_part is None:
+                memory_id = MemoryId.new(self._laser.clock)
+            else:
+                millis = self._laser.clock.now_ms() % (1 << 48)
+                memory_id = MemoryId._of(millis.to_bytes(6, "big") + random_part)
+        origin = entry.get("origin")
+        producer = entry.get("producer")
+        return Remember(
+            ns=self.namespace,
+            scope=scope,
+            id=memory_id.bytes,
+            kind=kind.code,
+            body=data,
+            lifetime="durable" if durable else "session",
+            origin=inputs.origin(origin) if origin is not None else self._origin,
+            producer=inputs.producer(producer) if producer is not None else self._producer,
+            embedding=inputs.embedding(entry.get("embedding")),
+            expires_at=(
+                None
+                if entry.get("expires_at") is None and entry.get("ttl") is None
+                else inputs.expiry(
+                    entry.get("expires_at"), entry.get("ttl"), self._laser.clock.now_ms()
+                )
+            ),
+            supersedes=self._supersedes(entry.get("supersedes"), memory_id),
+        )
+
+    def replacements(self, records: list[Remember]) -> list[Superseded]:
+        """The `Superseded` record of each remember that replaces an item: without a
+        conversation, so every fold of the namespace reads it, in the same batch."""
+        return [
+            Superseded(
+                ns=self.namespace,
+                scope=MemoryScope(stream=self.stream, tenant=record.scope.tenant),
+                target=record.supersedes,
+                by=record.id,
+            )
+            for record in records
+            if record.supersedes is not None
+        ]
+
+    @staticmethod
+    def _supersedes(value: Any, memory_id: MemoryId) -> bytes | None:
+        if value is None:
+            return None
+        replaced = MemoryId.parse(value)
+        if replaced == memory_id:
+            raise InvalidInput(f"item {memory_id} cannot supersede itself")
+        return replaced.bytes
+
+    async def embedded(self, records: list[Remember]) -> list[Remember]:
+        """The records with their bodies' vectors and the embedder's label: one batch
+        for the bodies that came without an embedding. Without an embedder, unchanged."""
+        embedder = self._embedder
+        if embedder is None:
+            return records
+        for index, record in enumerate(records):
+            given = record.embedding
+            if given is not None and len(given) != 4 * embedder.dimensions:
+                where = f"entry {index}: " if len(records) > 1 else ""
+                raise InvalidInput(
+                    f"{where}the embedding has {len(given) // 4} values; {embedder.label} "
+                    f"makes {embedder.dimensions}"
+                )
+        missing = [i for i, record in enumerate(records) if record.embedding is None]
+        vectors = (
+            await embed_texts(
+                embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
+            )
+            if missing
+            else None
+        )
+        made = dict(zip(missing, vectors if vectors is not None else [], strict=True))
+        return [
+            msgspec.structs.replace(
+                record,
+                embedding=record.embedding
+                if record.embedding is not None
+                else made[index].astype("<f4").tobytes(),
+                embedder=embedder.label,
+            )
+            for index, record in enumerate(records)
+        ]
+
+
+class RecordWriter:
+    """Sends records to one topic for one namespace, on behalf of ``principal`` (whose
+    publish right is checked on every write), asking ``governor`` first."""
+
+    def __init__(
+        self,
+        laser: Laser,
+        *,
+        namespace: str,
+        topic: str,
+        principal: Principal | None,
+        governor: Governor | None,
+    ) -> None:
+        self._laser = laser
+        self.namespace = namespace
+        self.topic = topic
+        self.principal = principal
+        self._governor = governor
+
+    async def write(self, records: Sequence[MemoryRecord]) -> list[Appended]:
+        # Every record is encoded and measured before any is sent: a batch refused for
+        # bad input writes nothing.
+        limit = self._laser.config.max_record_bytes
+        outgoing = []
+        for index, record in enumerate(records):
+            wire = encode_record(record)
+            out = OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
+            size = record_size(out)
+            if size > limit:
+                where = f"entry {index}: " if len(records) > 1 else ""
+                raise RecordTooLarge(
+                    f"{where}the encoded record is {size} bytes, over the {limit}-byte maximum "
+                    "(body, embedding, scope and lineage together); shorten it, or raise "
+                    "MemoryConfig.max_record_bytes and the log's max_record_bytes"
+                )
+            outgoing.append(out)
+        if self.principal is not None:
+            self.principal.check_publish(self.topic)
+        if self._governor is not None:
+            await check_governor(
+                self._governor,
+                [
+                    ProposedWrite(
+                        op=type(record).__struct_config__.tag,
+                        namespace=self.namespace,
+                        topic=self.topic,
+                        tenant=record.scope.tenant,
+                        principal=self.principal,
+                        body=getattr(record, "body", None) or getattr(record, "patch", None),
+                        record=out.value,
+                    )
+                    for record, out in zip(records, outgoing, strict=True)
+                ],
+            )
+        log = self._laser.log
+        try:
+            receipts = await log.append_batch(self.topic, outgoing)
+        except UnknownTopic:
+            if not await self._laser._create_missing_topic(self.topic):
+                raise
+            receipts = await log.append_batch(self.topic, outgoing)
+        return receipts
