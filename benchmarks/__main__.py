@@ -19,11 +19,12 @@ import time
 
 import msgspec
 
-from . import approximate, fold, locomo, log_append, memory, peers, recall, search
+from . import approximate, fold, kafka_remember, locomo, log_append, memory, peers, recall, search
 from .figures import Figure
 
 BENCHMARKS = {
     "log_append": log_append.run,
+    "kafka_remember": kafka_remember.run,
     "fold": fold.run,
     "recall": recall.run,
     "search": search.run,
