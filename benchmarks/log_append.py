@@ -5,6 +5,10 @@
 - LocalLog, many concurrent appenders (group commit), against raw LMDB with one durable
   transaction per record on the same disk: what group commit buys.
 - LocalLog against raw LMDB with all records in one transaction: the ceiling.
+- Sequential `remember` calls (each awaited, so each a durable commit of its own) against
+  raw LMDB with one durable transaction per record run on a worker thread and awaited
+  (the fsync limit for an async call that never blocks its loop), which is itself shown
+  against the same commits made inline.
 - KafkaLog against raw aiokafka (same broker, idempotent, acks=all, same linger): what our
   layer costs.
 """
@@ -50,6 +54,43 @@ async def local_log(records: int, concurrency: int) -> float:
             await log.create_topic("bench", partitions=4)
             start = time.perf_counter()
             await _concurrent(log.append, "bench", records, concurrency)
+            return records / (time.perf_counter() - start)
+
+
+async def raw_lmdb_awaited(records: int) -> float:
+    """Raw LMDB, one durable transaction per record, each run on a worker thread and
+    awaited from the event loop: the least an async write that never blocks its loop
+    costs (the commit plus a thread round trip)."""
+    import concurrent.futures
+
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryDirectory() as path, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        env = lmdb.open(path, map_size=1 << 32)
+
+        def commit(i: int) -> None:
+            with env.begin(write=True) as txn:
+                txn.put(i.to_bytes(8, "big"), VALUE)
+
+        start = time.perf_counter()
+        for i in range(records):
+            await loop.run_in_executor(pool, commit, i)
+        elapsed = time.perf_counter() - start
+        env.close()
+    return records / elapsed
+
+
+async def sequential_remember(records: int) -> float:
+    """Items a second of `remember` calls made one after another, each awaited: every
+    call is a durable commit of its own, so the limit is one LMDB commit per record."""
+    import laser_memory as lm
+
+    with tempfile.TemporaryDirectory() as path:
+        async with lm.connect(f"local://{path}", stream="bench") as laser:
+            memory = laser.memory("notes")
+            await memory.remember("warm-up")
+            start = time.perf_counter()
+            for i in range(records):
+                await memory.remember(f"fact {i}: the deploy went fine", conversation=f"c{i % 8}")
             return records / (time.perf_counter() - start)
 
 
@@ -109,8 +150,17 @@ def run(quick: bool = False, kafka: str | None = None, **_: object) -> list[Figu
         "raw LMDB, a commit per record": (raw_lmdb(min(n, 3000), per_record=True), "records/s"),
         "raw LMDB, one transaction": (raw_lmdb(n, per_record=False), "records/s"),
         "LocalLog, concurrent appends": (asyncio.run(local_log(n, c)), "records/s"),
+        "raw LMDB, a commit per record, awaited": (
+            asyncio.run(raw_lmdb_awaited(min(n, 3000))),
+            "records/s",
+        ),
+        "sequential remember": (asyncio.run(sequential_remember(min(n, 3000))), "items/s"),
     }
-    ratios = {"LocalLog, concurrent appends": "raw LMDB, a commit per record"}
+    ratios = {
+        "LocalLog, concurrent appends": "raw LMDB, a commit per record",
+        "raw LMDB, a commit per record, awaited": "raw LMDB, a commit per record",
+        "sequential remember": "raw LMDB, a commit per record, awaited",
+    }
     if kafka:
         values["raw aiokafka"] = (asyncio.run(raw_aiokafka(kafka, n, c)), "records/s")
         values["KafkaLog"] = (asyncio.run(kafka_log(kafka, n, c)), "records/s")
@@ -131,12 +181,19 @@ def main() -> None:
     per_record = raw_lmdb(min(n, 3000), per_record=True)
     one_txn = raw_lmdb(n, per_record=False)
     ours = asyncio.run(local_log(n, c))
+    awaited = asyncio.run(raw_lmdb_awaited(min(n, 3000)))
+    sequential = asyncio.run(sequential_remember(min(n, 3000)))
     print(f"records={n} concurrency={c}")
     print(f"raw LMDB, one durable txn per record : {per_record:12,.0f} rec/s (baseline)")
     print(f"raw LMDB, all records in one txn     : {one_txn:12,.0f} rec/s")
     print(f"LocalLog, concurrent appends         : {ours:12,.0f} rec/s")
     print(f"  ratio LocalLog / per-record commits : {ours / per_record:8.2f}x")
     print(f"  ratio LocalLog / single transaction : {ours / one_txn:8.3f}x")
+    print(f"raw LMDB per record, on a thread     : {awaited:12,.0f} rec/s")
+    print(f"  ratio to per-record commits         : {awaited / per_record:8.2f}x")
+    print(f"sequential remember, each awaited    : {sequential:12,.0f} items/s")
+    print(f"  ratio to per-record commits         : {sequential / per_record:8.2f}x")
+    print(f"  ratio to them on a thread           : {sequential / awaited:8.2f}x")
     if args.kafka:
         raw = asyncio.run(raw_aiokafka(args.kafka, n, c))
         kafka = asyncio.run(kafka_log(args.kafka, n, c))
