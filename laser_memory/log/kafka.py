@@ -416,9 +416,13 @@ class KafkaLog(LogLifecycle):
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
         settings = await self._settings(topic)
-        if settings.max_message_bytes is not None:
-            # The topic's own limit may be lower than ours (a topic made elsewhere):
-            # refuse before sending, since a refused batch would fail at the broker.
+        if (
+            settings.max_message_bytes is not None
+            and settings.max_message_bytes - _BATCH_OVERHEAD < self._config.max_record_bytes
+        ):
+            # The topic's own limit is lower than ours (a topic made elsewhere): refuse
+            # before sending, since a refused batch would fail at the broker. (Checked
+            # only then: a second pass over every record was a tenth of a batch's cost.)
             validate_outgoing(records, settings.max_message_bytes - _BATCH_OVERHEAD)
         partitions = settings.partitions
         placed = []
