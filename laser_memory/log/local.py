@@ -94,6 +94,7 @@ _encoder = msgspec.msgpack.Encoder()
 # tuples of its own for the garbage collector to walk, which slowed the fold by a fifth.
 _SHARED_HEADERS: dict[tuple, tuple] = {}
 _MAX_SHARED_HEADERS = 4096
+_MAX_SHARED_HEADER_BYTES = 1024  # larger sets are not kept: 4096 of them could hold GBs
 _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
 
 
@@ -547,11 +548,12 @@ class LocalLog(LogLifecycle):
                     break
                 append_time, rkey, rvalue, headers = _record_decoder.decode(value)
                 shared = _SHARED_HEADERS.get(headers)
-                if shared is None:
+                if shared is not None:
+                    headers = shared
+                elif sum(len(k) + len(v) for k, v in headers) <= _MAX_SHARED_HEADER_BYTES:
                     if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
                         _SHARED_HEADERS.clear()
-                    shared = _SHARED_HEADERS[headers] = headers
-                headers = shared
+                    _SHARED_HEADERS[headers] = headers
                 out.append(
                     LogRecord(
                         topic,
