@@ -672,6 +672,8 @@ class MemoryView:
             scope.tenant, record.ns, conversation, scope.agent, scope.user, scope.application,
             record.kind,
         )  # fmt: skip
+        # The entries `_index_entries` gives an item remembered once with no feedback,
+        # made without its dict (the fold-model test checks the two agree).
         tail = _KEY_BYTES(*key) + raw_id
         put, index_db = txn.put, self._dbs["index"]
         for prefix in prefixes:
