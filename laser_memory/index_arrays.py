@@ -190,9 +190,11 @@ class TermGroups:
     BM25 is the same for every entry of a group. Entries are appended with the slot
     generation they were written in, like posting lists; stale ones are skipped."""
 
-    __slots__ = ("counts", "generations", "index", "lengths", "slots")
+    __slots__ = ("counts", "generations", "index", "lengths", "removals", "slots")
 
-    def __init__(self) -> None:
+    def __init__(self, removals: int = 0) -> None:
+        #: The index's count of removals when these groups held current entries only.
+        self.removals = removals
         self.index: dict[tuple[int, int], int] = {}
         self.counts: list[int] = []
         self.lengths: list[int] = []
@@ -210,9 +212,14 @@ class TermGroups:
         self.slots[group].append(slot)
         self.generations[group].append(generation & 0xFFFFFFFF)
 
-    def live(self, group: int, generation: np.ndarray) -> np.ndarray:
-        """The group's current slots (dropping stale entries once they are most)."""
+    def live(self, group: int, generation: np.ndarray, removals: int) -> np.ndarray:
+        """The group's current slots (dropping stale entries once they are most).
+        ``removals``: the index's count of removals now; while it is the one the groups
+        were made at, no entry can be stale and none is checked (a tenth of a query of
+        common words at a million entries)."""
         slots = np.frombuffer(self.slots[group], dtype=SLOT_DTYPE)
+        if removals == self.removals:
+            return slots.astype(np.int64)
         stored = np.frombuffer(self.generations[group], dtype=GENERATION_DTYPE)
         live = slots[stored == generations_of(generation, slots)]
         if len(live) * 2 + 16 < len(slots):

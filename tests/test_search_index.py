@@ -485,6 +485,28 @@ def test_common_words_tied_in_large_groups_rank_as_a_scan(in_key_order):
                 _assert_keyword_as_scan(index, items.values(), text, limit, exclude)
 
 
+def test_common_words_rank_as_a_scan_after_removals_since_their_groups_were_made():
+    """A query of common words groups each word's entries by (count, length); entries
+    removed after that, and new ones put in their freed slots, must leave and join the
+    groups: the next queries rank as a scan of what is there now."""
+    index = SearchIndex(None, common_from=50)
+    items: dict[int, MemoryItem] = {}
+    for n in range(600):
+        items[n] = _item(n, "alpha beta" if n % 3 else "alpha", f"c{n % 5}", 0.0, None, (n, 0, n))
+        index.put(items[n].id.bytes, items[n])
+    texts = ("alpha beta", "alpha", "beta gamma")
+    for text in texts:
+        _assert_keyword_as_scan(index, items.values(), text, 10)
+    for n in range(599, 300, -2):  # the newest, which rank first among ties
+        index.put(items.pop(n).id.bytes, None)
+    for n in range(1_000, 1_100):  # in the freed slots
+        items[n] = _item(n, "beta gamma", "c1", 0.0, None, (n, 0, n))
+        index.put(items[n].id.bytes, items[n])
+    for text in texts:
+        for limit in (1, 10, 200):
+            _assert_keyword_as_scan(index, items.values(), text, limit)
+
+
 def test_entries_removed_and_put_again_keep_their_terms_through_compactions(monkeypatch):
     """An index keeps every entry's terms as numbers in one array, leaving removed
     entries' runs dead until it compacts the array. Over many removals and re-puts
