@@ -201,6 +201,43 @@ class TermGroups:
         self.slots: list[array] = []
         self.generations: list[array] = []
 
+    @classmethod
+    def of(
+        cls,
+        slots: np.ndarray,
+        counts: np.ndarray,
+        lengths: np.ndarray,
+        generations: np.ndarray,
+        removals: int = 0,
+    ) -> TermGroups:
+        """The groups `add` makes from these entries, one by one in this order (groups
+        numbered as first met, each group's entries in this order), made in bulk: a
+        common word's first query at a million entries made them in a Python loop."""
+        groups = cls(removals)
+        if not len(slots):
+            return groups
+        counts = np.asarray(counts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        key = (counts << 32) | lengths
+        order = np.argsort(key, kind="stable")  # stable: entries keep their order
+        ordered = key[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        # Number the groups as `add` would: by where each was first met.
+        for first, last in sorted(
+            zip(starts.tolist(), ends.tolist(), strict=True), key=lambda run: order[run[0]]
+        ):
+            at = order[first:last]
+            head = int(at[0])
+            groups.index[(int(counts[head]), int(lengths[head]))] = len(groups.counts)
+            groups.counts.append(int(counts[head]))
+            groups.lengths.append(int(lengths[head]))
+            groups.slots.append(array(SLOT, slots[at].astype(SLOT_DTYPE).tobytes()))
+            groups.generations.append(
+                array(GENERATION, (generations[at] & 0xFFFFFFFF).astype(GENERATION_DTYPE).tobytes())
+            )
+        return groups
+
     def add(self, count: int, length: int, slot: int, generation: int) -> None:
         group = self.index.get((count, length))
         if group is None:

@@ -1290,10 +1290,14 @@ class SearchIndex:
     ) -> tuple[TermGroups, np.ndarray]:
         groups = self._term_groups.get(term)
         if groups is None:
-            groups = self._term_groups[term] = TermGroups(self._removals)
             slots, counts = self._posting(term)
-            for slot, count in zip(slots.tolist(), counts.tolist(), strict=True):
-                groups.add(int(count), int(self._length[slot]), slot, int(self._generation[slot]))
+            groups = self._term_groups[term] = TermGroups.of(
+                slots,
+                counts,
+                self._length[slots].astype(np.int64),
+                generations_of(self._generation, slots),
+                self._removals,
+            )
         df = statistics.document_frequency.get(term, 0)
         idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
         tf = np.asarray(groups.counts, dtype=np.float64)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import laser_memory as lm
 from folders.service import ViewFolder
 from laser_memory.ids import MemoryId
+from laser_memory.index_arrays import TermGroups
 from laser_memory.items import MemoryItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.recall import rank, search_mode
@@ -874,3 +875,31 @@ def _compare_put_many(first, then, query_between, now_ms) -> None:
             assert _answers_or_error(many, now_ms) == _answers_or_error(one, now_ms)
     assert _answers_or_error(many, now_ms) == _answers_or_error(one, now_ms)
     assert _snapshot_of(many) == _snapshot_of(one)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.integers(0, 1_000),  # slot
+            st.integers(1, 3),  # count
+            st.integers(1, 4),  # length
+            st.integers(0, 2**32 + 5),  # generation (stored modulo 2**32)
+        ),
+        max_size=60,
+    )
+)
+def test_term_groups_made_in_bulk_are_the_groups_add_makes(entries):
+    """A common word's groups are made in bulk on its first query: the same groups, in
+    the same order, with the same entries in the same order, as adding its entries one
+    by one (the walk breaks ties between groups of equal score by that order)."""
+    one = TermGroups(3)
+    for slot, count, length, generation in entries:
+        one.add(count, length, slot, generation)
+    columns = np.asarray(entries, dtype=np.int64).reshape(-1, 4).T
+    bulk = TermGroups.of(columns[0], columns[1], columns[2], columns[3], 3)
+    assert (bulk.removals, bulk.index, bulk.counts, bulk.lengths) == (
+        one.removals, one.index, one.counts, one.lengths,
+    )  # fmt: skip
+    assert [a.tobytes() for a in bulk.slots] == [a.tobytes() for a in one.slots]
+    assert [a.tobytes() for a in bulk.generations] == [a.tobytes() for a in one.generations]
