@@ -579,18 +579,7 @@ class SearchIndex:
             )
         )
         block.irregular.append(irregular)
-        if self.label is not None and item.embedder == self.label and item.embedding:
-            vector = to_vector(item.embedding)
-            if self._dimensions is None:
-                self._dimensions = len(vector)
-                self._vectors = np.zeros((len(self._time), len(vector)), dtype=np.float32)
-            if len(vector) == self._dimensions:
-                self._vectors[slot] = vector
-                self._has_vector[slot] = True
-                self._unnormed.append(slot)
-                self._vector_count += 1
-            else:
-                self._other_vector[slot] = True
+        self._set_vector(slot, item)
         self._link(slot, scope.conversation or "", key)
         if item.expires_at_ms is not None:
             self._expiry[slot] = item.expires_at_ms
@@ -773,22 +762,27 @@ class SearchIndex:
         self._kind[slot] = item.kind.code
         self._length[slot] = length
         self._alive[slot] = True
-        if self.label is not None and item.embedder == self.label and item.embedding:
-            vector = to_vector(item.embedding)
-            if self._dimensions is None:
-                self._dimensions = len(vector)
-                self._vectors = np.zeros((len(self._time), len(vector)), dtype=np.float32)
-            if len(vector) == self._dimensions:
-                self._vectors[slot] = vector
-                # As np.linalg.norm(matrix, axis=1) computes it for a scan's matrix.
-                # Norms are computed in bulk when next needed (`_fresh_norms`).
-                self._unnormed.append(slot)
-                self._has_vector[slot] = True
-                self._vector_count += 1
-            else:
-                # Another length under the same label: only a scan can rank it.
-                self._other_vector[slot] = True
+        self._set_vector(slot, item)
         self._link(slot, item.scope.conversation or "", key)
+
+    def _set_vector(self, slot: int, item: MemoryItem) -> None:
+        """Keep the item's vector in ``slot`` when its embedder is the index's."""
+        if self.label is None or item.embedder != self.label or not item.embedding:
+            return
+        vector = to_vector(item.embedding)
+        if self._dimensions is None:
+            self._dimensions = len(vector)
+            self._vectors = np.zeros((len(self._time), len(vector)), dtype=np.float32)
+        if len(vector) == self._dimensions:
+            self._vectors[slot] = vector
+            # As np.linalg.norm(matrix, axis=1) computes it for a scan's matrix.
+            # Norms are computed in bulk when next needed (`_fresh_norms`).
+            self._unnormed.append(slot)
+            self._has_vector[slot] = True
+            self._vector_count += 1
+        else:
+            # Another length under the same label: only a scan can rank it.
+            self._other_vector[slot] = True
 
     def _link(self, slot: int, group: str, key: _Key) -> None:
         """Put ``slot`` in its conversation's neighbour list, between its neighbours."""
