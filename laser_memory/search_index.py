@@ -118,6 +118,10 @@ class _Block:
 #: shared by many entries, small enough that the block's flat arrays stay a few MB.
 _BLOCK = 32_768
 
+#: The highest count a term's part is tabled for (`SearchIndex._scores_at_length`);
+#: a term counted more often in one entry is scored row by row.
+_COUNT_TABLE = 4096
+
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
     "_generation": np.uint32, "_time": np.int64, "_partition": np.int64,
@@ -1310,6 +1314,39 @@ class SearchIndex:
         """BM25 of any rows for common terms, from each term's counts per slot."""
         return self._bm25_over(rows, held, statistics, held, known=known)
 
+    def _scores_at_length(
+        self,
+        rows: np.ndarray,
+        held: list[str],
+        statistics: TermStatistics,
+        known: tuple[str, float],
+        length: int,
+    ) -> np.ndarray:
+        """`_full_scores` of rows that all have this length (a group's): then a term's
+        part depends on its count alone, so it is read from a table over counts, made by
+        `_bm25_over`'s operations on the same numbers (so to the bit). The table costs a
+        few values where the arithmetic over every row cost most of such a query."""
+        if statistics.documents == 0 or not len(rows):
+            return np.zeros(len(rows), dtype=np.float64)
+        average = max(statistics.total_length / statistics.documents, 1e-9)
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * float(length) / average)
+        scores = np.zeros(len(rows), dtype=np.float64)
+        for term in held:
+            df = statistics.document_frequency.get(term, 0)
+            if df == 0:
+                continue
+            if term == known[0]:
+                scores += known[1]
+                continue
+            most = self._postings[term].max_count
+            if most > _COUNT_TABLE:
+                return self._full_scores(rows, held, statistics, known)
+            idf = math.log(1.0 + (statistics.documents - df + 0.5) / (df + 0.5))
+            tf = np.arange(most + 1, dtype=np.float64)
+            part = idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+            scores += part[self._counts_of(term)[rows]]
+        return scores
+
     def _threshold_walk(
         self,
         held: list[str],
@@ -1336,7 +1373,15 @@ class SearchIndex:
             ]
             bound = sum(upcoming)
             if found >= wanted and float(top.min()) > bound:
-                return rows_out, scores_out
+                # A row under the ``wanted``-th best score has that many above it, so it
+                # cannot make the first ``wanted`` (ties stay): only rows that can are
+                # returned, sparing the ranking a sort of every row met.
+                cut = float(top.min())
+                kept = [scores >= cut for scores in scores_out]
+                return (
+                    [rows[keep] for rows, keep in zip(rows_out, kept, strict=True)],
+                    [scores[keep] for scores, keep in zip(scores_out, kept, strict=True)],
+                )
             if bound == 0.0 or found > budget:
                 return (rows_out, scores_out) if bound == 0.0 else None
             term = int(np.argmax(upcoming))
@@ -1350,7 +1395,7 @@ class SearchIndex:
                 rows_out.append(new)
                 # Every row of the group holds the term with the group's score.
                 known = (held[term], float(group_scores[group]))
-                scores = self._full_scores(new, held, statistics, known)
+                scores = self._scores_at_length(new, held, statistics, known, groups.lengths[group])
                 scores_out.append(scores)
                 found += len(new)
                 top = np.concatenate([top, scores])
