@@ -19,7 +19,18 @@ import time
 
 import msgspec
 
-from . import approximate, fold, kafka_remember, locomo, log_append, memory, peers, recall, search
+from . import (
+    approximate,
+    fold,
+    kafka_remember,
+    keyword_scale,
+    locomo,
+    log_append,
+    memory,
+    peers,
+    recall,
+    search,
+)
 from .figures import Figure
 
 BENCHMARKS = {
@@ -28,6 +39,7 @@ BENCHMARKS = {
     "fold": fold.run,
     "recall": recall.run,
     "search": search.run,
+    "keyword_scale": keyword_scale.run,
     "approximate": approximate.run,
     "peers": peers.run,
     "memory": memory.run,
