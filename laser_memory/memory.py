@@ -291,25 +291,37 @@ class MemoryHandle:
         >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
         """
         self._check_publish()
-        record = self._remembers.record(
-            {
-                "body": body,
-                "kind": kind,
-                "conversation": conversation,
-                "agent": agent,
-                "user": user,
-                "application": application,
-                "tenant": tenant,
-                "durable": durable,
-                "dedup": dedup,
-                "origin": origin,
-                "producer": producer,
-                "embedding": embedding,
-                "expires_at": expires_at,
-                "ttl": ttl,
-                "supersedes": supersedes,
-            }
-        )
+        entry = {
+            "body": body,
+            "kind": kind,
+            "conversation": conversation,
+            "agent": agent,
+            "user": user,
+            "application": application,
+            "tenant": tenant,
+        }
+        # Options left at their defaults are left out: a plain entry is made quicker.
+        if not (
+            durable is False
+            and dedup is False
+            and origin is None
+            and producer is None
+            and embedding is None
+            and expires_at is None
+            and ttl is None
+            and supersedes is None
+        ):
+            entry.update(
+                durable=durable,
+                dedup=dedup,
+                origin=origin,
+                producer=producer,
+                embedding=embedding,
+                expires_at=expires_at,
+                ttl=ttl,
+                supersedes=supersedes,
+            )
+        record = self._remembers.record(entry)
         if self._embedder is not None:
             [record] = await self._remembers.embedded([record])
         if record.supersedes is None:
@@ -336,12 +348,14 @@ class MemoryHandle:
             raise InvalidInput("remember_many takes a list of bodies or of mappings with 'body'")
         records: list[Remember] = []
         ids: list[MemoryId] = []
-        # One system call for the random part of every new id in the batch.
+        # One system call for the random part of every new id in the batch, and one
+        # clock read for their time part (ids order by millisecond, then at random).
         randomness = os.urandom(10 * len(entries))
+        millis = (self._laser.clock.now_ms() % (1 << 48)).to_bytes(6, "big")
         for index, entry in enumerate(entries):
             try:
                 record = self._remembers.record(
-                    entry, random_part=randomness[10 * index : 10 * index + 10]
+                    entry, new_id=millis + randomness[10 * index : 10 * index + 10]
                 )
             except InvalidInput as exc:
                 raise type(exc)(f"entry {index}: {exc}") from None

@@ -52,6 +52,8 @@ REMEMBER_OPTIONS = frozenset(
     }
 )
 ENTRY_KEYS = frozenset({*REMEMBER_OPTIONS, "body"})
+# The keys of an entry that gives only its body, kind and owner (read first).
+_PLAIN_KEYS = frozenset({"body", "kind", "conversation", "agent", "user", "application", "tenant"})
 
 
 class RememberBuilder:
@@ -84,34 +86,30 @@ class RememberBuilder:
         self,
         entry: str | bytes | Mapping[str, Any],
         memory_id: MemoryId | None = None,
-        random_part: bytes | None = None,
+        new_id: bytes | None = None,
     ) -> Remember:
-        """The `Remember` an entry asks for, checked. ``random_part``: ten random bytes
-        for a new id (a batch draws them all at once), else drawn here."""
+        """The `Remember` an entry asks for, checked. ``new_id``: the 16 bytes of the id
+        for a new item (a batch draws every id's random part at once), else drawn here;
+        ``memory_id`` (and ``dedup``) take precedence."""
         if isinstance(entry, str | bytes | bytearray):
             entry = {"body": entry}
         if (type(entry) is not dict and not isinstance(entry, Mapping)) or "body" not in entry:
             raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
-        unknown = entry.keys() - ENTRY_KEYS
-        if unknown:
-            raise InvalidInput(
-                f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
-                f"{', '.join(sorted(REMEMBER_OPTIONS))}"
-            )
+        # Most entries give a body and who it belongs to: the other options are read
+        # only when an entry has any (a batch's per-entry cost is the write path's).
+        options = entry.keys() - _PLAIN_KEYS
+        if options:
+            unknown = options - ENTRY_KEYS
+            if unknown:
+                raise InvalidInput(
+                    f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
+                    f"{', '.join(sorted(REMEMBER_OPTIONS))}"
+                )
         data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
-        durable, dedup = entry.get("durable"), entry.get("dedup")
-        for flag, value in (("durable", durable), ("dedup", dedup)):
-            if value is not None and type(value) is not bool:
-                raise InvalidInput(f"{flag} is True or False, got a {type(value).__name__}")
         given_kind = entry.get("kind")
         kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
-        owner = (
-            entry.get("conversation"),
-            entry.get("tenant"),
-            entry.get("agent"),
-            entry.get("user"),
-            application := entry.get("application"),
-        )
+        get = entry.get
+        owner = (get("conversation"), get("tenant"), get("agent"), get("user"), get("application"))
         # Entries of a batch mostly share their scope: made and checked once.
         scope = self._scopes.get(owner)
         if scope is None:
@@ -120,7 +118,7 @@ class RememberBuilder:
                 tenant=owner[1],
                 agent=owner[2],
                 user=owner[3],
-                application=application,
+                application=owner[4],
             )
             if len(self._scopes) >= 1024:
                 self._scopes.clear()
@@ -128,6 +126,22 @@ class RememberBuilder:
                 self._scopes[owner] = scope
             except TypeError:  # a field that is no string cannot hash; _scope checked it
                 pass
+        if not options and memory_id is None:
+            if new_id is None:
+                new_id = MemoryId.new(self._laser.clock).bytes
+            return Remember(
+                ns=self.namespace,
+                scope=scope,
+                id=new_id,
+                kind=kind.code,
+                body=data,
+                origin=self._origin,
+                producer=self._producer,
+            )
+        durable, dedup = get("durable"), get("dedup")
+        for flag, value in (("durable", durable), ("dedup", dedup)):
+            if value is not None and type(value) is not bool:
+                raise InvalidInput(f"{flag} is True or False, got a {type(value).__name__}")
         if memory_id is None:
             if dedup:
                 memory_id = MemoryId.content(
@@ -139,13 +153,12 @@ class RememberBuilder:
                     user=scope.user,
                     application=scope.application,
                 )
-            elif random_part is None:
+            elif new_id is None:
                 memory_id = MemoryId.new(self._laser.clock)
             else:
-                millis = self._laser.clock.now_ms() % (1 << 48)
-                memory_id = MemoryId._of(millis.to_bytes(6, "big") + random_part)
-        origin = entry.get("origin")
-        producer = entry.get("producer")
+                memory_id = MemoryId._of(new_id)
+        origin, producer = get("origin"), get("producer")
+        expires_at, ttl = get("expires_at"), get("ttl")
         return Remember(
             ns=self.namespace,
             scope=scope,
@@ -155,15 +168,13 @@ class RememberBuilder:
             lifetime="durable" if durable else "session",
             origin=inputs.origin(origin) if origin is not None else self._origin,
             producer=inputs.producer(producer) if producer is not None else self._producer,
-            embedding=inputs.embedding(entry.get("embedding")),
+            embedding=inputs.embedding(get("embedding")),
             expires_at=(
                 None
-                if entry.get("expires_at") is None and entry.get("ttl") is None
-                else inputs.expiry(
-                    entry.get("expires_at"), entry.get("ttl"), self._laser.clock.now_ms()
-                )
+                if expires_at is None and ttl is None
+                else inputs.expiry(expires_at, ttl, self._laser.clock.now_ms())
             ),
-            supersedes=self._supersedes(entry.get("supersedes"), memory_id),
+            supersedes=self._supersedes(get("supersedes"), memory_id),
         )
 
     def replacements(self, records: list[Remember]) -> list[Superseded]:

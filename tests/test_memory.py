@@ -336,6 +336,24 @@ async def test_lineage_is_stamped_never_filters_and_never_changes_ids(laser: lm.
     assert len(await memory.recall()) == 3
 
 
+async def test_a_handles_lineage_stamps_every_entry_of_a_batch(laser: lm.Laser):
+    """Plain entries (a body, a body and owner) take the handle's origin and producer,
+    as entries with other options do."""
+    source = await laser.memory("notes").remember("the message", kind="message")
+    facts = laser.memory("notes").with_lineage(origin=source.receipt, producer="extractor")
+    ids = await facts.remember_many(
+        ["plain", {"body": "owned", "agent": "a1"}, {"body": "durable", "durable": True}]
+    )
+    items = {i.id: i for i in await laser.memory("notes").recall(kind="fact")}
+    assert [items[i].body for i in ids] == [b"plain", b"owned", b"durable"]
+    for mid in ids:
+        assert items[mid].producer == lm.Producer(name="extractor")
+        assert (items[mid].origin.partition, items[mid].origin.offset) == (
+            source.receipt.partition,
+            source.receipt.offset,
+        )
+
+
 async def test_typed_append_keeps_the_given_id_and_kind(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = lm.memory_id_content("entity", b"node-7 rotates keys monthly", agent="planner")

@@ -102,10 +102,11 @@ def _name_bytes(name: str) -> int:
     return len(name.encode("utf-8", "surrogatepass"))
 
 
-class Appended(msgspec.Struct, frozen=True):
+class Appended(msgspec.Struct, frozen=True, gc=False):
     """What an append returns for one record: its position, its append time, and the
     generation of the topic it went to (so a receipt from a topic that was since deleted
-    and created again is told apart)."""
+    and created again is told apart). Untracked by the garbage collector (strings and
+    ints only): a large batch makes one per record."""
 
     topic: str
     partition: int
