@@ -111,7 +111,10 @@ class RememberBuilder:
         get = entry.get
         owner = (get("conversation"), get("tenant"), get("agent"), get("user"), get("application"))
         # Entries of a batch mostly share their scope: made and checked once.
-        scope = self._scopes.get(owner)
+        try:
+            scope = self._scopes.get(owner)
+        except TypeError:  # a field that cannot hash is no string: _make_scope says so
+            scope = None
         if scope is None:
             scope = self._make_scope(
                 conversation=owner[0],
@@ -122,10 +125,7 @@ class RememberBuilder:
             )
             if len(self._scopes) >= 1024:
                 self._scopes.clear()
-            try:
-                self._scopes[owner] = scope
-            except TypeError:  # a field that is no string cannot hash; _scope checked it
-                pass
+            self._scopes[owner] = scope  # every field is a str or None: checked above
         if not options and memory_id is None:
             if new_id is None:
                 new_id = MemoryId.new(self._laser.clock).bytes

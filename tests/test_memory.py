@@ -524,6 +524,10 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
         (lambda m: m.remember_many(["ok", {"body": "ok", "kind": "nope"}]), lm.UnknownKind),
         (lambda m: m.remember_many(["ok", ""]), lm.EmptyBody),
         (lambda m: m.remember_many([{"body": "x", "colour": "red"}]), lm.InvalidInput),
+        # Owner fields that cannot even be hashed (a list, a dict) are no names either.
+        (lambda m: m.remember("x", tenant=["acme"]), lm.InvalidName),
+        (lambda m: m.remember_many(["ok", {"body": "x", "agent": {"a": 1}}]), lm.InvalidName),
+        (lambda m: m.remember_many([{"body": "x", "conversation": ["c1"]}]), lm.InvalidName),
         # A flag is True or False: "no" must not make an item durable.
         (lambda m: m.remember("x", durable="no"), lm.InvalidInput),
         (lambda m: m.remember("x", dedup=1), lm.InvalidInput),
