@@ -48,6 +48,7 @@ from ..errors import (
     WriteTimeout,
 )
 from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
+from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import validate_outgoing, validate_partitions, validate_timeout, validate_topic
 from .partitioner import partition_for
@@ -105,6 +106,33 @@ def _seconds(retention_s: float | None) -> str:
     return "forever" if retention_s is None else f"{retention_s:g}s"
 
 
+class _Append:
+    """An append in flight, for `Deadlines`: the task sending it, which its deadline
+    cancels, and how many cancels the task had pending before (as asyncio.timeout
+    counts them, so a cancel from elsewhere is told apart)."""
+
+    __slots__ = ("cancelling", "expired", "finished", "task")
+
+    def __init__(self, task: asyncio.Task | None) -> None:
+        assert task is not None, "an append runs in a task"
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.expired = False
+        self.finished = False
+
+    def done(self) -> bool:
+        return self.finished
+
+    def uncancel(self) -> bool:
+        """Take back the deadline's cancel; whether no other cancel is pending."""
+        return self.task.uncancel() <= self.cancelling
+
+
+def _expire(append: _Append) -> None:
+    append.expired = True
+    append.task.cancel()
+
+
 class KafkaLog(LogLifecycle):
     """The log on an Apache Kafka cluster.
 
@@ -127,6 +155,10 @@ class KafkaLog(LogLifecycle):
         self._topics: dict[str, _TopicSettings] = {}
         self._describing: dict[str, asyncio.Future[_TopicSettings]] = {}
         self._producer_lock = asyncio.Lock()
+        # Appends in flight, by deadline: one timer for all of them (see `Deadlines`).
+        self._deadlines: Deadlines[_Append] | None = (
+            None if config.write_timeout_s is None else Deadlines(config.write_timeout_s, _expire)
+        )
 
     @property
     def url(self) -> str:
@@ -186,7 +218,11 @@ class KafkaLog(LogLifecycle):
 
     async def _close(self) -> None:
         """Flush pending appends and close every connection."""
-        await self._close_clients()
+        try:
+            await self._close_clients()
+        finally:
+            if self._deadlines is not None:
+                self._deadlines.close()
 
     async def _close_clients(self) -> None:
         consumers = self._idle_consumers + list(self._busy_consumers)
@@ -415,7 +451,8 @@ class KafkaLog(LogLifecycle):
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
-        settings = await self._settings(topic)
+        # A topic's settings are known after its first append: no coroutine to read them.
+        settings = self._topics.get(topic) or await self._settings(topic)
         if (
             settings.max_message_bytes is not None
             and settings.max_message_bytes - _BATCH_OVERHEAD < self._config.max_record_bytes
@@ -438,28 +475,33 @@ class KafkaLog(LogLifecycle):
                 )
         producer = self._producer
         assert producer is not None
+        append = None
+        if self._deadlines is not None:
+            append = _Append(asyncio.current_task())
+            self._deadlines.add(append)
         try:
-            async with asyncio.timeout(self._config.write_timeout_s):
-                futures = [
-                    await producer.send(
-                        topic,
-                        record.value,
-                        key=record.key,
-                        partition=partition,
-                        headers=list(record.headers),
-                    )
-                    for record, partition in zip(records, placed, strict=True)
-                ]
-                # One record is the common case: skip gather's bookkeeping for it.
-                metadata = (
-                    [await futures[0]] if len(futures) == 1 else await asyncio.gather(*futures)
+            futures = [
+                await producer.send(
+                    topic,
+                    record.value,
+                    key=record.key,
+                    partition=partition,
+                    headers=list(record.headers),
                 )
-        except TimeoutError:
-            raise WriteTimeout(
-                f"Kafka did not acknowledge the append to {topic!r} within "
-                f"{self._config.write_timeout_s}s; it may or may not have landed: read before "
-                "writing it again"
-            ) from None
+                for record, partition in zip(records, placed, strict=True)
+            ]
+            # One record is the common case: skip gather's bookkeeping for it.
+            metadata = [await futures[0]] if len(futures) == 1 else await asyncio.gather(*futures)
+        except asyncio.CancelledError:
+            # As asyncio.timeout decides: our deadline's cancel becomes WriteTimeout; a
+            # cancel from elsewhere (counted apart) stays a cancel.
+            if append is not None and append.expired and append.uncancel():
+                raise WriteTimeout(
+                    f"Kafka did not acknowledge the append to {topic!r} within "
+                    f"{self._config.write_timeout_s}s; it may or may not have landed: read "
+                    "before writing it again"
+                ) from None
+            raise
         except UnknownTopicOrPartitionError as exc:
             self._topics.pop(topic, None)
             raise UnknownTopic(f"topic {topic!r} does not exist: {exc}") from exc
@@ -470,6 +512,9 @@ class KafkaLog(LogLifecycle):
                 self._topics.pop(topic, None)
                 await self._replace_producer(producer)
             raise LogUnavailable(f"Kafka refused the append: {exc}") from exc
+        finally:
+            if append is not None:
+                append.finished = True
         generation = settings.generation
         return [Appended(m.topic, m.partition, m.offset, m.timestamp, generation) for m in metadata]
 

@@ -26,7 +26,6 @@ LMDB forbids opening an environment twice in a process.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import os
 import time
@@ -39,6 +38,7 @@ import msgspec
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic, WriteTimeout
 from ..lmdb_env import SharedEnvironments
+from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import validate_outgoing, validate_partitions, validate_timeout, validate_topic
 from .partitioner import partition_for
@@ -133,8 +133,11 @@ class LocalLog(LogLifecycle):
         self._commits = 0
         # Appends waiting for their commit, by deadline (one timeout for all: in order),
         # and the one timer that fails those past it.
-        self._deadlines: collections.deque[tuple[float, asyncio.Future]] = collections.deque()
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._deadlines: Deadlines[asyncio.Future] | None = (
+            None
+            if self._config.write_timeout_s is None
+            else Deadlines(self._config.write_timeout_s, self._expire_append)
+        )
 
     @property
     def url(self) -> str:
@@ -186,10 +189,8 @@ class LocalLog(LogLifecycle):
         try:
             await self._writer
         finally:
-            if self._watchdog is not None:
-                self._watchdog.cancel()
-                self._watchdog = None
-            self._deadlines.clear()
+            if self._deadlines is not None:
+                self._deadlines.close()
             assert self._executor is not None
             self._executor.shutdown(wait=True)
             SharedEnvironments.release(self._path)
@@ -305,34 +306,20 @@ class LocalLog(LogLifecycle):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Appended]] = loop.create_future()
         self._queue.put_nowait(_AppendRequest(topic, list(records), future))
-        if self._config.write_timeout_s is not None:
+        if self._deadlines is not None:
             # One timer for every waiting append (one each cost a fifth of a small
             # append): past its deadline an append fails; a commit under way finishes.
-            deadlines = self._deadlines
-            while deadlines and deadlines[0][1].done():
-                deadlines.popleft()
-            deadlines.append((loop.time() + self._config.write_timeout_s, future))
-            if self._watchdog is None:
-                self._watchdog = loop.call_at(deadlines[0][0], self._expire_appends)
+            self._deadlines.add(future)
         return await future
 
-    def _expire_appends(self) -> None:
-        self._watchdog = None
-        loop = asyncio.get_running_loop()
-        deadlines = self._deadlines
-        now = loop.time()
-        while deadlines and (deadlines[0][0] <= now or deadlines[0][1].done()):
-            _, future = deadlines.popleft()
-            if not future.done():
-                future.set_exception(
-                    WriteTimeout(
-                        f"the local log at {self._path} did not commit the append within "
-                        f"{self._config.write_timeout_s}s; it may or may not have landed: "
-                        "read before writing it again"
-                    )
-                )
-        if deadlines:
-            self._watchdog = loop.call_at(deadlines[0][0], self._expire_appends)
+    def _expire_append(self, future: asyncio.Future) -> None:
+        future.set_exception(
+            WriteTimeout(
+                f"the local log at {self._path} did not commit the append within "
+                f"{self._config.write_timeout_s}s; it may or may not have landed: "
+                "read before writing it again"
+            )
+        )
 
     async def _run_write(self, fn, *args):
         """Run a write transaction on the writer thread, where LMDB's write lock lives."""
