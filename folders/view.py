@@ -622,16 +622,14 @@ class MemoryView:
             )
             return
         if db_key not in items:
-            raw = txn.get(db_key, db=self._dbs["items"])
-            if raw is None and is_remember:
-                # The most common record: a new item, whose state is this remember. It is
-                # written at once rather than kept until the batch ends: a later record
-                # of the batch about it reads it back from the transaction, and a batch
-                # of new items holds no objects for the garbage collector to walk (which
-                # cost a third of the fold).
-                self._put_new(txn, db_key, record, key, source, raw_id)
+            # The most common record: a new item, whose state is this remember. It is
+            # written at once rather than kept until the batch ends: a later record of
+            # the batch about it reads it back from the transaction, and a batch of new
+            # items holds no objects for the garbage collector to walk (which cost a
+            # third of the fold).
+            if is_remember and self._put_new(txn, db_key, record, key, source, raw_id):
                 return
-            self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id, raw)
+            self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id)
         state = items[db_key][0]
         if entry is None:
             # A remember the item keeps (the newest of its conversation) is its own audit
@@ -660,14 +658,19 @@ class MemoryView:
 
     def _put_new(
         self, txn, db_key: bytes, record: Remember, key: SortKey, source, raw_id: bytes
-    ) -> None:
-        """Write a new item remembered by ``record``: its state and its index entries
-        (its key joins the transaction's ``changes`` row)."""
+    ) -> bool:
+        """Write the item remembered by ``record`` as a new one: its state and its index
+        entries (its key joins the transaction's ``changes`` row). False, writing
+        nothing, when the view holds the item already."""
         scope = record.scope
         conversation = _conv(scope.conversation)
         state = ItemState(
             remembers={conversation: Remembered(key, kept(record), source)}, version=1, last=key
         )
+        # One look into the items for both questions, is it new and where it goes (a
+        # get before the put was a twelfth of the fold).
+        if not txn.put(db_key, _encoder.encode(state), db=self._dbs["items"], overwrite=False):
+            return False
         prefixes, owner = _recency_prefixes(
             scope.tenant, record.ns, conversation, scope.agent, scope.user, scope.application,
             record.kind,
@@ -679,25 +682,16 @@ class MemoryView:
         for prefix in prefixes:
             put(prefix + tail, owner, db=index_db)
         self._new_items.append(db_key)
-        put(db_key, _encoder.encode(state), db=self._dbs["items"])
+        return True
 
     def _loaded(
-        self,
-        txn,
-        items: dict,
-        db_key: bytes,
-        tenant: str,
-        namespace: str,
-        raw_id: bytes,
-        raw: bytes | None = None,
+        self, txn, items: dict, db_key: bytes, tenant: str, namespace: str, raw_id: bytes
     ) -> None:
         """Bring an item's state into the batch's ``items`` (with its index entries as
-        they stood), unless the batch changed it already. ``raw``: its stored bytes,
-        when the caller read them."""
+        they stood), unless the batch changed it already."""
         if db_key in items:
             return
-        if raw is None:
-            raw = txn.get(db_key, db=self._dbs["items"])
+        raw = txn.get(db_key, db=self._dbs["items"])
         if raw is None:
             loaded, before = ItemState(), {}
         else:
