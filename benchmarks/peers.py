@@ -16,13 +16,16 @@ with the same embedder on the same machine, each in its own process.
 The embedder is `HashEmbedder`: deterministic 384-d unit vectors from each word's
 hash, in numpy, warmed on every word first, so it costs each store the same few
 microseconds a text: the point is what each store adds. Before the timed adds each store
-makes one small add of its own (other items, kept apart from the measured ones), so one-off
-costs are not timed as throughput: a store's first write (laser-memory creates its topic)
-and its first embedding in the thread a store embeds in (a fresh thread's first large
-numpy arrays take their pages from the system: 90 ms against 37 for 1,000 texts here).
-Items are the search benchmark's sentences. Each (store, size) runs in a fresh process,
-which reports add throughput, search p50 and p99 (limit 10, 50 queries; 20 at 100k), and
-its peak resident memory.
+adds other items of its own, kept apart from the measured ones, so one-off costs are not
+timed as throughput: a store's first write (laser-memory creates its topic) and its first
+embedding of a full batch in the thread a store embeds in (a fresh thread's first large
+numpy arrays take their pages from the system: 65 ms against 21 for 1,000 texts here).
+The batch stores add one batch of 1,000 (`WARM_UP`); mem0, which adds one item at a
+time, ten.
+Items are the search benchmark's sentences. Each (store, size) runs in a fresh process
+(five times below 10k items, stores in turn, each figure the median: one batch of adds
+is one noisy sample), which reports add throughput, search p50 and p99 (limit 10,
+50 queries; 20 at 100k), and its peak resident memory.
 
 The peers are optional: install them in any interpreter (``make peers`` makes
 ``.peers-venv``) and pass it as ``--peers-python``; a peer that is not installed is
@@ -99,6 +102,13 @@ def corpus(size: int, seed: int = 7) -> list[str]:
     return [" ".join(f"w{r}" for r in row) + f" node-{i % 997}" for i, row in enumerate(ranks)]
 
 
+#: What the batch stores add before the timed adds, apart from them: one batch of their
+#: size, so the first batch's one-off costs (the first large arrays in the thread a store
+#: embeds in take their pages from the system: 65 ms against 21 for 1,000 texts here)
+#: are not timed as throughput.
+WARM_UP = [f"warm-up sentence {n} about w{n % 50} and w{n % 7}" for n in range(1000)]
+
+
 def queries(count: int) -> list[str]:
     rng = np.random.default_rng(11)
     return [" ".join(f"w{r}" for r in rng.integers(0, 300, 3)) for _ in range(count)]
@@ -141,10 +151,10 @@ def run_laser(size: int, path: str) -> dict:
 
     async def main() -> dict:
         texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
-        embedder = _warm_embedder(texts + asked)
+        embedder = _warm_embedder(texts + asked + WARM_UP)
         log, view = f"{path}/log", f"{path}/view"
         async with lm.connect(f"local://{log}", embedder=embedder) as laser:
-            await laser.memory("warm-up").remember_many(asked[:10])
+            await laser.memory("warm-up").remember_many(WARM_UP)
             memory = laser.memory("bench")
             started = time.perf_counter()
             for first in range(0, size, 1000):
@@ -172,9 +182,9 @@ def run_langgraph(size: int, path: str) -> dict:
     from langgraph.store.memory import InMemoryStore
 
     texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
-    embedder = _warm_embedder(texts + asked)
+    embedder = _warm_embedder(texts + asked + WARM_UP)
     store = InMemoryStore(index={"dims": DIMENSIONS, "embed": embedder, "fields": ["text"]})
-    store.batch([PutOp(("warm-up",), str(n), {"text": q}) for n, q in enumerate(asked[:10])])
+    store.batch([PutOp(("warm-up",), str(n), {"text": q}) for n, q in enumerate(WARM_UP)])
     started = time.perf_counter()
     for first in range(0, size, 1000):
         store.batch(
@@ -261,28 +271,50 @@ def _peak_rss_mb() -> float:
 # -- the comparison -------------------------------------------------------------------
 
 
+def _runs(size: int) -> int:
+    """Fresh processes per (store, size): below 10k items a store's adds are one or a
+    few batches, a sample of tens of milliseconds this machine's noise moved by 2x
+    from run to run, so each figure is the median of five runs (stores in turn)."""
+    return 5 if size < 10_000 else 1
+
+
+def _child(store: str, size: int, peers_python: str) -> dict:
+    python = sys.executable if store == "laser-memory" else peers_python
+    done = subprocess.run(
+        [python, "-m", "benchmarks.peers", "--child", store, str(size)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines = done.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {"error": " / ".join(tail) or "no output"}
+
+
 def measure(sizes: list[int], peers_python: str, mem0_max: int) -> dict[tuple[str, int], dict]:
     results = {}
     for size in sizes:
-        for store in STORES:
+        runs: dict[str, list[dict]] = {store: [] for store in STORES}
+        for _ in range(_runs(size)):
+            for store in STORES:
+                if store == "mem0" and size > mem0_max:
+                    continue
+                print(f"  {store} @{size} ...", file=sys.stderr)
+                runs[store].append(_child(store, size, peers_python))
+        for store, outcomes in runs.items():
+            failed = next((o for o in outcomes if "error" in o), None)
             if store == "mem0" and size > mem0_max:
                 results[(store, size)] = {"error": f"skipped above {mem0_max} items"}
-                continue
-            python = sys.executable if store == "laser-memory" else peers_python
-            print(f"  {store} @{size} ...", file=sys.stderr)
-            done = subprocess.run(
-                [python, "-m", "benchmarks.peers", "--child", store, str(size)],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )
-            lines = done.stdout.strip().splitlines()
-            try:
-                results[(store, size)] = json.loads(lines[-1])
-            except (IndexError, json.JSONDecodeError):
-                tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                results[(store, size)] = {"error": " / ".join(tail) or "no output"}
+            elif failed is not None:
+                results[(store, size)] = failed
+            else:
+                results[(store, size)] = {
+                    name: statistics.median(o[name] for o in outcomes) for name in outcomes[0]
+                }
     return results
 
 
