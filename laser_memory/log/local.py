@@ -88,11 +88,15 @@ _head_decoder = msgspec.msgpack.Decoder(tuple[int, int, int])
 _record_decoder = msgspec.msgpack.Decoder(
     tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]
 )
+# A read takes the headers' bytes as they are stored and decodes each distinct set once.
+_read_decoder = msgspec.msgpack.Decoder(tuple[int, bytes | None, bytes, msgspec.Raw])
+_headers_decoder = msgspec.msgpack.Decoder(tuple[tuple[str, bytes], ...])
 _encoder = msgspec.msgpack.Encoder()
 # Headers repeat (a topic's records carry a few namespaces and kinds): reads hand out
-# one shared tuple per distinct set, so a batch waiting in a folder's queue holds no
-# tuples of its own for the garbage collector to walk, which slowed the fold by a fifth.
-_SHARED_HEADERS: dict[tuple, tuple] = {}
+# one shared tuple per distinct set, by its stored bytes, so a batch waiting in a
+# folder's queue holds no tuples of its own for the garbage collector to walk (which
+# slowed the fold by a fifth), and a read makes no strings or tuples for a set it has met.
+_SHARED_HEADERS: dict[bytes, tuple] = {}
 _MAX_SHARED_HEADERS = 4096
 _MAX_SHARED_HEADER_BYTES = 1024  # larger sets are not kept: 4096 of them could hold GBs
 _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
@@ -544,14 +548,15 @@ class LocalLog(LogLifecycle):
                 record_offset = int.from_bytes(key[-_U64:], "big")
                 if limit is not None and record_offset >= limit:
                     break
-                append_time, rkey, rvalue, headers = _record_decoder.decode(value)
-                shared = _SHARED_HEADERS.get(headers)
-                if shared is not None:
-                    headers = shared
-                elif sum(len(k) + len(v) for k, v in headers) <= _MAX_SHARED_HEADER_BYTES:
-                    if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
-                        _SHARED_HEADERS.clear()
-                    _SHARED_HEADERS[headers] = headers
+                append_time, rkey, rvalue, raw_headers = _read_decoder.decode(value)
+                packed = bytes(raw_headers)
+                headers = _SHARED_HEADERS.get(packed)
+                if headers is None:
+                    headers = _headers_decoder.decode(packed)
+                    if len(packed) <= _MAX_SHARED_HEADER_BYTES:
+                        if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
+                            _SHARED_HEADERS.clear()
+                        _SHARED_HEADERS[packed] = headers
                 out.append(
                     LogRecord(
                         topic,
