@@ -249,8 +249,9 @@ class _Envelope(msgspec.Struct):
     op: str = ""
 
 
-class WireRecord(msgspec.Struct, frozen=True):
-    """A record as it goes on the log: key, value, headers."""
+class WireRecord(msgspec.Struct, frozen=True, gc=False):
+    """A record as it goes on the log: key, value, headers. Untracked by the garbage
+    collector, as the records are: bytes and tuples of them hold no cycle."""
 
     key: bytes
     value: bytes
