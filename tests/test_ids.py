@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 import pytest
@@ -133,3 +135,39 @@ def test_murmur2_matches_the_java_client():
         # Placed again (the hash is kept) and from a bytearray: the same partition.
         assert partition_for(bytearray(key), 7) == (signed & 0x7FFFFFFF) % 7
         assert partition_for(key, 5) == (signed & 0x7FFFFFFF) % 5
+
+
+def test_a_forked_child_never_mints_the_ids_its_parent_mints():
+    """Random parts come from a pool drawn ahead of need: a child forked after the
+    parent drew one must draw its own, or both would mint the same next ids."""
+    MemoryId.new()  # the parent's pool now holds unused random bytes
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: mint a few ids and hand them over
+        try:
+            os.write(write, b"".join(MemoryId.new().bytes[6:] for _ in range(8)))
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read()
+    parent = b"".join(MemoryId.new().bytes[6:] for _ in range(8))
+    assert len(child) == len(parent) == 80
+    assert {child[i : i + 10] for i in range(0, 80, 10)}.isdisjoint(
+        parent[i : i + 10] for i in range(0, 80, 10)
+    )
+
+
+def test_random_parts_never_repeat_across_threads():
+    seen: list[bytes] = []
+
+    def mint() -> None:
+        seen.extend(MemoryId.new().bytes[6:] for _ in range(5_000))
+
+    threads = [threading.Thread(target=mint) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(seen)) == len(seen) == 20_000
