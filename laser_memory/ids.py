@@ -1,7 +1,8 @@
 """Identifiers: memory ids, conversation ids, agent ids, and content ids.
 
 A `MemoryId` is 16 bytes. A random one is time-ordered: 48 bits of Unix
-milliseconds, then 80 random bits, so ids minted later sort later. Its printed
+milliseconds, then 80 random bits, so ids minted in a later millisecond sort later
+(the ids of one ``remember_many`` batch share its millisecond). Its printed
 form is 26 characters of Crockford base32 (the ULID alphabet), which sorts the
 same way as the bytes.
 

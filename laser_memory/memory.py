@@ -340,6 +340,7 @@ class MemoryHandle:
         written, so one bad entry writes nothing.
 
         Each entry is a body, or a mapping with ``body`` and any of remember's options.
+        New ids of one batch share its millisecond (their order within it is random).
 
         >>> await memory.remember_many(["a", {"body": "b", "kind": "summary"}])  # doctest: +SKIP
         """
