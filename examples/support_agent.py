@@ -4,6 +4,7 @@ stands in for one).
     python examples/support_agent.py                      # on an embedded log in a temp dir
     python examples/support_agent.py --url local://./agent-log
     python examples/support_agent.py --url kafka://localhost:9092
+    python examples/support_agent.py --embedder minilm    # the local model (`make model`)
 
 The agent runs as `laser.spawn_agent` runs agents: it listens on the stream's sessions
 topic, and each customer message sent there (`laser.send_to_agent`) goes through the
@@ -60,10 +61,22 @@ class Compact:
         return await self.memory.consolidate(200)
 
 
-async def run(url: str | None, stream: str) -> list[str]:
+def embedder_named(name: str | None) -> lm.Embedder | None:
+    """``minilm``: the local all-MiniLM-L6-v2 (recall is hybrid: words and meaning);
+    ``word-hash``: the test embedder; None: no vectors (recall is by words)."""
+    if name == "minilm":
+        return lm.MiniLMEmbedder()
+    if name == "word-hash":
+        return lm.WordHashEmbedder()
+    return None
+
+
+async def run(url: str | None, stream: str, embedder: lm.Embedder | None = None) -> list[str]:
     """The agent over the script; returns the transcript lines."""
     with tempfile.TemporaryDirectory() as scratch:
-        async with lm.connect(url or f"local://{scratch}/log", stream=stream) as laser:
+        async with lm.connect(
+            url or f"local://{scratch}/log", stream=stream, embedder=embedder
+        ) as laser:
             await laser.bootstrap(partitions=3)
             memory = laser.memory("support")
             transcript: list[str] = []
@@ -125,8 +138,14 @@ def main() -> None:
     )
     parser.add_argument("--url", default=None, help="a log URL (default: a temporary one)")
     parser.add_argument("--stream", default="support-demo")
+    parser.add_argument(
+        "--embedder",
+        choices=["minilm", "word-hash"],
+        default=None,
+        help="embed what is remembered and asked (default: none, recall by words)",
+    )
     args = parser.parse_args()
-    for line in asyncio.run(run(args.url, args.stream)):
+    for line in asyncio.run(run(args.url, args.stream, embedder_named(args.embedder))):
         print(line)
 
 

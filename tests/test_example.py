@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "support_agent.py"
 
 
@@ -36,3 +38,20 @@ def test_the_support_agent_runs_with_no_arguments():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "DHL" in done.stdout
+
+
+@pytest.mark.parametrize("embedder", ["word-hash", "minilm"])
+def test_the_support_agent_answers_with_an_embedder(embedder: str):
+    """With vectors, recall is hybrid (words and meaning): the local model, as a
+    newcomer runs it after `make model`, answers the same questions."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--embedder", embedder],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = [line for line in done.stdout.splitlines() if "[ticket-2] agent:" in line]
+    assert len(answers) == 3
+    assert "A-1043" in answers[0] and "email" in answers[1] and "DHL" in answers[2]
