@@ -877,18 +877,22 @@ def _compare_put_many(first, then, query_between, now_ms) -> None:
     assert _snapshot_of(many) == _snapshot_of(one)
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    entries=st.lists(
+def _group_entries(large: bool):
+    return st.lists(
         st.tuples(
             st.integers(0, 1_000),  # slot
-            st.integers(1, 3),  # count
-            st.integers(1, 4),  # length
+            st.integers(1, 70_000 if large else 3),  # count
+            st.integers(1, 1 << 20 if large else 4),  # length
             st.integers(0, 2**32 + 5),  # generation (stored modulo 2**32)
         ),
         max_size=60,
     )
-)
+
+
+@settings(max_examples=300, deadline=None)
+# Small counts and lengths (grouped by 16-bit keys) or large ones (64-bit keys): both
+# ways must make the groups adding the entries one by one makes.
+@given(entries=st.booleans().flatmap(_group_entries))
 def test_term_groups_made_in_bulk_are_the_groups_add_makes(entries):
     """A common word's groups are made in bulk on its first query: the same groups, in
     the same order, with the same entries in the same order, as adding its entries one
