@@ -82,7 +82,7 @@ from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.lmdb_env import SharedEnvironments
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
-from laser_memory.records import NamedPatch, NamedRemove, NamedSet, Remember
+from laser_memory.records import NAMED_RECORDS, Remember
 from laser_memory.search_index import SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
@@ -117,7 +117,6 @@ _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "change
 # Keys of meta that say how a folder got here, not what the view holds.
 _RUN_META = (b"seq", b"epoch")
 _SEP = b"\x00"
-_NAMED = (NamedSet, NamedPatch, NamedRemove)
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
 
@@ -583,7 +582,7 @@ class MemoryView:
             source = source_of(record, log_record, generation)
             scope = _scope(record.scope.tenant, record.ns)
             is_remember = type(record) is Remember
-            is_named = not is_remember and isinstance(record, _NAMED)
+            is_named = not is_remember and type(record) in NAMED_RECORDS
             if is_named:
                 db_key = scope + _part(record.key)
                 if db_key in named:

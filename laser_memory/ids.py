@@ -36,6 +36,7 @@ __all__ = [
     "validate_name",
 ]
 
+
 class _RandomBytes:
     """Bytes from `os.urandom`, drawn 4 KiB at a time: a system call per id was a
     twentieth of a `remember` on Kafka. A forked child starts a pool of its own (two

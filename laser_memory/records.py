@@ -55,6 +55,7 @@ __all__ = [
     "HEADER_TENANT",
     "HEADER_VERSION",
     "MAX_WEIGHT",
+    "NAMED_RECORDS",
     "SCHEMA_VERSION",
     "Embedded",
     "Feedback",
@@ -263,9 +264,16 @@ _decoder = msgspec.msgpack.Decoder(MemoryRecord)
 _envelope_decoder = msgspec.msgpack.Decoder(_Envelope)
 
 
+#: The named item records, tested on every record by exact type: isinstance against
+#: Struct types cost 300 ns (600 with `A | B`, which makes a union object each call),
+#: more than the rest of `partition_key`. Records are never subclassed (a subclass
+#: would carry a tag no reader decodes).
+NAMED_RECORDS = frozenset({NamedSet, NamedPatch, NamedRemove})
+
+
 def partition_key(record: MemoryRecord) -> bytes:
     """The key a record is written under; see the module documentation."""
-    if isinstance(record, NamedSet | NamedPatch | NamedRemove):
+    if type(record) in NAMED_RECORDS:
         return f"{record.ns}/{record.key}".encode()
     if record.scope.conversation is not None:
         return _conversation_key(record.scope.conversation)

@@ -52,6 +52,8 @@ REMEMBER_OPTIONS = frozenset(
     }
 )
 ENTRY_KEYS = frozenset({*REMEMBER_OPTIONS, "body"})
+# An entry that is a body alone (a tuple: `A | B` makes a union object each call).
+_BODY_TYPES = (str, bytes, bytearray)
 # The keys of an entry that gives only its body, kind and owner (read first).
 _PLAIN_KEYS = frozenset({"body", "kind", "conversation", "agent", "user", "application", "tenant"})
 
@@ -91,7 +93,7 @@ class RememberBuilder:
         """The `Remember` an entry asks for, checked. ``new_id``: the 16 bytes of the id
         for a new item (a batch draws every id's random part at once), else drawn here;
         ``memory_id`` (and ``dedup``) take precedence."""
-        if isinstance(entry, str | bytes | bytearray):
+        if isinstance(entry, _BODY_TYPES):
             entry = {"body": entry}
         if (type(entry) is not dict and not isinstance(entry, Mapping)) or "body" not in entry:
             raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
