@@ -19,6 +19,7 @@ LOWER = [
     "laser_memory.clock",
     "laser_memory.items",
     "laser_memory.log",
+    "laser_memory.log.deadlines",
     "laser_memory.inputs",
     "laser_memory.handler",
     "laser_memory.consolidation",
