@@ -384,6 +384,9 @@ class LocalLog(LogLifecycle):
             heads: dict[tuple[int, int], list[int]] = {}
             now_ms = self._config.clock.now_ms()
             put, encode = txn.put, _encoder.encode
+            # Each distinct headers tuple encoded once a group (a writer shares one per
+            # namespace, operation and tenant), then copied into every envelope as is.
+            packed: dict[int, msgspec.Raw] = {}
             for request in group:
                 topic, records = request.topic, request.records
                 state = topics.get(topic)
@@ -418,9 +421,13 @@ class LocalLog(LogLifecycle):
                     head, prefix = known
                     offset = head[0]
                     append_time = now_ms if now_ms > head[1] else head[1]
+                    headers = record.headers
+                    raw_headers = packed.get(id(headers))
+                    if raw_headers is None:
+                        raw_headers = packed[id(headers)] = msgspec.Raw(encode(headers))
                     put(
                         prefix + offset.to_bytes(_U64, "big"),
-                        encode((append_time, record.key, record.value, record.headers)),
+                        encode((append_time, record.key, record.value, raw_headers)),
                         db=records_db,
                     )
                     head[0] = offset + 1
