@@ -338,14 +338,16 @@ def _kept_fields() -> list[tuple]:
     fields = msgspec.structs.fields(Remember)
     required = [(f.name, f.type) for f in fields if f.required]
     optional = [(f.name, f.type, f.default) for f in fields if not f.required]
-    # The fields most remembers leave at their defaults last, where an array drops them.
+    # The fields most remembers leave at their defaults last (see KeptRemember).
     optional.sort(key=lambda f: f[0] not in ("v", "ns", "scope"))
     return required + optional
 
 
 #: A `Remember` as the view stores it inside its item: the same fields, as an array
-#: without its trailing defaults (field names and empty lineage were a third of an
-#: item). Read by attribute, it stands in for the Remember everywhere a fold reads one.
+#: (field names and empty lineage as a map were a third of an item). msgspec writes
+#: every field of an array-like struct, defaults too (``omit_defaults`` serves only
+#: map-like ones, msgspec issue 720), so an empty field costs its one byte. Read by
+#: attribute, it stands in for the Remember everywhere a fold reads one.
 KeptRemember = msgspec.defstruct(
     "KeptRemember",
     _kept_fields(),
@@ -382,9 +384,9 @@ class ItemState(
     partition in order, the first offset its forgets spare. ``forgets_at`` holds forgets
     written without ``seen``, by position key.
 
-    The view stores it as an array without its trailing empty fields (one per item:
-    field names would be a fifth of it), so the fields most items leave empty come
-    last; a new field goes at the end (with a `VIEW_FORMAT` bump)."""
+    The view stores it as an array (one per item: field names would be a fifth of
+    it); each empty field costs one byte, as msgspec writes an array-like struct's
+    defaults too. A new field goes at the end (with a `VIEW_FORMAT` bump)."""
 
     remembers: dict[str, Remembered[R]] = msgspec.field(default_factory=dict)
     version: int = 0
