@@ -78,7 +78,7 @@ import msgspec
 import numpy as np
 
 from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
-from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
+from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.lmdb_env import SharedEnvironments
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
@@ -93,7 +93,6 @@ from .state import (
     ItemState,
     KeptRemember,
     NamedState,
-    Remembered,
     SetAside,
     SortKey,
     _conv,
@@ -154,6 +153,17 @@ def _inv_key(key: SortKey) -> bytes:
 
 
 _KEY_BYTES = struct.Struct(">QIQ").pack
+
+
+def new_item_state(
+    conversation: str, key: SortKey, remembered: KeptRemember, source: Source
+) -> bytes:
+    """The stored bytes of the state of an item remembered once, which decode to
+    ``ItemState(remembers={conversation: Remembered(key, remembered, source)},
+    version=1, last=key)``: the array that encodes to, less the empty fields after
+    ``last`` (a shorter array decodes with its missing fields at their defaults).
+    Making the structs only to encode them was a tenth of a new item's fold."""
+    return _encoder.encode(({conversation: (key, remembered, source)}, 1, key))
 
 
 def _key_bytes(key: SortKey) -> bytes:
@@ -663,12 +673,10 @@ class MemoryView:
         nothing, when the view holds the item already."""
         scope = record.scope
         conversation = _conv(scope.conversation)
-        state = ItemState(
-            remembers={conversation: Remembered(key, kept(record), source)}, version=1, last=key
-        )
+        state = new_item_state(conversation, key, kept(record), source)
         # One look into the items for both questions, is it new and where it goes (a
         # get before the put was a twelfth of the fold).
-        if not txn.put(db_key, _encoder.encode(state), db=self._dbs["items"], overwrite=False):
+        if not txn.put(db_key, state, db=self._dbs["items"], overwrite=False):
             return False
         prefixes, owner = _recency_prefixes(
             scope.tenant, record.ns, conversation, scope.agent, scope.user, scope.application,

@@ -17,6 +17,8 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import laser_memory as lm
 from folders.http import make_app
@@ -676,3 +678,49 @@ async def test_a_view_item_keeps_every_field_of_its_remember(viewed):
     [item] = await memory.recall(tenant="t")
     assert item.id == full and item.lifetime == "durable" and item.origin.offset == 7
     assert item.producer.name == "extractor" and item.embedding is not None
+
+
+_names = st.text(alphabet="abcxyz-", min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    conversation=st.one_of(st.none(), _names),
+    agent=st.one_of(st.none(), _names),
+    tenant=st.sampled_from(["", "acme"]),
+    body=st.binary(min_size=1, max_size=40),
+    kind=st.integers(1, 5),
+    embedding=st.one_of(st.none(), st.binary(min_size=4, max_size=4).map(lambda b: b * 3)),
+    expires_at=st.one_of(st.none(), st.integers(0, 2**62)),
+    supersedes=st.one_of(st.none(), st.binary(min_size=16, max_size=16)),
+    origin=st.booleans(),
+    key=st.tuples(st.integers(0, 2**50), st.integers(0, 63), st.integers(0, 2**40)),
+)
+def test_a_new_items_stored_state_decodes_as_its_item_state(
+    conversation, agent, tenant, body, kind, embedding, expires_at, supersedes, origin, key
+):
+    """The fold writes a new item's state without making its structs: the bytes must
+    decode to the very state the structs would have encoded."""
+    from folders.state import ItemState, Remembered, _conv, kept
+    from folders.view import _encoder, _item_decoder, new_item_state
+    from laser_memory.items import Source
+    from laser_memory.records import Origin
+
+    record = Remember(
+        ns="stream:s/notes",
+        scope=MemoryScope(stream="s", tenant=tenant, agent=agent, conversation=conversation),
+        id=b"\x01" * 16,
+        kind=kind,
+        body=body,
+        origin=Origin(stream="s", topic="t", partition=1, offset=2) if origin else None,
+        embedding=embedding,
+        embedder="test/three" if embedding else None,
+        expires_at=expires_at,
+        supersedes=supersedes,
+    )
+    source = Source("s", "t", key[1], key[2], "g", conversation)
+    conv = _conv(conversation)
+    state = ItemState(remembers={conv: Remembered(key, kept(record), source)}, version=1, last=key)
+    stored = new_item_state(conv, key, kept(record), source)
+    assert _item_decoder.decode(stored) == _item_decoder.decode(_encoder.encode(state))
+    assert _item_decoder.decode(stored).remembers[conv].record == kept(record)
