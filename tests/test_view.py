@@ -217,6 +217,22 @@ async def test_recall_cost_grows_with_the_limit_not_the_namespace(viewed, monkey
         assert items == folded, query
 
 
+async def test_recall_with_no_filter_takes_the_newest_of_every_kind(viewed):
+    # The view lists items under their kind only; a read with no filter merges the
+    # kinds' lists, and must take the newest items whatever their kinds.
+    laser, view = viewed
+    memory = laser.memory("notes")
+    kinds = ["message", "fact", "fact", "summary", "message", "message", "fact", "entity"]
+    for i, kind in enumerate(kinds):
+        await memory.remember(f"note {i}", kind=kind)
+    await catch_up(laser, view)
+    newest_first = [f"note {i}".encode() for i in reversed(range(len(kinds)))]
+    for limit in range(1, len(kinds) + 1):
+        for strategy in ("recent", "auto"):
+            items = await memory.recall(limit=limit, strategy=strategy)
+            assert [item.body for item in items] == newest_first[:limit], (limit, strategy)
+
+
 async def test_named_items_keep_every_version(viewed):
     laser, view = viewed
     memory = laser.memory("notes")

@@ -383,7 +383,9 @@ class LocalLog(LogLifecycle):
             topics = {}
             heads: dict[tuple[int, int], list[int]] = {}
             now_ms = self._config.clock.now_ms()
-            put, encode = txn.put, _encoder.encode
+            # A cursor kept for the transaction: its put skips the argument parsing and
+            # cursor set-up of each ``txn.put`` (about a third of a put's cost).
+            put, encode = txn.cursor(db=records_db).put, _encoder.encode
             # Each distinct headers tuple encoded once a group (a writer shares one per
             # namespace, operation and tenant), then copied into every envelope as is.
             packed: dict[int, msgspec.Raw] = {}
@@ -428,7 +430,6 @@ class LocalLog(LogLifecycle):
                     put(
                         prefix + offset.to_bytes(_U64, "big"),
                         encode((append_time, record.key, record.value, raw_headers)),
-                        db=records_db,
                     )
                     head[0] = offset + 1
                     head[1] = append_time
