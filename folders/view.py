@@ -92,6 +92,7 @@ from laser_memory.vector_clusters import ApproximateSearch
 
 from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
 from .state import (
+    _KEPT_FIELDS,
     MAX_SEARCH_INDEXES,
     ItemFilter,
     ItemState,
@@ -160,13 +161,15 @@ _KEY_BYTES = struct.Struct(">QIQ").pack
 
 
 def new_item_state(
-    conversation: str, key: SortKey, remembered: KeptRemember, source: Source
+    conversation: str, key: SortKey, remembered: KeptRemember | tuple, source: Source
 ) -> bytes:
     """The stored bytes of the state of an item remembered once, which decode to
     ``ItemState(remembers={conversation: Remembered(key, remembered, source)},
     version=1, last=key)``: the array that encodes to, less the empty fields after
     ``last`` (a shorter array decodes with its missing fields at their defaults).
-    Making the structs only to encode them was a tenth of a new item's fold."""
+    ``remembered`` may be the tuple of the `KeptRemember`'s fields, which encodes as
+    the array-like struct does. Making the structs only to encode them was a tenth of
+    a new item's fold."""
     return _encoder.encode(({conversation: (key, remembered, source)}, 1, key))
 
 
@@ -692,7 +695,8 @@ class MemoryView:
         nothing, when the view holds the item already."""
         scope = record.scope
         conversation = _conv(scope.conversation)
-        state = new_item_state(conversation, key, kept(record), source)
+        # The kept fields as a tuple: it encodes as the array-like `KeptRemember` does.
+        state = new_item_state(conversation, key, _KEPT_FIELDS(record), source)
         # One look into the items for both questions, is it new and where it goes (a
         # get before the put was a twelfth of the fold).
         if not self._item_put(db_key, state, overwrite=False):

@@ -717,7 +717,7 @@ def test_a_new_items_stored_state_decodes_as_its_item_state(
 ):
     """The fold writes a new item's state without making its structs: the bytes must
     decode to the very state the structs would have encoded."""
-    from folders.state import ItemState, Remembered, _conv, kept
+    from folders.state import _KEPT_FIELDS, ItemState, Remembered, _conv, kept
     from folders.view import _encoder, _item_decoder, new_item_state
     from laser_memory.items import Source
     from laser_memory.records import Origin
@@ -740,3 +740,5 @@ def test_a_new_items_stored_state_decodes_as_its_item_state(
     stored = new_item_state(conv, key, kept(record), source)
     assert _item_decoder.decode(stored) == _item_decoder.decode(_encoder.encode(state))
     assert _item_decoder.decode(stored).remembers[conv].record == kept(record)
+    # The fold passes the kept fields as a tuple: the same bytes as the struct.
+    assert new_item_state(conv, key, _KEPT_FIELDS(record), source) == stored

@@ -550,6 +550,10 @@ class LocalLog(LogLifecycle):
             cursor = txn.cursor()
             if not cursor.set_range(_record_key(meta.number, partition, offset)):
                 return out
+            # Neighbours mostly carry the same headers: compared as stored (no copy, no
+            # hash) with the last record's before they are looked up.
+            last_raw: msgspec.Raw | None = None
+            headers: tuple[tuple[str, bytes], ...] = ()
             for key, value in cursor:
                 if not key.startswith(prefix):
                     break
@@ -557,14 +561,16 @@ class LocalLog(LogLifecycle):
                 if limit is not None and record_offset >= limit:
                     break
                 append_time, rkey, rvalue, raw_headers = _read_decoder.decode(value)
-                packed = bytes(raw_headers)
-                headers = _SHARED_HEADERS.get(packed)
-                if headers is None:
-                    headers = _headers_decoder.decode(packed)
-                    if len(packed) <= _MAX_SHARED_HEADER_BYTES:
-                        if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
-                            _SHARED_HEADERS.clear()
-                        _SHARED_HEADERS[packed] = headers
+                if raw_headers != last_raw:
+                    last_raw = raw_headers
+                    packed = bytes(raw_headers)
+                    headers = _SHARED_HEADERS.get(packed)
+                    if headers is None:
+                        headers = _headers_decoder.decode(packed)
+                        if len(packed) <= _MAX_SHARED_HEADER_BYTES:
+                            if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
+                                _SHARED_HEADERS.clear()
+                            _SHARED_HEADERS[packed] = headers
                 out.append(
                     LogRecord(
                         topic,
