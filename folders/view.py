@@ -560,11 +560,21 @@ class MemoryView:
             # parsing and cursor set-up of each ``txn.put`` (a third of a put's cost).
             self._item_put = txn.cursor(db=self._dbs["items"]).put
             self._index_put = txn.cursor(db=self._dbs["index"]).put
+            apply_one = self._apply_one
             for batch in batches:
+                if not batch:
+                    continue
                 for log_record in batch:
-                    self._apply_one(txn, log_record, generation, items, named)
-                    positions[log_record.partition] = log_record.offset + 1
-                    count += 1
+                    apply_one(txn, log_record, generation, items, named)
+                # A log's batch is one partition's records in offset order (the port
+                # says so): its last record is the partition's new position.
+                last = batch[-1]
+                if batch[0].partition == last.partition:
+                    positions[last.partition] = last.offset + 1
+                else:
+                    for log_record in batch:
+                        positions[log_record.partition] = log_record.offset + 1
+                count += len(batch)
             index_db = self._dbs["index"]
             items_db = self._dbs["items"]
             put = txn.put
