@@ -109,7 +109,6 @@ from .state import (
     kept,
     named_unchanged,
     remembered_entry,
-    source_of,
 )
 
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
@@ -158,6 +157,7 @@ def _inv_key(key: SortKey) -> bytes:
 
 
 _KEY_BYTES = struct.Struct(">QIQ").pack
+_new_tuple = tuple.__new__
 
 
 def new_item_state(
@@ -621,8 +621,20 @@ class MemoryView:
         try:
             record = decode_for_fold(log_record)
             key = (log_record.append_time_ms, log_record.partition, log_record.offset)
-            source = source_of(record, log_record, generation)
-            scope = _scope(record.scope.tenant, record.ns)
+            record_scope = record.scope
+            # `source_of`, inlined: it is made once a record.
+            source = _new_tuple(
+                Source,
+                (
+                    record_scope.stream,
+                    log_record.topic,
+                    key[1],
+                    key[2],
+                    generation,
+                    record_scope.conversation,
+                ),
+            )
+            scope = _scope(record_scope.tenant, record.ns)
             is_remember = type(record) is Remember
             is_named = not is_remember and type(record) in NAMED_RECORDS
             if is_named:
