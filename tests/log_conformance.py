@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from laser_memory.errors import (
+    InvalidInput,
     InvalidRecord,
     LogClosed,
     RecordTooLarge,
@@ -277,6 +278,35 @@ class LogConformance:
             await read_all(log, topic_name)
         with pytest.raises(UnknownTopic):
             await log.delete_topic(topic_name)
+
+    @pytest.mark.parametrize(
+        ("arguments", "error"),
+        [
+            ({"start": {0: -1}}, InvalidInput),
+            ({"start": {0: "3"}}, InvalidInput),
+            ({"start": {0: 1.5}}, InvalidInput),
+            ({"start": {0: True}}, InvalidInput),
+            ({"start": {0: 1 << 64}}, InvalidInput),
+            ({"start": {2: 0}}, UnknownTopic),
+            ({"start": {"0": 0}}, InvalidInput),
+            ({"start": [0, 1]}, InvalidInput),
+            ({"until": {1: -5}}, InvalidInput),
+            ({"until": {9: 1}}, UnknownTopic),
+            ({"partitions": ["0"]}, InvalidInput),
+            ({"partitions": [True]}, InvalidInput),
+            ({"partitions": 0}, InvalidInput),
+            ({"max_batch": 0}, InvalidInput),
+            ({"max_batch": 2.0}, InvalidInput),
+        ],
+    )
+    async def test_bad_read_arguments_are_clear_errors(
+        self, log: Log, topic_name: str, arguments: dict, error: type[Exception]
+    ):
+        await log.create_topic(topic_name, partitions=2)
+        await log.append(topic_name, OutgoingRecord(b"x", key=b"k"))
+        with pytest.raises(error):
+            async for _ in log.read(topic_name, **arguments):
+                pass
 
     async def test_bad_partition_writes_nothing(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=2)

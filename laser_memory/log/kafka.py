@@ -50,7 +50,13 @@ from ..errors import (
 from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
-from .naming import validate_outgoing, validate_partitions, validate_timeout, validate_topic
+from .naming import (
+    validate_outgoing,
+    validate_partitions,
+    validate_read,
+    validate_timeout,
+    validate_topic,
+)
 from .partitioner import partition_for
 from .port import DEFAULT_MAX_RECORD_BYTES, Appended, LogRecord, OutgoingRecord, TopicInfo
 
@@ -559,10 +565,7 @@ class KafkaLog(LogLifecycle):
         max_batch: int = 1000,
     ) -> AsyncIterator[list[LogRecord]]:
         count = await self._partition_count(topic)
-        chosen = list(range(count)) if partitions is None else list(partitions)
-        for partition in chosen:
-            if not 0 <= partition < count:
-                raise UnknownTopic(f"topic {topic!r} has no partition {partition}; it has {count}")
+        chosen = validate_read(topic, count, start, partitions, until, max_batch)
         if not follow:
             # A read that does not follow ends at the end offsets, even when asked for more.
             ends = await self.end_offsets(topic)

@@ -41,7 +41,13 @@ from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic,
 from ..lmdb_env import SharedEnvironments
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
-from .naming import validate_outgoing, validate_partitions, validate_timeout, validate_topic
+from .naming import (
+    validate_outgoing,
+    validate_partitions,
+    validate_read,
+    validate_timeout,
+    validate_topic,
+)
 from .partitioner import partition_for
 from .port import DEFAULT_MAX_RECORD_BYTES, Appended, LogRecord, OutgoingRecord, TopicInfo
 
@@ -523,12 +529,7 @@ class LocalLog(LogLifecycle):
         env = self._require_started()
         with env.begin() as txn:
             meta = self._meta(txn, topic)
-        chosen = list(range(meta.partitions)) if partitions is None else list(partitions)
-        for partition in chosen:
-            if not 0 <= partition < meta.partitions:
-                raise UnknownTopic(
-                    f"topic {topic!r} has no partition {partition}; it has {meta.partitions}"
-                )
+        chosen = validate_read(topic, meta.partitions, start, partitions, until, max_batch)
         positions = {p: (start or {}).get(p, 0) for p in chosen}
         if not follow and until is None:
             until = await self.end_offsets(topic)

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from ..errors import InvalidInput, InvalidName, InvalidRecord, RecordTooLarge
+from ..errors import InvalidInput, InvalidName, InvalidRecord, RecordTooLarge, UnknownTopic
 from .port import OutgoingRecord, checked_headers_size
 
-__all__ = ["validate_outgoing", "validate_partitions", "validate_timeout", "validate_topic"]
+__all__ = [
+    "validate_outgoing",
+    "validate_partitions",
+    "validate_read",
+    "validate_timeout",
+    "validate_topic",
+]
 
 # Kafka's own rule, applied to the local log too so a topic name works on both.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -38,6 +44,56 @@ def validate_partitions(partitions: int, retention_s: float | None) -> None:
             f"retention must be a positive number of seconds or None (keep forever), "
             f"got {retention_s!r}"
         )
+
+
+_MAX_OFFSET = (1 << 63) - 1  # Kafka's offsets are signed 64-bit
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_read(
+    topic: str,
+    count: int,
+    start: Mapping[int, int] | None,
+    partitions: Sequence[int] | None,
+    until: Mapping[int, int] | None,
+    max_batch: int,
+) -> list[int]:
+    """The partitions a read of ``topic`` (which has ``count``) goes over, after checking
+    its arguments: partitions are ints the topic has (`UnknownTopic` otherwise), offsets
+    ints from 0, ``max_batch`` an int from 1 (`InvalidInput`)."""
+
+    def check_partition(partition: object, what: str) -> None:
+        if not _is_int(partition):
+            raise InvalidInput(f"{what} names partition {partition!r}; a partition is an int")
+        if not 0 <= partition < count:  # type: ignore[operator]
+            raise UnknownTopic(f"topic {topic!r} has no partition {partition}; it has {count}")
+
+    if not _is_int(max_batch) or max_batch < 1:
+        raise InvalidInput(f"max_batch is an int of at least 1, got {max_batch!r}")
+    if partitions is None:
+        chosen = list(range(count))
+    else:
+        if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence):
+            raise InvalidInput(f"partitions is a sequence of ints or None, got {partitions!r}")
+        chosen = list(partitions)
+        for partition in chosen:
+            check_partition(partition, "partitions")
+    for what, positions in (("start", start), ("until", until)):
+        if positions is None:
+            continue
+        if not isinstance(positions, Mapping):
+            raise InvalidInput(f"{what} maps partitions to offsets, got {positions!r}")
+        for partition, offset in positions.items():
+            check_partition(partition, what)
+            if not _is_int(offset) or not 0 <= offset <= _MAX_OFFSET:
+                raise InvalidInput(
+                    f"{what} gives partition {partition} the offset {offset!r}; an offset is "
+                    f"an int from 0 to {_MAX_OFFSET}"
+                )
+    return chosen
 
 
 def validate_timeout(seconds: float | None, what: str) -> None:
