@@ -15,6 +15,7 @@ import pytest
 
 from laser_memory.errors import (
     InvalidInput,
+    InvalidName,
     InvalidRecord,
     LogClosed,
     RecordTooLarge,
@@ -297,6 +298,7 @@ class LogConformance:
             ({"partitions": 0}, InvalidInput),
             ({"max_batch": 0}, InvalidInput),
             ({"max_batch": 2.0}, InvalidInput),
+            ({"follow": "yes"}, InvalidInput),
         ],
     )
     async def test_bad_read_arguments_are_clear_errors(
@@ -307,6 +309,36 @@ class LogConformance:
         with pytest.raises(error):
             async for _ in log.read(topic_name, **arguments):
                 pass
+
+    @pytest.mark.parametrize("topic", [5, None, b"t", ["t"], 1.5])
+    async def test_a_topic_that_is_no_str_is_a_clear_error(self, log: Log, topic):
+        for call in (
+            lambda: log.describe_topic(topic),
+            lambda: log.end_offsets(topic),
+            lambda: log.delete_topic(topic),
+            lambda: log.append(topic, OutgoingRecord(b"x")),
+        ):
+            with pytest.raises(InvalidName, match="topic name is a str"):
+                await call()
+        with pytest.raises(InvalidName):
+            async for _ in log.read(topic):
+                pass
+
+    async def test_a_bad_append_fails_alone(self, log: Log, topic_name: str):
+        # Appends that arrive together may share a commit: one with a bad topic or bad
+        # records must fail on its own, and the others land.
+        await log.create_topic(topic_name, partitions=1)
+        results = await asyncio.gather(
+            *(log.append(topic_name, OutgoingRecord(b"%d" % i)) for i in range(5)),
+            log.append(7, OutgoingRecord(b"bad topic")),
+            log.append_batch(topic_name, None),
+            log.append(topic_name, OutgoingRecord(b"5")),
+            return_exceptions=True,
+        )
+        assert [type(r) for r in results[5:7]] == [InvalidName, InvalidRecord]
+        assert sorted(r.value for r in await read_all(log, topic_name)) == [
+            b"%d" % i for i in range(6)
+        ]
 
     async def test_bad_partition_writes_nothing(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=2)

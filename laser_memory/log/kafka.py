@@ -51,6 +51,7 @@ from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
+    check_topic_type,
     validate_outgoing,
     validate_partitions,
     validate_read,
@@ -342,6 +343,7 @@ class KafkaLog(LogLifecycle):
                 await asyncio.sleep(0.05)
 
     async def delete_topic(self, topic: str) -> None:
+        check_topic_type(topic)
         self._require_started()
         assert self._admin is not None
         await self._topic_metadata(topic)
@@ -361,6 +363,7 @@ class KafkaLog(LogLifecycle):
             await asyncio.sleep(0.05)
 
     async def describe_topic(self, topic: str) -> TopicInfo:
+        check_topic_type(topic)
         settings = await self._describe_settings(topic)
         return TopicInfo(topic, settings.partitions, settings.retention_s, settings.generation)
 
@@ -400,6 +403,7 @@ class KafkaLog(LogLifecycle):
         )
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
+        check_topic_type(topic)
         partitions = await self._partition_count(topic)
         consumer = await self._acquire_consumer()
         try:
@@ -455,6 +459,7 @@ class KafkaLog(LogLifecycle):
         return receipt
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
+        check_topic_type(topic)
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
         # A topic's settings are known after its first append: no coroutine to read them.
@@ -564,8 +569,9 @@ class KafkaLog(LogLifecycle):
         follow: bool = False,
         max_batch: int = 1000,
     ) -> AsyncIterator[list[LogRecord]]:
+        check_topic_type(topic)
         count = await self._partition_count(topic)
-        chosen = validate_read(topic, count, start, partitions, until, max_batch)
+        chosen = validate_read(topic, count, start, partitions, until, max_batch, follow)
         if not follow:
             # A read that does not follow ends at the end offsets, even when asked for more.
             ends = await self.end_offsets(topic)

@@ -42,6 +42,7 @@ from ..lmdb_env import SharedEnvironments
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
+    check_topic_type,
     validate_outgoing,
     validate_partitions,
     validate_read,
@@ -296,6 +297,7 @@ class LocalLog(LogLifecycle):
             return self._info(topic, meta)
 
     async def delete_topic(self, topic: str) -> None:
+        check_topic_type(topic)
         self._require_started()
         await self._run_write(self._delete_topic_txn, topic)
 
@@ -313,11 +315,13 @@ class LocalLog(LogLifecycle):
                             break
 
     async def describe_topic(self, topic: str) -> TopicInfo:
+        check_topic_type(topic)
         env = self._require_started()
         with env.begin() as txn:
             return self._info(topic, self._meta(txn, topic))
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
+        check_topic_type(topic)
         env = self._require_started()
         with env.begin() as txn:
             meta = self._meta(txn, topic)
@@ -335,6 +339,7 @@ class LocalLog(LogLifecycle):
         return receipt
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
+        check_topic_type(topic)
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
         if not records:
@@ -526,10 +531,11 @@ class LocalLog(LogLifecycle):
         follow: bool = False,
         max_batch: int = 1000,
     ) -> AsyncIterator[list[LogRecord]]:
+        check_topic_type(topic)
         env = self._require_started()
         with env.begin() as txn:
             meta = self._meta(txn, topic)
-        chosen = validate_read(topic, meta.partitions, start, partitions, until, max_batch)
+        chosen = validate_read(topic, meta.partitions, start, partitions, until, max_batch, follow)
         positions = {p: (start or {}).get(p, 0) for p in chosen}
         if not follow and until is None:
             until = await self.end_offsets(topic)

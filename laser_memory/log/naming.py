@@ -10,6 +10,7 @@ from ..errors import InvalidInput, InvalidName, InvalidRecord, RecordTooLarge, U
 from .port import OutgoingRecord, checked_headers_size
 
 __all__ = [
+    "check_topic_type",
     "validate_outgoing",
     "validate_partitions",
     "validate_read",
@@ -28,6 +29,13 @@ def validate_topic(topic: str) -> str:
             "letters, digits, '.', '_' and '-'"
         )
     return topic
+
+
+def check_topic_type(topic: object) -> None:
+    """Refuse a topic that is no str before it meets a lookup or a name's encoding (where
+    it would raise a raw error, or fail a whole group commit of other writers' appends)."""
+    if not isinstance(topic, str):
+        raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {topic!r}")
 
 
 def validate_partitions(partitions: int, retention_s: float | None) -> None:
@@ -60,10 +68,11 @@ def validate_read(
     partitions: Sequence[int] | None,
     until: Mapping[int, int] | None,
     max_batch: int,
+    follow: bool = False,
 ) -> list[int]:
     """The partitions a read of ``topic`` (which has ``count``) goes over, after checking
     its arguments: partitions are ints the topic has (`UnknownTopic` otherwise), offsets
-    ints from 0, ``max_batch`` an int from 1 (`InvalidInput`)."""
+    ints from 0, ``max_batch`` an int from 1, ``follow`` a bool (`InvalidInput`)."""
 
     def check_partition(partition: object, what: str) -> None:
         if not _is_int(partition):
@@ -73,6 +82,8 @@ def validate_read(
 
     if not _is_int(max_batch) or max_batch < 1:
         raise InvalidInput(f"max_batch is an int of at least 1, got {max_batch!r}")
+    if not isinstance(follow, bool):
+        raise InvalidInput(f"follow is True or False, got {follow!r}")
     if partitions is None:
         chosen = list(range(count))
     else:
@@ -110,6 +121,8 @@ def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) 
     """Refuse a batch with any record a log could not store faithfully, or one larger
     than ``max_record_bytes``, before anything is written (msgspec Structs do not check
     field types when built)."""
+    if isinstance(records, str | bytes) or not isinstance(records, Sequence):
+        raise InvalidRecord(f"records are a list of OutgoingRecord, got {type(records).__name__}")
     for index, record in enumerate(records):
         if type(record) is not OutgoingRecord and not isinstance(record, OutgoingRecord):
             raise InvalidRecord(
