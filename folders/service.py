@@ -22,10 +22,11 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from laser_memory.errors import ConfigError, ViewLocked
+from laser_memory.errors import ConfigError, InvalidInput, ViewLocked
+from laser_memory.log.naming import check_topic_type
 from laser_memory.log.port import Log, LogRecord
 
-from .view import MemoryView
+from .view import MemoryView, view_path_of
 
 __all__ = ["FolderConfig", "ViewFolder"]
 
@@ -44,6 +45,12 @@ class FolderConfig:
     max_read_batch: int = 2_000
     map_size: int = 64 << 30
 
+    def __post_init__(self) -> None:
+        for name in ("max_transaction_records", "read_ahead", "max_read_batch", "map_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"FolderConfig.{name} is a positive int, got {value!r}")
+
 
 class ViewFolder:
     """Folds one memory topic into the view at ``view_path``."""
@@ -55,9 +62,12 @@ class ViewFolder:
         view_path: str | os.PathLike[str],
         config: FolderConfig | None = None,
     ):
+        check_topic_type(topic)
+        if config is not None and not isinstance(config, FolderConfig):
+            raise ConfigError(f"config is a FolderConfig or None, got {type(config).__name__}")
         self._log = log
         self._topic = topic
-        self._path = os.fspath(view_path)
+        self._path = view_path_of(view_path)
         self._config = config or FolderConfig()
 
     def _lock(self) -> int:
@@ -97,6 +107,13 @@ class ViewFolder:
     ) -> int:
         """Fold until cancelled (or, with ``until_caught_up``, until the end offsets
         seen at start). ``rebuild`` empties the view first. Returns records folded."""
+        for name, flag in (("until_caught_up", until_caught_up), ("rebuild", rebuild)):
+            if not isinstance(flag, bool):
+                raise InvalidInput(f"{name} is True or False, got {flag!r}")
+        if on_progress is not None and not callable(on_progress):
+            raise InvalidInput(
+                "on_progress is a callable taking (records folded, positions), or None"
+            )
         fd = self._lock()
         try:
             view = MemoryView.open(

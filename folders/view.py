@@ -80,7 +80,7 @@ import lmdb
 import msgspec
 import numpy as np
 
-from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
+from laser_memory.errors import ConfigError, LogUnavailable, NoView, ViewFull, ViewMismatch
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.lmdb_env import SharedEnvironments
@@ -377,6 +377,20 @@ def _tailed_backwards(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[byte
 _KIND_CODE_ORDER = tuple(sorted(kind.code for kind in MemoryKind))
 
 
+def view_path_of(path: object) -> str:
+    """A view's path as a str; `ConfigError` for anything that is no path, or an
+    empty one (which would name the working directory)."""
+    try:
+        text = os.fspath(path)  # type: ignore[arg-type]
+    except TypeError:
+        raise ConfigError(
+            f"a view path is a str or os.PathLike, got {type(path).__name__}"
+        ) from None
+    if not text:
+        raise ConfigError("a view path is empty; name the view's folder")
+    return os.fsdecode(text)
+
+
 class MemoryView:
     """The managed view at a folder on disk, for the folder that writes it and for
     every reader.
@@ -421,7 +435,9 @@ class MemoryView:
         another format raises `ViewMismatch` unless ``check_format=False`` (a rebuild).
         Search indexes of at least ``snapshots_from`` entries are saved beside the view
         and loaded by the next reading process (`IndexSnapshots`; None: never)."""
-        real = os.path.realpath(os.fspath(path))
+        if isinstance(map_size, bool) or not isinstance(map_size, int) or map_size < 1:
+            raise ConfigError(f"a view's map_size is a positive int of bytes, got {map_size!r}")
+        real = os.path.realpath(view_path_of(path))
         if not create and not os.path.isfile(os.path.join(real, "data.mdb")):
             raise NoView(
                 f"there is no view at {real}; check --view, or build one with "

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from folders.view import MemoryView
+from folders.view import MemoryView, view_path_of
 
 from . import inputs
 from .access import Governor, Principal, bound_tenant, resolve_tenant, validate_governor
 from .agent import Agent, AgentMessage, AgentTopic, SessionRecord, encode_session
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, validate_clock
 from .custom import CustomMemory
 from .embedding import Embedder, validate_embedder
 from .errors import (
@@ -67,7 +67,12 @@ class Laser:
         tenant: str | None = None,
     ):
         if stream is not None:
+            if not isinstance(stream, str):
+                raise InvalidName(f"a stream name is a str, got {type(stream).__name__}")
             validate_topic(stream)
+        if config is not None and not isinstance(config, MemoryConfig):
+            raise ConfigError(f"config is a MemoryConfig or None, got {type(config).__name__}")
+        validate_clock(clock)
         if principal is not None and not isinstance(principal, Principal):
             raise ConfigError(f"principal is a Principal, got {type(principal).__name__}")
         #: Every handle's tenant, principal and governor unless `memory` is given others.
@@ -79,7 +84,7 @@ class Laser:
         self.embedder = validate_embedder(embedder) if embedder is not None else None
         self.stream = stream
         self.config = config or MemoryConfig()
-        self.view_path = os.fspath(view) if view is not None else None
+        self.view_path = view_path_of(view) if view is not None else None
         self._view: MemoryView | None = None
         # Vector-backend handles: (connection, folder) of each private log.
         self._private: list[tuple[Laser, str]] = []

@@ -17,7 +17,9 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "SteppedClock", "SystemClock"]
+from .errors import ConfigError
+
+__all__ = ["SYSTEM_CLOCK", "Clock", "SteppedClock", "SystemClock", "validate_clock"]
 
 
 @runtime_checkable
@@ -58,3 +60,14 @@ class SteppedClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def validate_clock(clock: object) -> Clock:
+    """``clock`` if it is a `Clock` (has ``now_ms()``), else `ConfigError`: a clock is
+    first read inside a commit, where a bad one would fail other writers' appends."""
+    if not callable(getattr(clock, "now_ms", None)):
+        raise ConfigError(
+            f"a clock has a now_ms() method giving milliseconds since the epoch, got "
+            f"{type(clock).__name__}"
+        )
+    return clock  # type: ignore[return-value]

@@ -55,3 +55,22 @@ def test_create_is_true_or_false(tmp_path):
     with pytest.raises(lm.ConfigError):
         connect_log(f"local://{tmp_path}/log", create=0)
     assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "says"),
+    [
+        ({"view": 5}, lm.ConfigError, "view path is a str"),
+        ({"view": ""}, lm.ConfigError, "view path is empty"),
+        ({"stream": 5}, lm.InvalidName, "stream name is a str"),
+        ({"config": {"max_body_bytes": 10}}, lm.ConfigError, "MemoryConfig"),
+        ({"clock": 5}, lm.ConfigError, "now_ms"),
+        ({"clock": "system"}, lm.ConfigError, "now_ms"),
+    ],
+)
+def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error, says):
+    """Each used to raise a raw TypeError or AttributeError, some only at the first
+    write (a clock is first read inside a commit)."""
+    with pytest.raises(error, match=says):
+        lm.connect(f"local://{tmp_path}/log", **arguments)
+    assert not (tmp_path / "log").exists()

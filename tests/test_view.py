@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import laser_memory as lm
 from folders.http import make_app
-from folders.service import ViewFolder
+from folders.service import FolderConfig, ViewFolder
 from folders.view import MemoryView
 from laser_memory.cli import main
 from laser_memory.ids import MemoryId
@@ -231,6 +231,41 @@ async def test_recall_with_no_filter_takes_the_newest_of_every_kind(viewed):
         for strategy in ("recent", "auto"):
             items = await memory.recall(limit=limit, strategy=strategy)
             assert [item.body for item in items] == newest_first[:limit], (limit, strategy)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "says"),
+    [
+        (lambda log, path: FolderConfig(max_transaction_records=0), lm.ConfigError, "positive"),
+        (lambda log, path: FolderConfig(read_ahead=-1), lm.ConfigError, "read_ahead"),
+        (lambda log, path: FolderConfig(max_read_batch="5"), lm.ConfigError, "max_read_batch"),
+        (lambda log, path: FolderConfig(map_size=True), lm.ConfigError, "map_size"),
+        (lambda log, path: ViewFolder(log, 5, path), lm.InvalidName, "topic name is a str"),
+        (lambda log, path: ViewFolder(log, "t", None), lm.ConfigError, "view path"),
+        (lambda log, path: ViewFolder(log, "t", path, {"map_size": 1}), lm.ConfigError, "Folder"),
+        (lambda log, path: MemoryView.open(5), lm.ConfigError, "view path"),
+        (lambda log, path: MemoryView.open(path, map_size=-1), lm.ConfigError, "map_size"),
+    ],
+)
+async def test_folder_and_view_settings_of_the_wrong_kind_are_clear_errors(
+    laser: lm.Laser, tmp_path: Path, make, error, says
+):
+    with pytest.raises(error, match=says):
+        make(laser.log, tmp_path / "view")
+    assert not (tmp_path / "view").exists()
+
+
+async def test_folder_run_flags_are_checked_before_it_folds(laser: lm.Laser, tmp_path: Path):
+    await laser.memory("notes").remember("a fact")
+    folder = ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view")
+    with pytest.raises(lm.InvalidInput, match="until_caught_up"):
+        await folder.run(until_caught_up="no")
+    with pytest.raises(lm.InvalidInput, match="rebuild"):
+        await folder.run(until_caught_up=True, rebuild=1)
+    with pytest.raises(lm.InvalidInput, match="on_progress"):
+        await folder.run(until_caught_up=True, on_progress=5)
+    assert not (tmp_path / "view").exists()
+    assert await folder.run(until_caught_up=True) == 1
 
 
 async def test_named_items_keep_every_version(viewed):

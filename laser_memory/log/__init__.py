@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, validate_clock
 from ..errors import ConfigError, InvalidUrl
 from .kafka import KafkaLog, KafkaLogConfig
 from .local import LocalLog, LocalLogConfig
@@ -73,5 +73,10 @@ def connect_log(url: str = DEFAULT_URL, *, create: bool = True, clock: Clock | N
         raise ConfigError(f"create is True or False, got a {type(create).__name__}")
     kind, where = parse_url(url)
     if kind == "local":
-        return LocalLog(where, LocalLogConfig(create=create, clock=clock or SYSTEM_CLOCK))
+        return LocalLog(
+            where,
+            LocalLogConfig(
+                create=create, clock=validate_clock(clock) if clock is not None else SYSTEM_CLOCK
+            ),
+        )
     return KafkaLog(KafkaLogConfig(bootstrap_servers=where))
