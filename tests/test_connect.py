@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 import laser_memory as lm
-from laser_memory.log import KafkaLog, LocalLog, connect_log, parse_url
+from laser_memory.log import (
+    KafkaLog,
+    KafkaLogConfig,
+    LocalLog,
+    LocalLogConfig,
+    connect_log,
+    parse_url,
+)
 
 
 def test_urls_pick_the_log():
@@ -74,3 +81,30 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
     with pytest.raises(error, match=says):
         lm.connect(f"local://{tmp_path}/log", **arguments)
     assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda: LocalLogConfig(map_size=-1), "map_size is a positive int"),
+        (lambda: LocalLogConfig(max_group_records=0), "max_group_records"),
+        (lambda: LocalLogConfig(max_record_bytes="1"), "max_record_bytes"),
+        (lambda: LocalLogConfig(poll_interval_s=0), "poll_interval_s is .* above 0"),
+        (lambda: LocalLogConfig(poll_interval_s=float("nan")), "poll_interval_s"),
+        (lambda: LocalLogConfig(sync="no"), "sync is True or False"),
+        (lambda: LocalLogConfig(create=1), "create"),
+        (lambda: LocalLogConfig(clock=object()), "now_ms"),
+        (lambda: LocalLog(5), "path"),
+        (lambda: LocalLog("/tmp/x", {"sync": False}), "LocalLogConfig"),
+        (lambda: KafkaLogConfig(5), "bootstrap_servers"),
+        (lambda: KafkaLogConfig("h:1", client_id=""), "client_id"),
+        (lambda: KafkaLogConfig("h:1", linger_s=-0.1), "linger_s"),
+        (lambda: KafkaLogConfig("h:1", request_timeout_s=0), "request_timeout_s"),
+        (lambda: KafkaLogConfig("h:1", replication_factor=0), "replication_factor"),
+        (lambda: KafkaLogConfig("h:1", max_batch_bytes=0.5), "max_batch_bytes"),
+        (lambda: KafkaLogConfig("h:1", extra_topic_configs={"a": 1}), "extra_topic_configs"),
+    ],
+)
+def test_log_settings_of_the_wrong_kind_are_config_errors(make, says):
+    with pytest.raises(lm.ConfigError, match=says):
+        make()

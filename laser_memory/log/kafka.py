@@ -41,6 +41,7 @@ from aiokafka.errors import (
 )
 
 from ..errors import (
+    ConfigError,
     InvalidRecord,
     LogUnavailable,
     TopicConflict,
@@ -51,6 +52,7 @@ from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
+    check_settings,
     check_topic_type,
     validate_outgoing,
     validate_partitions,
@@ -103,6 +105,29 @@ class KafkaLogConfig:
     max_request_bytes: int = 8 << 20
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     extra_topic_configs: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("bootstrap_servers", "client_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"KafkaLogConfig.{name} is a non-empty str, got {value!r}")
+        check_settings(
+            self,
+            positive_ints=("max_batch_bytes", "max_request_bytes", "max_record_bytes"),
+            seconds=("linger_s", "fetch_wait_s"),
+            positive_seconds=("request_timeout_s",),
+        )
+        factor = self.replication_factor
+        if factor is not None and (
+            isinstance(factor, bool) or not isinstance(factor, int) or factor < 1
+        ):
+            raise ConfigError(
+                f"KafkaLogConfig.replication_factor is a positive int or None, got {factor!r}"
+            )
+        if not isinstance(self.extra_topic_configs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.extra_topic_configs.items()
+        ):
+            raise ConfigError("KafkaLogConfig.extra_topic_configs maps str names to str values")
 
 
 def _millis(retention_s: float | None) -> int:

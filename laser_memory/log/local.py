@@ -36,12 +36,20 @@ from dataclasses import dataclass
 import lmdb
 import msgspec
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import InvalidRecord, LogUnavailable, TopicConflict, UnknownTopic, WriteTimeout
+from ..clock import SYSTEM_CLOCK, Clock, validate_clock
+from ..errors import (
+    ConfigError,
+    InvalidRecord,
+    LogUnavailable,
+    TopicConflict,
+    UnknownTopic,
+    WriteTimeout,
+)
 from ..lmdb_env import SharedEnvironments
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
+    check_settings,
     check_topic_type,
     validate_outgoing,
     validate_partitions,
@@ -82,6 +90,15 @@ class LocalLogConfig:
     write_timeout_s: float | None = 30.0
     create: bool = True
     clock: Clock = SYSTEM_CLOCK
+
+    def __post_init__(self) -> None:
+        check_settings(
+            self,
+            positive_ints=("map_size", "max_group_records", "max_record_bytes"),
+            positive_seconds=("poll_interval_s",),
+            bools=("sync", "create"),
+        )
+        validate_clock(self.clock)
 
 
 class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
@@ -159,7 +176,14 @@ class LocalLog(LogLifecycle):
     """
 
     def __init__(self, path: str | os.PathLike[str], config: LocalLogConfig | None = None):
-        self._path = os.path.realpath(os.fspath(path))
+        try:
+            self._path = os.path.realpath(os.fspath(path))
+        except TypeError:
+            raise ConfigError(
+                f"a local log's path is a str or os.PathLike, got {type(path).__name__}"
+            ) from None
+        if config is not None and not isinstance(config, LocalLogConfig):
+            raise ConfigError(f"config is a LocalLogConfig or None, got {type(config).__name__}")
         self._config = config or LocalLogConfig()
         validate_timeout(self._config.write_timeout_s, "write_timeout_s")
         self._env: lmdb.Environment | None = None

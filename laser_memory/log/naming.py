@@ -6,10 +6,18 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from ..errors import InvalidInput, InvalidName, InvalidRecord, RecordTooLarge, UnknownTopic
+from ..errors import (
+    ConfigError,
+    InvalidInput,
+    InvalidName,
+    InvalidRecord,
+    RecordTooLarge,
+    UnknownTopic,
+)
 from .port import OutgoingRecord, checked_headers_size
 
 __all__ = [
+    "check_settings",
     "check_topic_type",
     "validate_outgoing",
     "validate_partitions",
@@ -29,6 +37,38 @@ def validate_topic(topic: str) -> str:
             "letters, digits, '.', '_' and '-'"
         )
     return topic
+
+
+def check_settings(
+    config: object,
+    positive_ints: tuple[str, ...] = (),
+    seconds: tuple[str, ...] = (),
+    positive_seconds: tuple[str, ...] = (),
+    bools: tuple[str, ...] = (),
+) -> None:
+    """Refuse a config dataclass whose fields are of the wrong kind (`ConfigError`, naming
+    the field): ``positive_ints`` are ints from 1, ``seconds`` finite numbers from 0,
+    ``positive_seconds`` finite numbers above 0, ``bools`` True or False."""
+    kind = type(config).__name__
+    for name in positive_ints:
+        value = getattr(config, name)
+        if not _is_int(value) or value < 1:
+            raise ConfigError(f"{kind}.{name} is a positive int, got {value!r}")
+    for names, above in ((seconds, "from 0"), (positive_seconds, "above 0")):
+        for name in names:
+            value = getattr(config, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+                or (value == 0 and names is positive_seconds)
+            ):
+                raise ConfigError(f"{kind}.{name} is a number of seconds {above}, got {value!r}")
+    for name in bools:
+        value = getattr(config, name)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{kind}.{name} is True or False, got {value!r}")
 
 
 def check_topic_type(topic: object) -> None:
