@@ -83,6 +83,24 @@ def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.nd
     return rows[order][:limit]
 
 
+def _newest(keep: np.ndarray, c: Columns, limit: int) -> np.ndarray:
+    """The kept rows newest first; at most ``limit``. `_order` with every score equal,
+    in a third of its passes over the rows: a recency read is the commonest read."""
+    rows = np.flatnonzero(keep)
+    if limit == 0 or len(rows) == 0:
+        return rows[:0]
+    if len(rows) > limit:
+        times = c.time[rows]
+        # Records written together share their millisecond, where a partition is at its
+        # slowest: when the newest millisecond alone fills the limit, it is the cut.
+        top = times >= times.max()
+        if np.count_nonzero(top) < limit:
+            top = times >= np.partition(times, len(rows) - limit)[len(rows) - limit]
+        rows = rows[top]
+    order = np.lexsort((-c.offset[rows], -c.partition[rows], -c.time[rows]))
+    return rows[order][:limit]
+
+
 def _ranks_of(scores: np.ndarray, mask: np.ndarray, rows: list[int], c: Columns) -> list[int]:
     """Where each of ``rows`` comes among the masked rows by descending score, ties
     newest first."""
@@ -194,7 +212,7 @@ def rank_by_feedback(c: Columns, *, strategy: str, limit: int) -> list[Ranked]:
     weight first), then newest, with an ``auto`` signal for items with feedback."""
     keep = c.alive & c.allowed
     if strategy == "recent":
-        chosen = _order(np.zeros(len(keep)), keep, c, limit)
+        chosen = _newest(keep, c, limit)
         seconds = [int(c.time[row]) / 1000 for row in chosen.tolist()]
         return [
             Ranked(row, at, (Signal("recent", i, at),))

@@ -32,6 +32,26 @@ async def test_remember_and_recall_newest_first(laser: lm.Laser):
     assert await texts(memory, conversation="c1", strategy="recent") == ["three", "two", "one"]
 
 
+async def test_recent_recall_takes_the_newest_at_every_limit(laser: lm.Laser):
+    # Single writes a few milliseconds apart and batches that share one: the newest
+    # items at each limit, whether the cut falls between milliseconds or inside one.
+    memory = laser.memory("notes")
+    written: list[str] = []
+    for round_ in range(3):
+        for i in range(3):
+            written.append(f"single {round_}.{i}")
+            await memory.remember(written[-1])
+            await asyncio.sleep(0.003)
+        batch = [f"batch {round_}.{i}" for i in range(4)]
+        await memory.remember_many(batch)
+        written.extend(batch)
+        await asyncio.sleep(0.003)
+    newest_first = list(reversed(written))
+    for limit in range(1, len(written) + 2):
+        got = await memory.recall(limit=limit, strategy="recent", folded=True)
+        assert [item.text for item in got] == newest_first[:limit], limit
+
+
 async def test_item_fields_and_source(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember(
