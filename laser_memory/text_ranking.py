@@ -101,6 +101,22 @@ def _newest(keep: np.ndarray, c: Columns, limit: int) -> np.ndarray:
     return rows[order][:limit]
 
 
+def _by_feedback(keep: np.ndarray, c: Columns, limit: int) -> np.ndarray:
+    """`_order` over the weights: the kept rows highest weight first, equal weights
+    newest first; at most ``limit``. Weights are mostly zero, so the few weighted rows
+    are ranked apart and the zero-weight ones by time alone: no pass gathers every
+    row's weight."""
+    weight = c.weight
+    top = _order(weight, keep & (weight > 0), c, limit)
+    if len(top) >= limit:
+        return top
+    newest = _newest(keep & (weight == 0), c, limit - len(top))
+    if len(top) + len(newest) >= limit:
+        return np.concatenate([top, newest])
+    lowest = _order(weight, keep & (weight < 0), c, limit - len(top) - len(newest))
+    return np.concatenate([top, newest, lowest])
+
+
 def _ranks_of(scores: np.ndarray, mask: np.ndarray, rows: list[int], c: Columns) -> list[int]:
     """Where each of ``rows`` comes among the masked rows by descending score, ties
     newest first."""
@@ -218,7 +234,7 @@ def rank_by_feedback(c: Columns, *, strategy: str, limit: int) -> list[Ranked]:
             Ranked(row, at, (Signal("recent", i, at),))
             for i, (row, at) in enumerate(zip(chosen.tolist(), seconds, strict=True))
         ]
-    chosen = _order(c.weight, keep, c, limit)
+    chosen = _by_feedback(keep, c, limit)
     returned = np.zeros(len(keep), dtype=bool)
     returned[chosen] = True
     weighted = returned & (c.weight != 0)

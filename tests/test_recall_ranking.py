@@ -112,3 +112,55 @@ def test_context_block_keeps_the_first_item_and_marks_the_rest():
     assert estimate_tokens("abcde") == 2 and estimate_tokens("") == 0 and estimate_tokens("é") == 1
     with pytest.raises(lm.InvalidInput):
         lm.to_context_block(items, token_budget=-1)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 4),  # append time: few values, so many ties
+            st.integers(0, 2),  # partition
+            st.sampled_from([-2.0, -0.5, 0.0, 0.0, 0.0, 0.5, 1.0]),
+            st.booleans(),  # kept
+        ),
+        max_size=40,
+    ),
+    st.integers(0, 45),
+)
+def test_newest_and_feedback_orders_match_the_general_order(rows, limit):
+    """The feedback-ranked and newest-first orders take shortcuts (weighted rows apart,
+    zero weights by time alone); they must pick exactly what the general order picks:
+    highest weight first, then newest by (time, partition, offset)."""
+    import numpy as np
+
+    from laser_memory.text_ranking import Columns, _by_feedback, _newest, _order
+
+    n = len(rows)
+    time = np.array([r[0] for r in rows], dtype=np.int64)
+    partition = np.array([r[1] for r in rows], dtype=np.int64)
+    weight = np.array([r[2] for r in rows], dtype=np.float64)
+    keep = np.array([r[3] for r in rows], dtype=bool)
+    columns = Columns(
+        keyword=np.zeros(n),
+        semantic=None,
+        has_vector=None,
+        weight=weight,
+        time=time,
+        partition=partition,
+        offset=np.arange(n, dtype=np.int64),  # distinct positions: no full ties
+        before=np.full(n, -1),
+        after=np.full(n, -1),
+        alive=np.ones(n, dtype=bool),
+        allowed=keep,
+    )
+    assert (
+        _by_feedback(keep, columns, limit).tolist() == _order(weight, keep, columns, limit).tolist()
+    )
+    assert (
+        _newest(keep, columns, limit).tolist() == _order(np.zeros(n), keep, columns, limit).tolist()
+    )
+    # And both against a plain sort.
+    plain = sorted(
+        (i for i in range(n) if keep[i]),
+        key=lambda i: (-weight[i], -time[i], -partition[i], -i),
+    )
+    assert _by_feedback(keep, columns, limit).tolist() == plain[:limit]
