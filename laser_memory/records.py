@@ -326,21 +326,17 @@ def header_value(headers: Headers, name: str) -> bytes | None:
 
 
 _VERSION_HEADER = str(SCHEMA_VERSION).encode()
+#: The last headers tuple whose version header was found readable. A log read hands
+#: out one tuple per distinct headers set, so most records skip the search; a tuple of
+#: (str, bytes) tuples cannot change once checked.
+_checked_headers: list[object] = [None]
 
 
 def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
     """Decode a record's value; raises `RecordDecodeError` (or its subclass
     `UnsupportedSchemaVersion`) with the reason, never returns garbage."""
-    version_header = header_value(headers, HEADER_VERSION)
-    if version_header is not None and version_header != _VERSION_HEADER:
-        try:
-            version = int(version_header)
-        except ValueError:
-            raise RecordDecodeError(
-                f"header {HEADER_VERSION} is {version_header!r}, not a number"
-            ) from None
-        if version > SCHEMA_VERSION:
-            raise _too_new(version)
+    if headers is not _checked_headers[0]:
+        _check_version_header(headers)
     try:
         record = _decoder.decode(value)
     except msgspec.DecodeError as exc:
@@ -356,6 +352,26 @@ def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
     if record.v < 1:
         raise RecordDecodeError(f"schema version {record.v} does not exist; versions start at 1")
     return record
+
+
+def _check_version_header(headers: Headers) -> None:
+    """Refuse headers that name a schema version newer than this one reads (or none
+    that is a number); remember a tuple that passed."""
+    version_header = header_value(headers, HEADER_VERSION)
+    if version_header is not None and version_header != _VERSION_HEADER:
+        try:
+            version = int(version_header)
+        except ValueError:
+            raise RecordDecodeError(
+                f"header {HEADER_VERSION} is {version_header!r}, not a number"
+            ) from None
+        if version > SCHEMA_VERSION:
+            raise _too_new(version)
+    if type(headers) is tuple and all(
+        type(header) is tuple and len(header) == 2 and type(header[1]) is bytes
+        for header in headers
+    ):
+        _checked_headers[0] = headers
 
 
 def _too_new(version: int) -> UnsupportedSchemaVersion:

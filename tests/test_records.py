@@ -163,6 +163,17 @@ def test_newer_schema_version_is_refused_from_header():
     headers = tuple((k, b"2" if k == "lm-v" else v) for k, v in wire.headers)
     with pytest.raises(UnsupportedSchemaVersion, match="schema version 2"):
         decode_record(wire.value, headers)
+    # Headers found readable are remembered by identity: others are still checked,
+    # and a list (which could change) is checked every time.
+    assert decode_record(wire.value, wire.headers) == EXPECTED_V1["forget"]
+    with pytest.raises(UnsupportedSchemaVersion):
+        decode_record(wire.value, headers)
+    listed = [list(header) for header in wire.headers]
+    listed = [tuple(header) for header in listed]
+    assert decode_record(wire.value, listed) == EXPECTED_V1["forget"]
+    listed[2] = ("lm-v", b"2")
+    with pytest.raises(UnsupportedSchemaVersion):
+        decode_record(wire.value, listed)
 
 
 def test_newer_schema_version_is_refused_from_value_even_if_its_shape_changed():
