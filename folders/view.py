@@ -52,7 +52,7 @@ remembered in two conversations has an entry for each):
   are index-backed: a read walks the narrowest index that applies and checks
   the other filters on each entry, stopping once it has ``limit`` items. A read
   with no filter merges the ``k:`` tags (every item is under its kind, and there
-  are six kinds): an ``*`` tag of all items cost the fold a fifth of its puts.
+  are six kinds): an ``*`` tag of all items cost the fold a fourth of its puts.
 - ``F`` feedback-ranked: the same tags as ``R``, then the weight inverted
   (highest first), then ``inv(k) + id`` (``k + id`` under ``c:``); only items
   whose weight is not zero; the value is the owner (empty for an item of
