@@ -99,18 +99,18 @@ class RememberBuilder:
             raise InvalidInput("an entry is a body, or a mapping with a 'body' key")
         # Most entries give a body and who it belongs to: the other options are read
         # only when an entry has any (a batch's per-entry cost is the write path's).
-        options = entry.keys() - _PLAIN_KEYS
+        options = not _PLAIN_KEYS.issuperset(entry)
         if options:
-            unknown = options - ENTRY_KEYS
+            unknown = entry.keys() - ENTRY_KEYS
             if unknown:
                 raise InvalidInput(
                     f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
                     f"{', '.join(sorted(REMEMBER_OPTIONS))}"
                 )
         data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
-        given_kind = entry.get("kind")
-        kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
         get = entry.get
+        given_kind = get("kind")
+        kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
         owner = (get("conversation"), get("tenant"), get("agent"), get("user"), get("application"))
         # Entries of a batch mostly share their scope: made and checked once.
         try:
