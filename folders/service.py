@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from laser_memory.errors import ConfigError, InvalidInput, ViewLocked
-from laser_memory.log.naming import check_topic_type
+from laser_memory.log.naming import check_settings, check_topic_type
 from laser_memory.log.port import Log, LogRecord
 
 from .view import MemoryView, view_path_of
@@ -46,10 +46,10 @@ class FolderConfig:
     map_size: int = 64 << 30
 
     def __post_init__(self) -> None:
-        for name in ("max_transaction_records", "read_ahead", "max_read_batch", "map_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"FolderConfig.{name} is a positive int, got {value!r}")
+        check_settings(
+            self,
+            positive_ints=("max_transaction_records", "read_ahead", "max_read_batch", "map_size"),
+        )
 
 
 class ViewFolder:

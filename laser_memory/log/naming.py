@@ -161,7 +161,9 @@ def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) 
     """Refuse a batch with any record a log could not store faithfully, or one larger
     than ``max_record_bytes``, before anything is written (msgspec Structs do not check
     field types when built)."""
-    if isinstance(records, str | bytes) or not isinstance(records, Sequence):
+    if type(records) is not list and (  # a list, the usual batch, skips the ABC check
+        isinstance(records, str | bytes) or not isinstance(records, Sequence)
+    ):
         raise InvalidRecord(f"records are a list of OutgoingRecord, got {type(records).__name__}")
     for index, record in enumerate(records):
         if type(record) is not OutgoingRecord and not isinstance(record, OutgoingRecord):
