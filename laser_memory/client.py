@@ -34,6 +34,7 @@ from .errors import (
 )
 from .ids import MemoryId, validate_name
 from .log import DEFAULT_URL, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
+from .log.batcher import AppendBatcher
 from .log.naming import validate_topic
 from .log.port import Appended
 from .memory import MemoryConfig, MemoryHandle
@@ -80,6 +81,9 @@ class Laser:
         self.principal = principal
         self.governor = validate_governor(governor) if governor is not None else None
         self.log = log
+        #: Where this connection's memory writes go: the appends of one event-loop turn
+        #: reach the log as one batch (see `AppendBatcher`).
+        self.appends = AppendBatcher(log)
         self.clock = clock
         self.embedder = validate_embedder(embedder) if embedder is not None else None
         self.stream = stream
@@ -107,6 +111,7 @@ class Laser:
         for laser, folder in private:
             await laser.stop()
             shutil.rmtree(folder, ignore_errors=True)
+        await self.appends.drain()
         await self.log.stop()
 
     async def memory_with(

@@ -291,11 +291,11 @@ class RecordWriter:
                     for record, out in zip(records, outgoing, strict=True)
                 ],
             )
-        log = self._laser.log
+        appends = self._laser.appends
         try:
-            receipts = await log.append_batch(self.topic, outgoing)
+            receipts = await appends.append_batch(self.topic, outgoing)
         except UnknownTopic:
             if not await self._laser._create_missing_topic(self.topic):
                 raise
-            receipts = await log.append_batch(self.topic, outgoing)
+            receipts = await appends.append_batch(self.topic, outgoing)
         return receipts

@@ -23,6 +23,7 @@ from laser_memory.errors import (
     UnknownTopic,
 )
 from laser_memory.log import Log, LogRecord, OutgoingRecord, connect_log, partition_for
+from laser_memory.log.batcher import AppendBatcher
 
 
 async def read_all(log: Log, topic: str, **kwargs) -> list[LogRecord]:
@@ -115,6 +116,33 @@ class LogConformance:
             assert found.value == record.value
             assert found.append_time_ms == receipt.append_time_ms
             assert receipt.topic == topic_name
+
+    async def test_large_and_small_appends_together_keep_receipts_and_order(
+        self, log: Log, topic_name: str
+    ):
+        # Many records for one partition and a few for another in one append, large
+        # records that fill several producer batches, and appends to the same
+        # partition while the first is still in flight.
+        await log.create_topic(topic_name, partitions=2)
+        big = b"x" * (150 << 10)
+        first = [OutgoingRecord(b"a%02d" % i + big, partition=0) for i in range(20)] + [
+            OutgoingRecord(b"b%d" % i, partition=1) for i in range(3)
+        ]
+        later = [
+            [OutgoingRecord(b"c%d.%02d" % (n, i), partition=0) for i in range(20)] for n in range(3)
+        ]
+        results = await asyncio.gather(
+            log.append_batch(topic_name, first),
+            *(log.append_batch(topic_name, batch) for batch in later),
+        )
+        read = {(r.partition, r.offset): r.value for r in await read_all(log, topic_name)}
+        sent = [first, *later]
+        for records, receipts in zip(sent, results, strict=True):
+            assert [(r.partition, read[(r.partition, r.offset)]) for r in receipts] == [
+                (record.partition, record.value) for record in records
+            ]
+        in_partition_0 = [read[key] for key in sorted(read) if key[0] == 0]
+        assert in_partition_0 == [r.value for records in sent for r in records if r.partition == 0]
 
     async def test_concurrent_appends_are_all_kept(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=2)
@@ -403,3 +431,90 @@ class LogConformance:
         await log.append(topic_name, OutgoingRecord(b"only", partition=0))
         records = await asyncio.wait_for(read_all(log, topic_name, until={0: 5, 1: 3}), 20)
         assert [r.value for r in records] == [b"only"]
+
+    # -- appends batched by turn (AppendBatcher, what memory writes go through) ----------
+
+    async def test_batched_callers_each_get_the_receipts_of_their_own_records(
+        self, log: Log, topic_name: str
+    ):
+        await log.create_topic(topic_name, partitions=3)
+        batcher = AppendBatcher(log)
+        calls = [
+            [OutgoingRecord(b"%d.%d" % (i, j), key=b"k%d" % (i % 4)) for j in range(i % 3 + 1)]
+            for i in range(60)
+        ]
+        results = await asyncio.gather(*(batcher.append_batch(topic_name, c) for c in calls))
+        read = {(r.partition, r.offset): r.value for r in await read_all(log, topic_name)}
+        assert len(read) == sum(len(c) for c in calls)
+        for call, receipts in zip(calls, results, strict=True):
+            assert [read[(r.partition, r.offset)] for r in receipts] == [o.value for o in call]
+        # One key's records land in the order the calls were made.
+        same_key = [r.value for r in await read_all(log, topic_name) if r.key == b"k1"]
+        expected = [o.value for c in calls for o in c if o.key == b"k1"]
+        assert same_key == expected
+
+    async def test_a_refused_caller_in_a_batch_fails_alone(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=2)
+        batcher = AppendBatcher(log)
+        results = await asyncio.gather(
+            batcher.append_batch(topic_name, [OutgoingRecord(b"a")]),
+            batcher.append_batch(
+                topic_name, [OutgoingRecord(b"b"), OutgoingRecord(b"c", partition=9)]
+            ),
+            batcher.append_batch(topic_name, [OutgoingRecord("not bytes")]),
+            batcher.append_batch(topic_name, [OutgoingRecord(b"d"), OutgoingRecord(b"e")]),
+            return_exceptions=True,
+        )
+        assert [type(r) for r in results[1:3]] == [InvalidRecord, InvalidRecord]
+        assert "partition 9" in str(results[1])
+        assert len(results[0]) == 1 and len(results[3]) == 2
+        # The refused callers wrote nothing, not even their good records.
+        assert sorted(r.value for r in await read_all(log, topic_name)) == [b"a", b"d", b"e"]
+
+    async def test_a_cancelled_caller_leaves_the_batch_to_the_others(
+        self, log: Log, topic_name: str
+    ):
+        await log.create_topic(topic_name, partitions=1)
+        batcher = AppendBatcher(log)
+        tasks = [
+            asyncio.create_task(batcher.append_batch(topic_name, [OutgoingRecord(b"%d" % i)]))
+            for i in range(5)
+        ]
+        await asyncio.sleep(0)  # every call has joined the turn's batch
+        tasks[2].cancel()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(done[2], asyncio.CancelledError)
+        assert all(len(done[i]) == 1 for i in (0, 1, 3, 4))
+        # Cancelling a wait does not take back a record already handed to the log.
+        await batcher.drain()
+        assert sorted(r.value for r in await read_all(log, topic_name)) == [
+            b"%d" % i for i in range(5)
+        ]
+
+    async def test_batched_appends_keep_the_logs_errors(self, log: Log, topic_name: str):
+        batcher = AppendBatcher(log)
+        results = await asyncio.gather(
+            *(batcher.append_batch(topic_name, [OutgoingRecord(b"x")]) for _ in range(3)),
+            return_exceptions=True,
+        )
+        assert [type(r) for r in results] == [UnknownTopic] * 3
+        with pytest.raises(InvalidName, match="topic name is a str"):
+            await batcher.append_batch(["t"], [OutgoingRecord(b"x")])
+        with pytest.raises(InvalidRecord, match="list of OutgoingRecord"):
+            await batcher.append_batch(topic_name, None)
+        assert await batcher.append_batch(topic_name, []) == []
+
+    async def test_drain_waits_for_the_batches_under_way(self, log: Log, topic_name: str):
+        await log.create_topic(topic_name, partitions=2)
+        batcher = AppendBatcher(log)
+        first = asyncio.ensure_future(batcher.append_batch(topic_name, [OutgoingRecord(b"0")]))
+        waits = [
+            asyncio.ensure_future(batcher.append_batch(topic_name, [OutgoingRecord(b"%d" % i)]))
+            for i in range(1, 20)
+        ]
+        await asyncio.sleep(0)
+        for wait in waits:
+            wait.cancel()  # nobody waits for the receipts: drain still sees the batch sent
+        await batcher.drain()
+        await first
+        assert sum((await log.end_offsets(topic_name)).values()) == 20

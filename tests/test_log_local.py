@@ -122,3 +122,27 @@ async def test_kill_9_loses_no_acknowledged_record_and_shows_no_torn_one(tmp_pat
         # The log still takes appends after the crash.
         receipt = await log.append("t", OutgoingRecord(b"after"))
         assert receipt.offset == ends[receipt.partition]
+
+
+async def test_a_batch_whose_sending_is_cancelled_cancels_its_callers(tmp_path):
+    from laser_memory.log.batcher import AppendBatcher
+
+    async with LocalLog(tmp_path) as log:
+        await log.create_topic("t", partitions=1)
+        batcher = AppendBatcher(log)
+        waits = [
+            asyncio.ensure_future(batcher.append_batch("t", [OutgoingRecord(b"%d" % i)]))
+            for i in range(4)
+        ]
+        await asyncio.sleep(0)
+        for sending in list(batcher._sending):  # as the loop's shutdown would
+            sending.cancel()
+        results = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 10)
+        # The first went to the log at once (nothing was under way); the three that
+        # came while it was were batched, and their batch was cancelled.
+        assert results[0][0].offset == 0
+        assert all(isinstance(r, asyncio.CancelledError) for r in results[1:])
+        await batcher.drain()
+        # The cancelled batch is closed: the next append goes out on its own.
+        [receipt] = await asyncio.wait_for(batcher.append_batch("t", [OutgoingRecord(b"x")]), 10)
+        assert receipt.offset == 1

@@ -466,6 +466,29 @@ async def test_two_writers_updating_one_key_both_apply(laser: lm.Laser):
     assert item.version == 31
 
 
+async def test_writes_of_one_turn_each_get_their_own_receipt(laser: lm.Laser):
+    # Calls made together go to the log as one batch: each still gets its own id and
+    # receipt, and the log holds each write once, in the order of the calls.
+    notes, tasks = laser.memory("notes"), laser.memory("tasks")
+    first = await notes.remember("already there", conversation="c")
+    ids = await asyncio.gather(
+        *(notes.remember(f"note {i}", conversation="c") for i in range(30)),
+        tasks.remember("a task", conversation="c"),
+        notes.improve(first, 2.0),
+        notes.forget(first, conversation="c"),
+    )
+    receipts = [mid.receipt for mid in ids[:31]] + list(ids[31:])
+    assert len({(r.partition, r.offset) for r in receipts}) == 33
+    for partition in {r.partition for r in receipts}:
+        offsets = [r.offset for r in receipts if r.partition == partition]
+        assert offsets == sorted(offsets)
+    assert notes.last_receipt == ids[32]
+    assert [item.text for item in await notes.recall(conversation="c", limit=50)] == [
+        f"note {i}" for i in reversed(range(30))
+    ]
+    assert [item.text for item in await tasks.recall(conversation="c")] == ["a task"]
+
+
 # -- bad input writes nothing -------------------------------------------------------------
 
 
