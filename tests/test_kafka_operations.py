@@ -136,6 +136,39 @@ async def test_a_batch_the_broker_refuses_never_poisons_later_appends(kafka_boot
         assert values == [b"before", b"after 0", b"after 1", b"after 2"]
 
 
+async def test_a_record_batch_the_broker_refuses_never_poisons_later_ones(
+    kafka_bootstrap, topic_name
+):
+    async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+        await log.create_topic(topic_name, partitions=1)
+        before = [OutgoingRecord(b"before %d" % i) for i in range(20)]
+        await log.append_batch(topic_name, before)
+        async with admin(kafka_bootstrap) as client:
+            await client.alter_configs(
+                [
+                    ConfigResource(
+                        ConfigResourceType.TOPIC,
+                        topic_name,
+                        {
+                            "max.message.bytes": "50000",
+                            "message.timestamp.type": "LogAppendTime",
+                            "retention.ms": "-1",
+                        },
+                    )
+                ]
+            )
+        await asyncio.sleep(1.0)
+        with pytest.raises(lm.LogUnavailable, match="refused"):
+            await log.append_batch(
+                topic_name, [OutgoingRecord(b"%d" % i + b"x" * 10_000) for i in range(20)]
+            )
+        after = [OutgoingRecord(b"after %d" % i) for i in range(20)]
+        receipts = await log.append_batch(topic_name, after)
+        assert [r.offset for r in receipts] == list(range(20, 40))
+        values = [r.value for r in await read_all(log, topic_name)]
+        assert values == [r.value for r in before + after]
+
+
 # -- a broker of our own, to pause and to kill ------------------------------------------
 
 
@@ -180,13 +213,25 @@ async def test_every_write_has_a_deadline_kafka(own_broker, topic_name):
                 asyncio.CancelledError,
                 lm.WriteTimeout,
             ]
+            # Many records for one partition go as a record batch of their own: it has
+            # the same deadline.
+            started = time.monotonic()
+            with pytest.raises(lm.WriteTimeout, match="may or may not have landed"):
+                await log.append_batch(
+                    topic_name, [OutgoingRecord(b"paused batch %d" % i) for i in range(20)]
+                )
+            assert time.monotonic() - started < 5
         finally:
             os.kill(_pid(workdir), signal.SIGCONT)
         receipt = await log.append(topic_name, OutgoingRecord(b"after"))
         values = [r.value for r in await read_all(log, topic_name)]
         # Paused writes may have landed once the broker woke; never twice.
         assert values[0] == b"before" and values[-1] == b"after"
-        assert set(values[1:-1]) <= {b"while paused", b"paused 0", b"paused 1", b"paused 2"}
+        assert set(values[1:-1]) <= {
+            b"while paused",
+            *(b"paused %d" % i for i in range(3)),
+            *(b"paused batch %d" % i for i in range(20)),
+        }
         assert len(set(values)) == len(values)
         assert receipt.offset == len(values) - 1
 

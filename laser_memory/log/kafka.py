@@ -250,6 +250,8 @@ class KafkaLog(LogLifecycle):
             except KafkaError as exc:
                 raise LogUnavailable(f"cannot restart the Kafka producer: {exc}") from exc
             self._producer = fresh
+            # The failed producer's batches say nothing of what the new one has in flight.
+            self._whole_batches.clear()
             with contextlib.suppress(Exception):
                 await failed.stop()
 
