@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import laser_memory as lm
-from laser_memory.log import OutgoingRecord, partition_for
+from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord, partition_for
 from log_conformance import read_all
 
 
@@ -487,6 +487,27 @@ async def test_writes_of_one_turn_each_get_their_own_receipt(laser: lm.Laser):
         f"note {i}" for i in reversed(range(30))
     ]
     assert [item.text for item in await tasks.recall(conversation="c")] == ["a task"]
+
+
+async def test_a_write_the_log_refuses_fails_alone_among_writes_sent_together(tmp_path):
+    # The log takes smaller records than the handle allows: the log refuses, and the
+    # writes batched with the refused one still land.
+    log = LocalLog(tmp_path, LocalLogConfig(max_record_bytes=2000))
+    async with lm.Laser(log, stream="s") as laser:
+        memory = laser.memory("notes")
+        under_way = asyncio.create_task(memory.remember("under way"))
+        await asyncio.sleep(0)  # so that the next three are sent together
+        results = await asyncio.gather(
+            *(memory.remember(body) for body in ["a", "b" * 3000, "c"]),
+            return_exceptions=True,
+        )
+        await under_way
+        assert isinstance(results[1], lm.RecordTooLarge)
+        assert sorted(item.text for item in await memory.recall(folded=True)) == [
+            "a",
+            "c",
+            "under way",
+        ]
 
 
 # -- bad input writes nothing -------------------------------------------------------------
