@@ -81,9 +81,9 @@ class Laser:
         self.principal = principal
         self.governor = validate_governor(governor) if governor is not None else None
         self.log = log
-        #: Where this connection's memory writes go: the appends of one event-loop turn
-        #: reach the log as one batch (see `AppendBatcher`).
-        self.appends = AppendBatcher(log)
+        # Where this connection's memory writes go: those made while another is under
+        # way reach the log together, as one append (see `AppendBatcher`).
+        self._appends = AppendBatcher(log)
         self.clock = clock
         self.embedder = validate_embedder(embedder) if embedder is not None else None
         self.stream = stream
@@ -111,7 +111,7 @@ class Laser:
         for laser, folder in private:
             await laser.stop()
             shutil.rmtree(folder, ignore_errors=True)
-        await self.appends.drain()
+        await self._appends.drain()
         await self.log.stop()
 
     async def memory_with(

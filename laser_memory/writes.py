@@ -291,7 +291,7 @@ class RecordWriter:
                     for record, out in zip(records, outgoing, strict=True)
                 ],
             )
-        appends = self._laser.appends
+        appends = self._laser._appends
         try:
             receipts = await appends.append_batch(self.topic, outgoing)
         except UnknownTopic:
