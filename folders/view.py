@@ -93,6 +93,7 @@ from laser_memory.vector_clusters import ApproximateSearch
 from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
 from .state import (
     _KEPT_FIELDS,
+    _NO_CONVERSATION,
     MAX_SEARCH_INDEXES,
     ItemFilter,
     ItemState,
@@ -695,9 +696,28 @@ class MemoryView:
             # written at once rather than kept until the batch ends: a later record of
             # the batch about it reads it back from the transaction, and a batch of new
             # items holds no objects for the garbage collector to walk (which cost a
-            # third of the fold).
-            if is_remember and self._put_new(txn, db_key, record, key, source, raw_id):
-                return
+            # third of the fold). What `_put_new` does, inlined: this runs once a record,
+            # and its calls were a tenth of a new item's fold.
+            if is_remember:
+                conversation = record_scope.conversation
+                if conversation is None:
+                    conversation = _NO_CONVERSATION
+                state_bytes = new_item_state(conversation, key, _KEPT_FIELDS(record), source)
+                # One look into the items for both questions, is it new and where it goes
+                # (a get before the put was a twelfth of the fold).
+                if self._item_put(db_key, state_bytes, overwrite=False):
+                    prefixes, owner = _recency_prefixes(
+                        record_scope.tenant, record.ns, conversation, record_scope.agent,
+                        record_scope.user, record_scope.application, record.kind,
+                    )  # fmt: skip
+                    # The entries `_index_entries` gives an item remembered once with no
+                    # feedback, made without its dict (the fold-model test checks them).
+                    tail = _KEY_BYTES(key[0], key[1], key[2]) + raw_id
+                    put = self._index_put
+                    for prefix in prefixes:
+                        put(prefix + tail, owner)
+                    self._new_items.append(db_key)
+                    return
             self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id)
         state = items[db_key][0]
         if entry is None:
@@ -724,33 +744,6 @@ class MemoryView:
             entry,
             db=self._dbs["audit"],
         )
-
-    def _put_new(
-        self, txn, db_key: bytes, record: Remember, key: SortKey, source, raw_id: bytes
-    ) -> bool:
-        """Write the item remembered by ``record`` as a new one: its state and its index
-        entries (its key joins the transaction's ``changes`` row). False, writing
-        nothing, when the view holds the item already."""
-        scope = record.scope
-        conversation = _conv(scope.conversation)
-        # The kept fields as a tuple: it encodes as the array-like `KeptRemember` does.
-        state = new_item_state(conversation, key, _KEPT_FIELDS(record), source)
-        # One look into the items for both questions, is it new and where it goes (a
-        # get before the put was a twelfth of the fold).
-        if not self._item_put(db_key, state, overwrite=False):
-            return False
-        prefixes, owner = _recency_prefixes(
-            scope.tenant, record.ns, conversation, scope.agent, scope.user, scope.application,
-            record.kind,
-        )  # fmt: skip
-        # The entries `_index_entries` gives an item remembered once with no feedback,
-        # made without its dict (the fold-model test checks the two agree).
-        tail = _KEY_BYTES(*key) + raw_id
-        put = self._index_put
-        for prefix in prefixes:
-            put(prefix + tail, owner)
-        self._new_items.append(db_key)
-        return True
 
     def _loaded(
         self, txn, items: dict, db_key: bytes, tenant: str, namespace: str, raw_id: bytes
