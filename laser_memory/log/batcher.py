@@ -3,10 +3,11 @@ together, as one batch.
 
 A thousand gathered ``remember`` calls each made an append of one record: a future, a
 queue entry, a deadline and a check each, and on the embedded log a request the group
-commit handled apart, on Kafka a send each. Those per-append costs were most of a
-concurrent ``remember`` (about 50 µs, against 6 µs an item in one batch of a thousand).
-Batched, they share one append; each caller still waits for its own records and gets
-its own receipts, in the order the calls were made.
+commit handled apart, on Kafka a send each (measured on the embedded log: 28-37 µs an
+append of one record gathered a thousand at a time, 5-7 µs a record in one append of a
+thousand). Batched, they share one append; each caller still waits for its own records
+and gets its own receipts, in the order the calls were made. On Kafka a batch is also
+what lets `KafkaLog` send many records for a partition as a record batch of their own.
 
 An append made while nothing is under way goes to the log at once, as it would without
 a batcher: a caller writing one record at a time waits for no one. The appends that come
