@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import threading
 from typing import Self
 
 from .clock import SYSTEM_CLOCK, Clock
@@ -38,29 +37,42 @@ __all__ = [
 
 
 class _RandomBytes:
-    """Bytes from `os.urandom`, drawn 4 KiB at a time: a system call per id was a
-    twentieth of a `remember` on Kafka. A forked child starts a pool of its own (two
-    processes sharing one would mint the same ids)."""
+    """The random parts of new ids, 10 bytes each, cut from `os.urandom` drawn 4,000 bytes
+    at a time: a system call per id was a twentieth of a `remember` on Kafka. A forked
+    child starts a pool of its own (two processes sharing one would mint the same ids).
+
+    No lock: each part is taken with one ``list.pop``, which is atomic (under the GIL,
+    and with the per-object locks of free-threaded builds), so two threads never get
+    the same part; threads that find the pool empty together each draw a fresh one. A
+    lock taken per id cost more than the rest of the draw (0.67 -> 0.22 us)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool = b""
-        self._at = 0
+        self._parts: list[bytes] = []
 
-    def take(self, count: int) -> bytes:
-        with self._lock:
-            at = self._at
-            if at + count > len(self._pool):
-                self._pool, at = os.urandom(max(4096, count)), 0
-            self._at = at + count
-            return self._pool[at : at + count]
+    def ten(self) -> bytes:
+        """Ten random bytes, never handed out before in this process."""
+        try:
+            return self._parts.pop()
+        except IndexError:
+            block = os.urandom(4000)
+            parts = [block[at : at + 10] for at in range(0, 4000, 10)]
+            part = parts.pop()
+            self._parts = parts
+            return part
 
     def forget(self) -> None:
-        self.__init__()
+        self._parts = []
 
 
 _RANDOM = _RandomBytes()
 os.register_at_fork(after_in_child=_RANDOM.forget)
+
+
+def new_id_bytes(clock: Clock = SYSTEM_CLOCK) -> bytes:
+    """The 16 bytes of a new random id (`MemoryId.new`'s), for a writer that needs only
+    the bytes: the clock's millisecond, then 10 random bytes."""
+    return (clock.now_ms() % (1 << 48)).to_bytes(6, "big") + _RANDOM.ten()
+
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _DECODE = {c: i for i, c in enumerate(_ALPHABET)}
@@ -127,8 +139,7 @@ class MemoryId:
     @classmethod
     def new(cls, clock: Clock = SYSTEM_CLOCK) -> Self:
         """A random id, ordered by the clock's time (the machine's unless given)."""
-        millis = clock.now_ms() % (1 << 48)
-        return cls._of(millis.to_bytes(6, "big") + _RANDOM.take(10))
+        return cls._of(new_id_bytes(clock))
 
     @classmethod
     def parse(cls, value: str | bytes | MemoryId) -> Self:

@@ -21,7 +21,7 @@ from . import inputs
 from .access import Governor, Principal, ProposedWrite, check_governor
 from .embedding import Embedder, embed_texts
 from .errors import InvalidInput, RecordTooLarge, UnknownTopic
-from .ids import MemoryId
+from .ids import MemoryId, new_id_bytes
 from .kinds import MemoryKind, parse_kind
 from .log.port import Appended, OutgoingRecord, record_size
 from .records import MemoryRecord, Origin, Producer, Remember, Superseded, encode_record
@@ -130,7 +130,7 @@ class RememberBuilder:
             self._scopes[owner] = scope  # every field is a str or None: checked above
         if not options and memory_id is None:
             if new_id is None:
-                new_id = MemoryId.new(self._laser.clock).bytes
+                new_id = new_id_bytes(self._laser.clock)
             return Remember(
                 ns=self.namespace,
                 scope=scope,

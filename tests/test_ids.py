@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -166,8 +167,13 @@ def test_random_parts_never_repeat_across_threads():
         seen.extend(MemoryId.new().bytes[6:] for _ in range(5_000))
 
     threads = [threading.Thread(target=mint) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can: races show
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert len(set(seen)) == len(seen) == 20_000
