@@ -33,7 +33,7 @@ from .errors import (
     WaitTimeout,
 )
 from .ids import MemoryId, validate_name
-from .log import DEFAULT_URL, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
+from .log import DEFAULT_URL, KafkaLog, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
 from .log.batcher import AppendBatcher
 from .log.naming import validate_topic
 from .log.port import Appended
@@ -82,8 +82,9 @@ class Laser:
         self.governor = validate_governor(governor) if governor is not None else None
         self.log = log
         # Where this connection's memory writes go: those made while another is under
-        # way reach the log together, as one append (see `AppendBatcher`).
-        self._appends = AppendBatcher(log)
+        # way reach the log together, as one append; on Kafka every write waits for its
+        # turn's others (see `AppendBatcher`).
+        self._appends = AppendBatcher(log, at_once=not isinstance(log, KafkaLog))
         self.clock = clock
         self.embedder = validate_embedder(embedder) if embedder is not None else None
         self.stream = stream

@@ -434,11 +434,12 @@ class LogConformance:
 
     # -- appends batched by turn (AppendBatcher, what memory writes go through) ----------
 
+    @pytest.mark.parametrize("at_once", [True, False])
     async def test_batched_callers_each_get_the_receipts_of_their_own_records(
-        self, log: Log, topic_name: str
+        self, log: Log, topic_name: str, at_once: bool
     ):
         await log.create_topic(topic_name, partitions=3)
-        batcher = AppendBatcher(log)
+        batcher = AppendBatcher(log, at_once=at_once)
         calls = [
             [OutgoingRecord(b"%d.%d" % (i, j), key=b"k%d" % (i % 4)) for j in range(i % 3 + 1)]
             for i in range(60)
@@ -453,9 +454,12 @@ class LogConformance:
         expected = [o.value for c in calls for o in c if o.key == b"k1"]
         assert same_key == expected
 
-    async def test_a_refused_caller_in_a_batch_fails_alone(self, log: Log, topic_name: str):
+    @pytest.mark.parametrize("at_once", [True, False])
+    async def test_a_refused_caller_in_a_batch_fails_alone(
+        self, log: Log, topic_name: str, at_once: bool
+    ):
         await log.create_topic(topic_name, partitions=2)
-        batcher = AppendBatcher(log)
+        batcher = AppendBatcher(log, at_once=at_once)
         results = await asyncio.gather(
             batcher.append_batch(topic_name, [OutgoingRecord(b"a")]),
             batcher.append_batch(
@@ -471,11 +475,12 @@ class LogConformance:
         # The refused callers wrote nothing, not even their good records.
         assert sorted(r.value for r in await read_all(log, topic_name)) == [b"a", b"d", b"e"]
 
+    @pytest.mark.parametrize("at_once", [True, False])
     async def test_a_cancelled_caller_leaves_the_batch_to_the_others(
-        self, log: Log, topic_name: str
+        self, log: Log, topic_name: str, at_once: bool
     ):
         await log.create_topic(topic_name, partitions=1)
-        batcher = AppendBatcher(log)
+        batcher = AppendBatcher(log, at_once=at_once)
         tasks = [
             asyncio.create_task(batcher.append_batch(topic_name, [OutgoingRecord(b"%d" % i)]))
             for i in range(5)
@@ -504,9 +509,12 @@ class LogConformance:
             await batcher.append_batch(topic_name, None)
         assert await batcher.append_batch(topic_name, []) == []
 
-    async def test_drain_waits_for_the_batches_under_way(self, log: Log, topic_name: str):
+    @pytest.mark.parametrize("at_once", [True, False])
+    async def test_drain_waits_for_the_batches_under_way(
+        self, log: Log, topic_name: str, at_once: bool
+    ):
         await log.create_topic(topic_name, partitions=2)
-        batcher = AppendBatcher(log)
+        batcher = AppendBatcher(log, at_once=at_once)
         first = asyncio.ensure_future(batcher.append_batch(topic_name, [OutgoingRecord(b"0")]))
         waits = [
             asyncio.ensure_future(batcher.append_batch(topic_name, [OutgoingRecord(b"%d" % i)]))

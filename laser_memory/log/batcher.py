@@ -9,10 +9,14 @@ thousand). Batched, they share one append; each caller still waits for its own r
 and gets its own receipts, in the order the calls were made. On Kafka a batch is also
 what lets `KafkaLog` send many records for a partition as a record batch of their own.
 
-An append made while nothing is under way goes to the log at once, as it would without
-a batcher: a caller writing one record at a time waits for no one. The appends that come
-while one is under way are gathered through the rest of the event loop's turn and sent
-as one batch by a task of their own.
+The appends made while one is under way are gathered through the rest of the event
+loop's turn and sent as one batch by a task of their own. An append made while nothing
+is under way goes to the log at once (``at_once``, the default), as it would without a
+batcher: on the embedded log a caller writing one record at a time then waits for no one.
+On Kafka every append waits for its turn instead: a lone record waits out the producer's
+linger anyway, and a turn's records sent together go out as record batches that do not
+(200 concurrent callers: 1.09x raw aiokafka batched so, 0.91x with the first of each
+burst sent at once, alternating runs).
 
 One append fails as a whole. Where that failure is a refusal of the input (nothing was
 written: `InvalidRecord`, and `RecordTooLarge` under it) and the batch held several
@@ -47,20 +51,21 @@ class _Batch:
 
 
 class AppendBatcher:
-    """Sends an append to ``log`` at once when none is under way, and otherwise with the
-    other appends to its topic of the same event-loop turn, as one ``append_batch``. Each
-    such batch is sent by a task of its own, started by the turn's first append and run
+    """Sends the appends to ``log`` of one event-loop turn to a topic as one
+    ``append_batch``, by a task of its own, started by the turn's first append and run
     after the turn's other callers have added theirs; `drain` waits for the ones under
-    way.
+    way. With ``at_once``, an append made while none is under way is sent at once, by
+    its caller.
 
     >>> batcher = AppendBatcher(log)  # doctest: +SKIP
     >>> [receipt] = await batcher.append_batch("events", [OutgoingRecord(b"hi")])  # doctest: +SKIP
     """
 
-    __slots__ = ("_alone", "_log", "_open", "_sending")
+    __slots__ = ("_alone", "_at_once", "_log", "_open", "_sending")
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, *, at_once: bool = True) -> None:
         self._log = log
+        self._at_once = at_once
         self._open: dict[str, _Batch] = {}
         self._sending: set[asyncio.Task[None]] = set()
         # Appends sent at once, by their callers, and not finished.
@@ -79,7 +84,7 @@ class AppendBatcher:
             )
         if not records:
             return []
-        if not self._alone and not self._sending:
+        if self._at_once and not self._alone and not self._sending:
             # Nothing under way: this caller may be the only one, and a batch would
             # cost it a turn of the loop and a task.
             self._alone += 1
