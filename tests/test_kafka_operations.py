@@ -101,28 +101,32 @@ async def test_a_record_too_large_for_its_topic_is_refused_before_sending(
         assert [r.value for r in await read_all(log, topic_name)] == [b"small", b"still fine"]
 
 
+async def _shrink_behind_the_logs_back(bootstrap: str, topic: str) -> None:
+    """Lower the topic's max.message.bytes to 50,000 without the log knowing: it still
+    believes the larger limit, so the broker is the one to refuse."""
+    async with admin(bootstrap) as client:
+        await client.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC,
+                    topic,
+                    # AlterConfigs replaces the topic's whole set: restate the rest.
+                    {
+                        "max.message.bytes": "50000",
+                        "message.timestamp.type": "LogAppendTime",
+                        "retention.ms": "-1",
+                    },
+                )
+            ]
+        )
+    await asyncio.sleep(1.0)  # config changes reach the broker asynchronously
+
+
 async def test_a_batch_the_broker_refuses_never_poisons_later_appends(kafka_bootstrap, topic_name):
     async with connect_log(f"kafka://{kafka_bootstrap}") as log:
         await log.create_topic(topic_name, partitions=1)
         await log.append(topic_name, OutgoingRecord(b"before"))
-        # Shrink the topic's limit behind the log's back: the log still believes the
-        # larger one, so the broker is the one to refuse.
-        async with admin(kafka_bootstrap) as client:
-            await client.alter_configs(
-                [
-                    ConfigResource(
-                        ConfigResourceType.TOPIC,
-                        topic_name,
-                        # AlterConfigs replaces the topic's whole set: restate the rest.
-                        {
-                            "max.message.bytes": "50000",
-                            "message.timestamp.type": "LogAppendTime",
-                            "retention.ms": "-1",
-                        },
-                    )
-                ]
-            )
-        await asyncio.sleep(1.0)  # config changes reach the broker asynchronously
+        await _shrink_behind_the_logs_back(kafka_bootstrap, topic_name)
         with pytest.raises(lm.LogUnavailable, match="refused"):
             await log.append(topic_name, OutgoingRecord(b"x" * 200_000))
         # Later appends to the same partition go through (before, the idempotent producer
@@ -143,21 +147,7 @@ async def test_a_record_batch_the_broker_refuses_never_poisons_later_ones(
         await log.create_topic(topic_name, partitions=1)
         before = [OutgoingRecord(b"before %d" % i) for i in range(20)]
         await log.append_batch(topic_name, before)
-        async with admin(kafka_bootstrap) as client:
-            await client.alter_configs(
-                [
-                    ConfigResource(
-                        ConfigResourceType.TOPIC,
-                        topic_name,
-                        {
-                            "max.message.bytes": "50000",
-                            "message.timestamp.type": "LogAppendTime",
-                            "retention.ms": "-1",
-                        },
-                    )
-                ]
-            )
-        await asyncio.sleep(1.0)
+        await _shrink_behind_the_logs_back(kafka_bootstrap, topic_name)
         with pytest.raises(lm.LogUnavailable, match="refused"):
             await log.append_batch(
                 topic_name, [OutgoingRecord(b"%d" % i + b"x" * 10_000) for i in range(20)]
