@@ -91,6 +91,7 @@ from laser_memory.search_index import SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
 from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
+from .recency import RecencyWriter, entries_of_run, newest_first
 from .state import (
     _KEPT_FIELDS,
     _NO_CONVERSATION,
@@ -115,12 +116,13 @@ from .state import (
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
-VIEW_FORMAT = 8
+VIEW_FORMAT = 9
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "changes")
 # Keys of meta that say how a folder got here, not what the view holds.
 _RUN_META = (b"seq", b"epoch")
 _SEP = b"\x00"
+_RECENT = ord("R")  # the first byte of the newest-first index's keys
 _U64 = (1 << 64) - 1
 _U32 = (1 << 32) - 1
 
@@ -354,24 +356,11 @@ def _prefixed(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes
         yield key, value
 
 
-def _prefixed_backwards(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """Every entry under ``prefix``, last key first."""
-    stripped = prefix.rstrip(b"\xff")
-    end = stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
-    positioned = cursor.prev() if end is not None and cursor.set_range(end) else cursor.last()
-    if not positioned:
-        return
-    for key, value in cursor.iterprev():
-        if not key.startswith(prefix):
-            return
-        yield key, value
-
-
 def _tailed_backwards(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """`_prefixed_backwards` with each key's part after ``prefix`` first, to merge
-    walks of several tags in key order."""
+    """`newest_first` with each key's part after ``prefix`` first, to merge walks of
+    several tags in key order."""
     start = len(prefix)
-    for key, value in _prefixed_backwards(cursor, prefix):
+    for key, value in newest_first(cursor, prefix):
         yield key[start:], key, value
 
 
@@ -576,7 +565,8 @@ class MemoryView:
             # Cursors kept for the transaction: a put through one skips the argument
             # parsing and cursor set-up of each ``txn.put`` (a third of a put's cost).
             self._item_put = txn.cursor(db=self._dbs["items"]).put
-            self._index_put = txn.cursor(db=self._dbs["index"]).put
+            recent = RecencyWriter(txn.cursor(db=self._dbs["index"]))
+            self._recent_pending = recent.pending
             apply_one = self._apply_one
             for batch in batches:
                 if not batch:
@@ -592,6 +582,8 @@ class MemoryView:
                     for log_record in batch:
                         positions[log_record.partition] = log_record.offset + 1
                 count += len(batch)
+            # Before the items below: their old entries may be among the gathered ones.
+            recent.flush()
             index_db = self._dbs["index"]
             items_db = self._dbs["items"]
             put = txn.put
@@ -599,15 +591,17 @@ class MemoryView:
             changed.extend(items)
             for db_key, (state, before, tenant, namespace, raw_id) in items.items():
                 after = _index_entries(tenant, namespace, raw_id, state)
-                if before:
-                    for key in before.keys() - after.keys():
+                for key in before.keys() - after.keys():
+                    if key[0] == _RECENT:
+                        recent.delete(key)
+                    else:
                         txn.delete(key, db=index_db)
-                    for key, value in after.items():
-                        if before.get(key) != value:
+                for key, value in after.items():
+                    if before.get(key) != value:
+                        if key[0] == _RECENT:
+                            recent.put(key, value)
+                        else:
                             put(key, value, db=index_db)
-                else:
-                    for key, value in after.items():
-                        put(key, value, db=index_db)
                 put(db_key, _encoder.encode(state), db=items_db)
             for db_key, state in named.items():
                 if state is not None:
@@ -706,16 +700,19 @@ class MemoryView:
                 # One look into the items for both questions, is it new and where it goes
                 # (a get before the put was a twelfth of the fold).
                 if self._item_put(db_key, state_bytes, overwrite=False):
-                    prefixes, owner = _recency_prefixes(
+                    listing = _recency_prefixes(
                         record_scope.tenant, record.ns, conversation, record_scope.agent,
                         record_scope.user, record_scope.application, record.kind,
                     )  # fmt: skip
                     # The entries `_index_entries` gives an item remembered once with no
-                    # feedback, made without its dict (the fold-model test checks them).
+                    # feedback, gathered by owner and written as runs when the batch ends
+                    # (`RecencyWriter.add`, inlined; the fold-model test checks them).
                     tail = _KEY_BYTES(key[0], key[1], key[2]) + raw_id
-                    put = self._index_put
-                    for prefix in prefixes:
-                        put(prefix + tail, owner)
+                    tails = self._recent_pending.get(listing)
+                    if tails is None:
+                        self._recent_pending[listing] = [tail]
+                    else:
+                        tails.append(tail)
                     self._new_items.append(db_key)
                     return
             self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id)
@@ -1006,7 +1003,7 @@ class MemoryView:
         tag = self._narrowest_tag(where)
         if tag != "*":
             prefix = _tag_prefix(b"R", where.tenant, namespace, tag)
-            return _prefixed_backwards(txn.cursor(db=self._dbs["index"]), prefix)
+            return newest_first(txn.cursor(db=self._dbs["index"]), prefix)
         walks = [
             _tailed_backwards(
                 txn.cursor(db=self._dbs["index"]),
@@ -1153,5 +1150,12 @@ class MemoryView:
                 for name in _DBS
                 if name != "changes"
             }
+        # The newest-first entries, not the runs they are stored in: those depend on
+        # how the fold was split into transactions.
+        out["index"] = [
+            entry
+            for key, value in out["index"]
+            for entry in (entries_of_run(key, value) if key[0] == _RECENT else [(key, value)])
+        ]
         out["meta"] = [(k, v) for k, v in out["meta"] if k not in _RUN_META]
         return out

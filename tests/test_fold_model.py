@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
+from folders import recency
 from folders.service import ViewFolder
 from folders.view import MemoryView, _index_entries, _item_decoder
 from laser_memory.clock import SteppedClock
@@ -422,6 +423,22 @@ async def test_folded_and_managed_recall_match_reference_model_local(local_pair,
     laser, second, clock = local_pair
     with tempfile.TemporaryDirectory() as view_path:
         await _run(laser, second, ops, view_path, clock)
+
+
+@settings(max_examples=40, **_SETTINGS)
+@given(ops=operations)
+async def test_the_model_holds_with_runs_of_two_entries(local_pair, ops):
+    """The view's newest-first entries in runs of two (split past four), so that
+    entries landing among older ones, removals and splits of runs happen in small
+    examples too."""
+    laser, second, clock = local_pair
+    kept = recency.RUN, recency._MOST
+    recency.RUN, recency._MOST = 2, 4
+    try:
+        with tempfile.TemporaryDirectory() as view_path:
+            await _run(laser, second, ops, view_path, clock)
+    finally:
+        recency.RUN, recency._MOST = kept
 
 
 @pytest.mark.kafka
