@@ -370,9 +370,16 @@ R = TypeVar("R")
 
 
 class Remembered(msgspec.Struct, Generic[R], array_like=True, gc=False):
+    """The remember an item keeps for a conversation, with its position key and source.
+
+    The view stores no ``source`` (None in its bytes): the item's key gives the
+    partition and offset, the kept record its stream and conversation, and the view's
+    binding its topic and generation, so `MemoryView` fills it in on decoding and the
+    fold never encodes it."""
+
     key: SortKey
     record: R
-    source: Source
+    source: Source | None = None
 
 
 class ItemState(

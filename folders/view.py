@@ -111,6 +111,7 @@ from .state import (
     kept,
     named_unchanged,
     remembered_entry,
+    source_of,
 )
 
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
@@ -163,17 +164,36 @@ _KEY_BYTES = struct.Struct(">QIQ").pack
 _new_tuple = tuple.__new__
 
 
-def new_item_state(
-    conversation: str, key: SortKey, remembered: KeptRemember | tuple, source: Source
-) -> bytes:
+def new_item_state(conversation: str, key: SortKey, remembered: KeptRemember | tuple) -> bytes:
     """The stored bytes of the state of an item remembered once, which decode to
-    ``ItemState(remembers={conversation: Remembered(key, remembered, source)},
-    version=1, last=key)``: the array that encodes to, less the empty fields after
-    ``last`` (a shorter array decodes with its missing fields at their defaults).
+    ``ItemState(remembers={conversation: Remembered(key, remembered)}, version=1,
+    last=key)``: the array that encodes to, less the empty fields after ``last`` and
+    the source (a shorter array decodes with its missing fields at their defaults).
     ``remembered`` may be the tuple of the `KeptRemember`'s fields, which encodes as
     the array-like struct does. Making the structs only to encode them was a tenth of
     a new item's fold."""
-    return _encoder.encode(({conversation: (key, remembered, source)}, 1, key))
+    return _encoder.encode(({conversation: (key, remembered)}, 1, key))
+
+
+def _decoded_state(raw: bytes, topic: str, generation: str) -> ItemState:
+    """An item's state from its stored bytes, each kept remember's source filled in
+    (the view stores none: see `Remembered`)."""
+    state = _item_decoder.decode(raw)
+    for remembered in state.remembers.values():
+        scope = remembered.record.scope
+        key = remembered.key
+        remembered.source = _new_tuple(
+            Source, (scope.stream, topic, key[1], key[2], generation, scope.conversation)
+        )
+    return state
+
+
+def _stored_state(state: ItemState) -> bytes:
+    """The bytes the view stores of an item's state: without its remembers' sources.
+    The state is the fold's own, made for this transaction, so it is cleared in place."""
+    for remembered in state.remembers.values():
+        remembered.source = None
+    return _encoder.encode(state)
 
 
 def _key_bytes(key: SortKey) -> bytes:
@@ -396,6 +416,7 @@ class MemoryView:
         self._env = env
         self._dbs = dbs
         self._closed = False
+        self._bound: tuple[lmdb.Transaction | None, tuple[str, str]] = (None, ("", ""))
         # While a write transaction runs (folder only): the ``changes`` count it started
         # from, and the keys of the new items it wrote.
         self._seq = 0
@@ -472,6 +493,22 @@ class MemoryView:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _binding(self, txn: lmdb.Transaction) -> tuple[str, str]:
+        """The topic and generation the view is bound to, as ``txn`` sees them: what
+        the sources of its stored items name (a rebuild may bind it anew, so they are
+        read again for each transaction, never kept)."""
+        cached = self._bound
+        if cached[0] is txn:
+            return cached[1]
+        meta = self._dbs["meta"]
+        topic, generation = txn.get(b"topic", db=meta), txn.get(b"generation", db=meta)
+        binding = (
+            topic.decode() if topic is not None else "",
+            generation.decode() if generation is not None else "",
+        )
+        self._bound = (txn, binding)  # one assignment: readers may share the view
+        return binding
 
     def _read(self) -> lmdb.Transaction:
         if self._closed:
@@ -602,7 +639,7 @@ class MemoryView:
                             recent.put(key, value)
                         else:
                             put(key, value, db=index_db)
-                put(db_key, _encoder.encode(state), db=items_db)
+                put(db_key, _stored_state(state), db=items_db)
             for db_key, state in named.items():
                 if state is not None:
                     txn.put(db_key, _encoder.encode(state), db=self._dbs["named"])
@@ -633,18 +670,6 @@ class MemoryView:
             record = decode_for_fold(log_record)
             key = (log_record.append_time_ms, log_record.partition, log_record.offset)
             record_scope = record.scope
-            # `source_of`, inlined: it is made once a record.
-            source = _new_tuple(
-                Source,
-                (
-                    record_scope.stream,
-                    log_record.topic,
-                    key[1],
-                    key[2],
-                    generation,
-                    record_scope.conversation,
-                ),
-            )
             scope = _scope(record_scope.tenant, record.ns)
             is_remember = type(record) is Remember
             is_named = not is_remember and type(record) in NAMED_RECORDS
@@ -657,6 +682,7 @@ class MemoryView:
                     previous = _named_decoder.decode(raw) if raw is not None else None
                 if named_unchanged(previous, record):
                     return
+                source = source_of(record, log_record, generation)
                 state = apply_named(previous, record, key, source)
                 entry = _encoder.encode((state, history_entry(record, log_record, state.version)))
             elif is_remember:
@@ -696,7 +722,7 @@ class MemoryView:
                 conversation = record_scope.conversation
                 if conversation is None:
                     conversation = _NO_CONVERSATION
-                state_bytes = new_item_state(conversation, key, _KEPT_FIELDS(record), source)
+                state_bytes = new_item_state(conversation, key, _KEPT_FIELDS(record))
                 # One look into the items for both questions, is it new and where it goes
                 # (a get before the put was a twelfth of the fold).
                 if self._item_put(db_key, state_bytes, overwrite=False):
@@ -717,6 +743,8 @@ class MemoryView:
                     return
             self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id)
         state = items[db_key][0]
+        # Made only here and for named items: a new item's stored state has none.
+        source = source_of(record, log_record, generation)
         if entry is None:
             # A remember the item keeps (the newest of its conversation) is its own audit
             # line, read from the item: its body is stored once. One it does not keep, or
@@ -753,7 +781,7 @@ class MemoryView:
         if raw is None:
             loaded, before = ItemState(), {}
         else:
-            loaded = _item_decoder.decode(raw)
+            loaded = _decoded_state(raw, *self._binding(txn))
             before = _index_entries(tenant, namespace, raw_id, loaded)
         items[db_key] = (loaded, before, tenant, namespace, raw_id)
 
@@ -862,7 +890,7 @@ class MemoryView:
             if index is None:
                 index = SearchIndex(where.embedder)
                 index.put_many(
-                    self._entry(raw, key[len(scope) :], base)
+                    self._entry(txn, raw, key[len(scope) :], base)
                     for key, raw in _prefixed(txn.cursor(db=items_db), scope)
                 )
                 seen = seq
@@ -880,7 +908,7 @@ class MemoryView:
                     if db_key.startswith(scope) and len(db_key) == len(scope) + 16
                 }
                 index.put_many(
-                    self._entry(txn.get(db_key, db=items_db), db_key[len(scope) :], base)
+                    self._entry(txn, txn.get(db_key, db=items_db), db_key[len(scope) :], base)
                     for db_key in changed
                 )
             if base.now_ms is not None:
@@ -888,7 +916,7 @@ class MemoryView:
                 for raw_id in index.due(base.now_ms):
                     raw = txn.get(scope + raw_id, db=items_db)
                     item, irregular = (
-                        index_entry(_item_decoder.decode(raw), raw_id, base)
+                        index_entry(_decoded_state(raw, *self._binding(txn)), raw_id, base)
                         if raw is not None
                         else (None, False)
                     )
@@ -926,13 +954,12 @@ class MemoryView:
                 out.append(with_ranking(item, ranked))
         return out
 
-    @staticmethod
-    def _entry(raw: bytes | None, raw_id: bytes, where: ItemFilter) -> tuple:
+    def _entry(self, txn, raw: bytes | None, raw_id: bytes, where: ItemFilter) -> tuple:
         """A search index entry ``(raw_id, item or None, irregular)`` from an item's
         stored bytes (None: it is gone)."""
         if raw is None:
             return raw_id, None, False
-        return raw_id, *index_entry(_item_decoder.decode(raw), raw_id, where)
+        return raw_id, *index_entry(_decoded_state(raw, *self._binding(txn)), raw_id, where)
 
     def _save(self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
         return self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index)
@@ -953,7 +980,7 @@ class MemoryView:
         raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])
         if raw is None:
             return None
-        return _item_decoder.decode(raw).visible(raw_id, where)
+        return _decoded_state(raw, *self._binding(txn)).visible(raw_id, where)
 
     def _narrowest_tag(self, where: ItemFilter) -> str:
         if where.conversation is not None:
@@ -1108,11 +1135,10 @@ class MemoryView:
                 if len(k) == len(db_key) + 12
             ]
             raw = txn.get(db_key, db=self._dbs["items"])
-        if raw is not None:
+            state = _decoded_state(raw, *self._binding(txn)) if raw is not None else None
+        if state is not None:
             # The remembers the item keeps are their own audit lines.
-            entries.extend(
-                remembered_entry(kept) for kept in _item_decoder.decode(raw).remembers.values()
-            )
+            entries.extend(remembered_entry(kept) for kept in state.remembers.values())
         entries.sort(key=lambda e: (e.append_time_ms, e.partition, e.offset))
         # The folder may visit partitions in any order; number versions by position key.
         return [msgspec.structs.replace(e, version=i + 1) for i, e in enumerate(entries)]
