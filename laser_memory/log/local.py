@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
+import struct
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ from .port import DEFAULT_MAX_RECORD_BYTES, Appended, LogRecord, OutgoingRecord,
 __all__ = ["LocalLog", "LocalLogConfig"]
 
 _U64 = 8
+_OFFSET = struct.Struct(">Q").pack  # an offset as its key's last 8 bytes
 _U32 = 4
 
 
@@ -465,17 +467,16 @@ class LocalLog(LogLifecycle):
                     continue
                 meta, at = state
                 try:
-                    partitions = (
-                        [self._place(records[0], meta)]
-                        if len(records) == 1
-                        else [self._place(r, meta) for r in records]
-                    )
+                    by_partition = self._placed(records, meta)
                 except InvalidRecord as exc:
                     results.append(exc)
                     continue
                 number, generation = meta.number, meta.generation
-                receipts = []
-                for record, partition in zip(records, partitions, strict=True):
+                receipts: list = [None] * len(records)
+                # A partition's records at a time: its head, key prefix and append time
+                # (the same for all of them: the clock is read once a commit) are looked
+                # up once, and each record costs its envelope, its put and its receipt.
+                for partition, indexes in by_partition.items():
                     known = at.get(partition)
                     if known is None:
                         head = heads[(number, partition)] = list(
@@ -485,17 +486,26 @@ class LocalLog(LogLifecycle):
                     head, prefix = known
                     offset = head[0]
                     append_time = now_ms if now_ms > head[1] else head[1]
-                    headers = record.headers
-                    raw_headers = packed.get(id(headers))
-                    if raw_headers is None:
-                        raw_headers = packed[id(headers)] = msgspec.Raw(encode(headers))
-                    put(
-                        prefix + offset.to_bytes(_U64, "big"),
-                        encode((append_time, record.key, record.value, raw_headers)),
-                    )
-                    head[0] = offset + 1
+                    last_headers: object = None
+                    raw_headers = None
+                    for index in indexes:
+                        record = records[index]
+                        headers = record.headers
+                        if headers is not last_headers:
+                            raw_headers = packed.get(id(headers))
+                            if raw_headers is None:
+                                raw_headers = packed[id(headers)] = msgspec.Raw(encode(headers))
+                            last_headers = headers
+                        put(
+                            prefix + _OFFSET(offset),
+                            encode((append_time, record.key, record.value, raw_headers)),
+                        )
+                        receipts[index] = Appended(
+                            topic, partition, offset, append_time, generation
+                        )
+                        offset += 1
+                    head[0] = offset
                     head[1] = append_time
-                    receipts.append(Appended(topic, partition, offset, append_time, generation))
                 results.append(receipts)
             for state in topics.values():
                 if isinstance(state, tuple) and state[0].retention_s is not None:
@@ -505,15 +515,33 @@ class LocalLog(LogLifecycle):
         return results
 
     @staticmethod
-    def _place(record: OutgoingRecord, meta: _TopicMeta) -> int:
-        if record.partition is None:
-            return partition_for(record.key, meta.partitions)
-        if not 0 <= record.partition < meta.partitions:
-            raise InvalidRecord(
-                f"partition {record.partition} does not exist; the topic has "
-                f"{meta.partitions} partitions (0 to {meta.partitions - 1})"
-            )
-        return record.partition
+    def _placed(records: list[OutgoingRecord], meta: _TopicMeta) -> dict[int, list[int]]:
+        """The records' indexes by the partition each goes to, in record order. Records
+        of a batch mostly share a key object (a writer's are cached), placed once."""
+        partitions = meta.partitions
+        out: dict[int, list[int]] = {}
+        last_key: object = out  # no key is this
+        partition = 0
+        for index, record in enumerate(records):
+            if record.partition is None:
+                key = record.key
+                if key is not last_key or key is None:
+                    partition = partition_for(key, partitions)
+                    last_key = key
+                placed = partition
+            else:
+                placed = record.partition
+                if not 0 <= placed < partitions:
+                    raise InvalidRecord(
+                        f"partition {placed} does not exist; the topic has "
+                        f"{partitions} partitions (0 to {partitions - 1})"
+                    )
+            indexes = out.get(placed)
+            if indexes is None:
+                out[placed] = [index]
+            else:
+                indexes.append(index)
+        return out
 
     def _expire(
         self,
