@@ -298,10 +298,13 @@ def _index_entries(
         if conversation:
             weight = state.weight([conversation])
             if weight != 0:
+                # Newest first within a weight, as recall ranks a tie (and as the owner
+                # tags below are): a read whose limit cuts a tie keeps the newest.
                 entries[
                     _tag_prefix(b"F", tenant, namespace, f"c:{conversation}")
                     + _inv_weight(weight)
-                    + tail
+                    + _inv_key(remembered.key)
+                    + raw_id
                 ] = value
     weight = state.weight(list(live))
     if weight != 0:

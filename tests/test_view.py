@@ -233,6 +233,27 @@ async def test_recall_with_no_filter_takes_the_newest_of_every_kind(viewed):
             assert [item.body for item in items] == newest_first[:limit], (limit, strategy)
 
 
+async def test_feedback_ties_in_a_conversation_go_to_the_newest(viewed):
+    # Items of equal weight rank newest first; a feedback-ranked read of one
+    # conversation that cuts through such a tie must keep the newest, as folded recall
+    # does (its view entries once ran oldest first within a weight, so a limit took
+    # the oldest). Names long enough to be stored as digests take the same path.
+    laser, view = viewed
+    memory = laser.memory("notes")
+    for conversation in ("c-1", "c" * 255):
+        ids = [await memory.remember(f"{conversation[:3]} {i}", conversation=conversation)
+               for i in range(4)]  # fmt: skip
+        for mid in ids:
+            await memory.improve(mid, 2.0, conversation=conversation)
+        await catch_up(laser, view)
+        newest_first = [str(mid) for mid in reversed(ids)]
+        for limit in range(1, 5):
+            query = {"conversation": conversation, "strategy": "auto", "limit": limit}
+            managed = await memory.recall(**query)
+            assert [str(item.id) for item in managed] == newest_first[:limit], (limit, query)
+            assert managed == await memory.recall(folded=True, **query)
+
+
 @pytest.mark.parametrize(
     ("make", "error", "says"),
     [
