@@ -31,7 +31,7 @@ from . import (
     recall,
     search,
 )
-from .figures import Figure
+from .figures import Figure, NotMeasured
 
 BENCHMARKS = {
     "log_append": log_append.run,
@@ -78,19 +78,24 @@ def main() -> None:
     args = parser.parse_args()
     settings = {"quick": args.quick, "kafka": args.kafka, "locomo": args.locomo}
     figures: list[Figure] = []
+    missing: list[NotMeasured] = []
     started = time.perf_counter()
     for name in args.only or BENCHMARKS:
         print(f"running {name}...", file=sys.stderr, flush=True)
-        figures.extend(BENCHMARKS[name](**settings))
+        for figure in BENCHMARKS[name](**settings):
+            (missing if isinstance(figure, NotMeasured) else figures).append(figure)
     print(f"\n{'benchmark':<11} {'figure':<38} {'value':>14} {'unit':<10} ratio to baseline")
     for f in figures:
         ratio = f"{f.ratio:8.3f}x {f.baseline}" if f.ratio is not None else ""
         print(f"{f.benchmark:<11} {f.name:<38} {f.value:14,.3f} {f.unit:<10} {ratio}")
+    for m in missing:
+        print(f"{m.benchmark:<11} {m.name:<38} {'not measured':>14} {m.reason}")
     result = {
         "machine": machine(),
         "settings": settings,
         "seconds": round(time.perf_counter() - started, 1),
         "figures": msgspec.to_builtins(figures),
+        "not_measured": msgspec.to_builtins(missing),
     }
     with open(args.json, "w") as out:
         json.dump(result, out, indent=2)

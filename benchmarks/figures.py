@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Figure"]
+__all__ = ["Figure", "NotMeasured"]
 
 
 class Figure(msgspec.Struct, frozen=True, kw_only=True):
@@ -18,6 +18,15 @@ class Figure(msgspec.Struct, frozen=True, kw_only=True):
     unit: str
     baseline: str | None = None
     ratio: float | None = None
+
+
+class NotMeasured(msgspec.Struct, frozen=True, kw_only=True):
+    """A figure a run could not measure, and why (a peer that is not installed, one
+    that failed): printed in the table and written to the JSON, never left out."""
+
+    benchmark: str
+    name: str
+    reason: str
 
 
 def rows(

@@ -319,11 +319,13 @@ def measure(sizes: list[int], peers_python: str, mem0_max: int) -> dict[tuple[st
 
 
 def figures_of(results: dict[tuple[str, int], dict]):
-    from .figures import Figure
+    from .figures import Figure, NotMeasured
 
-    out = []
+    out: list[Figure | NotMeasured] = []
     for (store, size), values in results.items():
         if "error" in values:
+            reason = values["error"]
+            out.append(NotMeasured(benchmark="peers", name=f"{store} @{size}", reason=reason))
             continue
         ours = results.get(("laser-memory", size), {})
         for name, value in values.items():
