@@ -43,9 +43,10 @@ import msgspec
 from aiohttp import web
 
 from laser_memory.access import Principal, resolve_tenant
-from laser_memory.embedding import Embedder, embed_texts
+from laser_memory.embedding import Embedder, embed_texts, validate_embedder
 from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError
 from laser_memory.ids import MemoryId
+from laser_memory.log.naming import check_settings
 from laser_memory.recall import MAX_LIMIT, validate_strategy
 
 from .http_auth import Unauthorized, anonymous, is_loopback
@@ -76,6 +77,19 @@ class ServerConfig:
     #: Embeds the text of semantic, hybrid and auto recalls (``serve --embedder``);
     #: without one they rank by keyword alone.
     embedder: Embedder | None = None
+
+    def __post_init__(self) -> None:
+        # At construction: a zero read limit served nothing and hung every request.
+        check_settings(
+            self,
+            positive_ints=("max_concurrent_reads", "max_connections"),
+            positive_seconds=("header_timeout_s", "keepalive_timeout_s"),
+        )
+        if self.embedder is not None:
+            try:
+                validate_embedder(self.embedder)
+            except InvalidInput as exc:
+                raise ConfigError(f"ServerConfig.embedder: {exc}") from None
 
 
 #: Who a request comes from; raises `Unauthorized` for a caller without valid credentials.

@@ -76,13 +76,15 @@ def is_loopback(host: str) -> bool:
 def load_principals(path: str | os.PathLike[str]) -> dict[str, Principal]:
     """The auth file's principals by token hash. Any mistake in the file is a
     `ConfigError` naming the entry: a server never starts with half its principals."""
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigError(f"the auth file's path is a str or os.PathLike, got {path!r}")
     try:
         with open(path, "rb") as file:
             data = tomllib.load(file)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the auth file {os.fspath(path)!r}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except tomllib.TOMLDecodeError as exc:  # a ValueError too: caught first
         raise ConfigError(f"the auth file {os.fspath(path)!r} is not TOML: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise ConfigError(f"cannot read the auth file {os.fspath(path)!r}: {exc}") from None
     entries = data.get("principal")
     unknown = set(data) - {"principal"}
     if unknown or not isinstance(entries, list) or not entries:

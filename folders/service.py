@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from laser_memory.errors import ConfigError, InvalidInput, ViewLocked
+from laser_memory.lmdb_env import check_map_size
 from laser_memory.log.naming import check_settings, check_topic_type
 from laser_memory.log.port import Log, LogRecord
 
@@ -50,6 +51,7 @@ class FolderConfig:
             self,
             positive_ints=("max_transaction_records", "read_ahead", "max_read_batch", "map_size"),
         )
+        check_map_size(self.map_size, "FolderConfig.map_size")
 
 
 class ViewFolder:
@@ -71,8 +73,11 @@ class ViewFolder:
         self._config = config or FolderConfig()
 
     def _lock(self) -> int:
-        os.makedirs(self._path, exist_ok=True)
         path = os.path.join(self._path, "folder.lock")
+        try:
+            os.makedirs(self._path, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot make the view's folder {self._path}: {exc}") from None
         # Never follow a link: a lock file planted as a symlink must not let the folder
         # truncate whatever it points at.
         try:

@@ -66,6 +66,7 @@ from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
+from laser_memory.log.naming import MAX_PARTITIONS
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import apply_patch_bytes
 from laser_memory.recall import rank, search_mode, with_ranking
@@ -116,7 +117,6 @@ MAX_SEARCH_INDEXES = 64
 MAX_NAMED_BODY_BYTES = 4 << 20
 
 SortKey = tuple[int, int, int]
-_MAX_PARTITIONS = 10_000
 _NO_CONVERSATION = ""  # conversation names are never empty, so "" stands for "none"
 
 
@@ -280,11 +280,11 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         kind is Forget
         and record.seen is not None
         and (
-            len(record.seen) > _MAX_PARTITIONS or any(not 0 <= end < 1 << 63 for end in record.seen)
+            len(record.seen) > MAX_PARTITIONS or any(not 0 <= end < 1 << 63 for end in record.seen)
         )
     ):
         raise RecordDecodeError(
-            f"forget.seen must list at most {_MAX_PARTITIONS} offsets from 0 to 2**63-1"
+            f"forget.seen must list at most {MAX_PARTITIONS} offsets from 0 to 2**63-1"
         )
     if kind is Feedback and not (math.isfinite(record.weight) and abs(record.weight) <= MAX_WEIGHT):
         raise RecordDecodeError(

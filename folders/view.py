@@ -80,10 +80,10 @@ import lmdb
 import msgspec
 import numpy as np
 
-from laser_memory.errors import ConfigError, LogUnavailable, NoView, ViewFull, ViewMismatch
+from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind
-from laser_memory.lmdb_env import SharedEnvironments
+from laser_memory.lmdb_env import SharedEnvironments, check_map_size, folder_path
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
 from laser_memory.records import NAMED_RECORDS, Remember
@@ -391,17 +391,9 @@ _KIND_CODE_ORDER = tuple(sorted(kind.code for kind in MemoryKind))
 
 
 def view_path_of(path: object) -> str:
-    """A view's path as a str; `ConfigError` for anything that is no path, or an
-    empty one (which would name the working directory)."""
-    try:
-        text = os.fspath(path)  # type: ignore[arg-type]
-    except TypeError:
-        raise ConfigError(
-            f"a view path is a str or os.PathLike, got {type(path).__name__}"
-        ) from None
-    if not text:
-        raise ConfigError("a view path is empty; name the view's folder")
-    return os.fsdecode(text)
+    """A view's path as a str; `ConfigError` for anything that is no path, an empty
+    one (which would name the working directory) or one with a NUL byte."""
+    return folder_path(path, "a view path")
 
 
 class MemoryView:
@@ -449,8 +441,7 @@ class MemoryView:
         another format raises `ViewMismatch` unless ``check_format=False`` (a rebuild).
         Search indexes of at least ``snapshots_from`` entries are saved beside the view
         and loaded by the next reading process (`IndexSnapshots`; None: never)."""
-        if isinstance(map_size, bool) or not isinstance(map_size, int) or map_size < 1:
-            raise ConfigError(f"a view's map_size is a positive int of bytes, got {map_size!r}")
+        check_map_size(map_size, "a view's map_size")
         real = os.path.realpath(view_path_of(path))
         if not create and not os.path.isfile(os.path.join(real, "data.mdb")):
             raise NoView(

@@ -14,7 +14,39 @@ from typing import ClassVar
 
 import lmdb
 
-__all__ = ["SharedEnvironments"]
+from .errors import ConfigError
+
+__all__ = ["MAX_MAP_SIZE", "SharedEnvironments", "check_map_size", "folder_path"]
+
+#: The largest map size LMDB takes (a size_t). What a machine can map is less: its free
+#: address space, which `SharedEnvironments.acquire` finds out and says so.
+MAX_MAP_SIZE = (1 << 64) - 1
+
+
+def folder_path(path: object, what: str) -> str:
+    """``path`` as a str, for the folder of an LMDB environment; `ConfigError` for
+    anything that is no path, an empty one (which would name the working directory) and
+    one with a NUL byte (which no file name holds: the OS would refuse it with a raw
+    ``ValueError`` at the first use).
+
+    >>> folder_path("./laser-data", "a local log's path")
+    './laser-data'
+    """
+    try:
+        text = os.fsdecode(os.fspath(path))  # type: ignore[arg-type]
+    except TypeError:
+        raise ConfigError(f"{what} is a str or os.PathLike, got {type(path).__name__}") from None
+    if not text:
+        raise ConfigError(f"{what} is empty; name the folder")
+    if "\x00" in text:
+        raise ConfigError(f"{what} {text!r} holds a NUL byte, which no file name can")
+    return text
+
+
+def check_map_size(value: object, what: str) -> None:
+    """Refuse a map size that is no int from 1 to `MAX_MAP_SIZE` (`ConfigError`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MAP_SIZE:
+        raise ConfigError(f"{what} is a whole number of bytes from 1 to 2**64-1, got {value!r}")
 
 
 class SharedEnvironments:
@@ -39,14 +71,21 @@ class SharedEnvironments:
                 cls._envs[path] = (env, count + 1, dbs)
                 return env, dbs
             os.makedirs(path, exist_ok=True)
-            env = lmdb.open(
-                path,
-                map_size=map_size,
-                max_dbs=len(names) + 1,
-                sync=sync,
-                metasync=sync,
-                max_readers=512,
-            )
+            try:
+                env = lmdb.open(
+                    path,
+                    map_size=map_size,
+                    max_dbs=len(names) + 1,
+                    sync=sync,
+                    metasync=sync,
+                    max_readers=512,
+                )
+            except lmdb.MemoryError:
+                # LMDB reserves the whole map as address space when it opens.
+                raise ConfigError(
+                    f"cannot map {map_size} bytes for {path}: more address space than this "
+                    "process has free; lower map_size (64 GiB, the default, suits most)"
+                ) from None
             dbs = {name: env.open_db(name.encode()) for name in names}
             cls._envs[path] = (env, 1, dbs)
             return env, dbs

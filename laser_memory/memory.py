@@ -51,6 +51,7 @@ from .errors import (
 from .ids import MemoryId, validate_name
 from .items import HistoryEntry, MemoryItem, NamedItem
 from .kinds import MemoryKind
+from .log.naming import MAX_PARTITIONS, check_settings
 from .log.port import Appended
 from .named import apply_patch_bytes, encode_body, encode_patch, validate_key
 from .recall import to_context_block, validate_limit, validate_strategy
@@ -105,6 +106,17 @@ class MemoryConfig:
     index_snapshots_from: int | None = SNAPSHOTS_FROM
 
     def __post_init__(self) -> None:
+        # Checked here, not at the first write: a string or None compared with a size
+        # there was a raw TypeError, and a bad partition count waited for the first
+        # topic the log had to make.
+        check_settings(
+            self, positive_ints=("max_body_bytes", "max_record_bytes", "default_partitions")
+        )
+        if self.default_partitions > MAX_PARTITIONS:
+            raise ConfigError(
+                f"MemoryConfig.default_partitions is at most {MAX_PARTITIONS}, "
+                f"got {self.default_partitions}"
+            )
         snapshots = self.index_snapshots_from
         if snapshots is not None and (
             isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1

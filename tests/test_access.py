@@ -345,6 +345,11 @@ def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path)
         path.write_text(text)
         with pytest.raises(lm.ConfigError, match=match):
             load_principals(path)
+    # A raw ValueError and TypeError before.
+    with pytest.raises(lm.ConfigError, match="cannot read the auth file"):
+        load_principals(f"{path}\x00")
+    with pytest.raises(lm.ConfigError, match="path is a str or os"):
+        load_principals(None)
     bad = CliRunner().invoke(main, ["token", "bot", "--grant", "everything"])
     assert bad.exit_code != 0 and "unknown grant" in bad.output
 

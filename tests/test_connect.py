@@ -69,6 +69,7 @@ def test_create_is_true_or_false(tmp_path):
     [
         ({"view": 5}, lm.ConfigError, "view path is a str"),
         ({"view": ""}, lm.ConfigError, "view path is empty"),
+        ({"view": "a\x00b"}, lm.ConfigError, "view path .* NUL byte"),
         ({"stream": 5}, lm.InvalidName, "stream name is a str"),
         ({"config": {"max_body_bytes": 10}}, lm.ConfigError, "MemoryConfig"),
         ({"clock": 5}, lm.ConfigError, "now_ms"),
@@ -87,6 +88,8 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
     ("make", "says"),
     [
         (lambda: LocalLogConfig(map_size=-1), "map_size is a positive int"),
+        # Past what LMDB takes: a raw OverflowError at the first open, before.
+        (lambda: LocalLogConfig(map_size=1 << 64), "map_size is a whole number .* 2\\*\\*64-1"),
         (lambda: LocalLogConfig(max_group_records=0), "max_group_records"),
         (lambda: LocalLogConfig(max_record_bytes="1"), "max_record_bytes"),
         (lambda: LocalLogConfig(poll_interval_s=0), "poll_interval_s is .* above 0"),
@@ -95,7 +98,20 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
         (lambda: LocalLogConfig(create=1), "create"),
         (lambda: LocalLogConfig(clock=object()), "now_ms"),
         (lambda: LocalLog(5), "path"),
+        # A NUL byte in a path was a raw ValueError from the OS; an empty one was the
+        # working directory.
+        (lambda: LocalLog("/tmp/a\x00b"), "local log's path .* NUL byte"),
+        (lambda: LocalLog(""), "local log's path is empty"),
+        (lambda: connect_log("local:///tmp/a\x00b"), "NUL byte"),
         (lambda: LocalLog("/tmp/x", {"sync": False}), "LocalLogConfig"),
+        (lambda: KafkaLog("127.0.0.1:9092"), "takes a KafkaLogConfig"),
+        (lambda: KafkaLog(None), "takes a KafkaLogConfig"),
+        # Each was taken, then a raw TypeError at the first write (or, for partitions,
+        # an InvalidInput at the first topic the log had to make).
+        (lambda: lm.MemoryConfig(max_body_bytes=None), "MemoryConfig.max_body_bytes is a positive"),
+        (lambda: lm.MemoryConfig(max_record_bytes="1"), "MemoryConfig.max_record_bytes"),
+        (lambda: lm.MemoryConfig(default_partitions=0), "MemoryConfig.default_partitions"),
+        (lambda: lm.MemoryConfig(default_partitions=10_001), "default_partitions is at most 10000"),
         (lambda: KafkaLogConfig(5), "bootstrap_servers"),
         (lambda: KafkaLogConfig("h:1", client_id=""), "client_id"),
         (lambda: KafkaLogConfig("h:1", linger_s=-0.1), "linger_s"),

@@ -59,6 +59,24 @@ async def serving(view_path: Path, config: ServerConfig) -> AsyncIterator[str]:
                 await task
 
 
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"max_concurrent_reads": 0}, "max_concurrent_reads is a positive int"),
+        ({"max_concurrent_reads": None}, "max_concurrent_reads"),
+        ({"max_connections": -1}, "max_connections"),
+        ({"header_timeout_s": 0}, "header_timeout_s is a number of seconds above 0"),
+        ({"keepalive_timeout_s": float("nan")}, "keepalive_timeout_s"),
+        ({"embedder": "word-hash"}, "ServerConfig.embedder: an embedder has an embed_many"),
+    ],
+)
+def test_server_settings_are_checked_when_made(settings, says):
+    """Each was taken: no read allowed at a time hung every request, a None or a
+    negative one was a raw error at the first."""
+    with pytest.raises(lm.ConfigError, match=says):
+        ServerConfig(**settings)
+
+
 async def test_bad_parameters_are_400s_never_500s(big_view: Path):
     async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
         for path, params in [

@@ -14,7 +14,7 @@ import pytest
 import laser_memory as lm
 from folders.service import ViewFolder
 from laser_memory.clock import SteppedClock
-from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord
+from laser_memory.log import KafkaLogConfig, LocalLog, LocalLogConfig, OutgoingRecord
 from log_conformance import read_all
 
 SECOND = 1000
@@ -190,8 +190,12 @@ async def test_a_long_lived_handle_follows_a_recreated_longer_topic(laser: lm.La
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), True])
 def test_a_bad_write_deadline_is_refused(tmp_path, bad):
-    with pytest.raises(lm.InvalidInput, match="write_timeout_s"):
-        LocalLog(tmp_path, LocalLogConfig(write_timeout_s=bad))
+    # By the config itself, as its other settings are (it was InvalidInput, raised only
+    # when a log was made with it).
+    with pytest.raises(lm.ConfigError, match="write_timeout_s"):
+        LocalLogConfig(write_timeout_s=bad)
+    with pytest.raises(lm.ConfigError, match="write_timeout_s"):
+        KafkaLogConfig("127.0.0.1:9092", write_timeout_s=bad)
 
 
 async def test_an_embedded_append_has_a_deadline_too(tmp_path):

@@ -27,6 +27,7 @@ from folders.view import MemoryView
 from laser_memory.cli import main
 from laser_memory.ids import MemoryId
 from laser_memory.log import OutgoingRecord
+from laser_memory.log.local import LocalLog, LocalLogConfig
 from laser_memory.log.partitioner import partition_for
 from laser_memory.records import Remember, encode_record
 from laser_memory.scope import MemoryScope
@@ -266,6 +267,10 @@ async def test_feedback_ties_in_a_conversation_go_to_the_newest(viewed):
         (lambda log, path: ViewFolder(log, "t", path, {"map_size": 1}), lm.ConfigError, "Folder"),
         (lambda log, path: MemoryView.open(5), lm.ConfigError, "view path"),
         (lambda log, path: MemoryView.open(path, map_size=-1), lm.ConfigError, "map_size"),
+        (lambda log, path: MemoryView.open(path, map_size=1 << 64), lm.ConfigError, "2\\*\\*64"),
+        (lambda log, path: FolderConfig(map_size=1 << 70), lm.ConfigError, "2\\*\\*64"),
+        (lambda log, path: MemoryView.open(f"{path}\x00"), lm.ConfigError, "NUL byte"),
+        (lambda log, path: ViewFolder(log, "t", f"{path}\x00"), lm.ConfigError, "NUL byte"),
     ],
 )
 async def test_folder_and_view_settings_of_the_wrong_kind_are_clear_errors(
@@ -274,6 +279,25 @@ async def test_folder_and_view_settings_of_the_wrong_kind_are_clear_errors(
     with pytest.raises(error, match=says):
         make(laser.log, tmp_path / "view")
     assert not (tmp_path / "view").exists()
+
+
+async def test_a_view_folder_that_cannot_be_made_or_mapped_is_a_config_error(
+    laser: lm.Laser, tmp_path: Path
+):
+    """Each was a raw OSError or lmdb.MemoryError: a view under a file, a folder name
+    longer than the file system takes, a map larger than the free address space."""
+    await laser.memory("notes").remember("a fact")
+    topic = laser.memory_topic_name
+    (tmp_path / "file").write_text("")
+    for path in (tmp_path / "file" / "view", tmp_path / ("v" * 300)):
+        with pytest.raises(lm.ConfigError, match="cannot make the view's folder"):
+            await ViewFolder(laser.log, topic, path).run(until_caught_up=True)
+    with pytest.raises(lm.ConfigError, match="lower map_size"):
+        MemoryView.open(tmp_path / "huge", map_size=(1 << 64) - 1)
+    huge_log = LocalLog(tmp_path / "huge-log", LocalLogConfig(map_size=(1 << 64) - 1))
+    with pytest.raises(lm.ConfigError, match="lower map_size"):
+        await huge_log.start()
+    assert await ViewFolder(laser.log, topic, tmp_path / "view").run(until_caught_up=True) == 1
 
 
 async def test_folder_run_flags_are_checked_before_it_folds(laser: lm.Laser, tmp_path: Path):

@@ -59,7 +59,6 @@ from .naming import (
     validate_outgoing,
     validate_partitions,
     validate_read,
-    validate_timeout,
     validate_topic,
 )
 from .partitioner import partition_for
@@ -120,6 +119,7 @@ class KafkaLogConfig:
             positive_ints=("max_batch_bytes", "max_request_bytes", "max_record_bytes"),
             seconds=("linger_s", "fetch_wait_s"),
             positive_seconds=("request_timeout_s",),
+            optional_seconds=("write_timeout_s",),
         )
         factor = self.replication_factor
         if factor is not None and (
@@ -185,7 +185,11 @@ class KafkaLog(LogLifecycle):
     """
 
     def __init__(self, config: KafkaLogConfig):
-        validate_timeout(config.write_timeout_s, "write_timeout_s")
+        if not isinstance(config, KafkaLogConfig):
+            raise ConfigError(
+                "a KafkaLog takes a KafkaLogConfig, such as KafkaLogConfig('127.0.0.1:9092'); "
+                f"got {type(config).__name__}"
+            )
         if config.max_request_bytes < config.max_record_bytes + _BATCH_OVERHEAD:
             raise InvalidRecord(
                 f"max_request_bytes ({config.max_request_bytes}) must exceed max_record_bytes "

@@ -46,7 +46,7 @@ from ..errors import (
     UnknownTopic,
     WriteTimeout,
 )
-from ..lmdb_env import SharedEnvironments
+from ..lmdb_env import SharedEnvironments, check_map_size, folder_path
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
@@ -55,7 +55,6 @@ from .naming import (
     validate_outgoing,
     validate_partitions,
     validate_read,
-    validate_timeout,
     validate_topic,
 )
 from .partitioner import partition_for
@@ -99,7 +98,9 @@ class LocalLogConfig:
             positive_ints=("map_size", "max_group_records", "max_record_bytes"),
             positive_seconds=("poll_interval_s",),
             bools=("sync", "create"),
+            optional_seconds=("write_timeout_s",),
         )
+        check_map_size(self.map_size, "LocalLogConfig.map_size")
         validate_clock(self.clock)
 
 
@@ -178,16 +179,10 @@ class LocalLog(LogLifecycle):
     """
 
     def __init__(self, path: str | os.PathLike[str], config: LocalLogConfig | None = None):
-        try:
-            self._path = os.path.realpath(os.fspath(path))
-        except TypeError:
-            raise ConfigError(
-                f"a local log's path is a str or os.PathLike, got {type(path).__name__}"
-            ) from None
+        self._path = os.path.realpath(folder_path(path, "a local log's path"))
         if config is not None and not isinstance(config, LocalLogConfig):
             raise ConfigError(f"config is a LocalLogConfig or None, got {type(config).__name__}")
         self._config = config or LocalLogConfig()
-        validate_timeout(self._config.write_timeout_s, "write_timeout_s")
         self._env: lmdb.Environment | None = None
         self._dbs: dict = {}
         self._queue: asyncio.Queue[_AppendRequest | None] | None = None

@@ -17,17 +17,21 @@ from ..errors import (
 from .port import OutgoingRecord, checked_headers_size
 
 __all__ = [
+    "MAX_PARTITIONS",
     "check_settings",
     "check_topic_type",
     "validate_outgoing",
     "validate_partitions",
     "validate_read",
-    "validate_timeout",
     "validate_topic",
 ]
 
 # Kafka's own rule, applied to the local log too so a topic name works on both.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+#: The most partitions a topic may have.
+MAX_PARTITIONS = 10_000
 
 
 def validate_topic(topic: str) -> str:
@@ -45,24 +49,32 @@ def check_settings(
     seconds: tuple[str, ...] = (),
     positive_seconds: tuple[str, ...] = (),
     bools: tuple[str, ...] = (),
+    optional_seconds: tuple[str, ...] = (),
 ) -> None:
     """Refuse a config dataclass whose fields are of the wrong kind (`ConfigError`, naming
     the field): ``positive_ints`` are ints from 1, ``seconds`` finite numbers from 0,
-    ``positive_seconds`` finite numbers above 0, ``bools`` True or False."""
+    ``positive_seconds`` finite numbers above 0, ``optional_seconds`` finite numbers
+    above 0 or None (no limit), ``bools`` True or False."""
     kind = type(config).__name__
     for name in positive_ints:
         value = getattr(config, name)
         if not _is_int(value) or value < 1:
             raise ConfigError(f"{kind}.{name} is a positive int, got {value!r}")
-    for names, above in ((seconds, "from 0"), (positive_seconds, "above 0")):
+    for names, above in (
+        (seconds, "from 0"),
+        (positive_seconds, "above 0"),
+        (optional_seconds, "above 0, or None for no limit"),
+    ):
         for name in names:
             value = getattr(config, name)
+            if value is None and names is optional_seconds:
+                continue
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
                 or not math.isfinite(value)
                 or value < 0
-                or (value == 0 and names is positive_seconds)
+                or (value == 0 and names is not seconds)
             ):
                 raise ConfigError(f"{kind}.{name} is a number of seconds {above}, got {value!r}")
     for name in bools:
@@ -81,8 +93,10 @@ def check_topic_type(topic: object) -> None:
 def validate_partitions(partitions: int, retention_s: float | None) -> None:
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise InvalidInput(f"a topic needs at least one partition, got {partitions!r}")
-    if partitions > 10_000:
-        raise InvalidInput(f"{partitions} partitions is more than the 10000 laser-memory allows")
+    if partitions > MAX_PARTITIONS:
+        raise InvalidInput(
+            f"{partitions} partitions is more than the {MAX_PARTITIONS} laser-memory allows"
+        )
     if retention_s is not None and (
         not isinstance(retention_s, int | float)
         or not math.isfinite(retention_s)
@@ -145,16 +159,6 @@ def validate_read(
                     f"an int from 0 to {_MAX_OFFSET}"
                 )
     return chosen
-
-
-def validate_timeout(seconds: float | None, what: str) -> None:
-    if seconds is not None and (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not math.isfinite(seconds)
-        or seconds <= 0
-    ):
-        raise InvalidInput(f"{what} is a positive number of seconds or None, got {seconds!r}")
 
 
 def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) -> None:
