@@ -47,6 +47,7 @@ from laser_memory.embedding import Embedder, embed_texts, validate_embedder
 from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError
 from laser_memory.ids import MemoryId
 from laser_memory.log.naming import check_settings
+from laser_memory.named import MAX_VERSION
 from laser_memory.recall import MAX_LIMIT, validate_strategy
 
 from .http_auth import Unauthorized, anonymous, is_loopback
@@ -62,8 +63,6 @@ __all__ = [
     "make_app",
     "serve_view",
 ]
-
-_MAX_VERSION = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +204,7 @@ class ViewServer:
     async def fetch(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._namespace(principal, request)
         key = self._arg(request, "key", required=True)
-        version = _whole_number(request, "version", 1, _MAX_VERSION)
+        version = _whole_number(request, "version", 1, MAX_VERSION)
         tenant = self._tenant(principal, request)
         item = await self._off_loop(
             self._view.fetch, namespace, key, tenant=tenant, version=version

@@ -68,10 +68,11 @@ from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
 from laser_memory.log.naming import MAX_PARTITIONS
 from laser_memory.log.port import LogRecord, Position
-from laser_memory.named import apply_patch_bytes
+from laser_memory.named import MAX_VERSION, apply_patch_bytes
 from laser_memory.recall import rank, search_mode, with_ranking
 from laser_memory.records import (
     HEADER_NAMESPACE,
+    MAX_DIMENSIONS,
     MAX_WEIGHT,
     NAMED_RECORDS,
     Embedded,
@@ -117,6 +118,7 @@ MAX_SEARCH_INDEXES = 64
 MAX_NAMED_BODY_BYTES = 4 << 20
 
 SortKey = tuple[int, int, int]
+_MAX_EMBEDDING_BYTES = 4 * MAX_DIMENSIONS  # float32 values
 _NO_CONVERSATION = ""  # conversation names are never empty, so "" stands for "none"
 
 
@@ -249,9 +251,13 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         if record.kind not in _KIND_CODES:
             MemoryKind.from_code(record.kind)  # raises UnknownKind, saying why
         if record.embedding is not None and (
-            not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 << 16
+            not record.embedding
+            or len(record.embedding) % 4
+            or len(record.embedding) > _MAX_EMBEDDING_BYTES
         ):
-            raise RecordDecodeError("remember.embedding must be 1 to 65536 float32 values")
+            raise RecordDecodeError(
+                f"remember.embedding must be 1 to {MAX_DIMENSIONS} float32 values"
+            )
         if record.embedder is not None:
             _check_label(record.embedder, "remember.embedder")
         if record.expires_at is not None and not 0 <= record.expires_at < 1 << 63:
@@ -264,7 +270,7 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         if kind is NamedSet:
             _check_named_index(record)
         elif kind is NamedRemove and record.if_version is not None:
-            if not 1 <= record.if_version < 1 << 63:
+            if not 1 <= record.if_version <= MAX_VERSION:
                 raise RecordDecodeError("named.remove.if_version must be from 1 to 2**63-1")
     elif len(record.target) != 16:  # Feedback, Forget, Embedded
         MemoryId(record.target)  # raises InvalidId, saying why
@@ -296,8 +302,12 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
 def _check_embedded(record: Embedded) -> None:
     if len(record.body_digest) != 16:
         raise RecordDecodeError("embedded.body_digest must be 16 bytes")
-    if not record.embedding or len(record.embedding) % 4 or len(record.embedding) > 4 * 65536:
-        raise RecordDecodeError("embedded.embedding must be 1 to 65536 float32 values")
+    if (
+        not record.embedding
+        or len(record.embedding) % 4
+        or len(record.embedding) > _MAX_EMBEDDING_BYTES
+    ):
+        raise RecordDecodeError(f"embedded.embedding must be 1 to {MAX_DIMENSIONS} float32 values")
     _check_label(record.embedder, "embedded.embedder")
 
 

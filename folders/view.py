@@ -85,6 +85,7 @@ from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.lmdb_env import SharedEnvironments, check_map_size, folder_path
 from laser_memory.log.port import LogRecord, Position
+from laser_memory.named import validate_version
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
 from laser_memory.records import NAMED_RECORDS, Remember
 from laser_memory.search_index import SearchIndex
@@ -1084,6 +1085,8 @@ class MemoryView:
         self, namespace: str, key: str, *, tenant: str = "", version: int | None = None
     ) -> NamedItem | None:
         """A named item now, or as it was after ``version`` writes; None if absent then."""
+        if version is not None:
+            validate_version(version, "version")
         db_key = _scope(tenant, namespace) + _part(key)
         with self._read() as txn:
             if version is None:

@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .errors import EmbeddingFailed, InvalidInput
+from .records import MAX_DIMENSIONS
 
 __all__ = ["Embedder", "WordHashEmbedder", "cosine_similarities", "embed_texts", "to_vector"]
 
@@ -82,9 +83,11 @@ def validate_embedder(embedder: object) -> Embedder:
     if (
         isinstance(dimensions, bool)
         or not isinstance(dimensions, int)
-        or not 0 < dimensions <= 65536
+        or not 0 < dimensions <= MAX_DIMENSIONS
     ):
-        raise InvalidInput(f"an embedder's dimensions are 1 to 65536, got {dimensions!r}")
+        raise InvalidInput(
+            f"an embedder's dimensions are 1 to {MAX_DIMENSIONS}, got {dimensions!r}"
+        )
     return embedder  # type: ignore[return-value]
 
 

@@ -23,7 +23,7 @@ from .ids import validate_name
 from .items import Source
 from .log.naming import validate_topic
 from .log.port import Appended
-from .records import MAX_WEIGHT, Origin, Producer
+from .records import MAX_DIMENSIONS, MAX_WEIGHT, Origin, Producer
 
 __all__ = ["body", "check_body", "embedding", "expiry", "origin", "producer", "weight"]
 
@@ -210,6 +210,9 @@ def embedding(value: Any) -> bytes | None:
         raise InvalidInput(
             f"an embedding is a non-empty flat list of numbers, got shape {array.shape}"
         )
+    if array.size > MAX_DIMENSIONS:
+        # The fold takes no more: a longer one was written, then set aside.
+        raise InvalidInput(f"an embedding holds at most {MAX_DIMENSIONS} numbers, got {array.size}")
     if not np.all(np.isfinite(array)):
         raise InvalidInput(
             "an embedding must hold finite numbers within float32's range (about ±3.4e38)"

@@ -53,7 +53,13 @@ from .items import HistoryEntry, MemoryItem, NamedItem
 from .kinds import MemoryKind
 from .log.naming import MAX_PARTITIONS, check_settings
 from .log.port import Appended
-from .named import apply_patch_bytes, encode_body, encode_patch, validate_key
+from .named import (
+    apply_patch_bytes,
+    encode_body,
+    encode_patch,
+    validate_key,
+    validate_version,
+)
 from .recall import to_context_block, validate_limit, validate_strategy
 from .records import (
     Feedback,
@@ -691,10 +697,9 @@ class MemoryHandle:
         >>> await memory.remove("draft", if_version=item.version)           # doctest: +SKIP
         """
         self._check_publish()
-        if if_version is not None and (
-            isinstance(if_version, bool) or not isinstance(if_version, int) or if_version < 1
-        ):
-            raise InvalidInput(f"if_version counts writes from 1, got {if_version!r}")
+        if if_version is not None:
+            # Up to what the fold takes: a larger one was written, then set aside.
+            validate_version(if_version, "if_version")
         return await self._write_one(
             NamedRemove(
                 ns=self.namespace,
@@ -743,10 +748,8 @@ class MemoryHandle:
         validate_key(key)
         tenant = self._tenant(tenant)
         self._check_read()
-        if version is not None and (
-            not isinstance(version, int) or isinstance(version, bool) or version < 1
-        ):
-            raise InvalidInput(f"version counts writes from 1, got {version!r}")
+        if version is not None:
+            validate_version(version, "version")
         if not self._managed(folded):
             if version is not None:
                 raise NoView("fetch(version=) reads the managed view; connect with view=PATH")

@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidBody, InvalidPatch
+from .errors import InvalidBody, InvalidInput, InvalidPatch
 from .ids import validate_name
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "MAX_VERSION",
     "apply_patch_bytes",
     "dump_json",
     "encode_body",
@@ -30,7 +31,12 @@ __all__ = [
     "load_json",
     "merge_patch",
     "validate_key",
+    "validate_version",
 ]
+
+#: The highest version a named item's write count may name (a record stores it as an
+#: int64; past it the fold would set the record aside).
+MAX_VERSION = (1 << 63) - 1
 
 #: The deepest nesting of arrays and objects a named body or patch may have.
 MAX_JSON_DEPTH = 100
@@ -41,6 +47,13 @@ _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 def validate_key(key: str) -> str:
     """A named item key: non-empty text up to 255 bytes without control characters."""
     return validate_name(key, "named item key")
+
+
+def validate_version(version: object, what: str) -> None:
+    """Refuse a version that is no int from 1 to `MAX_VERSION` (`InvalidInput`); None
+    is left to the caller."""
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+        raise InvalidInput(f"{what} counts writes from 1 to 2**63-1, got {version!r}")
 
 
 def json_depth(data: bytes) -> int:

@@ -54,6 +54,7 @@ __all__ = [
     "HEADER_OPERATION",
     "HEADER_TENANT",
     "HEADER_VERSION",
+    "MAX_DIMENSIONS",
     "MAX_WEIGHT",
     "NAMED_RECORDS",
     "SCHEMA_VERSION",
@@ -80,6 +81,8 @@ __all__ = [
 SCHEMA_VERSION = 1
 #: The largest feedback weight one record may carry (either sign); sums stay finite.
 MAX_WEIGHT = 1e9
+#: The most float32 values a record's embedding may hold (and an embedder make).
+MAX_DIMENSIONS = 65536
 
 HEADER_NAMESPACE = "lm-ns"
 HEADER_OPERATION = "lm-op"

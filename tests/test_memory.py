@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 import laser_memory as lm
+from folders.service import ViewFolder
+from folders.view import MemoryView
 from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord, partition_for
 from log_conformance import read_all
 
@@ -530,7 +532,8 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
         (lambda m: m.remember(""), lm.EmptyBody),
         (lambda m: m.remember(b"x" * ((1 << 20) + 1)), lm.BodyTooLarge),
         (lambda m: m.remember("lone \ud800 surrogate"), lm.InvalidBody),
-        (lambda m: m.remember("x", embedding=[0.5] * 2_000_000), lm.RecordTooLarge),
+        # A body and an embedding each within its cap, the record over its own.
+        (lambda m: m.remember(b"x" * (1 << 20), embedding=[0.5] * 65536), lm.RecordTooLarge),
         (
             lambda m: m.remember("x", producer={"name": "p", "version": "v" * 5_000_000}),
             lm.InvalidName,
@@ -561,7 +564,7 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
         (lambda m: m.update("k", {"a": "\ud800"}), lm.InvalidPatch),
         (
             lambda m: m.remember_many(
-                ["small-a", {"body": "x", "embedding": [0.5] * 400_000}, "small-b"]
+                ["small-a", {"body": "x" * (1 << 20), "embedding": [0.5] * 65536}, "small-b"]
             ),
             lm.RecordTooLarge,
         ),
@@ -601,6 +604,10 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
         (lambda m: m.fetch("k", folded="yes"), lm.InvalidInput),
         (lambda m: m.recall(strategy="graph"), lm.InvalidInput),
         (lambda m: m.recall(limit=-1), lm.InvalidInput),
+        # Past what the fold takes: each was written, then set aside by every fold.
+        (lambda m: m.remember("x", embedding=[0.5] * 65537), lm.InvalidInput),
+        (lambda m: m.remove("k", if_version=2**63), lm.InvalidInput),
+        (lambda m: m.fetch("k", version=2**64), lm.InvalidInput),
     ],
 )
 async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call, error):
@@ -611,6 +618,25 @@ async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call
         await call(memory)
     assert isinstance(info.value, lm.LaserError) and str(info.value)
     assert await _end_offsets(laser) == before
+
+
+async def test_input_at_the_limits_the_api_takes_folds(laser: lm.Laser, tmp_path):
+    """What the handle accepts, the fold takes: the largest embedding and version."""
+    memory = laser.memory("notes")
+    mid = await memory.remember("x", embedding=[0.5] * 65536)
+    await memory.set("k", "v")
+    await memory.remove("k", if_version=2**63 - 1)  # not the version: leaves it
+    folded = laser.memory("notes")
+    [item] = await folded.recall(folded=True)
+    assert item.id == mid and (await folded.fetch("k", folded=True)).text == "v"
+    assert folded.set_aside == []
+    await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+        until_caught_up=True
+    )
+    with MemoryView.open(tmp_path / "view", create=False) as view:
+        assert view.stats().set_aside == 0
+        with pytest.raises(lm.InvalidInput, match="2\\*\\*63-1"):
+            view.fetch(memory.namespace, "k", version=2**64)
 
 
 async def test_bad_namespace_is_refused(laser: lm.Laser):

@@ -64,7 +64,7 @@ from ..items import NamedItem
 from ..log import Appended
 from ..memory import MemoryHandle
 from ..named import MAX_JSON_DEPTH, dump_json, json_depth, load_json, validate_key
-from ..records import NamedPatch, NamedRemove, NamedSet
+from ..records import MAX_DIMENSIONS, NamedPatch, NamedRemove, NamedSet
 from ..scoring import TermStatistics, bm25
 from ..terms import term_counts, terms
 from ..text_ranking import Columns, rank_by_text
@@ -346,8 +346,10 @@ class LaserStore(BaseStore):
 
     def _configure_index(self, index: IndexConfig, label: str | None) -> None:
         dims = index.get("dims")
-        if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= 65536:
-            raise ConfigError(f"index dims is the vectors' length (1 to 65536), got {dims!r}")
+        if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= MAX_DIMENSIONS:
+            raise ConfigError(
+                f"index dims is the vectors' length (1 to {MAX_DIMENSIONS}), got {dims!r}"
+            )
         embed = index.get("embed")
         if embed is None:
             raise ConfigError("index needs embed: an Embeddings, a function, or a provider name")
