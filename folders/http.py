@@ -44,7 +44,7 @@ from aiohttp import web
 
 from laser_memory.access import Principal, resolve_tenant
 from laser_memory.embedding import Embedder, embed_texts, validate_embedder
-from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError
+from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError, shown
 from laser_memory.ids import MemoryId
 from laser_memory.log.naming import check_settings
 from laser_memory.named import MAX_VERSION
@@ -111,7 +111,7 @@ def _error(status: int, exc: Exception) -> web.Response:
 def _flag(request: web.Request, name: str) -> bool:
     raw = request.query.get(name, "false")
     if raw not in ("true", "false"):
-        raise InvalidInput(f"{name} is true or false, got {raw!r}")
+        raise InvalidInput(f"{name} is true or false, got {shown(raw)}")
     return raw == "true"
 
 
@@ -124,7 +124,7 @@ def _whole_number(request: web.Request, name: str, low: int, high: int) -> int |
     except ValueError:
         number = None
     if number is None or not low <= number <= high:
-        raise InvalidInput(f"{name} must be a whole number from {low} to {high}, got {raw!r}")
+        raise InvalidInput(f"{name} must be a whole number from {low} to {high}, got {shown(raw)}")
     return number
 
 
@@ -150,7 +150,7 @@ class ViewServer:
     def _arg(request: web.Request, name: str, *, required: bool = False) -> str | None:
         value = request.query.get(name)
         if required and not value:
-            raise InvalidInput(f"query parameter {name!r} is required")
+            raise InvalidInput(f"query parameter {shown(name)} is required")
         return value
 
     @staticmethod
@@ -210,7 +210,7 @@ class ViewServer:
             self._view.fetch, namespace, key, tenant=tenant, version=version
         )
         if item is None:
-            return _json({"error": "NotFound", "message": f"no named item {key!r}"}, 404)
+            return _json({"error": "NotFound", "message": f"no named item {shown(key)}"}, 404)
         return _json(
             {
                 "key": item.key,
@@ -254,7 +254,7 @@ class ViewServer:
     async def stats(self, principal: Principal, request: web.Request) -> web.Response:
         if not principal.may_see_stats():
             raise AccessDenied(
-                f"principal {principal.name!r} may not read the view's stats: it needs "
+                f"principal {shown(principal.name)} may not read the view's stats: it needs "
                 "the grant 'view:stats'"
             )
         # Not behind the read limit: an operator's stats answer while recalls queue.
@@ -422,7 +422,7 @@ async def serve_view(
     config = config or ServerConfig()
     if auth is None and not is_loopback(host):
         raise ConfigError(
-            f"serving on {host!r} without authentication would let anyone who reaches it "
+            f"serving on {shown(host)} without authentication would let anyone who reaches it "
             "read every tenant; pass an auth file (serve --auth FILE) or serve on 127.0.0.1"
         )
     repeat = _RepeatFilter()

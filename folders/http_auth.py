@@ -31,7 +31,7 @@ import tomllib
 from aiohttp import web
 
 from laser_memory.access import Principal
-from laser_memory.errors import ConfigError
+from laser_memory.errors import ConfigError, shown
 
 __all__ = [
     "ANONYMOUS",
@@ -77,27 +77,27 @@ def load_principals(path: str | os.PathLike[str]) -> dict[str, Principal]:
     """The auth file's principals by token hash. Any mistake in the file is a
     `ConfigError` naming the entry: a server never starts with half its principals."""
     if not isinstance(path, str | os.PathLike):
-        raise ConfigError(f"the auth file's path is a str or os.PathLike, got {path!r}")
+        raise ConfigError(f"the auth file's path is a str or os.PathLike, got {shown(path)}")
     try:
         with open(path, "rb") as file:
             data = tomllib.load(file)
     except tomllib.TOMLDecodeError as exc:  # a ValueError too: caught first
-        raise ConfigError(f"the auth file {os.fspath(path)!r} is not TOML: {exc}") from None
+        raise ConfigError(f"the auth file {shown(os.fspath(path))} is not TOML: {exc}") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise ConfigError(f"cannot read the auth file {os.fspath(path)!r}: {exc}") from None
+        raise ConfigError(f"cannot read the auth file {shown(os.fspath(path))}: {exc}") from None
     entries = data.get("principal")
     unknown = set(data) - {"principal"}
     if unknown or not isinstance(entries, list) or not entries:
         raise ConfigError(
-            f"the auth file {os.fspath(path)!r} holds [[principal]] tables (name, tenant, "
+            f"the auth file {shown(os.fspath(path))} holds [[principal]] tables (name, tenant, "
             "grants, token_sha256) and nothing else"
         )
     out: dict[str, Principal] = {}
     names: set[str] = set()
     for number, entry in enumerate(entries, 1):
-        where = f"auth file {os.fspath(path)!r}, principal {number}"
+        where = f"auth file {shown(os.fspath(path))}, principal {number}"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: a [[principal]] table, got {entry!r}")
+            raise ConfigError(f"{where}: a [[principal]] table, got {shown(entry)}")
         extra = set(entry) - {"name", "tenant", "grants", "token_sha256"}
         missing = {"name", "tenant", "grants", "token_sha256"} - set(entry)
         if extra or missing:
@@ -120,9 +120,9 @@ def load_principals(path: str | os.PathLike[str]) -> dict[str, Principal]:
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         if principal.name in names:
-            raise ConfigError(f"{where}: a second principal named {principal.name!r}")
+            raise ConfigError(f"{where}: a second principal named {shown(principal.name)}")
         if digest in out:
-            raise ConfigError(f"{where}: the same token as principal {out[digest].name!r}")
+            raise ConfigError(f"{where}: the same token as principal {shown(out[digest].name)}")
         names.add(principal.name)
         out[digest] = principal
     return out

@@ -33,6 +33,7 @@ from collections import deque
 import msgspec
 import numpy as np
 
+from laser_memory.errors import shown
 from laser_memory.search_index import SearchIndex, SnapshotError
 
 __all__ = ["SNAPSHOTS_FROM", "IndexSnapshots"]
@@ -106,13 +107,13 @@ class IndexSnapshots:
     def _map(self, name: str, saved: _SnapshotFile) -> dict[str, np.ndarray]:
         """The snapshot's arrays, views of its array file mapped copy-on-write."""
         if os.sep in saved.arrays or not saved.arrays.startswith(f"{name}-"):
-            raise SnapshotError(f"array file {saved.arrays!r} is not this read's")
+            raise SnapshotError(f"array file {shown(saved.arrays)} is not this read's")
         with open(os.path.join(self.path, saved.arrays), "rb") as file:
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
         arrays = {}
         for at in saved.layout:
             if at.dtype not in _DTYPES or any(n < 0 for n in at.shape) or at.offset < 0:
-                raise SnapshotError(f"array {at.name!r} has an unknown layout")
+                raise SnapshotError(f"array {shown(at.name)} has an unknown layout")
             count = int(np.prod(at.shape, dtype=np.int64))
             # Views of the map keep it open; np.frombuffer checks the file holds them.
             array_ = np.frombuffer(mapped, dtype=np.dtype(at.dtype), count=count, offset=at.offset)

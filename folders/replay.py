@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from laser_memory.access import resolve_tenant
-from laser_memory.errors import InvalidInput
+from laser_memory.errors import InvalidInput, shown
 from laser_memory.ids import MemoryId
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
@@ -70,15 +70,15 @@ def to_millis(moment: dt.datetime | int | float) -> int:
         return int(moment.timestamp() * 1000)
     if isinstance(moment, bool) or not isinstance(moment, int | float):
         raise InvalidInput(
-            f"a moment is a datetime, seconds (float) or milliseconds (int): {moment!r}"
+            f"a moment is a datetime, seconds (float) or milliseconds (int): {shown(moment)}"
         )
     if isinstance(moment, float) and not math.isfinite(moment):
-        raise InvalidInput(f"a moment must be a finite number of seconds, got {moment!r}")
+        raise InvalidInput(f"a moment must be a finite number of seconds, got {shown(moment)}")
     # Seconds past float range once multiplied (1e306 s) are out of range, not inf.
     millis = moment if isinstance(moment, int) else moment * 1000
     if not 0 <= millis < 1 << 63:
         raise InvalidInput(
-            f"a moment must fall between the epoch and the year 292 million, got {moment!r}"
+            f"a moment must fall between the epoch and the year 292 million, got {shown(moment)}"
         )
     return int(millis)
 
@@ -268,10 +268,12 @@ async def snapshot(
         receipts = (at,) if isinstance(at, Appended) else at
         for receipt in receipts:
             if receipt.topic != topic:
-                raise InvalidInput(f"the receipt is for topic {receipt.topic!r}, not {topic!r}")
+                raise InvalidInput(
+                    f"the receipt is for topic {shown(receipt.topic)}, not {shown(topic)}"
+                )
             if receipt.generation and receipt.generation != info.generation:
                 raise InvalidInput(
-                    f"the receipt is for generation {receipt.generation} of {topic!r}, which "
+                    f"the receipt is for generation {receipt.generation} of {shown(topic)}, which "
                     "was deleted since; there is no past of it to read"
                 )
         as_of_ms = max(r.append_time_ms for r in receipts)
@@ -295,7 +297,7 @@ async def snapshot(
                 or isinstance(offset, bool)
                 or offset < 0
             ):
-                raise InvalidInput(f"positions map partitions to offsets, got {dict(at)!r}")
+                raise InvalidInput(f"positions map partitions to offsets, got {shown(dict(at))}")
         records = await replay(log, topic, namespace=namespace, until=at)
     else:
         as_of_ms = to_millis(at)

@@ -22,7 +22,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from laser_memory.errors import ConfigError, InvalidInput, ViewLocked
+from laser_memory.errors import ConfigError, InvalidInput, ViewLocked, shown
 from laser_memory.lmdb_env import check_map_size
 from laser_memory.log.naming import check_settings, check_topic_type
 from laser_memory.log.port import Log, LogRecord
@@ -114,7 +114,7 @@ class ViewFolder:
         seen at start). ``rebuild`` empties the view first. Returns records folded."""
         for name, flag in (("until_caught_up", until_caught_up), ("rebuild", rebuild)):
             if not isinstance(flag, bool):
-                raise InvalidInput(f"{name} is True or False, got {flag!r}")
+                raise InvalidInput(f"{name} is True or False, got {shown(flag)}")
         if on_progress is not None and not callable(on_progress):
             raise InvalidInput(
                 "on_progress is a callable taking (records folded, positions), or None"

@@ -62,7 +62,7 @@ from typing import Generic, TypeVar
 import msgspec
 import numpy as np
 
-from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError
+from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError, shown
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
@@ -294,7 +294,7 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
         )
     if kind is Feedback and not (math.isfinite(record.weight) and abs(record.weight) <= MAX_WEIGHT):
         raise RecordDecodeError(
-            f"feedback weight {record.weight!r} is not a finite number within ±{MAX_WEIGHT:g}"
+            f"feedback weight {shown(record.weight)} is not a finite number within ±{MAX_WEIGHT:g}"
         )
     return record
 
@@ -335,7 +335,7 @@ def _check_named_index(record: NamedSet) -> None:
 
 def _check_label(label: str, what: str) -> None:
     if "/" not in label or len(label.encode("utf-8", "surrogatepass")) > 255 or "\x00" in label:
-        raise RecordDecodeError(f"{what} {label[:80]!r} is no '<provider>/<model>'")
+        raise RecordDecodeError(f"{what} {shown(label[:80])} is no '<provider>/<model>'")
 
 
 def _reason(exc: BaseException) -> str:

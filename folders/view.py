@@ -80,7 +80,7 @@ import lmdb
 import msgspec
 import numpy as np
 
-from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch
+from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch, shown
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.lmdb_env import SharedEnvironments, check_map_size, folder_path
@@ -534,12 +534,12 @@ class MemoryView:
         self.check_format()
         if current_topic != topic:
             raise ViewMismatch(
-                f"the view at {self.path} folds topic {current_topic!r}, not {topic!r}; "
+                f"the view at {self.path} folds topic {shown(current_topic)}, not {shown(topic)}; "
                 "use another view folder for another topic"
             )
         if current_generation != generation:
             raise ViewMismatch(
-                f"topic {topic!r} was recreated since the view at {self.path} was built; "
+                f"topic {shown(topic)} was recreated since the view at {self.path} was built; "
                 "rebuild the view ('laser-memory rebuild')"
             )
 

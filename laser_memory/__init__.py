@@ -46,6 +46,7 @@ from .errors import (
     ViewMismatch,
     WaitTimeout,
     WriteTimeout,
+    shown,
 )
 from .handler import MemoryHandler, Message
 from .ids import AgentId, ConversationId, MemoryId, memory_id_content
@@ -96,7 +97,7 @@ _UPPER = {
 def __getattr__(name: str) -> object:
     module = _UPPER.get(name)
     if module is None:
-        raise AttributeError(f"module 'laser_memory' has no attribute {name!r}")
+        raise AttributeError(f"module 'laser_memory' has no attribute {shown(name)}")
     import importlib
 
     value = getattr(importlib.import_module(f".{module}", __name__), name)

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
 
-from .errors import AccessDenied, ConfigError, PolicyDenied
+from .errors import AccessDenied, ConfigError, PolicyDenied, shown
 from .ids import validate_name
 
 __all__ = [
@@ -67,11 +67,11 @@ def _grant(grant: object) -> str:
             pattern = grant[len(prefix) :]
             if "*" in pattern[:-1]:
                 raise ConfigError(
-                    f"grant {grant!r}: '*' may only end a grant (a prefix), not sit inside it"
+                    f"grant {shown(grant)}: '*' may only end a grant (a prefix), not sit inside it"
                 )
             return grant
     raise ConfigError(
-        f"unknown grant {grant!r}: grants are 'kv:read:<namespace>', 'publish:<topic>' "
+        f"unknown grant {shown(grant)}: grants are 'kv:read:<namespace>', 'publish:<topic>' "
         "(either may end with '*' to cover a prefix) and 'view:stats'"
     )
 
@@ -100,14 +100,14 @@ class Principal(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"a principal's name is a non-empty string, got {self.name!r}")
+            raise ConfigError(f"a principal's name is a non-empty string, got {shown(self.name)}")
         if self.tenant is not None:
             try:
                 validate_name(self.tenant, "tenant", allow_empty=True)
             except Exception as exc:
-                raise ConfigError(f"principal {self.name!r}: {exc}") from None
+                raise ConfigError(f"principal {shown(self.name)}: {exc}") from None
         if isinstance(self.grants, str) or not isinstance(self.grants, Iterable):
-            raise ConfigError(f"principal {self.name!r}: grants is a set of grant strings")
+            raise ConfigError(f"principal {shown(self.name)}: grants is a set of grant strings")
         # A frozen Struct: set the normalised grants once, here.
         msgspec.structs.force_setattr(
             self, "grants", frozenset(_grant(grant) for grant in self.grants)
@@ -125,14 +125,14 @@ class Principal(msgspec.Struct, frozen=True):
     def check_read(self, namespace: str) -> None:
         if not self.may_read(namespace):
             raise AccessDenied(
-                f"principal {self.name!r} may not read namespace {namespace!r}: it needs "
+                f"principal {shown(self.name)} may not read namespace {shown(namespace)}: it needs "
                 f"the grant 'kv:read:{namespace}' (or a prefix of it ending in '*')"
             )
 
     def check_publish(self, topic: str) -> None:
         if not self.may_publish(topic):
             raise AccessDenied(
-                f"principal {self.name!r} may not write to topic {topic!r}: it needs the "
+                f"principal {shown(self.name)} may not write to topic {shown(topic)}: it needs the "
                 f"grant 'publish:{topic}' (or a prefix of it ending in '*')"
             )
 
@@ -149,8 +149,9 @@ def bound_tenant(tenant: str | None, principal: Principal | None) -> str | None:
         return tenant
     if tenant is not None and tenant != principal.tenant:
         raise AccessDenied(
-            f"principal {principal.name!r} acts for tenant {principal.tenant!r}; a handle "
-            f"for it cannot be bound to tenant {tenant!r}"
+            f"principal {shown(principal.name)} acts for tenant {shown(principal.tenant)}; "
+            f"a handle "
+            f"for it cannot be bound to tenant {shown(tenant)}"
         )
     return principal.tenant
 
@@ -205,10 +206,10 @@ async def check_governor(governor: Governor, proposals: list[ProposedWrite]) -> 
         if answer is False:
             raise PolicyDenied(
                 f"{where}the governor refused a {proposal.op} record in namespace "
-                f"{proposal.namespace!r}; nothing was written"
+                f"{shown(proposal.namespace)}; nothing was written"
             )
         raise PolicyDenied(
-            f"{where}the governor answered {answer!r} for a {proposal.op} record; a "
+            f"{where}the governor answered {shown(answer)} for a {proposal.op} record; a "
             "governor returns True (allow) or False (refuse); nothing was written"
         )
 
@@ -222,7 +223,8 @@ def resolve_tenant(bound: str | None, given: str | None) -> str:
         return given if given is not None else ""
     if given is not None and given != bound:
         raise AccessDenied(
-            f"this handle is bound to tenant {bound!r}; it cannot act in tenant {given!r} "
+            f"this handle is bound to tenant {shown(bound)}; it cannot act in tenant "
+            f"{shown(given)} "
             "(leave tenant= out, or use a handle bound to that tenant)"
         )
     return bound

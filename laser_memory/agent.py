@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .errors import ConfigError, InvalidInput, RecordDecodeError, WaitTimeout
+from .errors import ConfigError, InvalidInput, RecordDecodeError, WaitTimeout, shown
 from .ids import validate_name
 from .items import MemoryItem
 from .log.port import Appended, LogRecord, OutgoingRecord
@@ -263,7 +263,7 @@ class Agent:
                 await self._progress.wait_for(done)
         except TimeoutError:
             raise WaitTimeout(
-                f"agent {self.agent_id!r} has not handled the messages sent so far within "
+                f"agent {shown(self.agent_id)} has not handled the messages sent so far within "
                 f"{timeout}s ({self.handled} handled, {len(self.failures)} failed)"
             ) from None
 
@@ -290,7 +290,7 @@ class Agent:
     def __del__(self) -> None:
         if getattr(self, "_group", None) is not None:
             warnings.warn(
-                f"agent {self.agent_id!r} was never stopped; await agent.stop()",
+                f"agent {shown(self.agent_id)} was never stopped; await agent.stop()",
                 ResourceWarning,
                 stacklevel=1,
             )

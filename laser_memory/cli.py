@@ -29,7 +29,7 @@ from folders.state import history_entry
 from folders.view import MemoryView
 
 from . import connect
-from .errors import ConfigError, LaserError, UnknownTopic
+from .errors import ConfigError, LaserError, UnknownTopic, shown
 from .ids import MemoryId, validate_name
 from .items import MemoryItem
 from .kinds import MemoryKind
@@ -320,10 +320,10 @@ def _age(value: str) -> float:
         seconds = float(number) * (unit or 1)
     except ValueError:
         raise click.BadParameter(
-            f"{value!r} is no age: write a number of seconds, or one with d, h, m or s (90d)"
+            f"{shown(value)} is no age: write a number of seconds, or one with d, h, m or s (90d)"
         ) from None
     if not seconds >= 0 or seconds == float("inf"):
-        raise click.BadParameter(f"{value!r} is no age: it must be 0 or more, and finite")
+        raise click.BadParameter(f"{shown(value)} is no age: it must be 0 or more, and finite")
     return seconds
 
 
@@ -404,7 +404,7 @@ async def fetch(key, url, stream, namespace, as_json, view, tenant, version) -> 
     if item is None:
         if as_json:
             click.echo("null")
-        raise click.ClickException(f"no named item {key!r}")
+        raise click.ClickException(f"no named item {shown(key)}")
     if as_json:
         try:
             body: Any = item.json()
@@ -514,7 +514,8 @@ async def fold(url, stream, topic, view, exit_when_caught_up, status_every, map_
         topic = topic or laser.memory_topic_name
         if not await _topic_exists(laser, topic):
             raise click.ClickException(
-                f"topic {topic!r} does not exist yet; write to it or run 'laser-memory bootstrap'"
+                f"topic {shown(topic)} does not exist yet; write to it or run 'laser-memory "
+                f"bootstrap'"
             )
         folder = ViewFolder(laser.log, topic, view, FolderConfig(map_size=map_size))
         click.echo(f"folding {topic} from {laser.log.url} into {view}", err=True)
@@ -549,7 +550,7 @@ async def rebuild(url, stream, topic, view, map_size) -> None:
     async with connect(url, stream=stream, create=False) as laser:
         topic = topic or laser.memory_topic_name
         if not await _topic_exists(laser, topic):
-            raise click.ClickException(f"topic {topic!r} does not exist")
+            raise click.ClickException(f"topic {shown(topic)} does not exist")
         total = sum((await laser.log.end_offsets(topic)).values())
         with click.progressbar(length=total, label=f"rebuilding {view}", file=sys.stderr) as bar:
             done = 0
@@ -649,7 +650,7 @@ def serve(view: str, host: str, port: int, auth_file: str | None, embedder: str 
         auth = TokenAuth.from_file(auth_file) if auth_file is not None else None
         if auth is None and not is_loopback(host):
             raise ConfigError(
-                f"serving on {host!r} without --auth would let anyone who reaches it read "
+                f"serving on {shown(host)} without --auth would let anyone who reaches it read "
                 "every tenant; pass --auth FILE, or serve on 127.0.0.1"
             )
     except LaserError as exc:
@@ -787,7 +788,7 @@ def _moment(value: str | None) -> int | None:
         return to_millis(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
     except ValueError:
         raise click.BadParameter(
-            f"{value!r} is neither milliseconds since the epoch nor an ISO 8601 time"
+            f"{shown(value)} is neither milliseconds since the epoch nor an ISO 8601 time"
         ) from None
 
 
@@ -811,7 +812,7 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
     validate_name(tenant, "tenant", allow_empty=True)
     async with _Session(url, stream, namespace, read=True) as memory:
         if not await _topic_exists(memory._laser, memory.topic):
-            raise click.ClickException(f"topic {memory.topic!r} does not exist")
+            raise click.ClickException(f"topic {shown(memory.topic)} does not exist")
         records = await replay_log(
             memory._laser.log,
             memory.topic,

@@ -31,6 +31,7 @@ from .errors import (
     UnknownTopic,
     ViewMismatch,
     WaitTimeout,
+    shown,
 )
 from .ids import MemoryId, validate_name
 from .log import DEFAULT_URL, KafkaLog, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
@@ -131,7 +132,7 @@ class Laser:
         if backend == "log":
             return self.memory(namespace, embedder=embedder)
         if backend != "vector":
-            raise InvalidInput(f"unknown memory backend {backend!r}; use 'log' or 'vector'")
+            raise InvalidInput(f"unknown memory backend {shown(backend)}; use 'log' or 'vector'")
         chosen = embedder if embedder is not None else self.embedder
         if chosen is None:
             raise InvalidInput(
@@ -179,25 +180,7 @@ class Laser:
         for). A view path where no view exists
         raises `NoView`, unless there is a write to wait for: then a folder may still
         create it within the timeout."""
-        receipt = None
-        others: tuple = ()
-        if after is not None:
-            if isinstance(after, MemoryId):
-                receipt, others = after.receipt, after.also
-            else:
-                receipt = after
-            if not isinstance(receipt, Appended):
-                raise InvalidInput("after= takes a receipt returned by a write")
-            if receipt.topic != topic:
-                raise InvalidInput(
-                    f"the receipt is for topic {receipt.topic!r}, this handle reads {topic!r}"
-                )
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not (0 <= timeout < 1e9)
-        ):
-            raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {timeout!r}")
+        receipt, others = inputs.wait_target(topic, after, timeout)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -210,15 +193,15 @@ class Laser:
             folded, generation = view.topic()
             if folded is not None and folded != topic:
                 raise ViewMismatch(
-                    f"the view at {view.path} folds topic {folded!r}, but this handle reads "
-                    f"{topic!r}"
+                    f"the view at {view.path} folds topic {shown(folded)}, but this handle reads "
+                    f"{shown(topic)}"
                 )
             if receipt is None:
                 return view if folded is not None else None
             if folded is not None and receipt.generation and receipt.generation != generation:
                 raise ViewMismatch(
                     f"the receipt is for generation {receipt.generation} of topic "
-                    f"{receipt.topic!r}, but the view at {view.path} folds generation "
+                    f"{shown(receipt.topic)}, but the view at {view.path} folds generation "
                     f"{generation}: the topic was recreated; rebuild the view, or drop receipts "
                     "from before the topic was recreated"
                 )
@@ -289,7 +272,7 @@ class Laser:
             stream, slash, rest = namespace[len("stream:") :].partition("/")
             if not slash or not rest or not stream:
                 raise InvalidName(
-                    f"namespace {namespace!r} starts with 'stream:' but is not "
+                    f"namespace {shown(namespace)} starts with 'stream:' but is not "
                     "'stream:<stream>/<name>'"
                 )
             validate_topic(stream)
@@ -377,14 +360,14 @@ class Laser:
         ... # doctest: +SKIP
         """
         if listen_on != AgentTopic.SESSIONS:
-            raise ConfigError(f"agents listen on AgentTopic.SESSIONS, got {listen_on!r}")
+            raise ConfigError(f"agents listen on AgentTopic.SESSIONS, got {shown(listen_on)}")
         if consolidate_every is not None and consolidate_every_ms is not None:
             raise ConfigError("give consolidate_every (seconds) or consolidate_every_ms, not both")
         if consolidate_every_ms is not None:
             if isinstance(consolidate_every_ms, bool) or not isinstance(consolidate_every_ms, int):
                 raise ConfigError(
                     f"consolidate_every_ms is a whole number of milliseconds, got "
-                    f"{consolidate_every_ms!r}"
+                    f"{shown(consolidate_every_ms)}"
                 )
             consolidate_every = consolidate_every_ms / 1000
         topic = _stream_topic(self.stream, AgentTopic.SESSIONS)
@@ -402,7 +385,7 @@ class Laser:
         except UnknownTopic:
             if not await self._create_missing_topic(topic):
                 raise UnknownTopic(
-                    f"topic {topic!r} does not exist: run laser.bootstrap() (or "
+                    f"topic {shown(topic)} does not exist: run laser.bootstrap() (or "
                     "'laser-memory bootstrap') to create the stream's agent topics"
                 ) from None
         await agent.start()

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from .errors import InvalidInput, SummarizeFailed
+from .errors import InvalidInput, SummarizeFailed, shown
 
 __all__ = [
     "WINDOW",
@@ -66,7 +66,7 @@ class Consolidator(Protocol):
 
 def validate_max_items(max_items: int) -> int:
     if isinstance(max_items, bool) or not isinstance(max_items, int) or not 0 <= max_items:
-        raise InvalidInput(f"max_items is a whole number, 0 or more, got {max_items!r}")
+        raise InvalidInput(f"max_items is a whole number, 0 or more, got {shown(max_items)}")
     return max_items
 
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import inputs
-from .errors import BackendFailed, ConfigError, InvalidInput, LaserError
+from .errors import BackendFailed, ConfigError, InvalidInput, LaserError, shown
 from .ids import MemoryId
 from .items import MemoryItem, Signal, Source
 from .kinds import MemoryKind, parse_kind
@@ -100,7 +100,7 @@ class CustomMemory:
         backend returned (None if it returned none)."""
         payload = inputs.body(body, self.max_body_bytes)
         if not isinstance(durable, bool):
-            raise InvalidInput(f"durable is True or False, got {durable!r}")
+            raise InvalidInput(f"durable is True or False, got {shown(durable)}")
         chosen = parse_kind(kind)
         scope = self._scope(
             tenant=tenant,

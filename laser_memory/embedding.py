@@ -21,7 +21,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import EmbeddingFailed, InvalidInput
+from .errors import EmbeddingFailed, InvalidInput, shown
 from .records import MAX_DIMENSIONS
 
 __all__ = ["Embedder", "WordHashEmbedder", "cosine_similarities", "embed_texts", "to_vector"]
@@ -78,7 +78,7 @@ def validate_embedder(embedder: object) -> Embedder:
         raise InvalidInput("an embedder has an embed_many(texts) method")
     if not isinstance(label, str) or "/" not in label or len(label.encode()) > 255:
         raise InvalidInput(
-            f"an embedder's label is '<provider>/<model>' (at most 255 bytes), got {label!r}"
+            f"an embedder's label is '<provider>/<model>' (at most 255 bytes), got {shown(label)}"
         )
     if (
         isinstance(dimensions, bool)
@@ -86,7 +86,7 @@ def validate_embedder(embedder: object) -> Embedder:
         or not 0 < dimensions <= MAX_DIMENSIONS
     ):
         raise InvalidInput(
-            f"an embedder's dimensions are 1 to {MAX_DIMENSIONS}, got {dimensions!r}"
+            f"an embedder's dimensions are 1 to {MAX_DIMENSIONS}, got {shown(dimensions)}"
         )
     return embedder  # type: ignore[return-value]
 

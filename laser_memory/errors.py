@@ -42,6 +42,8 @@ Each message says what was wrong and what to do about it.
 
 from __future__ import annotations
 
+import reprlib
+
 __all__ = [
     "AccessDenied",
     "BackendFailed",
@@ -224,3 +226,25 @@ class NoView(ViewError, ConfigError):
 
 class WaitTimeout(LaserError, TimeoutError):
     """Waiting for the log or a view to reach a position ran out of time."""
+
+
+# A caller's value as a message shows it. The repr of a value nested thousands deep
+# raised RecursionError where the message was made, and a huge one made a huge message:
+# both hid the refusal the message was for.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel = 4
+_SHOWN.maxstring = _SHOWN.maxother = 200
+_SHOWN.maxlong = 100
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message: cut short past a few levels of nesting and
+    a few hundred characters, and never raising.
+
+    >>> shown("x" * 1000)[:10]
+    "'xxxxxxxxx"
+    """
+    try:
+        return _SHOWN.repr(value)
+    except Exception:  # a repr that raises, where reprlib does not catch it
+        return f"<{type(value).__name__}>"

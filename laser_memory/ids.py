@@ -24,7 +24,7 @@ import re
 from typing import Self
 
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import InvalidId, InvalidName
+from .errors import InvalidId, InvalidName, shown
 from .kinds import MemoryKind, parse_kind
 
 __all__ = [
@@ -100,9 +100,9 @@ def validate_name(value: str, what: str, *, allow_empty: bool = False) -> str:
             f"{what} is {len(encoded)} bytes long; at most {MAX_NAME_BYTES} bytes fit in a record"
         )
     if _CONTROL.search(value):
-        raise InvalidName(f"{what} {value!r} contains a control character; remove it")
+        raise InvalidName(f"{what} {shown(value)} contains a control character; remove it")
     if bad_unicode:
-        raise InvalidName(f"{what} {value!r} is not valid Unicode text")
+        raise InvalidName(f"{what} {shown(value)} is not valid Unicode text")
     return value
 
 
@@ -158,17 +158,19 @@ class MemoryId:
                 pass
         if len(text) != 26:
             raise InvalidId(
-                f"{value!r} is not a memory id: expected 26 base32 characters "
+                f"{shown(value)} is not a memory id: expected 26 base32 characters "
                 "(as printed by laser-memory) or 32 hex digits"
             )
         number = 0
         for ch in text.upper():
             digit = _DECODE.get(ch)
             if digit is None:
-                raise InvalidId(f"{value!r} is not a memory id: {ch!r} is not a base32 character")
+                raise InvalidId(
+                    f"{shown(value)} is not a memory id: {shown(ch)} is not a base32 character"
+                )
             number = (number << 5) | digit
         if number >> 128:
-            raise InvalidId(f"{value!r} is not a memory id: it encodes more than 128 bits")
+            raise InvalidId(f"{shown(value)} is not a memory id: it encodes more than 128 bits")
         return cls(number.to_bytes(16, "big"))
 
     @classmethod

@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .errors import BodyTooLarge, EmptyBody, InvalidBody, InvalidInput, InvalidWeight
-from .ids import validate_name
+from .errors import BodyTooLarge, EmptyBody, InvalidBody, InvalidInput, InvalidWeight, shown
+from .ids import MemoryId, validate_name
 from .items import Source
 from .log.naming import validate_topic
 from .log.port import Appended
@@ -129,7 +129,7 @@ def _origin_of(value: Any) -> Origin:
         raise InvalidInput(f"origin is not a log position: {exc}") from None
     raise InvalidInput(
         "origin is a Source, a receipt, a mapping with topic, partition and offset, or a "
-        f"tuple (stream, topic, partition, offset[, generation]); got {value!r}"
+        f"tuple (stream, topic, partition, offset[, generation]); got {shown(value)}"
     )
 
 
@@ -148,7 +148,7 @@ def origin(value: Any) -> Origin:
     ):
         if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < bound:
             raise InvalidInput(
-                f"an origin's {name} is a whole number from 0 to {bound - 1}, got {number!r}"
+                f"an origin's {name} is a whole number from 0 to {bound - 1}, got {shown(number)}"
             )
     return found
 
@@ -158,7 +158,7 @@ def producer(value: Any) -> Producer:
     found = _producer_of(value)
     validate_name(found.name, "producer name")
     if not isinstance(found.version, str):
-        raise InvalidInput(f"a producer version is a string, got {found.version!r}")
+        raise InvalidInput(f"a producer version is a string, got {shown(found.version)}")
     validate_name(found.version, "producer version", allow_empty=True)
     return found
 
@@ -177,7 +177,9 @@ def _producer_of(value: Any) -> Producer:
             ) from None
     if isinstance(value, tuple) and len(value) == 2:
         return Producer(name=value[0], version=value[1])
-    raise InvalidInput(f"producer is a name, a (name, version) pair or a mapping; got {value!r}")
+    raise InvalidInput(
+        f"producer is a name, a (name, version) pair or a mapping; got {shown(value)}"
+    )
 
 
 def weight(given: Any) -> float:
@@ -191,7 +193,7 @@ def weight(given: Any) -> float:
     if not math.isfinite(value) or abs(value) > MAX_WEIGHT:
         raise InvalidWeight(
             f"a feedback weight is a finite number from -{MAX_WEIGHT:g} to {MAX_WEIGHT:g}, "
-            f"got {given!r}"
+            f"got {shown(given)}"
         )
     return value
 
@@ -218,3 +220,28 @@ def embedding(value: Any) -> bytes | None:
             "an embedding must hold finite numbers within float32's range (about ±3.4e38)"
         )
     return array.astype("<f4").tobytes()
+
+
+def wait_target(
+    topic: str, after: Any, timeout: Any
+) -> tuple[Appended | None, tuple[Appended, ...]]:
+    """The receipts a read given ``after`` (a receipt, or the id a write returned) waits
+    for on ``topic``, within ``timeout`` seconds; `InvalidInput` for anything else.
+    Checked by every read that takes them, folded ones too (which never need to wait):
+    a wrong argument is refused whichever path the read takes."""
+    receipt = None
+    others: tuple[Appended, ...] = ()
+    if after is not None:
+        if isinstance(after, MemoryId):
+            receipt, others = after.receipt, after.also
+        else:
+            receipt = after
+        if not isinstance(receipt, Appended):
+            raise InvalidInput("after= takes a receipt returned by a write")
+        if receipt.topic != topic:
+            raise InvalidInput(
+                f"the receipt is for topic {shown(receipt.topic)}, this handle reads {shown(topic)}"
+            )
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 1e9:
+        raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {shown(timeout)}")
+    return receipt, others

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 
-from .errors import UnknownKind
+from .errors import UnknownKind, shown
 
 __all__ = ["MemoryClass", "MemoryKind", "memory_kind_class", "memory_kind_code", "parse_kind"]
 
@@ -50,7 +50,7 @@ class MemoryKind(enum.StrEnum):
             return _BY_CODE[code]
         except KeyError:
             raise UnknownKind(
-                f"unknown memory kind code {code!r}; known codes are "
+                f"unknown memory kind code {shown(code)}; known codes are "
                 f"{', '.join(f'{c} ({k.value})' for c, k in sorted(_BY_CODE.items()))}"
             ) from None
 
@@ -87,7 +87,7 @@ def parse_kind(kind: str | MemoryKind) -> MemoryKind:
         except ValueError:
             pass
     raise UnknownKind(
-        f"unknown memory kind {kind!r}; use one of: {', '.join(k.value for k in MemoryKind)}"
+        f"unknown memory kind {shown(kind)}; use one of: {', '.join(k.value for k in MemoryKind)}"
     )
 
 

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import lmdb
 
-from .errors import ConfigError
+from .errors import ConfigError, shown
 
 __all__ = ["MAX_MAP_SIZE", "SharedEnvironments", "check_map_size", "folder_path"]
 
@@ -39,14 +39,16 @@ def folder_path(path: object, what: str) -> str:
     if not text:
         raise ConfigError(f"{what} is empty; name the folder")
     if "\x00" in text:
-        raise ConfigError(f"{what} {text!r} holds a NUL byte, which no file name can")
+        raise ConfigError(f"{what} {shown(text)} holds a NUL byte, which no file name can")
     return text
 
 
 def check_map_size(value: object, what: str) -> None:
     """Refuse a map size that is no int from 1 to `MAX_MAP_SIZE` (`ConfigError`)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MAP_SIZE:
-        raise ConfigError(f"{what} is a whole number of bytes from 1 to 2**64-1, got {value!r}")
+        raise ConfigError(
+            f"{what} is a whole number of bytes from 1 to 2**64-1, got {shown(value)}"
+        )
 
 
 class SharedEnvironments:

@@ -47,6 +47,7 @@ from .errors import (
     InvalidInput,
     NoView,
     UnknownTopic,
+    shown,
 )
 from .ids import MemoryId, validate_name
 from .items import HistoryEntry, MemoryItem, NamedItem
@@ -60,7 +61,7 @@ from .named import (
     validate_key,
     validate_version,
 )
-from .recall import to_context_block, validate_limit, validate_strategy
+from .recall import to_context_block, validate_limit, validate_strategy, validate_token_budget
 from .records import (
     Feedback,
     Forget,
@@ -129,7 +130,7 @@ class MemoryConfig:
         ):
             raise ConfigError(
                 "MemoryConfig.index_snapshots_from is a positive number of entries, or None"
-                f" to never save search indexes (got {snapshots!r})"
+                f" to never save search indexes (got {shown(snapshots)})"
             )
         if self.approximate is not None and not isinstance(self.approximate, ApproximateSearch):
             raise ConfigError(
@@ -197,10 +198,10 @@ class MemoryHandle:
         return CustomMemory(backend)
 
     def __repr__(self) -> str:
-        scoped = f", conversation={self.conversation!r}" if self.conversation else ""
+        scoped = f", conversation={shown(self.conversation)}" if self.conversation else ""
         if self.tenant is not None:
-            scoped += f", tenant={self.tenant!r}"
-        return f"MemoryHandle(namespace={self.namespace!r}, topic={self.topic!r}{scoped})"
+            scoped += f", tenant={shown(self.tenant)}"
+        return f"MemoryHandle(namespace={shown(self.namespace)}, topic={shown(self.topic)}{scoped})"
 
     # -- derived handles ---------------------------------------------------------
 
@@ -226,8 +227,8 @@ class MemoryHandle:
         validate_name(conversation, "conversation")
         if self.conversation is not None and conversation != self.conversation:
             raise InvalidInput(
-                f"this handle is scoped to conversation {self.conversation!r}; "
-                f"it cannot be rescoped to {conversation!r}"
+                f"this handle is scoped to conversation {shown(self.conversation)}; "
+                f"it cannot be rescoped to {shown(conversation)}"
             )
         return self._derive(conversation=conversation)
 
@@ -586,7 +587,7 @@ class MemoryHandle:
         tenant = self._tenant(tenant)
         consolidation.validate_max_items(max_items)
         if not isinstance(prune_summarized, bool):
-            raise InvalidInput(f"prune_summarized is True or False, got {prune_summarized!r}")
+            raise InvalidInput(f"prune_summarized is True or False, got {shown(prune_summarized)}")
         call = consolidation.summarizer_call(summarizer) if summarizer is not None else None
         conversation = self._conversation(conversation)
         where = self._where(tenant, conversation, agent, user, application)
@@ -750,6 +751,7 @@ class MemoryHandle:
         self._check_read()
         if version is not None:
             validate_version(version, "version")
+        inputs.wait_target(self.topic, after, timeout)
         if not self._managed(folded):
             if version is not None:
                 raise NoView("fetch(version=) reads the managed view; connect with view=PATH")
@@ -780,6 +782,7 @@ class MemoryHandle:
             raise InvalidInput(f"prefix is a string, got {type(prefix).__name__}")
         tenant = self._tenant(tenant)
         self._check_read()
+        inputs.wait_target(self.topic, after, timeout)
         if self._managed(folded):
             view = await self._laser.view_after(self.topic, after, timeout)
             if view is None:
@@ -840,7 +843,9 @@ class MemoryHandle:
                 raise InvalidInput("as_of takes the MemoryId a remember returned (with a receipt)")
             at = (at.receipt, *at.also) if at.also else at.receipt
         if await self._topic_info() is None:
-            raise UnknownTopic(f"topic {self.topic!r} does not exist: there is no past to read")
+            raise UnknownTopic(
+                f"topic {shown(self.topic)} does not exist: there is no past to read"
+            )
         return await snapshot(self._laser.log, self.topic, self.namespace, at, tenant=self.tenant)
 
     def _managed(self, folded: bool | None) -> bool:
@@ -905,13 +910,19 @@ class MemoryHandle:
             or not isinstance(min_similarity, int | float)
             or not -1.0 <= min_similarity <= 1.0
         ):
-            raise InvalidInput(f"min_similarity is from -1 to 1, got {min_similarity!r}")
+            raise InvalidInput(f"min_similarity is from -1 to 1, got {shown(min_similarity)}")
         if not isinstance(exact, bool):
-            raise InvalidInput(f"exact is True or False, got {exact!r}")
+            raise InvalidInput(f"exact is True or False, got {shown(exact)}")
         if not isinstance(block, bool):
             raise InvalidInput(f"block is True or False, got a {type(block).__name__}")
+        # Checked whichever path the read takes (a folded one never waits, and only a
+        # block is budgeted): a wrong one is refused, never ignored.
+        validate_token_budget(token_budget)
+        inputs.wait_target(self.topic, after, timeout)
         if not isinstance(include_superseded, bool):
-            raise InvalidInput(f"include_superseded is True or False, got {include_superseded!r}")
+            raise InvalidInput(
+                f"include_superseded is True or False, got {shown(include_superseded)}"
+            )
         if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence):
             raise InvalidInput("exclude is a list of memory ids")
         excluded = frozenset(MemoryId.parse(item).bytes for item in exclude)
@@ -1011,8 +1022,8 @@ class MemoryHandle:
             return conversation
         if conversation is not None and conversation != self.conversation:
             raise InvalidInput(
-                f"this handle is scoped to conversation {self.conversation!r}; it cannot act "
-                f"on conversation {conversation!r}"
+                f"this handle is scoped to conversation {shown(self.conversation)}; it cannot act "
+                f"on conversation {shown(conversation)}"
             )
         return self.conversation
 

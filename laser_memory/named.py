@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidBody, InvalidInput, InvalidPatch
+from .errors import InvalidBody, InvalidInput, InvalidPatch, shown
 from .ids import validate_name
 
 __all__ = [
@@ -53,7 +53,7 @@ def validate_version(version: object, what: str) -> None:
     """Refuse a version that is no int from 1 to `MAX_VERSION` (`InvalidInput`); None
     is left to the caller."""
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
-        raise InvalidInput(f"{what} counts writes from 1 to 2**63-1, got {version!r}")
+        raise InvalidInput(f"{what} counts writes from 1 to 2**63-1, got {shown(version)}")
 
 
 def json_depth(data: bytes) -> int:

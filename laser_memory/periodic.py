@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from .consolidation import ConsolidationReport, Consolidator
-from .errors import ConfigError
+from .errors import ConfigError, shown
 
 __all__ = ["ConsolidationDriver", "PeriodicPass"]
 
@@ -29,9 +29,9 @@ class PeriodicPass:
 
     def __init__(self, *, every: float) -> None:
         if isinstance(every, bool) or not isinstance(every, int | float) or not every > 0:
-            raise ConfigError(f"every is a positive number of seconds, got {every!r}")
+            raise ConfigError(f"every is a positive number of seconds, got {shown(every)}")
         if not math.isfinite(every):
-            raise ConfigError(f"every is a finite number of seconds, got {every!r}")
+            raise ConfigError(f"every is a finite number of seconds, got {shown(every)}")
         self.every = float(every)
         self.passes = 0
         self.failures: list[Exception] = []

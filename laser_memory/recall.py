@@ -40,7 +40,7 @@ import msgspec
 import numpy as np
 
 from .embedding import cosine_similarities, to_vector
-from .errors import InvalidInput
+from .errors import InvalidInput, shown
 from .items import MemoryItem, Signal
 from .scoring import TermStatistics, bm25
 from .terms import term_counts, terms
@@ -58,6 +58,7 @@ __all__ = [
     "to_context_block",
     "validate_limit",
     "validate_strategy",
+    "validate_token_budget",
     "with_ranking",
 ]
 
@@ -70,7 +71,7 @@ RRF_K = 60
 def validate_strategy(strategy: str) -> str:
     if strategy not in STRATEGIES:
         raise InvalidInput(
-            f"unknown recall strategy {strategy!r}; use one of: {', '.join(STRATEGIES)}"
+            f"unknown recall strategy {shown(strategy)}; use one of: {', '.join(STRATEGIES)}"
         )
     return strategy
 
@@ -78,7 +79,7 @@ def validate_strategy(strategy: str) -> str:
 def validate_limit(limit: int) -> int:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_LIMIT:
         raise InvalidInput(
-            f"limit must be a whole number of items from 0 to {MAX_LIMIT}, got {limit!r}"
+            f"limit must be a whole number of items from 0 to {MAX_LIMIT}, got {shown(limit)}"
         )
     return limit
 
@@ -324,6 +325,16 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 4)
 
 
+def validate_token_budget(token_budget: object) -> None:
+    """Refuse a token budget that is neither None nor a whole number from 0."""
+    if token_budget is not None and (
+        not isinstance(token_budget, int) or isinstance(token_budget, bool) or token_budget < 0
+    ):
+        raise InvalidInput(
+            f"token_budget must be a whole number, 0 or more, got {shown(token_budget)}"
+        )
+
+
 def to_context_block(items: Sequence[MemoryItem], token_budget: int | None = None) -> str:
     """Format items as one prompt block, one ``- [kind] body`` line each.
 
@@ -335,10 +346,7 @@ def to_context_block(items: Sequence[MemoryItem], token_budget: int | None = Non
     >>> to_context_block(items, token_budget=200)   # doctest: +SKIP
     '- [fact] the reporter prefers email'
     """
-    if token_budget is not None and (
-        not isinstance(token_budget, int) or isinstance(token_budget, bool) or token_budget < 0
-    ):
-        raise InvalidInput(f"token_budget must be a whole number, 0 or more, got {token_budget!r}")
+    validate_token_budget(token_budget)
     lines: list[str] = []
     used = 0
     for i, item in enumerate(items):

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .errors import InvalidRecord, RecordDecodeError, UnsupportedSchemaVersion
+from .errors import InvalidRecord, RecordDecodeError, UnsupportedSchemaVersion, shown
 from .scope import Lifetime, MemoryScope
 
 __all__ = [
@@ -366,7 +366,7 @@ def _check_version_header(headers: Headers) -> None:
             version = int(version_header)
         except ValueError:
             raise RecordDecodeError(
-                f"header {HEADER_VERSION} is {version_header!r}, not a number"
+                f"header {HEADER_VERSION} is {shown(version_header)}, not a number"
             ) from None
         if version > SCHEMA_VERSION:
             raise _too_new(version)

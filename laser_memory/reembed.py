@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .embedding import Embedder, embed_texts, validate_embedder
-from .errors import InvalidInput
+from .errors import InvalidInput, shown
 from .ids import validate_name
 from .records import Embedded, body_digest
 
@@ -44,7 +44,7 @@ async def reembed(
         or not isinstance(batch_size, int)
         or not 1 <= batch_size <= 4096
     ):
-        raise InvalidInput(f"batch_size is a whole number from 1 to 4096, got {batch_size!r}")
+        raise InvalidInput(f"batch_size is a whole number from 1 to 4096, got {shown(batch_size)}")
     if await memory._topic_info() is None:
         return 0
     state = await memory._reader.catch_up()

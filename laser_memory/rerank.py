@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 import numpy as np
 
-from .errors import InvalidInput, RerankFailed
+from .errors import InvalidInput, RerankFailed, shown
 from .items import MemoryItem, Signal
 from .recall import MAX_LIMIT, to_context_block, validate_limit
 
@@ -62,7 +62,7 @@ class RerankedMemory:
                 )
             reranker = _CallableReranker(reranker)
         if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_LIMIT:
-            raise InvalidInput(f"depth is a whole number from 1 to {MAX_LIMIT}, got {depth!r}")
+            raise InvalidInput(f"depth is a whole number from 1 to {MAX_LIMIT}, got {shown(depth)}")
         self.inner = inner
         self.rerank_with = reranker
         self.depth = depth
@@ -72,7 +72,7 @@ class RerankedMemory:
 
     def __repr__(self) -> str:
         label = getattr(self.rerank_with, "label", type(self.rerank_with).__name__)
-        return f"RerankedMemory({self.inner!r}, {label}, depth={self.depth})"
+        return f"RerankedMemory({shown(self.inner)}, {label}, depth={self.depth})"
 
     async def recall(
         self,

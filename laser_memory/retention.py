@@ -19,7 +19,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import ConfigError, InvalidInput
+from .errors import ConfigError, InvalidInput, shown
 from .periodic import PeriodicPass
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def cutoff_ms(older_than: Age, clock: Clock) -> int:
     else:
         raise InvalidInput(
             "older_than is an age (a timedelta, or seconds) or a moment (a datetime), got "
-            f"{older_than!r}"
+            f"{shown(older_than)}"
         )
     if not math.isfinite(seconds) or not 0 <= seconds <= MAX_AGE_S:
         raise InvalidInput(
@@ -62,7 +62,7 @@ def cutoff_ms(older_than: Age, clock: Clock) -> int:
 
 def validate_purge_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PURGE:
-        raise InvalidInput(f"limit is a whole number from 1 to {MAX_PURGE}, got {limit!r}")
+        raise InvalidInput(f"limit is a whole number from 1 to {MAX_PURGE}, got {shown(limit)}")
     return limit
 
 

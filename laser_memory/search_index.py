@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from .embedding import to_vector
+from .errors import shown
 from .index_arrays import (
     CACHE_BYTES,
     COUNT,
@@ -475,7 +476,7 @@ class SearchIndex:
         for name, members in zip(snap.groups, snap.members, strict=False):
             slots = np.frombuffer(members, dtype=np.int64)
             if len(slots) and (int(slots.min()) < 0 or int(slots.max()) >= size):
-                raise SnapshotError(f"group {name!r} names a slot out of the index")
+                raise SnapshotError(f"group {shown(name)} names a slot out of the index")
             index._groups[name] = array("q", members)
         index._codes = dict(snap.codes)
         if snap.centroids is not None and snap.bounds is not None and snap.dimensions:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, shown
 
 __all__ = ["ApproximateSearch", "VectorClusters"]
 
@@ -70,7 +70,7 @@ class ApproximateSearch:
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
             raise ConfigError(
                 f"ApproximateSearch.probe_share is a share of the vectors, above 0 and at"
-                f" most 1 (got {share!r})"
+                f" most 1 (got {shown(share)})"
             )
 
 

@@ -212,6 +212,9 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.aput(("t",), "k" * 300, {"ok": 1})
     with pytest.raises(ValueError, match="periods"):
         await store.aput(("a.b",), "k", {"ok": 1})
+    # A number, not a list of paths: a raw TypeError before.
+    with pytest.raises(lm.InvalidInput, match="index is False or a list of JSON paths"):
+        await store.aput(("t",), "k", {"ok": 1}, index=5)  # type: ignore[arg-type]
     with pytest.raises(lm.InvalidInput, match="ttl"):
         await store.aput(("t",), "k", {"ok": 1}, ttl=-1)
     with pytest.raises(lm.InvalidInput, match="ttl"):

@@ -526,6 +526,11 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
     return await laser.log.end_offsets(laser.memory_topic_name)
 
 
+_DEEP: list = []
+for _ in range(5000):
+    _DEEP = [_DEEP]
+
+
 @pytest.mark.parametrize(
     ("call", "error"),
     [
@@ -608,6 +613,20 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
         (lambda m: m.remember("x", embedding=[0.5] * 65537), lm.InvalidInput),
         (lambda m: m.remove("k", if_version=2**63), lm.InvalidInput),
         (lambda m: m.fetch("k", version=2**64), lm.InvalidInput),
+        # Taken and ignored by a folded read before: checked whichever path reads.
+        (lambda m: m.recall(token_budget="x"), lm.InvalidInput),
+        (lambda m: m.recall(after="x"), lm.InvalidInput),
+        (lambda m: m.recall(timeout=-1), lm.InvalidInput),
+        (lambda m: m.fetch("k", timeout=float("nan")), lm.InvalidInput),
+        (lambda m: m.named(after=5), lm.InvalidInput),
+        # Nested thousands deep: its repr raised RecursionError where the message was made.
+        (lambda m: m.remember("x", kind=_DEEP), lm.UnknownKind),
+        (lambda m: m.remember("x", origin=_DEEP), lm.InvalidInput),
+        (lambda m: m.improve(lm.MemoryId.new(), _DEEP), lm.InvalidWeight),
+        (lambda m: m.recall(limit=_DEEP), lm.InvalidInput),
+        (lambda m: m.purge(_DEEP), lm.InvalidInput),
+        # A huge one is shown cut short, not whole.
+        (lambda m: m.recall(strategy="s" * 5_000_000), lm.InvalidInput),
     ],
 )
 async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call, error):
@@ -616,7 +635,7 @@ async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call
     before = await _end_offsets(laser)
     with pytest.raises(error) as info:
         await call(memory)
-    assert isinstance(info.value, lm.LaserError) and str(info.value)
+    assert isinstance(info.value, lm.LaserError) and 0 < len(str(info.value)) < 2000
     assert await _end_offsets(laser) == before
 
 

@@ -59,7 +59,7 @@ from langgraph.store.base import (
 )
 
 from ..embedding import Embedder, cosine_similarities, embed_texts, to_vector
-from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName
+from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, shown
 from ..items import NamedItem
 from ..log import Appended
 from ..memory import MemoryHandle
@@ -196,7 +196,7 @@ def _check_filter(wanted: Any, path: str = "filter") -> None:
         for k, v in wanted.items():
             if isinstance(k, str) and k.startswith("$") and k not in _OPERATORS:
                 raise InvalidInput(
-                    f"{path} uses the operator {k!r}; LangGraph filters know "
+                    f"{path} uses the operator {shown(k)}; LangGraph filters know "
                     f"{', '.join(_OPERATORS)}"
                 )
             _check_filter(v, f"{path}.{k}")
@@ -221,7 +221,7 @@ def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) ->
         return False
     part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
     if condition.match_type not in ("prefix", "suffix"):
-        raise InvalidInput(f"match_type is 'prefix' or 'suffix', got {condition.match_type!r}")
+        raise InvalidInput(f"match_type is 'prefix' or 'suffix', got {shown(condition.match_type)}")
     return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
 
 
@@ -342,20 +342,20 @@ class LaserStore(BaseStore):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
             ):
-                raise ConfigError(f"ttl {name} is a number of minutes above 0, got {value!r}")
+                raise ConfigError(f"ttl {name} is a number of minutes above 0, got {shown(value)}")
 
     def _configure_index(self, index: IndexConfig, label: str | None) -> None:
         dims = index.get("dims")
         if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= MAX_DIMENSIONS:
             raise ConfigError(
-                f"index dims is the vectors' length (1 to {MAX_DIMENSIONS}), got {dims!r}"
+                f"index dims is the vectors' length (1 to {MAX_DIMENSIONS}), got {shown(dims)}"
             )
         embed = index.get("embed")
         if embed is None:
             raise ConfigError("index needs embed: an Embeddings, a function, or a provider name")
         fields = index.get("fields") or ["$"]
         if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
-            raise ConfigError(f"index fields is a list of JSON paths, got {fields!r}")
+            raise ConfigError(f"index fields is a list of JSON paths, got {shown(fields)}")
         for field in fields:
             tokenize_path(field)
         if isinstance(embed, Embedder):
@@ -372,7 +372,9 @@ class LaserStore(BaseStore):
                 raise ConfigError(f"index embed cannot be used: {exc}") from None
         name = label if label is not None else _label_of(embed, dims)
         if "/" not in name or len(name.encode()) > 255 or "\x00" in name:
-            raise ConfigError(f"label {name!r} is no '<provider>/<model>' of at most 255 bytes")
+            raise ConfigError(
+                f"label {shown(name)} is no '<provider>/<model>' of at most 255 bytes"
+            )
         self.index_config = {**index, "fields": list(fields)}
         self.embeddings = embeddings
         self._fields = list(fields)
@@ -502,7 +504,7 @@ class LaserStore(BaseStore):
     def _check_page(limit: Any, offset: Any) -> None:
         for name, value in (("limit", limit), ("offset", offset)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidInput(f"{name} is a whole number, 0 or more, got {value!r}")
+                raise InvalidInput(f"{name} is a whole number, 0 or more, got {shown(value)}")
 
     # -- writes ------------------------------------------------------------------------
 
@@ -530,11 +532,13 @@ class LaserStore(BaseStore):
                     or not isinstance(op.ttl, int | float)
                     or not (op.ttl > 0 and math.isfinite(op.ttl))
                 ):
-                    raise InvalidInput(f"ttl is a number of minutes above 0, got {op.ttl!r}")
+                    raise InvalidInput(f"ttl is a number of minutes above 0, got {shown(op.ttl)}")
                 envelope["ttl"] = op.ttl
                 envelope["expires_at"] = now + round(op.ttl * _MINUTE_MS)
                 if envelope["expires_at"] >= 1 << 63:
-                    raise InvalidInput(f"ttl {op.ttl!r} minutes ends past the year 292 million")
+                    raise InvalidInput(
+                        f"ttl {shown(op.ttl)} minutes ends past the year 292 million"
+                    )
             body = memory._check_body(dump_json(envelope, "the store value"))
             # The value sits one level down in the stored object: what a fold cannot
             # parse back is refused here, never stored unreadable.
@@ -581,8 +585,10 @@ class LaserStore(BaseStore):
             return ()
         if op.index is None:
             return tuple(self._fields)
-        if isinstance(op.index, str) or not all(isinstance(p, str) and p for p in op.index):
-            raise InvalidInput(f"index is False or a list of JSON paths, got {op.index!r}")
+        if not isinstance(op.index, list | tuple) or not all(
+            isinstance(p, str) and p for p in op.index
+        ):
+            raise InvalidInput(f"index is False or a list of JSON paths, got {shown(op.index)}")
         for path in op.index:
             tokenize_path(path)
         return tuple(op.index)
@@ -596,7 +602,8 @@ class LaserStore(BaseStore):
             return validate_key(_item_key(tuple(namespace), key))
         except InvalidName as exc:
             raise InvalidName(
-                f"namespace {tuple(namespace)!r} with key {key[:80]!r} cannot be stored: {exc}"
+                f"namespace {shown(tuple(namespace))} with key {shown(key[:80])} cannot be "
+                f"stored: {exc}"
             ) from None
 
     def _refreshes(
@@ -789,7 +796,9 @@ class LaserStore(BaseStore):
                 or not isinstance(op.max_depth, int)
                 or op.max_depth < 1
             ):
-                raise InvalidInput(f"max_depth is a whole number above 0, got {op.max_depth!r}")
+                raise InvalidInput(
+                    f"max_depth is a whole number above 0, got {shown(op.max_depth)}"
+                )
             found = {ns[: op.max_depth] for ns in found}
         return sorted(found)[op.offset : op.offset + op.limit]
 

@@ -10,7 +10,7 @@ import os
 import re
 
 from ..clock import SYSTEM_CLOCK, Clock, validate_clock
-from ..errors import ConfigError, InvalidUrl
+from ..errors import ConfigError, InvalidUrl, shown
 from .kafka import KafkaLog, KafkaLogConfig
 from .local import LocalLog, LocalLogConfig
 from .partitioner import partition_for
@@ -41,7 +41,7 @@ def parse_url(url: str) -> tuple[str, str]:
     """Split a log URL into ("local", path) or ("kafka", "host:port,host:port")."""
     if not isinstance(url, str) or "://" not in url:
         raise InvalidUrl(
-            f"{url!r} is not a log URL; use local://PATH or kafka://host:port[,host:port]"
+            f"{shown(url)} is not a log URL; use local://PATH or kafka://host:port[,host:port]"
         )
     scheme, _, rest = url.partition("://")
     if scheme == "local":
@@ -54,12 +54,12 @@ def parse_url(url: str) -> tuple[str, str]:
             match = _HOST_PORT.fullmatch(server)
             if not match or not 0 < int(match.group(2)) < 65536:
                 raise InvalidUrl(
-                    f"{server!r} in {url!r} is not host:port; use "
+                    f"{shown(server)} in {shown(url)} is not host:port; use "
                     "kafka://host:port[,host:port], for example kafka://127.0.0.1:9092"
                 )
         return "kafka", ",".join(servers)
     raise InvalidUrl(
-        f"unknown log scheme {scheme!r} in {url!r}; use local://PATH or kafka://host:port"
+        f"unknown log scheme {shown(scheme)} in {shown(url)}; use local://PATH or kafka://host:port"
     )
 
 

@@ -49,6 +49,7 @@ from ..errors import (
     TopicConflict,
     UnknownTopic,
     WriteTimeout,
+    shown,
 )
 from ._kafka_topic_ids import TopicIdsRequest, topic_ids_from
 from .deadlines import Deadlines
@@ -113,7 +114,7 @@ class KafkaLogConfig:
         for name in ("bootstrap_servers", "client_id"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise ConfigError(f"KafkaLogConfig.{name} is a non-empty str, got {value!r}")
+                raise ConfigError(f"KafkaLogConfig.{name} is a non-empty str, got {shown(value)}")
         check_settings(
             self,
             positive_ints=("max_batch_bytes", "max_request_bytes", "max_record_bytes"),
@@ -126,7 +127,7 @@ class KafkaLogConfig:
             isinstance(factor, bool) or not isinstance(factor, int) or factor < 1
         ):
             raise ConfigError(
-                f"KafkaLogConfig.replication_factor is a positive int or None, got {factor!r}"
+                f"KafkaLogConfig.replication_factor is a positive int or None, got {shown(factor)}"
             )
         if not isinstance(self.extra_topic_configs, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.extra_topic_configs.items()
@@ -302,11 +303,12 @@ class KafkaLog(LogLifecycle):
         error_code, topic_id, partitions = topic_ids_from(response)[topic]
         if error_code == _UNKNOWN_TOPIC:
             raise UnknownTopic(
-                f"topic {topic!r} does not exist on Kafka at {self._config.bootstrap_servers}; "
+                f"topic {shown(topic)} does not exist on Kafka at "
+                f"{self._config.bootstrap_servers}; "
                 "create it first (for the memory topic: 'laser-memory bootstrap')"
             )
         if error_code != 0:
-            raise LogUnavailable(f"Kafka reports error code {error_code} for topic {topic!r}")
+            raise LogUnavailable(f"Kafka reports error code {error_code} for topic {shown(topic)}")
         return topic_id, partitions
 
     async def create_topic(
@@ -342,13 +344,13 @@ class KafkaLog(LogLifecycle):
             except TopicAlreadyExistsError:
                 error_code = _TOPIC_ALREADY_EXISTS
             except KafkaError as exc:
-                raise LogUnavailable(f"Kafka could not create topic {topic!r}: {exc}") from exc
+                raise LogUnavailable(f"Kafka could not create topic {shown(topic)}: {exc}") from exc
             else:
                 error_code = response.topic_errors[0][1]
                 message = response.topic_errors[0][2] if len(response.topic_errors[0]) > 2 else ""
                 if error_code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise LogUnavailable(
-                        f"Kafka could not create topic {topic!r}: error {error_code} {message}"
+                        f"Kafka could not create topic {shown(topic)}: error {error_code} {message}"
                     )
             try:
                 info = await self._wait_visible(topic, deadline)
@@ -360,7 +362,7 @@ class KafkaLog(LogLifecycle):
                 continue
             if info.partitions != partitions:
                 raise TopicConflict(
-                    f"topic {topic!r} exists with {info.partitions} partitions, not "
+                    f"topic {shown(topic)} exists with {info.partitions} partitions, not "
                     f"{partitions}; use the existing count or delete the topic first"
                 )
             # An existing topic must stamp broker times (checked on learning it) and keep
@@ -370,7 +372,8 @@ class KafkaLog(LogLifecycle):
                 retention_s
             ):
                 raise TopicConflict(
-                    f"topic {topic!r} exists with retention {_seconds(settings.retention_s)}, not "
+                    f"topic {shown(topic)} exists with retention "
+                    f"{_seconds(settings.retention_s)}, not "
                     f"{_seconds(retention_s)}; pass its retention, or change it with "
                     f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                     "--add-config retention.ms=..."
@@ -395,9 +398,9 @@ class KafkaLog(LogLifecycle):
         try:
             await self._admin.delete_topics([topic])
         except UnknownTopicOrPartitionError as exc:
-            raise UnknownTopic(f"topic {topic!r} does not exist") from exc
+            raise UnknownTopic(f"topic {shown(topic)} does not exist") from exc
         except KafkaError as exc:
-            raise LogUnavailable(f"Kafka could not delete topic {topic!r}: {exc}") from exc
+            raise LogUnavailable(f"Kafka could not delete topic {shown(topic)}: {exc}") from exc
         self._topics.pop(topic, None)
         deadline = time.monotonic() + self._config.request_timeout_s
         while time.monotonic() < deadline:
@@ -417,7 +420,7 @@ class KafkaLog(LogLifecycle):
         assert self._admin is not None
         topic_id, partitions = await self._topic_metadata(topic)
         if partitions == 0:
-            raise UnknownTopic(f"topic {topic!r} has no partitions yet")
+            raise UnknownTopic(f"topic {shown(topic)} has no partitions yet")
         known = self._topics.get(topic)
         if known is not None and known.generation == topic_id:
             # Same topic as learned: its configs were read then (a reader checks the
@@ -434,7 +437,7 @@ class KafkaLog(LogLifecycle):
                     if entry[0] in values:
                         values[entry[0]] = entry[1]
         except KafkaError as exc:
-            raise LogUnavailable(f"Kafka could not describe topic {topic!r}: {exc}") from exc
+            raise LogUnavailable(f"Kafka could not describe topic {shown(topic)}: {exc}") from exc
         retention_s: float | None = None
         if values["retention.ms"] is not None and int(values["retention.ms"]) >= 0:
             retention_s = int(values["retention.ms"]) / 1000
@@ -455,7 +458,9 @@ class KafkaLog(LogLifecycle):
             tps = [TopicPartition(topic, p) for p in range(partitions)]
             ends = await consumer.end_offsets(tps)
         except KafkaError as exc:
-            raise LogUnavailable(f"Kafka could not list end offsets of {topic!r}: {exc}") from exc
+            raise LogUnavailable(
+                f"Kafka could not list end offsets of {shown(topic)}: {exc}"
+            ) from exc
         finally:
             self._release_consumer(consumer)
         return {tp.partition: offset for tp, offset in ends.items()}
@@ -484,7 +489,8 @@ class KafkaLog(LogLifecycle):
         settings = await self._describe_settings(topic)
         if settings.timestamp_type not in (None, "LogAppendTime"):
             raise TopicConflict(
-                f"topic {topic!r} stamps records with {settings.timestamp_type}, so their times "
+                f"topic {shown(topic)} stamps records with {settings.timestamp_type}, so "
+                f"their times "
                 "would come from producer clocks; laser-memory needs the broker's append time: "
                 f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                 "--add-config message.timestamp.type=LogAppendTime"
@@ -493,7 +499,9 @@ class KafkaLog(LogLifecycle):
         try:
             await self._producer.partitions_for(topic)
         except KafkaError as exc:
-            raise LogUnavailable(f"the producer could not learn topic {topic!r}: {exc}") from exc
+            raise LogUnavailable(
+                f"the producer could not learn topic {shown(topic)}: {exc}"
+            ) from exc
         self._topics[topic] = settings
         return settings
 
@@ -526,7 +534,7 @@ class KafkaLog(LogLifecycle):
                 placed.append(record.partition)
             else:
                 raise InvalidRecord(
-                    f"partition {record.partition} does not exist; topic {topic!r} has "
+                    f"partition {record.partition} does not exist; topic {shown(topic)} has "
                     f"{partitions} partitions (0 to {partitions - 1})"
                 )
         producer = self._producer
@@ -542,14 +550,14 @@ class KafkaLog(LogLifecycle):
             # cancel from elsewhere (counted apart) stays a cancel.
             if append is not None and append.expired and append.uncancel():
                 raise WriteTimeout(
-                    f"Kafka did not acknowledge the append to {topic!r} within "
+                    f"Kafka did not acknowledge the append to {shown(topic)} within "
                     f"{self._config.write_timeout_s}s; it may or may not have landed: read "
                     "before writing it again"
                 ) from None
             raise
         except UnknownTopicOrPartitionError as exc:
             self._topics.pop(topic, None)
-            raise UnknownTopic(f"topic {topic!r} does not exist: {exc}") from exc
+            raise UnknownTopic(f"topic {shown(topic)} does not exist: {exc}") from exc
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
             raise LogUnavailable(f"Kafka did not take the append: {exc}") from exc
         except KafkaError as exc:
@@ -701,7 +709,7 @@ class KafkaLog(LogLifecycle):
                         max_records=max_batch,
                     )
                 except KafkaError as exc:
-                    raise LogUnavailable(f"Kafka read of {topic!r} failed: {exc}") from exc
+                    raise LogUnavailable(f"Kafka read of {shown(topic)} failed: {exc}") from exc
                 for tp, messages in fetched.items():
                     limit = None if until is None else until.get(tp.partition, 0)
                     batch = [

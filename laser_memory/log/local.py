@@ -45,6 +45,7 @@ from ..errors import (
     TopicConflict,
     UnknownTopic,
     WriteTimeout,
+    shown,
 )
 from ..lmdb_env import SharedEnvironments, check_map_size, folder_path
 from .deadlines import Deadlines
@@ -267,7 +268,7 @@ class LocalLog(LogLifecycle):
         raw = txn.get(topic.encode(), db=self._dbs["topics"])
         if raw is None:
             raise UnknownTopic(
-                f"topic {topic!r} does not exist in the local log at {self._path}; "
+                f"topic {shown(topic)} does not exist in the local log at {self._path}; "
                 "create it first (for the memory topic: 'laser-memory bootstrap')"
             )
         return _meta_decoder.decode(raw)
@@ -293,13 +294,13 @@ class LocalLog(LogLifecycle):
                 meta = _meta_decoder.decode(raw)
                 if meta.partitions != partitions:
                     raise TopicConflict(
-                        f"topic {topic!r} exists with {meta.partitions} partitions, not "
+                        f"topic {shown(topic)} exists with {meta.partitions} partitions, not "
                         f"{partitions}; use the existing count or delete the topic first"
                     )
                 if meta.retention_s != retention_s:
                     kept = "forever" if meta.retention_s is None else f"{meta.retention_s:g}s"
                     raise TopicConflict(
-                        f"topic {topic!r} exists with retention {kept}, not "
+                        f"topic {shown(topic)} exists with retention {kept}, not "
                         f"{'forever' if retention_s is None else f'{retention_s:g}s'}; pass "
                         "its retention, or delete the topic first"
                     )

@@ -13,6 +13,7 @@ from ..errors import (
     InvalidRecord,
     RecordTooLarge,
     UnknownTopic,
+    shown,
 )
 from .port import OutgoingRecord, checked_headers_size
 
@@ -37,7 +38,7 @@ MAX_PARTITIONS = 10_000
 def validate_topic(topic: str) -> str:
     if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
         raise InvalidName(
-            f"{topic!r} is not a valid topic name: use 1 to 249 characters from "
+            f"{shown(topic)} is not a valid topic name: use 1 to 249 characters from "
             "letters, digits, '.', '_' and '-'"
         )
     return topic
@@ -59,7 +60,7 @@ def check_settings(
     for name in positive_ints:
         value = getattr(config, name)
         if not _is_int(value) or value < 1:
-            raise ConfigError(f"{kind}.{name} is a positive int, got {value!r}")
+            raise ConfigError(f"{kind}.{name} is a positive int, got {shown(value)}")
     for names, above in (
         (seconds, "from 0"),
         (positive_seconds, "above 0"),
@@ -76,23 +77,25 @@ def check_settings(
                 or value < 0
                 or (value == 0 and names is not seconds)
             ):
-                raise ConfigError(f"{kind}.{name} is a number of seconds {above}, got {value!r}")
+                raise ConfigError(
+                    f"{kind}.{name} is a number of seconds {above}, got {shown(value)}"
+                )
     for name in bools:
         value = getattr(config, name)
         if not isinstance(value, bool):
-            raise ConfigError(f"{kind}.{name} is True or False, got {value!r}")
+            raise ConfigError(f"{kind}.{name} is True or False, got {shown(value)}")
 
 
 def check_topic_type(topic: object) -> None:
     """Refuse a topic that is no str before it meets a lookup or a name's encoding (where
     it would raise a raw error, or fail a whole group commit of other writers' appends)."""
     if not isinstance(topic, str):
-        raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {topic!r}")
+        raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {shown(topic)}")
 
 
 def validate_partitions(partitions: int, retention_s: float | None) -> None:
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-        raise InvalidInput(f"a topic needs at least one partition, got {partitions!r}")
+        raise InvalidInput(f"a topic needs at least one partition, got {shown(partitions)}")
     if partitions > MAX_PARTITIONS:
         raise InvalidInput(
             f"{partitions} partitions is more than the {MAX_PARTITIONS} laser-memory allows"
@@ -104,7 +107,7 @@ def validate_partitions(partitions: int, retention_s: float | None) -> None:
     ):
         raise InvalidInput(
             f"retention must be a positive number of seconds or None (keep forever), "
-            f"got {retention_s!r}"
+            f"got {shown(retention_s)}"
         )
 
 
@@ -130,19 +133,19 @@ def validate_read(
 
     def check_partition(partition: object, what: str) -> None:
         if not _is_int(partition):
-            raise InvalidInput(f"{what} names partition {partition!r}; a partition is an int")
+            raise InvalidInput(f"{what} names partition {shown(partition)}; a partition is an int")
         if not 0 <= partition < count:  # type: ignore[operator]
-            raise UnknownTopic(f"topic {topic!r} has no partition {partition}; it has {count}")
+            raise UnknownTopic(f"topic {shown(topic)} has no partition {partition}; it has {count}")
 
     if not _is_int(max_batch) or max_batch < 1:
-        raise InvalidInput(f"max_batch is an int of at least 1, got {max_batch!r}")
+        raise InvalidInput(f"max_batch is an int of at least 1, got {shown(max_batch)}")
     if not isinstance(follow, bool):
-        raise InvalidInput(f"follow is True or False, got {follow!r}")
+        raise InvalidInput(f"follow is True or False, got {shown(follow)}")
     if partitions is None:
         chosen = list(range(count))
     else:
         if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence):
-            raise InvalidInput(f"partitions is a sequence of ints or None, got {partitions!r}")
+            raise InvalidInput(f"partitions is a sequence of ints or None, got {shown(partitions)}")
         chosen = list(partitions)
         for partition in chosen:
             check_partition(partition, "partitions")
@@ -150,12 +153,12 @@ def validate_read(
         if positions is None:
             continue
         if not isinstance(positions, Mapping):
-            raise InvalidInput(f"{what} maps partitions to offsets, got {positions!r}")
+            raise InvalidInput(f"{what} maps partitions to offsets, got {shown(positions)}")
         for partition, offset in positions.items():
             check_partition(partition, what)
             if not _is_int(offset) or not 0 <= offset <= _MAX_OFFSET:
                 raise InvalidInput(
-                    f"{what} gives partition {partition} the offset {offset!r}; an offset is "
+                    f"{what} gives partition {partition} the offset {shown(offset)}; an offset is "
                     f"an int from 0 to {_MAX_OFFSET}"
                 )
     return chosen
@@ -202,7 +205,9 @@ def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) 
                 ),
                 record.headers,
             )
-            raise InvalidRecord(f"record {index}: a header is a (str, bytes) pair, got {bad!r}")
+            raise InvalidRecord(
+                f"record {index}: a header is a (str, bytes) pair, got {shown(bad)}"
+            )
         size = len(value) + (len(key) if key is not None else 0) + headers_size
         if size > max_record_bytes:
             raise RecordTooLarge(
