@@ -25,7 +25,16 @@ from .log.naming import validate_topic
 from .log.port import Appended
 from .records import MAX_DIMENSIONS, MAX_WEIGHT, Origin, Producer
 
-__all__ = ["body", "check_body", "embedding", "expiry", "origin", "producer", "weight"]
+__all__ = [
+    "body",
+    "check_body",
+    "embedding",
+    "expiry",
+    "origin",
+    "producer",
+    "wait_target",
+    "weight",
+]
 
 #: The longest ttl: about 3,000 years, far inside the 2**63 milliseconds a record holds.
 MAX_TTL_S = 1e11
