@@ -116,6 +116,18 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
         (lambda: KafkaLogConfig("h:1", client_id=""), "client_id"),
         (lambda: KafkaLogConfig("h:1", linger_s=-0.1), "linger_s"),
         (lambda: KafkaLogConfig("h:1", request_timeout_s=0), "request_timeout_s"),
+        # Past Kafka's int32 milliseconds and int16 replicas: raw struct errors from
+        # aiokafka at the first request before.
+        (lambda: KafkaLogConfig("h:1", request_timeout_s=2.0**31), "at most 2.14748e\\+06"),
+        (lambda: KafkaLogConfig("h:1", replication_factor=2**15), "up to 32767"),
+        # As long as a request's deadline or an append's: every fetch, or every lone
+        # append, failed (and stop waited out the linger).
+        (lambda: KafkaLogConfig("h:1", fetch_wait_s=30.0), "fetch_wait_s .* shorter than"),
+        (lambda: KafkaLogConfig("h:1", linger_s=100.0), "linger_s .* shorter than"),
+        (
+            lambda: KafkaLogConfig("h:1", linger_s=2.0, write_timeout_s=1.0),
+            "linger_s .* shorter than write_timeout_s",
+        ),
         (lambda: KafkaLogConfig("h:1", replication_factor=0), "replication_factor"),
         (lambda: KafkaLogConfig("h:1", max_batch_bytes=0.5), "max_batch_bytes"),
         (lambda: KafkaLogConfig("h:1", extra_topic_configs={"a": 1}), "extra_topic_configs"),

@@ -122,17 +122,43 @@ class KafkaLogConfig:
             positive_seconds=("request_timeout_s",),
             optional_seconds=("write_timeout_s",),
         )
+        # Kafka's protocol carries these as int32 milliseconds and an int16 count: past
+        # them aiokafka failed with a raw struct error at the first request.
+        if self.request_timeout_s * 1000 > _INT32_MAX:
+            raise ConfigError(
+                f"KafkaLogConfig.request_timeout_s is at most {_INT32_MAX / 1000:g} seconds, "
+                f"got {shown(self.request_timeout_s)}"
+            )
+        # A wait or a linger as long as the request's deadline fails every request, or
+        # every lone append (which waits out the linger before it is sent); the
+        # producer's stop waited out the linger too.
+        for name in ("fetch_wait_s", "linger_s"):
+            if getattr(self, name) >= self.request_timeout_s:
+                raise ConfigError(
+                    f"KafkaLogConfig.{name} ({shown(getattr(self, name))}s) must be shorter than "
+                    f"request_timeout_s ({shown(self.request_timeout_s)}s)"
+                )
+        if self.write_timeout_s is not None and self.linger_s >= self.write_timeout_s:
+            raise ConfigError(
+                f"KafkaLogConfig.linger_s ({shown(self.linger_s)}s) must be shorter than "
+                f"write_timeout_s ({shown(self.write_timeout_s)}s): a lone append waits out "
+                "the linger before it is sent"
+            )
         factor = self.replication_factor
         if factor is not None and (
-            isinstance(factor, bool) or not isinstance(factor, int) or factor < 1
+            isinstance(factor, bool) or not isinstance(factor, int) or not 1 <= factor <= 32767
         ):
             raise ConfigError(
-                f"KafkaLogConfig.replication_factor is a positive int or None, got {shown(factor)}"
+                "KafkaLogConfig.replication_factor is a positive int up to 32767, or None, "
+                f"got {shown(factor)}"
             )
         if not isinstance(self.extra_topic_configs, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.extra_topic_configs.items()
         ):
             raise ConfigError("KafkaLogConfig.extra_topic_configs maps str names to str values")
+
+
+_INT32_MAX = (1 << 31) - 1
 
 
 def _millis(retention_s: float | None) -> int:
