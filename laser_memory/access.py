@@ -150,8 +150,7 @@ def bound_tenant(tenant: str | None, principal: Principal | None) -> str | None:
     if tenant is not None and tenant != principal.tenant:
         raise AccessDenied(
             f"principal {shown(principal.name)} acts for tenant {shown(principal.tenant)}; "
-            f"a handle "
-            f"for it cannot be bound to tenant {shown(tenant)}"
+            f"a handle for it cannot be bound to tenant {shown(tenant)}"
         )
     return principal.tenant
 
@@ -224,7 +223,6 @@ def resolve_tenant(bound: str | None, given: str | None) -> str:
     if given is not None and given != bound:
         raise AccessDenied(
             f"this handle is bound to tenant {shown(bound)}; it cannot act in tenant "
-            f"{shown(given)} "
-            "(leave tenant= out, or use a handle bound to that tenant)"
+            f"{shown(given)} (leave tenant= out, or use a handle bound to that tenant)"
         )
     return bound

@@ -514,8 +514,8 @@ async def fold(url, stream, topic, view, exit_when_caught_up, status_every, map_
         topic = topic or laser.memory_topic_name
         if not await _topic_exists(laser, topic):
             raise click.ClickException(
-                f"topic {shown(topic)} does not exist yet; write to it or run 'laser-memory "
-                f"bootstrap'"
+                f"topic {shown(topic)} does not exist yet; write to it or run "
+                "'laser-memory bootstrap'"
             )
         folder = ViewFolder(laser.log, topic, view, FolderConfig(map_size=map_size))
         click.echo(f"folding {topic} from {laser.log.url} into {view}", err=True)

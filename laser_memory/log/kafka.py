@@ -330,8 +330,8 @@ class KafkaLog(LogLifecycle):
         if error_code == _UNKNOWN_TOPIC:
             raise UnknownTopic(
                 f"topic {shown(topic)} does not exist on Kafka at "
-                f"{self._config.bootstrap_servers}; "
-                "create it first (for the memory topic: 'laser-memory bootstrap')"
+                f"{self._config.bootstrap_servers}; create it first (for the memory topic: "
+                "'laser-memory bootstrap')"
             )
         if error_code != 0:
             raise LogUnavailable(f"Kafka reports error code {error_code} for topic {shown(topic)}")
@@ -516,8 +516,8 @@ class KafkaLog(LogLifecycle):
         if settings.timestamp_type not in (None, "LogAppendTime"):
             raise TopicConflict(
                 f"topic {shown(topic)} stamps records with {settings.timestamp_type}, so "
-                f"their times "
-                "would come from producer clocks; laser-memory needs the broker's append time: "
+                "their times would come from producer clocks; laser-memory needs the broker's "
+                "append time: "
                 f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                 "--add-config message.timestamp.type=LogAppendTime"
             )
