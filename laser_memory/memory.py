@@ -344,7 +344,9 @@ class MemoryHandle:
         if self._embedder is not None:
             [record] = await self._remembers.embedded([record])
         if record.supersedes is None:
-            [receipt] = await self._write([record])
+            # `_write` inlined: one coroutine less for each of many concurrent calls.
+            [receipt] = await self._writer.write([record])
+            self.last_receipt = receipt
             also: list[Receipt] = []
         else:
             [receipt, *also] = await self._write([record, *self._remembers.replacements([record])])

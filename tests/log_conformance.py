@@ -482,7 +482,7 @@ class LogConformance:
         await log.create_topic(topic_name, partitions=1)
         batcher = AppendBatcher(log, at_once=at_once)
         tasks = [
-            asyncio.create_task(batcher.append_batch(topic_name, [OutgoingRecord(b"%d" % i)]))
+            asyncio.ensure_future(batcher.append_batch(topic_name, [OutgoingRecord(b"%d" % i)]))
             for i in range(5)
         ]
         await asyncio.sleep(0)  # every call has joined the turn's batch

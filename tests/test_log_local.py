@@ -134,7 +134,8 @@ async def test_a_batch_whose_sending_is_cancelled_cancels_its_callers(tmp_path):
             asyncio.ensure_future(batcher.append_batch("t", [OutgoingRecord(b"%d" % i)]))
             for i in range(4)
         ]
-        await asyncio.sleep(0)
+        # The calls have joined the batch; its sending task has not run its first step.
+        assert len(batcher._sending) == 1
         for sending in list(batcher._sending):  # as the loop's shutdown would
             sending.cancel()
         results = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 10)
