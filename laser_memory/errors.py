@@ -29,6 +29,7 @@ The tree::
     │   ├── UnknownTopic
     │   ├── TopicConflict           a topic exists with another shape or settings
     │   ├── LogUnavailable          the storage or broker cannot be reached
+    │   ├── LogFull                 the embedded log reached its LMDB map size; nothing written
     │   └── WriteTimeout            a write passed its deadline: it may or may not have landed
     ├── ViewError
     │   ├── ViewLocked              another folder is writing this view
@@ -62,6 +63,7 @@ __all__ = [
     "LaserError",
     "LogClosed",
     "LogError",
+    "LogFull",
     "LogUnavailable",
     "NoView",
     "PolicyDenied",
@@ -195,6 +197,11 @@ class TopicConflict(LogError):
 
 class LogUnavailable(LogError):
     """The log's storage or broker cannot be reached."""
+
+
+class LogFull(LogError):
+    """The embedded log reached its LMDB map size: nothing of the write was written.
+    Open it with a larger ``LocalLogConfig.map_size`` (the map is sparse on disk)."""
 
 
 class WriteTimeout(LogError, TimeoutError):

@@ -147,3 +147,27 @@ async def test_a_batch_whose_sending_is_cancelled_cancels_its_callers(tmp_path):
         # The cancelled batch is closed: the next append goes out on its own.
         [receipt] = await asyncio.wait_for(batcher.append_batch("t", [OutgoingRecord(b"x")]), 10)
         assert receipt.offset == 1
+
+
+async def test_a_full_log_refuses_the_write_whole_and_a_larger_map_takes_it(tmp_path):
+    from laser_memory.errors import LogFull
+    from laser_memory.log.local import LocalLogConfig
+
+    small = LocalLogConfig(map_size=1 << 20)
+    async with LocalLog(tmp_path, small) as log:
+        await log.create_topic("t", partitions=2)
+        batch = [OutgoingRecord(b"x" * 2000, key=b"%d" % i) for i in range(8)]
+        with pytest.raises(LogFull, match="map size of 1048576 bytes.*nothing of this write"):
+            for _ in range(1000):
+                await log.append_batch("t", batch)
+        ends = await log.end_offsets("t")
+        # Nothing of the refused batch landed: each partition holds whole batches only.
+        assert sum(ends.values()) % len(batch) == 0
+        with pytest.raises(LogFull):
+            await log.append_batch("t", batch)
+        assert await log.end_offsets("t") == ends
+    async with LocalLog(tmp_path, LocalLogConfig(map_size=4 << 20)) as log:
+        receipts = await log.append_batch("t", batch)
+        # The new records follow the old ones in each partition.
+        assert all(r.offset >= ends[r.partition] for r in receipts)
+        assert sum((await log.end_offsets("t")).values()) == sum(ends.values()) + len(batch)

@@ -41,6 +41,7 @@ from ..clock import SYSTEM_CLOCK, Clock, validate_clock
 from ..errors import (
     ConfigError,
     InvalidRecord,
+    LogFull,
     LogUnavailable,
     TopicConflict,
     UnknownTopic,
@@ -390,6 +391,15 @@ class LocalLog(LogLifecycle):
         assert self._executor is not None
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except lmdb.MapFullError:
+            # Not "unavailable": a retry fails the same way until the map is larger.
+            map_size = self._env.info()["map_size"] if self._env is not None else "its"
+            raise LogFull(
+                f"the local log at {self._path} is full: it reached its map size of "
+                f"{map_size} bytes, and nothing of this write was written. Open "
+                "it with a larger map (LocalLog(path, LocalLogConfig(map_size=BYTES))); the "
+                "map is sparse on disk, so a larger one costs nothing until it is used"
+            ) from None
         except lmdb.Error as exc:
             raise LogUnavailable(f"local log at {self._path} failed: {exc}") from exc
 
