@@ -99,8 +99,12 @@ class ViewFolder:
                 f"the view at {self._path} is being folded by {holder}; one folder writes a "
                 "view at a time (use another --view for a replica)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()}".encode())
+        except OSError as exc:  # a full disk, most likely
+            os.close(fd)
+            raise ConfigError(f"cannot write the lock file {path}: {exc}") from None
         return fd
 
     async def run(

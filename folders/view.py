@@ -66,6 +66,7 @@ remembered in two conversations has an entry for each):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -83,7 +84,12 @@ import numpy as np
 from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch, shown
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind
-from laser_memory.lmdb_env import SharedEnvironments, check_map_size, folder_path
+from laser_memory.lmdb_env import (
+    SharedEnvironments,
+    check_map_size,
+    folder_path,
+    write_failure,
+)
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import validate_version
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
@@ -526,7 +532,7 @@ class MemoryView:
         """Record which topic generation this view folds; refuse another one."""
         current_topic, current_generation = self.topic()
         if current_topic is None:
-            with self._env.begin(write=True) as txn:
+            with self._writing("binding"), self._env.begin(write=True) as txn:
                 txn.put(b"format", str(VIEW_FORMAT).encode(), db=self._dbs["meta"])
                 txn.put(b"topic", topic.encode(), db=self._dbs["meta"])
                 txn.put(b"generation", generation.encode(), db=self._dbs["meta"])
@@ -558,7 +564,7 @@ class MemoryView:
         """Empty every database (for a rebuild), and remove the readers' index
         snapshots: they index the old view (a reader passes over them anyway, by epoch;
         this frees their space, and one that cannot be removed stays harmless)."""
-        with self._env.begin(write=True) as txn:
+        with self._writing("emptying"), self._env.begin(write=True) as txn:
             for name in _DBS:
                 txn.drop(self._dbs[name], delete=False)
         IndexSnapshots(self.path).remove_all()
@@ -569,18 +575,27 @@ class MemoryView:
         """Fold batches into the view in one transaction together with their positions.
         Returns how many records were applied (set-aside ones included). A full map
         raises `ViewFull` and writes nothing of the batches."""
-        try:
+        with self._writing("batch"):
             return self._apply(batches, generation)
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """LMDB's failures of a write transaction as the errors the folder raises: a full
+        map is `ViewFull`, any other `LogUnavailable` (a full disk said so)."""
+        try:
+            yield
         except lmdb.MapFullError:
             info = self._env.info()
             raise ViewFull(
                 f"the view at {self.path} is full: it reached its map size of "
-                f"{info['map_size']} bytes, and nothing of this batch was written. Restart "
+                f"{info['map_size']} bytes, and nothing of this {what} was written. Restart "
                 "the folder with a larger map ('laser-memory fold --map-size BYTES', or "
                 "FolderConfig.map_size); it resumes where it stopped"
             ) from None
         except lmdb.Error as exc:
-            raise LogUnavailable(f"the view at {self.path} could not be written: {exc}") from exc
+            raise LogUnavailable(
+                f"the view at {self.path} could not be written: {write_failure(self.path, exc)}"
+            ) from exc
 
     def _apply(self, batches: Sequence[Sequence[LogRecord]], generation: str) -> int:
         count = 0

@@ -9,6 +9,7 @@ through `SharedEnvironments`.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from typing import ClassVar
 
@@ -16,7 +17,13 @@ import lmdb
 
 from .errors import ConfigError, shown
 
-__all__ = ["MAX_MAP_SIZE", "SharedEnvironments", "check_map_size", "folder_path"]
+__all__ = [
+    "MAX_MAP_SIZE",
+    "SharedEnvironments",
+    "check_map_size",
+    "folder_path",
+    "write_failure",
+]
 
 #: The largest map size LMDB takes (a size_t). What a machine can map is less: its free
 #: address space, which `SharedEnvironments.acquire` finds out and says so.
@@ -49,6 +56,31 @@ def check_map_size(value: object, what: str) -> None:
         raise ConfigError(
             f"{what} is a whole number of bytes from 1 to 2**64-1, got {shown(value)}"
         )
+
+
+#: Free bytes below which a failed write is put down to a full disk: LMDB grows its file a
+#: page at a time, so a disk it filled has next to nothing left.
+_NEARLY_FULL = 1 << 20
+
+
+def write_failure(path: str, exc: lmdb.Error) -> str:
+    """What to say of a write to the environment at ``path`` that LMDB failed: its error,
+    and when the disk holding it is full, that (LMDB reports a full disk met in a commit
+    as an I/O error, which says nothing of what to do).
+
+    >>> write_failure("/nonexistent", lmdb.Error("mdb_put: Input/output error"))
+    'mdb_put: Input/output error'
+    """
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return str(exc)
+    if free >= _NEARLY_FULL:
+        return str(exc)
+    return (
+        f"{exc}; the disk holding it is full ({free} bytes free): free some space, and the "
+        "next write takes it (nothing of this one was written)"
+    )
 
 
 class SharedEnvironments:

@@ -48,7 +48,7 @@ from ..errors import (
     WriteTimeout,
     shown,
 )
-from ..lmdb_env import SharedEnvironments, check_map_size, folder_path
+from ..lmdb_env import SharedEnvironments, check_map_size, folder_path, write_failure
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
@@ -401,7 +401,9 @@ class LocalLog(LogLifecycle):
                 "map is sparse on disk, so a larger one costs nothing until it is used"
             ) from None
         except lmdb.Error as exc:
-            raise LogUnavailable(f"local log at {self._path} failed: {exc}") from exc
+            raise LogUnavailable(
+                f"local log at {self._path} failed: {write_failure(self._path, exc)}"
+            ) from exc
 
     async def _write_loop(self) -> None:
         assert self._queue is not None
