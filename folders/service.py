@@ -175,7 +175,12 @@ class ViewFolder:
                     try:
                         folded += await asyncio.shield(commit)
                     except asyncio.CancelledError:
-                        await asyncio.wait([commit])
+                        # However many cancels come (a second Ctrl-C), wait the commit out.
+                        while not commit.done():
+                            try:
+                                await asyncio.wait([commit])
+                            except asyncio.CancelledError:
+                                continue
                         raise
                     if on_progress is not None:
                         on_progress(folded, view.watermark())

@@ -13,6 +13,7 @@ import asyncio
 import datetime as dt
 import functools
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -51,6 +52,38 @@ def _run(coro_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
     return wrapper
+
+
+async def _until_stopped(work: Awaitable[Any]) -> tuple[Any, str | None]:
+    """Run a long-running command's work until it ends or SIGTERM or SIGINT stops it:
+    (its result, None), or (None, the signal's name). A stop cancels the work, which
+    finishes what it must (a folder its transaction under way) before it ends, so a
+    service manager's stop is a clean exit (status 0), not a kill."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    stopped_by: list[str] = []
+
+    def stop(sig: signal.Signals) -> None:
+        if not stopped_by:  # one stop is enough: the work is already ending
+            stopped_by.append(sig.name)
+            task.cancel()
+
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop, sig)
+        except (ValueError, RuntimeError, NotImplementedError):
+            continue  # not the main thread, or no signals here: the default stays
+        installed.append(sig)
+    try:
+        return await task, None
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        return None, stopped_by[0]
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 def _connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -520,14 +553,25 @@ async def fold(url, stream, topic, view, exit_when_caught_up, status_every, map_
         folder = ViewFolder(laser.log, topic, view, FolderConfig(map_size=map_size))
         click.echo(f"folding {topic} from {laser.log.url} into {view}", err=True)
         last_status = time.monotonic()
+        progress: tuple[int, dict[int, int]] = (0, {})
 
         def status(folded: int, watermark: dict[int, int]) -> None:
-            nonlocal last_status
+            nonlocal last_status, progress
+            progress = (folded, watermark)
             if status_every > 0 and time.monotonic() - last_status >= status_every:
                 last_status = time.monotonic()
                 click.echo(f"folded {folded} records; watermark {watermark}", err=True)
 
-        folded = await folder.run(until_caught_up=exit_when_caught_up, on_progress=status)
+        folded, stopped_by = await _until_stopped(
+            folder.run(until_caught_up=exit_when_caught_up, on_progress=status)
+        )
+        if stopped_by is not None:
+            click.echo(
+                f"stopped by {stopped_by}: folded {progress[0]} records; watermark "
+                f"{progress[1]} (a restart resumes from it)",
+                err=True,
+            )
+            return
         click.echo(f"folded {folded} records", err=True)
 
 
@@ -661,8 +705,8 @@ def serve(view: str, host: str, port: int, auth_file: str | None, embedder: str 
     except LaserError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     with opened:
-        try:
-            asyncio.run(
+        _, stopped_by = asyncio.run(
+            _until_stopped(
                 serve_view(
                     opened,
                     host,
@@ -672,8 +716,9 @@ def serve(view: str, host: str, port: int, auth_file: str | None, embedder: str 
                     ready=lambda m: click.echo(m, err=True),
                 )
             )
-        except KeyboardInterrupt:
-            pass
+        )
+        if stopped_by is not None:
+            click.echo(f"stopped by {stopped_by}", err=True)
 
 
 @main.command()

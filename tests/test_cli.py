@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import sys
+import time
 
+import pytest
 from click.testing import CliRunner
 
 from laser_memory.cli import main
@@ -229,3 +235,32 @@ def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
     assert "1 forgotten" in run("purge", "--expired", *common)
     assert "say what to forget" in run("purge", *common, ok=False)
     assert "no age" in run("remember", "x", "--ttl", "soon", *common, ok=False)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_running_folder_stops_cleanly_on_a_signal_and_a_restart_resumes(tmp_path, stop):
+    # What a service manager does: start the folder, later ask it to stop.
+    url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
+    run("remember", "before the folder", "--url", url)
+    command = [sys.executable, "-c", "from laser_memory.cli import main; main()"]
+    folder = subprocess.Popen(
+        [*command, "fold", "--url", url, "--view", view],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "folding" in folder.stderr.readline()
+        run("remember", "while it runs", "--url", url)
+        deadline = time.monotonic() + 30
+        while json.loads(run("stats", "--view", view, "--json"))["items"] < 2:
+            assert time.monotonic() < deadline, "the folder did not fold the new item"
+            time.sleep(0.05)
+        folder.send_signal(stop)
+        rest = folder.communicate(timeout=30)[1]
+    finally:
+        folder.kill()
+    assert folder.returncode == 0, rest
+    assert re.search(rf"stopped by {stop.name}: folded 2 records; watermark {{\d+: 2}}", rest)
+    run("remember", "after it stopped", "--url", url)
+    resumed = run("fold", "--url", url, "--view", view, "--exit-when-caught-up")
+    assert "folded 1 records" in resumed
