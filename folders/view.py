@@ -456,7 +456,9 @@ class MemoryView:
                 "'laser-memory fold' or 'laser-memory rebuild'"
             )
         try:
-            env, dbs = SharedEnvironments.acquire(real, _DBS, map_size=map_size)
+            env, dbs = SharedEnvironments.acquire(
+                real, _DBS, map_size=map_size, what="a managed view"
+            )
         except (lmdb.Error, OSError) as exc:
             raise LogUnavailable(f"cannot open the view at {real}: {exc}") from exc
         view = cls(real, env, dbs)

@@ -83,15 +83,51 @@ def write_failure(path: str, exc: lmdb.Error) -> str:
     )
 
 
+def _check_databases(env: lmdb.Environment, path: str, names: tuple[str, ...], what: str) -> None:
+    """Refuse an environment that another store made: one whose databases are all
+    another store's. Sharing it would mix the two, and deleting either folder would
+    delete both. Neither store writes anything else in the main database, so its keys
+    are exactly the named databases that exist. (A folder that already holds both, made
+    before this check, stays usable: refusing its log would lock its data away.)"""
+    with env.begin() as txn:
+        present = {
+            bytes(key).decode("utf-8", "replace")
+            for key in txn.cursor().iternext(values=False)
+        }
+    foreign = sorted(present - set(names))
+    if not foreign or present & set(names):
+        return
+    other = (
+        "a local log"
+        if {"records", "heads"} & set(foreign)
+        else "a managed view"
+        if {"items", "meta"} & set(foreign)
+        else "another store"
+    )
+    raise ConfigError(
+        f"{path} holds {other} (its databases {', '.join(foreign)}), so it cannot also be "
+        f"{what}: give {what} a folder of its own"
+    )
+
+
 class SharedEnvironments:
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _envs: ClassVar[dict[str, tuple[lmdb.Environment, int, dict[str, object]]]] = {}
 
     @classmethod
     def acquire(
-        cls, path: str, names: tuple[str, ...], *, map_size: int, sync: bool = True
+        cls,
+        path: str,
+        names: tuple[str, ...],
+        *,
+        map_size: int,
+        sync: bool = True,
+        what: str = "this store",
     ) -> tuple[lmdb.Environment, dict]:
-        """The environment at ``path`` with its named databases, opened once per process."""
+        """The environment at ``path`` with its named databases, opened once per process.
+        An environment that holds databases of another store (a view's folder opened as
+        a log, or the other way round) is refused with `ConfigError`, ``what`` naming
+        the store in the message, before anything is created in it."""
         with cls._lock:
             entry = cls._envs.get(path)
             if entry is not None:
@@ -120,6 +156,11 @@ class SharedEnvironments:
                     f"cannot map {map_size} bytes for {path}: more address space than this "
                     "process has free; lower map_size (64 GiB, the default, suits most)"
                 ) from None
+            try:
+                _check_databases(env, path, names, what)
+            except BaseException:
+                env.close()
+                raise
             dbs = {name: env.open_db(name.encode()) for name in names}
             cls._envs[path] = (env, 1, dbs)
             return env, dbs

@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import lmdb
 import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
@@ -825,3 +826,46 @@ def test_a_new_items_stored_state_decodes_as_its_item_state(
     assert _decoded_state(_stored_state(state), "t", "g") == _decoded_state(stored, "t", "g")
     # The fold passes the kept fields as a tuple: the same bytes as the struct.
     assert new_item_state(conv, key, _KEPT_FIELDS(record)) == stored
+
+
+async def test_a_log_and_a_view_never_share_a_folder(tmp_path):
+    # A --view that names the log's folder (or the other way round) would mix the two
+    # stores in one LMDB file, and deleting "the view" would delete the log.
+    log_dir, view_dir, other_log = tmp_path / "log", tmp_path / "view", tmp_path / "other"
+    async with lm.connect(f"local://{log_dir}", stream="s") as laser:
+        await laser.memory("notes").remember("in the log")
+    async with lm.connect(f"local://{other_log}", stream="s") as other:
+        await other.memory("notes").remember("in another log")
+        with pytest.raises(lm.ConfigError, match="holds a local log .*cannot also be a managed"):
+            await ViewFolder(other.log, other.memory_topic_name, log_dir).run(
+                until_caught_up=True
+            )
+        await ViewFolder(other.log, other.memory_topic_name, view_dir).run(until_caught_up=True)
+    with pytest.raises(lm.ConfigError, match="holds a managed view .*cannot also be a local log"):
+        async with lm.connect(f"local://{view_dir}", stream="s") as laser:
+            await laser.memory("notes").remember("into the view's folder")
+    # Both stores are as they were: nothing of the other was created in them.
+    async with lm.connect(f"local://{log_dir}", stream="s") as laser:
+        assert [i.text for i in await laser.memory("notes").recall()] == ["in the log"]
+    with MemoryView.open(view_dir) as view:
+        assert view.stats().items == 1
+    def databases(folder: Path) -> set[str]:
+        env = lmdb.open(str(folder), max_dbs=16, readonly=True, lock=False)
+        with env.begin() as txn:
+            present = {bytes(k).decode() for k in txn.cursor().iternext(values=False)}
+        env.close()
+        return present
+
+    assert databases(log_dir) == {"topics", "heads", "records"}
+    assert not databases(view_dir) & {"topics", "heads", "records"}
+
+
+async def test_a_folder_that_already_holds_a_log_and_a_view_keeps_its_log(tmp_path):
+    # Made before the check above: its log must stay readable (its data lives there).
+    async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
+        await laser.memory("notes").remember("kept")
+    env = lmdb.open(str(tmp_path), max_dbs=16)
+    env.open_db(b"items")
+    env.close()
+    async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
+        assert [i.text for i in await laser.memory("notes").recall()] == ["kept"]

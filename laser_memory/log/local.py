@@ -232,6 +232,7 @@ class LocalLog(LogLifecycle):
                 ("topics", "heads", "records"),
                 map_size=self._config.map_size,
                 sync=self._config.sync,
+                what="a local log",
             )
         except (lmdb.Error, OSError) as exc:
             raise LogUnavailable(f"cannot open the local log at {self._path}: {exc}") from exc
