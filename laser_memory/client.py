@@ -74,7 +74,7 @@ class Laser:
             validate_topic(stream)
         if config is not None and not isinstance(config, MemoryConfig):
             raise ConfigError(f"config is a MemoryConfig or None, got {type(config).__name__}")
-        validate_clock(clock)
+        clock = validate_clock(clock)
         if principal is not None and not isinstance(principal, Principal):
             raise ConfigError(f"principal is a Principal, got {type(principal).__name__}")
         #: Every handle's tenant, principal and governor unless `memory` is given others.

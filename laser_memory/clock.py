@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
-from .errors import ConfigError
+from .errors import ConfigError, shown
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "SteppedClock", "SystemClock", "validate_clock"]
+__all__ = ["MAX_MS", "SYSTEM_CLOCK", "Clock", "SteppedClock", "SystemClock", "validate_clock"]
 
 
 @runtime_checkable
@@ -62,12 +62,54 @@ class SteppedClock:
 SYSTEM_CLOCK = SystemClock()
 
 
+#: The latest moment a clock may give: append times and position keys are int64.
+MAX_MS = (1 << 63) - 1
+
+
+class _CheckedClock:
+    """A caller's clock whose every reading is checked: one that gave a float, a bool, or
+    a moment before the epoch or past int64 milliseconds failed later with a raw
+    TypeError or OverflowError, or stamped an append time no fold could read."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def now_ms(self) -> int:
+        value = self.clock.now_ms()
+        if type(value) is not int or not 0 <= value <= MAX_MS:
+            raise ConfigError(
+                f"the clock {shown(self.clock)} gave {shown(value)} from now_ms(); a clock gives "
+                "whole milliseconds since the epoch (an int from 0 to 2**63-1), as "
+                "time.time_ns() // 1_000_000 does"
+            )
+        return value
+
+    def __repr__(self) -> str:
+        return repr(self.clock)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _CheckedClock and other.clock == self.clock
+
+    def __hash__(self) -> int:
+        return hash(self.clock)
+
+
 def validate_clock(clock: object) -> Clock:
-    """``clock`` if it is a `Clock` (has ``now_ms()``), else `ConfigError`: a clock is
-    first read inside a commit, where a bad one would fail other writers' appends."""
+    """``clock`` as laser-memory reads it: a `Clock` (has ``now_ms()``), each of whose
+    readings is checked (`ConfigError` for one that is no int of milliseconds from 0 to
+    2**63-1), else `ConfigError`: a clock is first read inside a commit, where a bad one
+    would fail other writers' appends.
+
+    >>> validate_clock(SteppedClock(5)).now_ms()
+    5
+    """
+    if clock is SYSTEM_CLOCK or type(clock) is _CheckedClock:
+        return clock  # type: ignore[return-value]
     if not callable(getattr(clock, "now_ms", None)):
         raise ConfigError(
             f"a clock has a now_ms() method giving milliseconds since the epoch, got "
             f"{type(clock).__name__}"
         )
-    return clock  # type: ignore[return-value]
+    return _CheckedClock(clock)  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ import os
 import re
 from typing import Self
 
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, _CheckedClock, validate_clock
 from .errors import InvalidId, InvalidName, shown
 from .kinds import MemoryKind, parse_kind
 
@@ -70,7 +70,10 @@ os.register_at_fork(after_in_child=_RANDOM.forget)
 
 def new_id_bytes(clock: Clock = SYSTEM_CLOCK) -> bytes:
     """The 16 bytes of a new random id (`MemoryId.new`'s), for a writer that needs only
-    the bytes: the clock's millisecond, then 10 random bytes."""
+    the bytes: the clock's millisecond, then 10 random bytes. A clock other than the
+    machine's is read as `validate_clock` checks it."""
+    if clock is not SYSTEM_CLOCK and type(clock) is not _CheckedClock:
+        clock = validate_clock(clock)
     return (clock.now_ms() % (1 << 48)).to_bytes(6, "big") + _RANDOM.ten()
 
 

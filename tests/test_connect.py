@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import laser_memory as lm
+from laser_memory.ids import MemoryId
 from laser_memory.log import (
     KafkaLog,
     KafkaLogConfig,
@@ -136,3 +137,36 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
 def test_log_settings_of_the_wrong_kind_are_config_errors(make, says):
     with pytest.raises(lm.ConfigError, match=says):
         make()
+
+
+class _FixedClock:
+    def __init__(self, reading: object) -> None:
+        self.reading = reading
+
+    def now_ms(self) -> object:
+        return self.reading
+
+
+@pytest.mark.parametrize(
+    "reading",
+    # A float (time.time() * 1000, the likeliest mistake), other types, and moments no
+    # append time can hold: each was a raw TypeError, AttributeError or OverflowError,
+    # 2**63 only when a fold met the record it stamped.
+    [1.7e12, float("nan"), "1700000000000", None, True, -1, 1 << 63, 1 << 64],
+)
+async def test_a_clock_that_gives_no_moment_is_refused_and_nothing_is_written(tmp_path, reading):
+    clock = _FixedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path}/log", stream="s", clock=clock) as laser:
+        memory = laser.memory("notes")
+        await memory.remember("before")
+        clock.reading = reading
+        for write in (
+            lambda: memory.remember("a"),
+            lambda: memory.remember_many(["b", "c"]),
+            lambda: memory.forget(MemoryId.new()),
+        ):
+            with pytest.raises(lm.ConfigError, match="gave .* from now_ms\\(\\); a clock gives"):
+                await write()
+        clock.reading = 1_700_000_000_001
+        assert [i.text for i in await memory.recall()] == ["before"]
+        assert sum((await laser.log.end_offsets(memory.topic)).values()) == 1

@@ -103,7 +103,8 @@ class LocalLogConfig:
             optional_seconds=("write_timeout_s",),
         )
         check_map_size(self.map_size, "LocalLogConfig.map_size")
-        validate_clock(self.clock)
+        # Every reading checked: the commit stamps append times from it.
+        object.__setattr__(self, "clock", validate_clock(self.clock))
 
 
 class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
