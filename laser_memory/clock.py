@@ -77,7 +77,12 @@ class _CheckedClock:
         self.clock = clock
 
     def now_ms(self) -> int:
-        value = self.clock.now_ms()
+        try:
+            value = self.clock.now_ms()
+        except Exception as exc:  # as the other hooks' failures are: a LaserError
+            raise ConfigError(
+                f"the clock {shown(self.clock)} raised {type(exc).__name__} from now_ms(): {exc}"
+            ) from exc
         if type(value) is not int or not 0 <= value <= MAX_MS:
             raise ConfigError(
                 f"the clock {shown(self.clock)} gave {shown(value)} from now_ms(); a clock gives "
