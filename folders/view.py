@@ -67,6 +67,7 @@ remembered in two conversations has an entry for each):
 from __future__ import annotations
 
 import contextlib
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -459,7 +460,12 @@ class MemoryView:
             env, dbs = SharedEnvironments.acquire(
                 real, _DBS, map_size=map_size, what="a managed view"
             )
-        except (lmdb.Error, OSError) as exc:
+        except lmdb.Error as exc:
+            raise LogUnavailable(
+                f"cannot open the view at {real}: {exc}; if it is damaged, rebuild it from "
+                f"the log ('laser-memory rebuild --view {real}')"
+            ) from exc
+        except OSError as exc:
             raise LogUnavailable(f"cannot open the view at {real}: {exc}") from exc
         view = cls(real, env, dbs)
         if snapshots_from is not None:
@@ -513,10 +519,19 @@ class MemoryView:
         self._bound = (txn, binding)  # one assignment: readers may share the view
         return binding
 
-    def _read(self) -> lmdb.Transaction:
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[lmdb.Transaction]:
+        """A read transaction; LMDB's failures in it (a damaged file) as `LogUnavailable`."""
         if self._closed:
             raise LogUnavailable(f"the view at {self.path} is closed")
-        return self._env.begin()
+        try:
+            with self._env.begin() as txn:
+                yield txn
+        except lmdb.Error as exc:
+            raise LogUnavailable(
+                f"the view at {self.path} could not be read: {exc}; it may be damaged: "
+                f"rebuild it from the log ('laser-memory rebuild --view {self.path}')"
+            ) from exc
 
     # -- meta --------------------------------------------------------------------
 

@@ -83,6 +83,18 @@ def write_failure(path: str, exc: lmdb.Error) -> str:
     )
 
 
+def _check_length(env: lmdb.Environment, path: str) -> None:
+    """Refuse a data file shorter than the pages its last commit uses: LMDB maps the
+    file, and reading a page past its end kills the process with SIGBUS."""
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    size = os.path.getsize(os.path.join(path, "data.mdb"))
+    if size < needed:
+        raise lmdb.CorruptedError(
+            f"its data.mdb is {size} bytes, shorter than the {needed} bytes its pages take: "
+            "the file was cut short (copied while it was written, or its disk failed)"
+        )
+
+
 def _check_databases(env: lmdb.Environment, path: str, names: tuple[str, ...], what: str) -> None:
     """Refuse an environment that another store made: one whose databases are all
     another store's. Sharing it would mix the two, and deleting either folder would
@@ -157,6 +169,7 @@ class SharedEnvironments:
                     "process has free; lower map_size (64 GiB, the default, suits most)"
                 ) from None
             try:
+                _check_length(env, path)
                 _check_databases(env, path, names, what)
             except BaseException:
                 env.close()

@@ -171,3 +171,62 @@ async def test_a_full_log_refuses_the_write_whole_and_a_larger_map_takes_it(tmp_
         # The new records follow the old ones in each partition.
         assert all(r.offset >= ends[r.partition] for r in receipts)
         assert sum((await log.end_offsets("t")).values()) == sum(ends.values()) + len(batch)
+
+
+def _damaged_log(path, damage) -> None:
+    """A local log of 2,000 records at ``path``, then ``damage(data_file)``."""
+
+    async def write() -> None:
+        async with LocalLog(path) as log:
+            await log.create_topic("t", partitions=2)
+            for first in range(0, 2000, 500):
+                await log.append_batch(
+                    "t", [OutgoingRecord(b"record %d" % i, key=b"%d" % i) for i in range(first, first + 500)]
+                )
+
+    asyncio.run(write())
+    damage(path / "data.mdb")
+
+
+def test_a_log_file_cut_short_is_refused_not_a_crash(tmp_path):
+    # LMDB maps the file: reading a page past its end killed the process with SIGBUS.
+    def cut(data):
+        with open(data, "r+b") as file:
+            file.truncate(data.stat().st_size // 2)
+
+    _damaged_log(tmp_path, cut)
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from laser_memory.errors import LogUnavailable
+        from laser_memory.log import LocalLog
+
+        async def main():
+            try:
+                async with LocalLog({str(tmp_path)!r}) as log:
+                    async for batch in log.read("t"):
+                        pass
+            except LogUnavailable as exc:
+                print("refused:", exc)
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert "refused:" in done.stdout and "shorter than the" in done.stdout, done.stdout
+
+
+async def test_a_damaged_log_file_is_a_log_error_on_reading(tmp_path):
+    def overwrite(data):
+        with open(data, "r+b") as file:
+            file.seek(data.stat().st_size // 2)
+            file.write(b"\xff" * 8192)
+
+    await asyncio.to_thread(_damaged_log, tmp_path, overwrite)
+    from laser_memory.errors import LogUnavailable
+
+    with pytest.raises(LogUnavailable, match="could not be read: .*damaged"):
+        async with LocalLog(tmp_path) as log:
+            async for _ in log.read("t"):
+                pass

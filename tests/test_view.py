@@ -869,3 +869,18 @@ async def test_a_folder_that_already_holds_a_log_and_a_view_keeps_its_log(tmp_pa
     env.close()
     async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
         assert [i.text for i in await laser.memory("notes").recall()] == ["kept"]
+
+
+async def test_a_damaged_view_is_a_log_error_that_says_to_rebuild(tmp_path):
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.memory("notes").remember_many([f"fact {i}" for i in range(3000)])
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+    data = tmp_path / "view" / "data.mdb"
+    with open(data, "r+b") as file:
+        file.seek(data.stat().st_size // 2)
+        file.write(b"\xff" * 16384)
+    with MemoryView.open(tmp_path / "view") as view:
+        with pytest.raises(lm.LogUnavailable, match="could not be read: .*rebuild it"):
+            view.dump()

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import os
 import struct
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import lmdb
@@ -339,16 +340,27 @@ class LocalLog(LogLifecycle):
                         if not cursor.delete():
                             break
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[lmdb.Transaction]:
+        """A read transaction; LMDB's failures in it (a damaged file) as `LogUnavailable`."""
+        env = self._require_started()
+        try:
+            with env.begin() as txn:
+                yield txn
+        except lmdb.Error as exc:
+            raise LogUnavailable(
+                f"the local log at {self._path} could not be read: {exc}; its file may be "
+                "damaged: restore the folder from a copy"
+            ) from exc
+
     async def describe_topic(self, topic: str) -> TopicInfo:
         check_topic_type(topic)
-        env = self._require_started()
-        with env.begin() as txn:
+        with self._reading() as txn:
             return self._info(topic, self._meta(txn, topic))
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
         check_topic_type(topic)
-        env = self._require_started()
-        with env.begin() as txn:
+        with self._reading() as txn:
             meta = self._meta(txn, topic)
             return {
                 p: _head_decoder.decode(txn.get(_head_key(meta.number, p), db=self._dbs["heads"]))[
@@ -594,8 +606,7 @@ class LocalLog(LogLifecycle):
         max_batch: int = 1000,
     ) -> AsyncIterator[list[LogRecord]]:
         check_topic_type(topic)
-        env = self._require_started()
-        with env.begin() as txn:
+        with self._reading() as txn:
             meta = self._meta(txn, topic)
         chosen = validate_read(topic, meta.partitions, start, partitions, until, max_batch, follow)
         positions = {p: (start or {}).get(p, 0) for p in chosen}
@@ -639,9 +650,8 @@ class LocalLog(LogLifecycle):
         limit: int | None,
         max_batch: int,
     ) -> list[LogRecord]:
-        env = self._require_started()
         prefix = _head_key(meta.number, partition)
-        with env.begin() as txn:
+        with self._reading() as txn:
             # A partition holds every offset from its first kept one to its head (an
             # append takes the next offset, retention drops the oldest first): a batch
             # is a run of values, read without their keys (a key and its offset parsed
