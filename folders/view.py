@@ -89,6 +89,7 @@ from laser_memory.lmdb_env import (
     SharedEnvironments,
     check_map_size,
     folder_path,
+    open_failure,
     write_failure,
 )
 from laser_memory.log.port import LogRecord, Position
@@ -460,13 +461,11 @@ class MemoryView:
             env, dbs = SharedEnvironments.acquire(
                 real, _DBS, map_size=map_size, what="a managed view"
             )
-        except lmdb.Error as exc:
+        except (lmdb.Error, OSError) as exc:
+            hint = f"rebuild it from the log ('laser-memory rebuild --view {real}')"
             raise LogUnavailable(
-                f"cannot open the view at {real}: {exc}; if it is damaged, rebuild it from "
-                f"the log ('laser-memory rebuild --view {real}')"
+                f"cannot open the view at {real}: {open_failure(exc, hint)}"
             ) from exc
-        except OSError as exc:
-            raise LogUnavailable(f"cannot open the view at {real}: {exc}") from exc
         view = cls(real, env, dbs)
         if snapshots_from is not None:
             view.snapshots = IndexSnapshots(real, keep_from=snapshots_from)

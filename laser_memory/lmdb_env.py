@@ -22,6 +22,7 @@ __all__ = [
     "SharedEnvironments",
     "check_map_size",
     "folder_path",
+    "open_failure",
     "write_failure",
 ]
 
@@ -120,6 +121,27 @@ def _check_databases(env: lmdb.Environment, path: str, names: tuple[str, ...], w
         f"{path} holds {other} (its databases {', '.join(foreign)}), so it cannot also be "
         f"{what}: give {what} a folder of its own"
     )
+
+
+#: LMDB's errors that mean the file itself is damaged.
+DAMAGED = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError)
+
+
+def open_failure(exc: BaseException, damaged_hint: str) -> str:
+    """What to say of an environment LMDB could not open: its error, and what to do
+    when the file is damaged (``damaged_hint``) or on a read-only file system.
+
+    >>> open_failure(lmdb.Error("/x: Read-only file system"), "rebuild it")[:40]
+    '/x: Read-only file system; LMDB writes i'
+    """
+    if isinstance(exc, DAMAGED):
+        return f"{exc}; the file is damaged: {damaged_hint}"
+    if isinstance(exc, lmdb.Error) and "Read-only file system" in str(exc):
+        return (
+            f"{exc}; LMDB writes its lock file even to read, so a folder on read-only "
+            "storage cannot be opened: copy it to writable storage"
+        )
+    return str(exc)
 
 
 class SharedEnvironments:

@@ -1,5 +1,6 @@
-"""A full disk: the embedded log and the folder refuse the write whole, say the disk is
-full, and take writes again once there is room.
+"""Storage that fails: on a full disk the embedded log and the folder refuse the write
+whole, say the disk is full, and take writes again once there is room; on read-only
+storage opening a log says why it cannot.
 
 The disk is a real one, a small tmpfs mounted for the test (which needs the right to
 mount, as root has on our machines; elsewhere these tests are skipped, saying so).
@@ -92,3 +93,13 @@ async def test_a_folder_that_cannot_write_its_lock_file_says_so(small_disk, tmp_
             await ViewFolder(laser.log, laser.memory_topic_name, disk / "view").run(
                 until_caught_up=True
             )
+
+
+async def test_a_log_on_read_only_storage_says_so(small_disk):
+    disk, resize = small_disk
+    async with lm.connect(f"local://{disk / 'log'}", stream="s") as laser:
+        await laser.memory("notes").remember("archived")
+    resize("2m,ro")
+    with pytest.raises(LogUnavailable, match="read-only storage cannot be opened: copy it"):
+        async with lm.connect(f"local://{disk / 'log'}", stream="s", create=False) as laser:
+            await laser.memory("notes").recall()

@@ -49,7 +49,13 @@ from ..errors import (
     WriteTimeout,
     shown,
 )
-from ..lmdb_env import SharedEnvironments, check_map_size, folder_path, write_failure
+from ..lmdb_env import (
+    SharedEnvironments,
+    check_map_size,
+    folder_path,
+    open_failure,
+    write_failure,
+)
 from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
@@ -237,7 +243,10 @@ class LocalLog(LogLifecycle):
                 what="a local log",
             )
         except (lmdb.Error, OSError) as exc:
-            raise LogUnavailable(f"cannot open the local log at {self._path}: {exc}") from exc
+            raise LogUnavailable(
+                f"cannot open the local log at {self._path}: "
+                f"{open_failure(exc, 'restore the folder from a copy')}"
+            ) from exc
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="laser-local-log"
         )
