@@ -6,6 +6,7 @@ in process, and once over stdio through `laser-memory mcp`."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -102,3 +103,51 @@ async def test_the_cli_serves_mcp_over_stdio(tmp_path):
     async with lm.connect(log, create=False) as laser:
         [item] = await laser.memory("notes").recall(tenant="acme", folded=True)
         assert item.text == "remembered over stdio"
+
+
+#: Arguments a model (or a client) can send that no tool's schema expects.
+HOSTILE = [None, 0, -1, 2**63, 1.5, True, "", "a\x00b", "x" * 300, "x" * 1_100_000, "\ud800",
+           [], {}, {"a": 1}, "not-an-id", "\u202e"]  # fmt: skip
+CALLS = {
+    "remember": {"text": "t", "kind": "fact", "conversation": "c", "ttl_seconds": 60},
+    "recall": {"text": "t", "conversation": "c", "strategy": "auto", "limit": 10},
+    "context": {"conversation": "c", "token_budget": 100},
+    "improve": {"id": None, "weight": 1.0},
+    "forget": {"id": None},
+    "fetch": {"key": "k"},
+    "set": {"key": "k", "value": "v"},
+    "update": {"key": "k", "patch": {"a": 1}},
+}
+
+
+async def test_every_tool_takes_hostile_arguments_as_tool_errors(laser: lm.Laser, tmp_path):
+    # Each argument of each tool set, one at a time, to each hostile value: the call
+    # succeeds or is a tool error (the schema's, or a LaserError's by name), the server
+    # goes on, everything written folds, and nothing leaves the server's tenant.
+    from folders.service import ViewFolder
+    from folders.view import MemoryView
+
+    server = memory_server(laser.memory("notes", tenant="acme"))
+    async with Client(server) as client:
+        seed = data(await client.call_tool("remember", {"text": "seed"}))["id"]
+        for tool, base in CALLS.items():
+            base = {name: seed if value is None else value for name, value in base.items()}
+            for name in base:
+                for value in HOSTILE:
+                    result = await client.call_tool(tool, {**base, name: value})
+                    if not result.is_error:
+                        continue
+                    text = result.content[0].text
+                    error = re.match(r"Error executing tool \w+: (\w+):", text)
+                    assert (
+                        error is not None and issubclass(getattr(lm, error.group(1)), lm.LaserError)
+                    ) or "rejected arguments" in text or "validation error" in text, (
+                        tool, name, value, text[:300]  # fmt: skip
+                    )
+        assert data(await client.call_tool("recall", {"limit": 1}))
+    await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+        until_caught_up=True
+    )
+    with MemoryView.open(tmp_path / "view") as view:
+        assert view.stats().set_aside == 0
+    assert await laser.memory("notes").recall(tenant="") == []
