@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -154,18 +155,34 @@ class CustomMemory:
 
     def _item(self, entry: Any, scope: MemoryScope, rank: int) -> MemoryItem:
         if isinstance(entry, MemoryItem):
+            # Tenancy is a hard boundary whatever the backend does: an item of another
+            # tenant fails the read (a backend's bug must not leak, nor pass unseen).
+            tenant = entry.scope.tenant if isinstance(entry.scope, MemoryScope) else None
+            if tenant != scope.tenant:
+                raise BackendFailed(
+                    f"the backend's recall returned an item of tenant {shown(tenant)} to a read "
+                    f"of tenant {shown(scope.tenant)}; nothing was returned"
+                )
             return entry
         if not isinstance(entry, Mapping) or "payload" not in entry:
             raise BackendFailed(
-                f"the backend's recall returned {entry!r:.80}: items are MemoryItems or dicts "
+                f"the backend's recall returned {shown(entry)}: items are MemoryItems or dicts "
                 "with a 'payload'"
             )
         try:
             payload = entry["payload"]
-            body = payload.encode() if isinstance(payload, str) else bytes(payload)
+            if isinstance(payload, str):
+                body = payload.encode()
+            elif isinstance(payload, bytes | bytearray | memoryview):
+                body = bytes(payload)
+            else:
+                # bytes(10**10) would be ten gigabytes of zeros, not an error.
+                raise TypeError(f"a payload is str or bytes, got {type(payload).__name__}")
             mid = MemoryId.parse(entry["id"]) if entry.get("id") is not None else MemoryId.new()
             kind = parse_kind(entry.get("kind") or "fact")
             score = float(entry.get("score") or 0.0)
+            if not math.isfinite(score):
+                raise ValueError(f"a score is a finite number, got {score}")
             conversation = entry.get("conversation", scope.conversation)
             item_scope = MemoryScope(
                 stream=scope.stream, tenant=scope.tenant, conversation=conversation

@@ -110,3 +110,59 @@ async def test_backend_failures_are_backend_failed():
         await memory.remember("x")
     with pytest.raises(lm.ConfigError, match="forget"):
         lm.MemoryHandle.custom(object())
+
+
+def _item_of(tenant: str) -> lm.MemoryItem:
+    return lm.MemoryItem(
+        id=lm.MemoryId.new(),
+        kind=lm.MemoryKind.FACT,
+        body=b"a secret of " + tenant.encode(),
+        scope=lm.MemoryScope(tenant=tenant),
+        lifetime="session",
+        append_time_ms=0,
+        source=None,
+        score=0.0,
+        signals=(),
+    )
+
+
+def _nested(depth: int) -> list:
+    outer: list = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        # A backend with a tenancy bug: its answer is refused whole, never passed on.
+        ([_item_of("acme"), _item_of("globex")], "tenant 'globex' to a read of tenant 'acme'"),
+        # bytes(10**10) was ten gigabytes of zeros, returned as the item's body.
+        ([{"payload": 10**10}], "a payload is str or bytes, got int"),
+        ([{"payload": [104, 105]}], "a payload is str or bytes, got list"),
+        ([{"payload": "a", "score": float("nan")}], "a score is a finite number"),
+        # Its message called repr: a raw RecursionError.
+        ([_nested(100_000)], "items are MemoryItems or dicts"),
+    ],
+)
+async def test_a_backend_answer_that_breaks_the_rules_is_backend_failed(answer, says):
+    class Answering(DictStore):
+        def recall(self, scope, query):
+            return answer
+
+    memory = lm.MemoryHandle.custom(Answering())
+    with pytest.raises(lm.BackendFailed, match=says):
+        await memory.recall(tenant="acme")
+
+
+
+async def test_a_backend_item_of_the_read_tenant_passes():
+    class Answering(DictStore):
+        def recall(self, scope, query):
+            return [_item_of(scope["tenant"])]
+
+    memory = lm.MemoryHandle.custom(Answering())
+    assert [i.text for i in await memory.recall(tenant="acme")] == ["a secret of acme"]
