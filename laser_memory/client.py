@@ -27,6 +27,7 @@ from .errors import (
     ConfigError,
     InvalidInput,
     InvalidName,
+    LogClosed,
     NoView,
     UnknownTopic,
     ViewMismatch,
@@ -94,6 +95,9 @@ class Laser:
         self._view: MemoryView | None = None
         # Vector-backend handles: (connection, folder) of each private log.
         self._private: list[tuple[Laser, str]] = []
+        # Set by stop: a managed read after it (or waiting through it) is LogClosed, as a
+        # folded one is, and never reopens the view the stop closed.
+        self._stopped = False
 
     async def __aenter__(self) -> Laser:
         await self.start()
@@ -106,6 +110,7 @@ class Laser:
         await self.log.start()
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._view is not None:
             self._view.close()
             self._view = None
@@ -164,6 +169,8 @@ class Laser:
                 "this connection has no managed view; pass view=PATH to connect() "
                 "(and run 'laser-memory fold --view PATH'), or use folded=True"
             )
+        if self._stopped:
+            raise LogClosed("this connection was stopped; open a new one to read its view")
         if self._view is None:
             # A reader never creates a view: a mistyped path says so instead.
             self._view = MemoryView.open(

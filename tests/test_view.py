@@ -884,3 +884,24 @@ async def test_a_damaged_view_is_a_log_error_that_says_to_rebuild(tmp_path):
     with MemoryView.open(tmp_path / "view") as view:
         with pytest.raises(lm.LogUnavailable, match="could not be read: .*rebuild it"):
             view.dump()
+
+
+async def test_a_stopped_connection_ends_managed_reads_and_waits_with_log_closed(tmp_path):
+    # Before, a managed read after stop reopened the view the stop had closed (and
+    # answered), and a read waiting for a receipt waited out its whole timeout.
+    laser = lm.connect(f"local://{tmp_path / 'log'}", stream="s", view=tmp_path / "view")
+    await laser.start()
+    memory = laser.memory("notes")
+    mid = await memory.remember("first")
+    await ViewFolder(laser.log, memory.topic, tmp_path / "view").run(until_caught_up=True)
+    assert [i.text for i in await memory.recall()] == ["first"]
+    later = await memory.remember("not folded yet")
+    waiting = asyncio.ensure_future(memory.recall(after=later, timeout=30))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    await laser.stop()
+    with pytest.raises(lm.LogClosed, match="stopped"):
+        await asyncio.wait_for(waiting, 5)
+    for read in (memory.recall, lambda: memory.fetch("k"), lambda: memory.history(mid)):
+        with pytest.raises(lm.LogClosed):
+            await read()
