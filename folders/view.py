@@ -76,6 +76,7 @@ import itertools
 import os
 import struct
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 
 import lmdb
@@ -501,6 +502,16 @@ class MemoryView:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        # The environment is shared per process (SharedEnvironments): a view dropped
+        # open keeps it, its map and its reader slots, for the life of the process.
+        if not getattr(self, "_closed", True):
+            warnings.warn(
+                f"the view at {self.path} was not closed; call close() or use 'with'",
+                ResourceWarning,
+                stacklevel=1,
+            )
 
     def _binding(self, txn: lmdb.Transaction) -> tuple[str, str]:
         """The topic and generation the view is bound to, as ``txn`` sees them: what

@@ -87,6 +87,14 @@ async def memory(request, laser: lm.Laser, tmp_path: Path) -> AsyncIterator[lm.M
         with pytest.raises(asyncio.CancelledError):
             await folder
         reader.managed_view().close()
+        for stepped in _STEPPED:
+            if stepped._view is not None:  # opened by a read through it
+                stepped._view.close()
+        _STEPPED.clear()
+
+
+#: The connections `with_clock` made, whose views the fixture above closes.
+_STEPPED: list[lm.Laser] = []
 
 
 @pytest.fixture
@@ -98,6 +106,7 @@ def with_clock(memory: lm.MemoryHandle, clock: SteppedClock) -> lm.MemoryHandle:
     """The same namespace, log and view, on a connection whose clock the test moves."""
     laser = memory._laser
     stepped = lm.Laser(laser.log, stream=laser.stream, view=laser.view_path, clock=clock)
+    _STEPPED.append(stepped)
     return stepped.memory(memory.namespace)
 
 
