@@ -437,9 +437,12 @@ async def serve_view(
     try:
         assert runner.server is not None
         guard = ConnectionGuard(runner.server, config)
-        server = await asyncio.get_running_loop().create_server(
-            guard, host, port, backlog=1024, reuse_address=True
-        )
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                guard, host, port, backlog=1024, reuse_address=True
+            )
+        except (OSError, OverflowError) as exc:  # in use, not this host's, no such port
+            raise ConfigError(f"cannot serve on {host}:{port}: {exc}") from None
         async with server, asyncio.TaskGroup() as tasks:
             tasks.create_task(guard.reap(), name="laser-http-reaper")
             if ready is not None:

@@ -674,7 +674,7 @@ def stats(view: str, as_json: bool) -> None:
 @main.command()
 @_view_option()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--auth",
     "auth_file",
@@ -705,18 +705,21 @@ def serve(view: str, host: str, port: int, auth_file: str | None, embedder: str 
     except LaserError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     with opened:
-        _, stopped_by = asyncio.run(
-            _until_stopped(
-                serve_view(
-                    opened,
-                    host,
-                    port,
-                    config=config,
-                    auth=auth,
-                    ready=lambda m: click.echo(m, err=True),
+        try:
+            _, stopped_by = asyncio.run(
+                _until_stopped(
+                    serve_view(
+                        opened,
+                        host,
+                        port,
+                        config=config,
+                        auth=auth,
+                        ready=lambda m: click.echo(m, err=True),
+                    )
                 )
             )
-        )
+        except LaserError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         if stopped_by is not None:
             click.echo(f"stopped by {stopped_by}", err=True)
 
@@ -756,7 +759,7 @@ def token(name: str, tenant: str, grants: tuple[str, ...]) -> None:
 @click.option("--tenant", default="", help="The tenant every tool acts in (fixed; default '').")
 @click.option(
     "--http-port",
-    type=int,
+    type=click.IntRange(0, 65535),
     default=None,
     help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.",
 )

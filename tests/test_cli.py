@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -264,3 +265,19 @@ def test_a_running_folder_stops_cleanly_on_a_signal_and_a_restart_resumes(tmp_pa
     run("remember", "after it stopped", "--url", url)
     resumed = run("fold", "--url", url, "--view", view, "--exit-when-caught-up")
     assert "folded 1 records" in resumed
+
+
+def test_serve_on_a_port_in_use_or_out_of_range_says_so(tmp_path):
+    # Both were raw tracebacks (OSError, OverflowError).
+    url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
+    run("remember", "a fact", "--url", url)
+    run("fold", "--url", url, "--view", view, "--exit-when-caught-up")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, ["serve", "--view", view, "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    assert f"ConfigError: cannot serve on 127.0.0.1:{port}" in result.output
+    result = CliRunner().invoke(main, ["serve", "--view", view, "--port", "80000"])
+    assert result.exit_code == 2 and "80000 is not in the range" in result.output
