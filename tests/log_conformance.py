@@ -198,6 +198,47 @@ class LogConformance:
             await log.append(topic_name, OutgoingRecord(b"c", key=b"1"))
             assert len(await read_all(log, topic_name)) == 3
 
+    async def test_a_log_used_from_a_second_event_loop_says_so_and_stops(
+        self, log_url: str, topic_name: str
+    ):
+        # Each asyncio.run() is a new loop, and the first one's end cancelled the log's
+        # tasks: an append from the second waited for them forever, and so did stop.
+        script = textwrap.dedent(
+            """
+            import asyncio, sys
+            from laser_memory.errors import LogClosed
+            from laser_memory.log import connect_log, OutgoingRecord
+            url, topic = sys.argv[1:]
+            log = connect_log(url)
+
+            async def first():
+                await log.start()
+                await log.create_topic(topic, partitions=1)
+                await log.append(topic, OutgoingRecord(b"from the first loop"))
+
+            async def second():
+                try:
+                    await asyncio.wait_for(log.append(topic, OutgoingRecord(b"lost?")), 20)
+                except LogClosed as exc:
+                    print("refused:", exc)
+                await asyncio.wait_for(log.stop(), 20)
+                async with connect_log(url) as fresh:
+                    records = [r.value async for b in fresh.read(topic) for r in b]
+                    print("records:", records)
+
+            asyncio.run(first())
+            asyncio.run(second())
+            """
+        )
+        done = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, log_url, topic_name,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(done.communicate(), 120)
+        assert done.returncode == 0, err.decode()[-2000:]
+        assert "refused: this" in out.decode() and "another event loop" in out.decode()
+        assert "records: [b'from the first loop']" in out.decode(), out.decode()
+
     async def test_two_processes_append_at_once(self, log_url: str, topic_name: str):
         async with connect_log(log_url) as log:
             await log.create_topic(topic_name, partitions=3)

@@ -127,7 +127,11 @@ class AppendBatcher:
         """Wait until every batch under way has been sent (or failed). (An append sent
         at once is its caller's to wait for.)"""
         while self._sending:
-            await asyncio.wait(list(self._sending))
+            pending = [task for task in self._sending if not task.done()]
+            if not pending:  # ended with another event loop: nothing left to wait for
+                self._sending.clear()
+                return
+            await asyncio.wait(pending)
 
     async def _send(self, topic: str, batch: _Batch) -> None:
         del self._open[topic]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from typing import Self
 
@@ -19,6 +20,8 @@ class LogLifecycle:
     """
 
     _state = "new"
+    #: The event loop that started the log: its tasks and connections live there.
+    _loop: asyncio.AbstractEventLoop | None = None
 
     async def _open(self) -> None:
         raise NotImplementedError
@@ -43,12 +46,25 @@ class LogLifecycle:
         if self._state == "stopped":
             raise LogClosed(f"this {self._describe()} was stopped; make a new one to open it again")
         await self._open()
+        self._loop = asyncio.get_running_loop()
         self._state = "started"
 
     async def stop(self) -> None:
-        """Finish pending appends and release everything. Safe to call twice."""
+        """Finish pending appends and release everything. Safe to call twice. Once the
+        event loop that started it has ended (a second ``asyncio.run``), whose end
+        cancelled the log's tasks, it releases what it can from any loop; while that
+        loop is open, only it may stop the log."""
         if self._state != "started":
             self._state = "stopped"
+            return
+        if self._loop is not asyncio.get_running_loop():
+            if self._loop is not None and not self._loop.is_closed():
+                raise LogClosed(
+                    f"this {self._describe()} runs in another event loop, which is still "
+                    "open: stop it from that loop"
+                )
+            self._state = "stopped"
+            self._abandon()
             return
         self._state = "stopping"
         try:
@@ -56,11 +72,27 @@ class LogLifecycle:
         finally:
             self._state = "stopped"
 
+    def _abandon(self) -> None:
+        """Release what needs no task of the loop that started the log (that loop has
+        ended). Subclasses with such resources override it."""
+
     def _check_started(self) -> None:
         if self._state != "started":
             if self._state == "new":
                 raise LogClosed("the log is not started; call 'await log.start()' first")
             raise LogClosed("the log is stopped; open a new one")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:  # a synchronous caller off the loop (a worker thread)
+            return
+        if running is not self._loop:
+            # Its tasks and connections belong to that loop: used from this one, a write
+            # waited for a writer task that no longer runs, forever.
+            raise LogClosed(
+                f"this {self._describe()} was started in another event loop (each "
+                "asyncio.run() is a new one), and serves only that loop; start a new one "
+                "in this loop"
+            )
 
     def __del__(self) -> None:
         if self._state == "started":

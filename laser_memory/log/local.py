@@ -270,6 +270,15 @@ class LocalLog(LogLifecycle):
             self._env = None
             self._appended.set()
 
+    def _abandon(self) -> None:
+        # The writer task was cancelled with its loop: nothing is pending. The thread
+        # and the environment are this process's, released here.
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        if self._env is not None:
+            SharedEnvironments.release(self._path)
+            self._env = None
+
     def _require_started(self) -> lmdb.Environment:
         self._check_started()
         assert self._env is not None
