@@ -174,6 +174,15 @@ class SharedEnvironments:
                     )
                 cls._envs[path] = (env, count + 1, dbs)
                 return env, dbs
+            if path in cls._inherited:
+                # LMDB opens a folder once per process, and the parent's copy is still
+                # here: the child cannot open its own.
+                raise lmdb.Error(
+                    f"{path} was open in the process this one was forked from, and LMDB "
+                    "cannot open it again after a fork; open it in a process started with "
+                    "multiprocessing's 'spawn' or 'forkserver' method, or fork before "
+                    "opening it"
+                )
             os.makedirs(path, exist_ok=True)
             try:
                 env = lmdb.open(
@@ -200,12 +209,32 @@ class SharedEnvironments:
             cls._envs[path] = (env, 1, dbs)
             return env, dbs
 
+    #: Folders whose environment a parent process had open when it forked this one.
+    _inherited: ClassVar[set[str]] = set()
+
+    @classmethod
+    def _forget_after_fork(cls) -> None:
+        """In a forked child: drop the parent's environments unused and unclosed. LMDB
+        allows a fork only if the child never uses them (reader slots carry the opener's
+        pid), and closing one here would abort a write transaction the parent had under
+        way, releasing its writer lock. A fresh lock too: another thread may have held
+        this one at the fork."""
+        cls._inherited |= set(cls._envs)
+        cls._envs = {}
+        cls._lock = threading.Lock()
+
     @classmethod
     def release(cls, path: str) -> None:
         with cls._lock:
-            env, count, dbs = cls._envs[path]
+            entry = cls._envs.get(path)
+            if entry is None:  # the parent's, dropped in this forked child: left open
+                return
+            env, count, dbs = entry
             if count == 1:
                 del cls._envs[path]
                 env.close()
             else:
                 cls._envs[path] = (env, count - 1, dbs)
+
+
+os.register_at_fork(after_in_child=SharedEnvironments._forget_after_fork)

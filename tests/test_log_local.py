@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import random
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
 from laser_memory.log import LocalLog, OutgoingRecord
-from log_conformance import LogConformance
+from log_conformance import LogConformance, read_all
 
 
 class TestLocalLog(LogConformance):
@@ -230,3 +232,54 @@ async def test_a_damaged_log_file_is_a_log_error_on_reading(tmp_path):
         async with LocalLog(tmp_path) as log:
             async for _ in log.read("t"):
                 pass
+
+
+async def test_a_forked_child_never_uses_the_parents_environment(tmp_path):
+    # LMDB allows a fork only if the child never uses what the parent opened (reader
+    # slots carry the opener's pid). The child used to write through the parent's
+    # environment, which happened to work.
+    from laser_memory.errors import LogClosed, LogUnavailable
+
+    async with LocalLog(tmp_path / "shared") as log:
+        await log.create_topic("t", partitions=1)
+        await log.append("t", OutgoingRecord(b"parent"))
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what each attempt did, then leave at once
+            outcomes = []
+
+            async def attempts() -> None:
+                try:
+                    await log.append("t", OutgoingRecord(b"through the parent's log"))
+                    outcomes.append("inherited: written")
+                except LogClosed as exc:
+                    outcomes.append(f"inherited: {exc}")
+                try:
+                    async with LocalLog(tmp_path / "shared") as again:
+                        await again.append("t", OutgoingRecord(b"reopened"))
+                    outcomes.append("reopened: written")
+                except LogUnavailable as exc:
+                    outcomes.append(f"reopened: {exc}")
+                async with LocalLog(tmp_path / "own") as own:
+                    await own.create_topic("t", partitions=1)
+                    await own.append("t", OutgoingRecord(b"child"))
+                outcomes.append("own: written")
+
+            try:
+                # A new loop on a thread of its own: this one is the parent's, copied.
+                worker = threading.Thread(target=lambda: asyncio.run(attempts()))
+                worker.start()
+                worker.join(30)
+                os.write(write, "\n".join(outcomes).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        await asyncio.to_thread(os.waitpid, pid, 0)
+        with os.fdopen(read, "rb") as pipe:
+            outcomes = pipe.read().decode().splitlines()
+        assert [line.split(":")[0] for line in outcomes] == ["inherited", "reopened", "own"]
+        assert "started in the parent of this forked process" in outcomes[0]
+        assert "cannot open it again after a fork" in outcomes[1]
+        assert outcomes[2] == "own: written"
+        await log.append("t", OutgoingRecord(b"parent again"))
+        assert [r.value for r in await read_all(log, "t")] == [b"parent", b"parent again"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import warnings
 from typing import Self
 
@@ -20,8 +21,10 @@ class LogLifecycle:
     """
 
     _state = "new"
-    #: The event loop that started the log: its tasks and connections live there.
+    #: The event loop and process that started the log: its tasks, threads and
+    #: connections live there.
     _loop: asyncio.AbstractEventLoop | None = None
+    _pid = 0
 
     async def _open(self) -> None:
         raise NotImplementedError
@@ -47,6 +50,7 @@ class LogLifecycle:
             raise LogClosed(f"this {self._describe()} was stopped; make a new one to open it again")
         await self._open()
         self._loop = asyncio.get_running_loop()
+        self._pid = os.getpid()
         self._state = "started"
 
     async def stop(self) -> None:
@@ -81,6 +85,12 @@ class LogLifecycle:
             if self._state == "new":
                 raise LogClosed("the log is not started; call 'await log.start()' first")
             raise LogClosed("the log is stopped; open a new one")
+        if os.getpid() != self._pid:
+            # Threads do not survive a fork: its writer and connections are the parent's.
+            raise LogClosed(
+                f"this {self._describe()} was started in the parent of this forked process, "
+                "and serves only that process; start a new one here"
+            )
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:  # a synchronous caller off the loop (a worker thread)
