@@ -421,6 +421,8 @@ class MemoryView:
         self._env = env
         self._dbs = dbs
         self._closed = False
+        # LMDB's environment is its opener's: a forked child must never read through it.
+        self._pid = os.getpid()
         self._bound: tuple[lmdb.Transaction | None, tuple[str, str]] = (None, ("", ""))
         # While a write transaction runs (folder only): the ``changes`` count it started
         # from, and the keys of the new items it wrote.
@@ -534,6 +536,12 @@ class MemoryView:
         """A read transaction; LMDB's failures in it (a damaged file) as `LogUnavailable`."""
         if self._closed:
             raise LogUnavailable(f"the view at {self.path} is closed")
+        if os.getpid() != self._pid:
+            raise LogUnavailable(
+                f"the view at {self.path} was opened in the parent of this forked process, "
+                "and LMDB allows no use of it here; open views after forking, or start "
+                "workers with multiprocessing's 'spawn' or 'forkserver' method"
+            )
         try:
             with self._env.begin() as txn:
                 yield txn

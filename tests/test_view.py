@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
 import subprocess
@@ -905,3 +906,29 @@ async def test_a_stopped_connection_ends_managed_reads_and_waits_with_log_closed
     for read in (memory.recall, lambda: memory.fetch("k"), lambda: memory.history(mid)):
         with pytest.raises(lm.LogClosed):
             await read()
+
+
+async def test_a_view_opened_before_a_fork_is_never_read_in_the_child(tmp_path):
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.memory("notes").remember("a fact")
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+    with MemoryView.open(tmp_path / "view") as view:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                try:
+                    view.stats()
+                    os.write(write, b"read through the parent's environment")
+                except lm.LogUnavailable as exc:
+                    os.write(write, str(exc).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        with os.fdopen(read, "rb") as pipe:
+            said = pipe.read().decode()
+        assert "opened in the parent of this forked process" in said, said
+        assert view.stats().items == 1
