@@ -254,6 +254,7 @@ async def test_a_forked_child_never_uses_the_parents_environment(tmp_path):
                     outcomes.append("inherited: written")
                 except LogClosed as exc:
                     outcomes.append(f"inherited: {exc}")
+                await log.stop()  # the child's copy stops, leaving the parent's log be
                 try:
                     async with LocalLog(tmp_path / "shared") as again:
                         await again.append("t", OutgoingRecord(b"reopened"))

@@ -61,6 +61,10 @@ class LogLifecycle:
         if self._state != "started":
             self._state = "stopped"
             return
+        if os.getpid() != self._pid:
+            # A forked child's copy: the parent's resources are the parent's to release.
+            self._state = "stopped"
+            return
         if self._loop is not asyncio.get_running_loop():
             if self._loop is not None and not self._loop.is_closed():
                 raise LogClosed(
