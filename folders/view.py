@@ -146,6 +146,10 @@ _keys_decoder = msgspec.msgpack.Decoder(list[bytes])
 _owner_decoder = msgspec.msgpack.Decoder(tuple[str, str | None, str | None, str | None, int])
 # Sorted maps, so the same state is the same bytes whatever order a folder met it in.
 _encoder = msgspec.msgpack.Encoder(order="sorted")
+# For a new item's state, whose only map is its one conversation and whose structs
+# (scope, lineage) have fixed fields: the same bytes for the same record without
+# sorting, which cost a third of its encoding.
+_new_state_encoder = msgspec.msgpack.Encoder()
 
 
 class ViewStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,7 +186,7 @@ def new_item_state(conversation: str, key: SortKey, remembered: KeptRemember | t
     ``remembered`` may be the tuple of the `KeptRemember`'s fields, which encodes as
     the array-like struct does. Making the structs only to encode them was a tenth of
     a new item's fold."""
-    return _encoder.encode(({conversation: (key, remembered)}, 1, key))
+    return _new_state_encoder.encode(({conversation: (key, remembered)}, 1, key))
 
 
 def _decoded_state(raw: bytes, topic: str, generation: str) -> ItemState:
