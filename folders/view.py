@@ -67,7 +67,6 @@ remembered in two conversations has an entry for each):
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import ctypes
 import functools
 import hashlib

@@ -104,8 +104,7 @@ def _check_databases(env: lmdb.Environment, path: str, names: tuple[str, ...], w
     before this check, stays usable: refusing its log would lock its data away.)"""
     with env.begin() as txn:
         present = {
-            bytes(key).decode("utf-8", "replace")
-            for key in txn.cursor().iternext(values=False)
+            bytes(key).decode("utf-8", "replace") for key in txn.cursor().iternext(values=False)
         }
     foreign = sorted(present - set(names))
     if not foreign or present & set(names):

@@ -167,7 +167,7 @@ async def test_a_clock_that_gives_no_moment_is_refused_and_nothing_is_written(tm
             lambda: memory.remember_many(["b", "c"]),
             lambda: memory.forget(MemoryId.new()),
         ):
-            with pytest.raises(lm.ConfigError, match="(gave|raised) .* from now_ms\\(\\)"):
+            with pytest.raises(lm.ConfigError, match=r"(gave|raised) .* from now_ms\(\)"):
                 await write()
         clock.reading = 1_700_000_000_001
         assert [i.text for i in await memory.recall()] == ["before"]

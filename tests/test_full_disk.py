@@ -55,22 +55,21 @@ async def test_a_full_disk_refuses_a_write_whole_and_room_takes_the_next(small_d
         resize("16m")
         await memory.remember_many([f"after {j}" for j in range(20)])
         assert sum((await laser.log.end_offsets(topic)).values()) == written + 20
-        bodies = [
-            record.value async for batch in laser.log.read(topic) for record in batch
-        ]
+        bodies = [record.value async for batch in laser.log.read(topic) for record in batch]
         assert len(bodies) == written + 20
 
 
-async def test_a_folder_on_a_full_disk_stops_with_a_laser_error_and_resumes(
-    small_disk, tmp_path
-):
+async def test_a_folder_on_a_full_disk_stops_with_a_laser_error_and_resumes(small_disk, tmp_path):
     disk, resize = small_disk
     async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
         memory = laser.memory("notes")
         for i in range(20):
             await memory.remember_many([f"fact {i} {j} " + "x" * 300 for j in range(200)])
         view = disk / "view"
-        with pytest.raises((LogUnavailable, ConfigError), match="the disk holding it is full|No space left on device"):
+        with pytest.raises(
+            (LogUnavailable, ConfigError),
+            match=r"the disk holding it is full|No space left on device",
+        ):
             await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
         resize("64m")
         await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
@@ -83,13 +82,14 @@ async def test_a_folder_on_a_full_disk_stops_with_a_laser_error_and_resumes(
 
 async def test_a_folder_that_cannot_write_its_lock_file_says_so(small_disk, tmp_path):
     disk, _ = small_disk
-    with open(disk / "filler", "wb") as filler, pytest.raises(OSError):
+    # Blocking writes on purpose: nothing else runs while the disk fills.
+    with open(disk / "filler", "wb") as filler, pytest.raises(OSError):  # noqa: ASYNC230
         while True:  # until the disk is full
             filler.write(b"\0" * 65536)
             filler.flush()
     async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
         await laser.memory("notes").remember("a fact")
-        with pytest.raises(ConfigError, match="cannot write the lock file .*No space left"):
+        with pytest.raises(ConfigError, match=r"cannot write the lock file .*No space left"):
             await ViewFolder(laser.log, laser.memory_topic_name, disk / "view").run(
                 until_caught_up=True
             )

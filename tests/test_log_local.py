@@ -159,7 +159,7 @@ async def test_a_full_log_refuses_the_write_whole_and_a_larger_map_takes_it(tmp_
     async with LocalLog(tmp_path, small) as log:
         await log.create_topic("t", partitions=2)
         batch = [OutgoingRecord(b"x" * 2000, key=b"%d" % i) for i in range(8)]
-        with pytest.raises(LogFull, match="map size of 1048576 bytes.*nothing of this write"):
+        with pytest.raises(LogFull, match=r"map size of 1048576 bytes.*nothing of this write"):
             for _ in range(1000):
                 await log.append_batch("t", batch)
         ends = await log.end_offsets("t")
@@ -183,7 +183,11 @@ def _damaged_log(path, damage) -> None:
             await log.create_topic("t", partitions=2)
             for first in range(0, 2000, 500):
                 await log.append_batch(
-                    "t", [OutgoingRecord(b"record %d" % i, key=b"%d" % i) for i in range(first, first + 500)]
+                    "t",
+                    [
+                        OutgoingRecord(b"record %d" % i, key=b"%d" % i)
+                        for i in range(first, first + 500)
+                    ],
                 )
 
     asyncio.run(write())
@@ -214,7 +218,9 @@ def test_a_log_file_cut_short_is_refused_not_a_crash(tmp_path):
         asyncio.run(main())
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert "refused:" in done.stdout and "shorter than the" in done.stdout, done.stdout
 
@@ -228,7 +234,7 @@ async def test_a_damaged_log_file_is_a_log_error_on_reading(tmp_path):
     await asyncio.to_thread(_damaged_log, tmp_path, overwrite)
     from laser_memory.errors import LogUnavailable
 
-    with pytest.raises(LogUnavailable, match="could not be read: .*damaged"):
+    with pytest.raises(LogUnavailable, match=r"could not be read: .*damaged"):
         async with LocalLog(tmp_path) as log:
             async for _ in log.read("t"):
                 pass

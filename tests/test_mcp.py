@@ -140,10 +140,13 @@ async def test_every_tool_takes_hostile_arguments_as_tool_errors(laser: lm.Laser
                     text = result.content[0].text
                     error = re.match(r"Error executing tool \w+: (\w+):", text)
                     assert (
-                        error is not None and issubclass(getattr(lm, error.group(1)), lm.LaserError)
-                    ) or "rejected arguments" in text or "validation error" in text, (
-                        tool, name, value, text[:300]  # fmt: skip
-                    )
+                        (
+                            error is not None
+                            and issubclass(getattr(lm, error.group(1)), lm.LaserError)
+                        )
+                        or "rejected arguments" in text
+                        or "validation error" in text
+                    ), (tool, name, value, text[:300])
         assert data(await client.call_tool("recall", {"limit": 1}))
     await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
         until_caught_up=True

@@ -837,12 +837,12 @@ async def test_a_log_and_a_view_never_share_a_folder(tmp_path):
         await laser.memory("notes").remember("in the log")
     async with lm.connect(f"local://{other_log}", stream="s") as other:
         await other.memory("notes").remember("in another log")
-        with pytest.raises(lm.ConfigError, match="holds a local log .*cannot also be a managed"):
+        with pytest.raises(lm.ConfigError, match=r"holds a local log .*cannot also be a managed"):
             await ViewFolder(other.log, other.memory_topic_name, log_dir).run(
                 until_caught_up=True
             )
         await ViewFolder(other.log, other.memory_topic_name, view_dir).run(until_caught_up=True)
-    with pytest.raises(lm.ConfigError, match="holds a managed view .*cannot also be a local log"):
+    with pytest.raises(lm.ConfigError, match=r"holds a managed view .*cannot also be a local log"):
         async with lm.connect(f"local://{view_dir}", stream="s") as laser:
             await laser.memory("notes").remember("into the view's folder")
     # Both stores are as they were: nothing of the other was created in them.
@@ -879,11 +879,11 @@ async def test_a_damaged_view_is_a_log_error_that_says_to_rebuild(tmp_path):
             until_caught_up=True
         )
     data = tmp_path / "view" / "data.mdb"
-    with open(data, "r+b") as file:
+    with open(data, "r+b") as file:  # noqa: ASYNC230 (damaging the file, nothing else runs)
         file.seek(data.stat().st_size // 2)
         file.write(b"\xff" * 16384)
     with MemoryView.open(tmp_path / "view") as view:
-        with pytest.raises(lm.LogUnavailable, match="could not be read: .*rebuild it"):
+        with pytest.raises(lm.LogUnavailable, match=r"could not be read: .*rebuild it"):
             view.dump()
 
 
@@ -927,7 +927,7 @@ async def test_a_view_opened_before_a_fork_is_never_read_in_the_child(tmp_path):
             finally:
                 os._exit(0)
         os.close(write)
-        os.waitpid(pid, 0)
+        os.waitpid(pid, 0)  # noqa: ASYNC222 (the forked child exits at once)
         with os.fdopen(read, "rb") as pipe:
             said = pipe.read().decode()
         assert "opened in the parent of this forked process" in said, said
