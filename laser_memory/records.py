@@ -74,8 +74,10 @@ __all__ = [
     "body_digest",
     "decode_record",
     "encode_record",
+    "encode_value",
     "header_value",
     "partition_key",
+    "record_headers",
 ]
 
 SCHEMA_VERSION = 1
@@ -307,17 +309,27 @@ def _headers(namespace: str, operation: str, tenant: str) -> tuple[tuple[str, by
 
 def encode_record(record: MemoryRecord) -> WireRecord:
     """Encode a record with its partition key and headers."""
+    value = encode_value(record)
+    return WireRecord(partition_key(record), value, record_headers(record))
+
+
+def encode_value(record: MemoryRecord) -> bytes:
+    """A record's value on the log; raises `InvalidRecord` for one that cannot be
+    written (another schema version, a field msgpack cannot carry)."""
     if record.v != SCHEMA_VERSION:
         raise InvalidRecord(
             f"this version writes schema version {SCHEMA_VERSION}, not {record.v}; "
             "build records without setting v"
         )
     try:
-        value = _encoder.encode(record)
+        return _encoder.encode(record)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidRecord(f"record cannot be encoded: {exc}") from None
-    headers = _headers(record.ns, type(record).__struct_config__.tag, record.scope.tenant)
-    return WireRecord(partition_key(record), value, headers)
+
+
+def record_headers(record: MemoryRecord) -> tuple[tuple[str, bytes], ...]:
+    """A record's headers on the log: one shared tuple per namespace, tag and tenant."""
+    return _headers(record.ns, type(record).__struct_config__.tag, record.scope.tenant)
 
 
 def header_value(headers: Headers, name: str) -> bytes | None:

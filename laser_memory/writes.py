@@ -24,13 +24,26 @@ from .errors import InvalidInput, RecordTooLarge, UnknownTopic
 from .ids import MemoryId, new_id_bytes
 from .kinds import MemoryKind, parse_kind
 from .log.port import Appended, OutgoingRecord, record_size
-from .records import MemoryRecord, Origin, Producer, Remember, Superseded, encode_record
+from .records import (
+    NAMED_RECORDS,
+    MemoryRecord,
+    Origin,
+    Producer,
+    Remember,
+    Superseded,
+    encode_value,
+    partition_key,
+    record_headers,
+)
 from .scope import MemoryScope
 
 if TYPE_CHECKING:
     from .client import Laser
 
 __all__ = ["ENTRY_KEYS", "REMEMBER_OPTIONS", "RecordWriter", "RememberBuilder"]
+
+# A record's partition key, headers and their size in bytes.
+_Framing = tuple[bytes, tuple[tuple[str, bytes], ...], int]
 
 #: The options of ``remember`` (and of a ``remember_many`` entry, with ``body``).
 REMEMBER_OPTIONS = frozenset(
@@ -255,16 +268,38 @@ class RecordWriter:
         self.topic = topic
         self.principal = principal
         self._governor = governor
+        # Each scope's framing (see `_framing`), by the scope object's id; each entry
+        # holds its scope, so the id is not reused while the entry is here.
+        self._framings: dict[int, tuple[MemoryScope, type, str, _Framing]] = {}
+
+    def _framing(self, record: MemoryRecord) -> _Framing:
+        """The record's partition key and headers, and their size in bytes. They depend
+        on its scope, namespace and type alone (but for a named item's key), and the
+        records a handle writes share the scopes its builder keeps: so they are made
+        once per scope, not per record (they were a third of encoding a remember)."""
+        scope, kind, namespace = record.scope, type(record), record.ns
+        known = self._framings.get(id(scope))
+        if known is not None and known[0] is scope and known[1] is kind and known[2] is namespace:
+            return known[3]
+        key, headers = partition_key(record), record_headers(record)
+        framing = (key, headers, record_size(OutgoingRecord(b"", key=key, headers=headers)))
+        if kind not in NAMED_RECORDS:  # a named item's key is its own
+            if len(self._framings) >= 1024:
+                self._framings.clear()
+            self._framings[id(scope)] = (scope, kind, namespace, framing)
+        return framing
 
     async def write(self, records: Sequence[MemoryRecord]) -> list[Appended]:
         # Every record is encoded and measured before any is sent: a batch refused for
         # bad input writes nothing.
         limit = self._laser.config.max_record_bytes
         outgoing = []
+        framing = self._framing
         for index, record in enumerate(records):
-            wire = encode_record(record)
-            out = OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
-            size = record_size(out)
+            value = encode_value(record)
+            key, headers, framing_size = framing(record)
+            out = OutgoingRecord(value, key=key, headers=headers)
+            size = len(value) + framing_size
             if size > limit:
                 where = f"entry {index}: " if len(records) > 1 else ""
                 raise RecordTooLarge(

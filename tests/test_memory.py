@@ -313,6 +313,40 @@ async def test_memory_topic_and_memory_on_topic(laser: lm.Laser):
     assert (info.partitions, info.retention_s) == (2, 3600)
 
 
+async def test_every_record_goes_under_its_own_key_and_headers(laser: lm.Laser):
+    # A writer makes a record's partition key and headers once per scope and reuses
+    # them: records of many scopes, tenants, kinds of record and namespaces, written
+    # interleaved and again later, must each carry exactly their own.
+    from laser_memory.records import decode_record, partition_key, record_headers
+
+    notes, other = laser.memory("notes"), laser.memory("other")
+    owners = [
+        {"conversation": "c1"},
+        {"conversation": "c2", "tenant": "acme"},
+        {"tenant": "acme"},
+        {},
+        {"conversation": "c1", "tenant": "globex", "agent": "a"},
+    ]
+    for round_ in range(2):
+        ids = await notes.remember_many(
+            [{"body": f"{round_} {i}", **owner} for i, owner in enumerate(owners * 3)]
+        )
+        await other.remember_many([{"body": f"o{round_}", **owner} for owner in owners])
+        for mid, owner in zip(ids, owners * 3, strict=False):
+            where = {k: v for k, v in owner.items() if k in ("conversation", "tenant")}
+            await notes.improve(mid, 1.0, **where)
+            await notes.remember(f"single {round_}", **owner)
+            await notes.set(f"k{round_}", {"v": round_}, tenant=owner.get("tenant"))
+        await notes.forget(ids[0], conversation="c1")
+    records = await read_all(laser.log, laser.memory_topic_name)
+    assert len(records) > 60
+    for log_record in records:
+        record = decode_record(log_record.value, log_record.headers)
+        assert log_record.key == partition_key(record), record
+        assert tuple(log_record.headers) == record_headers(record), record
+        assert log_record.partition == partition_for(log_record.key, 4)
+
+
 async def test_other_namespaces_are_skipped_and_bad_records_set_aside(laser: lm.Laser):
     memory = laser.memory("notes")
     topic = laser.memory_topic_name
