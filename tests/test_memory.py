@@ -549,6 +549,35 @@ async def test_a_write_the_log_refuses_fails_alone_among_writes_sent_together(tm
 # -- bad input writes nothing -------------------------------------------------------------
 
 
+async def test_max_record_bytes_counts_the_key_and_headers(any_log_url: str, stream_name: str):
+    # The cap is on what the log carries: key, value and headers together. The
+    # longest body a handle takes makes a record of exactly the cap, one byte more is
+    # refused, and a refused remember writes nothing.
+    limit = 700
+    config = lm.MemoryConfig(max_record_bytes=limit)
+    async with lm.connect(any_log_url, stream=stream_name, config=config) as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        owner = {"conversation": "a-rather-long-conversation-name", "tenant": "acme"}
+        longest = None
+        for length in range(limit, 0, -1):
+            try:
+                await memory.remember("x" * length, **owner)
+            except lm.RecordTooLarge as exc:
+                assert f"over the {limit}-byte maximum" in str(exc)
+                continue
+            longest = length
+            break
+        assert longest is not None
+        [record] = await read_all(laser.log, laser.memory_topic_name)
+        size = len(record.key) + len(record.value)
+        size += sum(len(name.encode()) + len(value) for name, value in record.headers)
+        assert size == limit
+        assert len(record.value) < limit - 50  # the key and headers made the difference
+
+
+
+
 def _nested(depth: int) -> dict:
     value: dict = {}
     for _ in range(depth):
