@@ -576,8 +576,6 @@ async def test_max_record_bytes_counts_the_key_and_headers(any_log_url: str, str
         assert len(record.value) < limit - 50  # the key and headers made the difference
 
 
-
-
 def _nested(depth: int) -> dict:
     value: dict = {}
     for _ in range(depth):
