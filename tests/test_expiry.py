@@ -109,6 +109,19 @@ async def test_an_expired_item_leaves_every_recall_at_once(any_log_url, stream_n
         assert all(texts == ["the door code changes monthly"] for texts in await recalls(memory))
 
 
+async def test_a_ttl_under_a_millisecond_still_ends_after_the_write(
+    any_log_url, stream_name, tmp_path
+):
+    # An expiry at the write's own millisecond would hide the item from its first read.
+    async with stepped(any_log_url, stream_name, tmp_path) as (laser, clock, _):
+        memory = laser.memory("notes")
+        await memory.remember("a fleeting note", ttl=0.0004)
+        [item] = await memory.recall(folded=True)
+        assert item.expires_at_ms == clock.now_ms() + 1
+        clock.step(1)
+        assert await memory.recall(folded=True) == []
+
+
 async def test_an_item_in_two_conversations_expires_in_one(any_log_url, stream_name, tmp_path):
     async with stepped(any_log_url, stream_name, tmp_path) as (laser, clock, view):
         memory = laser.memory("notes")

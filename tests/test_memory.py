@@ -313,6 +313,31 @@ async def test_memory_topic_and_memory_on_topic(laser: lm.Laser):
     assert (info.partitions, info.retention_s) == (2, 3600)
 
 
+async def test_each_id_remember_many_returns_carries_its_own_records_receipt(
+    laser: lm.Laser,
+):
+    # A receipt says where an item landed (what `after=` waits for and audits cite):
+    # every id of a batch, replacements among them, must point at its own record.
+    from laser_memory.records import Superseded, decode_record
+
+    memory = laser.memory("notes")
+    [old] = await memory.remember_many([{"body": "node-7 is in eu-west", "conversation": "c1"}])
+    entries = [{"body": f"fact {i}", "conversation": f"c{i % 3}"} for i in range(12)]
+    entries[5] = {"body": "node-7 is in eu-north", "conversation": "c1", "supersedes": old}
+    ids = await memory.remember_many(entries)
+    at = {
+        (record.partition, record.offset): decode_record(record.value, record.headers)
+        for record in await read_all(laser.log, laser.memory_topic_name)
+    }
+    for mid in [old, *ids]:
+        assert at[(mid.receipt.partition, mid.receipt.offset)].id == mid.bytes
+    [replaced] = ids[5].also
+    superseded = at[(replaced.partition, replaced.offset)]
+    assert type(superseded) is Superseded
+    assert (superseded.target, superseded.by) == (old.bytes, ids[5].bytes)
+    assert all(mid.also == () for mid in ids if mid is not ids[5])
+
+
 async def test_every_record_goes_under_its_own_key_and_headers(laser: lm.Laser):
     # A writer makes a record's partition key and headers once per scope and reuses
     # them: records of many scopes, tenants, kinds of record and namespaces, written
