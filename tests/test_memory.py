@@ -147,6 +147,40 @@ async def test_forget_without_conversation_acts_everywhere_even_right_away(laser
         assert await texts(memory, conversation=f"c{i}") == []
 
 
+async def test_a_forget_covers_its_own_partition_up_to_itself(
+    any_log_url: str, stream_name: str, tmp_path
+):
+    # A forget carries the end offsets read before it was written. A remember that lands
+    # in the forget's partition after that read but before the forget is still behind it
+    # in that partition, so it is forgotten as well (the fold compares offsets, not clocks).
+    from laser_memory.records import Forget, encode_record
+    from laser_memory.scope import MemoryScope
+
+    view = tmp_path / "view"
+    async with lm.connect(any_log_url, stream=stream_name, view=view) as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        mid = await memory.remember("raced the forget", conversation="c1")
+        scope = MemoryScope(stream=stream_name, conversation="c1")
+        # Written as a forget whose read of the end offsets came before that remember.
+        wire = encode_record(
+            Forget(ns=memory.namespace, scope=scope, target=mid.bytes, seen=(0, 0, 0, 0))
+        )
+        forget = await laser.log.append(
+            laser.memory_topic_name,
+            OutgoingRecord(wire.value, key=wire.key, headers=wire.headers),
+        )
+        assert forget.partition == mid.receipt.partition
+        later = await memory.remember("written after the forget", conversation="c1")
+        assert later.receipt.partition == forget.partition
+        await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+        for folded in (True, False):
+            texts_now = [
+                item.text for item in await memory.recall(conversation="c1", folded=folded)
+            ]
+            assert texts_now == ["written after the forget"], folded
+
+
 async def test_forget_of_another_tenant_does_nothing(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember("mine", tenant="acme")
