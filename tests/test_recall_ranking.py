@@ -37,6 +37,18 @@ def test_fusion_rewards_agreement_over_one_lists_top_hit():
     assert len(lm.fuse_reciprocal_rank([[a, b, c], [c, b]], limit=2)) == 2
 
 
+def test_fusion_counts_an_item_once_a_list_and_keeps_ties_in_first_appearance():
+    a, b, c = item(1), item(2), item(3)
+    # A list that names an item twice gives it its first place only (the places
+    # after it stay where the list puts them).
+    fused = lm.fuse_reciprocal_rank([[a, a, b], [b]], limit=10)
+    scores = {i.id: i.score for i in fused}
+    assert scores[a.id] == pytest.approx(1 / RRF_K)
+    assert scores[b.id] == pytest.approx(1 / (RRF_K + 2) + 1 / RRF_K)
+    # Equal scores keep the order the items first appeared in, whatever their ids.
+    assert [i.id for i in lm.fuse_reciprocal_rank([[a], [c], [b]], limit=10)] == [a.id, c.id, b.id]
+
+
 @given(
     st.lists(st.lists(st.integers(1, 12), unique=True, max_size=8), max_size=4), st.integers(0, 20)
 )
