@@ -44,6 +44,21 @@ async def test_purge_forgets_the_oldest_first_up_to_the_limit(laser: lm.Laser):
     assert [h.op for h in await memory.history(old[0], folded=True)] == ["remember", "forget"]
 
 
+async def test_purge_takes_the_oldest_across_partitions(laser: lm.Laser):
+    # Conversations land on different partitions, and a fold meets them partition by
+    # partition, not in the order they were written: the oldest must still go first.
+    memory = laser.memory("notes")
+    ids = []
+    for n in range(8):
+        ids += await _spaced(memory, [f"fact {n}"], conversation=f"c{n}")
+    [kept] = await _spaced(memory, ["new fact"])
+    by_partition = sorted(ids, key=lambda m: (m.receipt.partition, m.receipt.offset))
+    assert by_partition != ids  # the test needs the two orders to differ
+    assert await memory.purge(_moment(kept), limit=3) == 3
+    left = {i.id for i in await memory.recall(folded=True, limit=100)}
+    assert left == {*ids[3:], kept}
+
+
 async def test_purge_stays_in_its_tenant_and_conversation(laser: lm.Laser):
     memory = laser.memory("notes")
     [mine] = await _spaced(memory, ["tenant a's fact"], tenant="a")
