@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 from aiohttp import ClientSession
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestServer, make_mocked_request
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
 from folders.http import make_app
-from folders.http_auth import TokenAuth, hash_token, is_loopback, load_principals
+from folders.http_auth import TokenAuth, Unauthorized, hash_token, is_loopback, load_principals
 from folders.service import ViewFolder
 from folders.view import MemoryView
 from laser_memory.access import Principal, ProposedWrite
@@ -321,6 +321,30 @@ async def test_http_takes_the_tenant_and_grants_from_the_token_only(
             assert r.status == 403
         async with http.get("/v1/stats", headers=ops_bearer) as r:
             assert r.status == 200 and (await r.json())["items"] == 2
+
+
+async def test_a_token_counts_only_as_a_bearer_token_with_its_whole_digest():
+    token = "acme-token"
+    digest = hash_token(token)
+    acme = Principal("acme-bot", tenant="acme", grants={"kv:read:*"})
+
+    def asking(header: str):
+        return make_mocked_request("GET", "/v1/recall", headers={"Authorization": header})
+
+    assert await TokenAuth({digest: acme})(asking(f"Bearer {token}")) == acme
+    assert await TokenAuth({digest: acme})(asking(f"bearer  {token} ")) == acme
+    # A digest that differs in its first or its last character is another token's.
+    flip = {"0": "1"}
+    for near in (
+        flip.get(digest[0], "0") + digest[1:],
+        digest[:-1] + flip.get(digest[-1], "0"),
+    ):
+        with pytest.raises(Unauthorized):
+            await TokenAuth({near: acme})(asking(f"Bearer {token}"))
+    # The right token under another scheme, or no token at all, is no bearer token.
+    for header in (f"Basic {token}", f"Token {token}", token, "Bearer", "Bearer   "):
+        with pytest.raises(Unauthorized):
+            await TokenAuth({digest: acme})(asking(header))
 
 
 def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path):
