@@ -331,10 +331,11 @@ def figures_of(results: dict[tuple[str, int], dict]):
         for name, value in values.items():
             baseline = ratio = None
             if store != "laser-memory" and name in ours:
-                # How many times laser-memory's figure beats this one.
+                # The peer's figure over laser-memory's, as every `Figure` ratio is
+                # (value over baseline): a rate under 1x and a time or size over 1x
+                # mean laser-memory did better.
                 baseline = f"laser-memory {name} @{size}"
-                better_high = name.endswith("/s")
-                ratio = ours[name] / value if better_high else value / ours[name]
+                ratio = value / ours[name] if ours[name] else None
             unit = name.rsplit(" ", 1)[-1]
             out.append(
                 Figure(
@@ -355,8 +356,9 @@ def _default_python() -> str:
 
 
 def run(quick: bool = False, **_: object):
-    """The figures for ``python -m benchmarks`` (ratios: how many times laser-memory
-    is faster or smaller)."""
+    """The figures for ``python -m benchmarks``: each peer's figure with its ratio to
+    laser-memory's at the same size (a peer's adds at 0.5x add half as fast; its
+    search p50 at 100x takes a hundred times as long)."""
     sizes = [1_000] if quick else [1_000, 10_000, 100_000]
     return figures_of(measure(sizes, _default_python(), 10_000 if quick else 100_000))
 

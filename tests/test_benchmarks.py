@@ -1,0 +1,68 @@
+"""The benchmark harness reports what its readers rely on: every ratio is the figure
+over its baseline, the peers' included, and the table names the run it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.figures import NotMeasured
+from benchmarks.peers import figures_of
+from benchmarks.table import markdown
+
+
+def test_every_peer_ratio_is_its_figure_over_laser_memorys():
+    results = {
+        ("laser-memory", 1000): {"add items/s": 20_000.0, "semantic p50 ms": 0.5},
+        ("langgraph", 1000): {"add items/s": 10_000.0, "semantic p50 ms": 25.0},
+        ("mem0", 1000): {"error": "mem0 is not installed"},
+    }
+    figures = {f.name: f for f in figures_of(results)}
+    # A peer adding half as fast is at 0.5x, whose search takes 50 times as long at 50x:
+    # the same direction as every other figure's ratio (value over baseline).
+    assert figures["langgraph add @1000"].ratio == pytest.approx(0.5)
+    assert figures["langgraph add @1000"].baseline == "laser-memory add items/s @1000"
+    assert figures["langgraph semantic p50 @1000"].ratio == pytest.approx(50.0)
+    assert figures["laser-memory add @1000"].ratio is None
+    assert figures["mem0 @1000"] == NotMeasured(
+        benchmark="peers", name="mem0 @1000", reason="mem0 is not installed"
+    )
+
+
+def test_the_table_names_its_run_and_keeps_what_was_not_measured():
+    result = {
+        "machine": {
+            "date": "2026-12-02T18:19:55+00:00",
+            "platform": "Linux-x86_64",
+            "cpus": 2,
+            "python": "3.11.7",
+            "packages": {"laser-memory": "0.1.0", "aiokafka": None},
+        },
+        "settings": {"quick": True, "kafka": "127.0.0.1:9092", "locomo": None},
+        "seconds": 129.4,
+        "figures": [
+            {
+                "benchmark": "fold",
+                "name": "raw",
+                "value": 1234.5,
+                "unit": "items/s",
+                "baseline": None,
+                "ratio": None,
+            },
+            {
+                "benchmark": "fold",
+                "name": "ours",
+                "value": 617.25,
+                "unit": "items/s",
+                "baseline": "raw",
+                "ratio": 0.5,
+            },
+        ],
+        "not_measured": [{"benchmark": "peers", "name": "mem0 @1000", "reason": "not installed"}],
+    }
+    lines = markdown(result).splitlines()
+    assert lines[0] == "## Latest run: `--quick --kafka`, 2026-12-02T18:19:55+00:00"
+    assert "2 CPUs, Python 3.11.7; laser-memory 0.1.0. Took 129 s." in lines[2]
+    assert "| fold | raw | 1,234.500 | items/s |  |" in lines
+    assert "| fold | ours | 617.250 | items/s | 0.500x raw |" in lines
+    assert "| peers | mem0 @1000 | not measured | | not installed |" in lines
+    assert lines[-1] == "Not measured: 1, each with its reason above."
