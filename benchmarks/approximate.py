@@ -36,7 +36,8 @@ from laser_memory.kinds import MemoryKind
 from laser_memory.scope import MemoryScope
 from laser_memory.search_index import SearchIndex
 
-from .figures import Figure, rows
+from .figures import Figure, NotMeasured, rows
+from .models import minilm_or_reason
 
 LABEL = "bench/minilm-statistics"
 SHARES = (0.06, 0.12, 0.25)
@@ -118,10 +119,12 @@ def _median_ms(call, queries) -> float:
     return statistics.median(times)
 
 
-def measure(sizes: list[int], locomo: str | None) -> tuple[list[Figure], str]:
+def measure(
+    sizes: list[int], locomo: str | None, embedder: lm.MiniLMEmbedder
+) -> tuple[list[Figure], str]:
     texts, source = _source_texts(locomo)
     print(f"  embedding {len(texts)} texts ({source}) with MiniLM ...", file=sys.stderr)
-    real = np.asarray(lm.MiniLMEmbedder().embed_many(texts), dtype=np.float32)
+    real = np.asarray(embedder.embed_many(texts), dtype=np.float32)
     generator = GaussianLike(real)
     queries = list(generator.sample(QUERIES))
     index = SearchIndex(LABEL)
@@ -169,9 +172,15 @@ def measure(sizes: list[int], locomo: str | None) -> tuple[list[Figure], str]:
     return figures, source
 
 
-def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Figure]:
-    """The figures for ``python -m benchmarks``: 100k quick, 100k and 1M in full."""
-    figures, _ = measure([100_000] if quick else [100_000, 1_000_000], locomo)
+def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Figure | NotMeasured]:
+    """The figures for ``python -m benchmarks``: 100k quick, 100k and 1M in full; not
+    measured without the local model, whose embeddings give the vectors' statistics."""
+    embedder, why = minilm_or_reason()
+    if embedder is None:
+        return [
+            NotMeasured(benchmark="approximate", name="approximate semantic recall", reason=why)
+        ]
+    figures, _ = measure([100_000] if quick else [100_000, 1_000_000], locomo, embedder)
     return figures
 
 
@@ -182,7 +191,10 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--locomo", default=None, help="a folder of LoCoMo files")
     args = parser.parse_args()
-    figures, source = measure(sorted(args.sizes), args.locomo)
+    embedder, why = minilm_or_reason()
+    if embedder is None:
+        raise SystemExit(why)
+    figures, source = measure(sorted(args.sizes), args.locomo, embedder)
     print(f"vectors with the statistics of MiniLM embeddings of {source}, limit 10")
     for figure in figures:
         ratio = f"  {figure.ratio:.2f}x {figure.baseline}" if figure.ratio is not None else ""

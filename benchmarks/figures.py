@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Figure", "NotMeasured"]
+__all__ = ["NO_BROKER", "Figure", "NotMeasured"]
+
+#: Why the Kafka figures of a run without a broker are not measured.
+NO_BROKER = "no Kafka broker: pass --kafka host:port, or set LASER_KAFKA_BOOTSTRAP"
 
 
 class Figure(msgspec.Struct, frozen=True, kw_only=True):

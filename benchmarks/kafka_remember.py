@@ -29,7 +29,7 @@ from laser_memory.log import KafkaLogConfig
 from laser_memory.records import Remember, encode_record
 from laser_memory.scope import MemoryScope
 
-from .figures import Figure, rows
+from .figures import NO_BROKER, Figure, NotMeasured, rows
 
 BATCH = 1000
 
@@ -148,10 +148,10 @@ def measure(bootstrap: str, records: int, concurrency: int) -> dict[str, float]:
     }
 
 
-def run(quick: bool = False, kafka: str | None = None, **_: object) -> list[Figure]:
-    """The figures for ``python -m benchmarks`` (none without a broker)."""
+def run(quick: bool = False, kafka: str | None = None, **_: object) -> list[Figure | NotMeasured]:
+    """The figures for ``python -m benchmarks``; without a broker, a row saying so."""
     if not kafka:
-        return []
+        return [NotMeasured(benchmark="kafka_remember", name="remember on Kafka", reason=NO_BROKER)]
     result = measure(kafka, 5_000 if quick else 20_000, 200)
     return rows(
         "kafka_remember",

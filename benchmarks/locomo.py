@@ -37,7 +37,8 @@ from pathlib import Path
 
 import laser_memory as lm
 
-from .figures import Figure, rows
+from .figures import Figure, NotMeasured, rows
+from .models import minilm_or_reason
 
 KS = (1, 5, 10, 20)
 CATEGORIES = {1, 2, 3, 4}
@@ -63,9 +64,10 @@ def make_embedder(name: str):
         return None
     if name == "word-hash":
         return lm.WordHashEmbedder()
-    from laser_memory.minilm import MiniLMEmbedder
-
-    return MiniLMEmbedder()
+    embedder, why = minilm_or_reason()
+    if embedder is None:
+        raise SystemExit(why)
+    return embedder
 
 
 def load(path: Path) -> list[tuple[str, dict]]:
@@ -178,13 +180,22 @@ def compare_peers(
         return out
 
 
-def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Figure]:
-    """The figures for ``python -m benchmarks`` (none without ``--locomo PATH``); quick
-    runs the first conversation only."""
+def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Figure | NotMeasured]:
+    """The figures for ``python -m benchmarks``; quick runs the first conversation only.
+    Without ``--locomo PATH`` or the local model, or for a peer that failed, the table
+    says what was not measured and why."""
     if not locomo:
-        return []
+        return [
+            NotMeasured(
+                benchmark="locomo",
+                name="recall quality",
+                reason="no data: pass --locomo PATH, a folder of LoCoMo conversation files",
+            )
+        ]
     conversations = load(Path(locomo))[: 1 if quick else None]
-    embedder = make_embedder("minilm")
+    embedder, why = minilm_or_reason()
+    if embedder is None:
+        return [NotMeasured(benchmark="locomo", name="recall quality", reason=why)]
     scores = asyncio.run(
         evaluate(conversations, ["keyword", "semantic", "hybrid"], embedder, False)
     )
@@ -197,16 +208,17 @@ def run(quick: bool = False, locomo: str | None = None, **_: object) -> list[Fig
     ratios = {f"hybrid R@{k}": f"keyword R@{k}" for k in (5, 10)}
     # The peers on the same turns with the same vectors; a ratio says how many times
     # laser-memory's hybrid recall finds what the peer finds.
+    missing = []
     for store, result in compare_peers(conversations, embedder, _peers_python()).items():
         if isinstance(result, str):
-            print(f"  {store}: {result}", file=sys.stderr)
+            missing.append(NotMeasured(benchmark="locomo", name=PEERS[store], reason=result))
             continue
         for k in (5, 10):
             name = f"{PEERS[store]} R@{k}"
             values[name] = (result[k], "recall")
             ratios[f"hybrid R@{k} vs {store}"] = name
             values[f"hybrid R@{k} vs {store}"] = values[f"hybrid R@{k}"]
-    return rows("locomo", values, ratios)
+    return [*rows("locomo", values, ratios), *missing]
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ import lmdb
 
 from laser_memory.log import KafkaLog, KafkaLogConfig, LocalLog, OutgoingRecord
 
-from .figures import Figure, rows
+from .figures import NO_BROKER, Figure, NotMeasured, rows
 
 VALUE = b"x" * 200
 
@@ -152,8 +152,9 @@ def kafka_pair(bootstrap: str, records: int, concurrency: int) -> tuple[float, f
     return (raw_first + raw_last) / 2, sum(ours) / 2
 
 
-def run(quick: bool = False, kafka: str | None = None, **_: object) -> list[Figure]:
-    """The figures for ``python -m benchmarks``."""
+def run(quick: bool = False, kafka: str | None = None, **_: object) -> list[Figure | NotMeasured]:
+    """The figures for ``python -m benchmarks``; without a broker, a row saying the
+    Kafka ones were not measured."""
     n, c = (5_000 if quick else 20_000), 200
     values = {
         "raw LMDB, a commit per record": (raw_lmdb(min(n, 3000), per_record=True), "records/s"),
@@ -175,7 +176,10 @@ def run(quick: bool = False, kafka: str | None = None, **_: object) -> list[Figu
         values["raw aiokafka"] = (raw, "records/s")
         values["KafkaLog"] = (ours, "records/s")
         ratios["KafkaLog"] = "raw aiokafka"
-    return rows("log_append", values, ratios)
+    figures: list[Figure | NotMeasured] = [*rows("log_append", values, ratios)]
+    if not kafka:
+        figures.append(NotMeasured(benchmark="log_append", name="KafkaLog", reason=NO_BROKER))
+    return figures
 
 
 def main() -> None:

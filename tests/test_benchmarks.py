@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.figures import NotMeasured
+from benchmarks import kafka_remember, locomo
+from benchmarks.figures import NO_BROKER, NotMeasured
+from benchmarks.models import minilm_or_reason
 from benchmarks.peers import figures_of
 from benchmarks.table import markdown
 
@@ -66,3 +68,17 @@ def test_the_table_names_its_run_and_keeps_what_was_not_measured():
     assert "| fold | ours | 617.250 | items/s | 0.500x raw |" in lines
     assert "| peers | mem0 @1000 | not measured | | not installed |" in lines
     assert lines[-1] == "Not measured: 1, each with its reason above."
+
+
+def test_a_run_without_a_broker_or_data_says_what_it_did_not_measure():
+    assert kafka_remember.run(quick=True, kafka=None) == [
+        NotMeasured(benchmark="kafka_remember", name="remember on Kafka", reason=NO_BROKER)
+    ]
+    [missing] = locomo.run(quick=True, locomo=None)
+    assert missing.benchmark == "locomo" and "--locomo PATH" in missing.reason
+
+
+def test_a_missing_model_is_a_reason_not_a_crash(tmp_path):
+    embedder, why = minilm_or_reason(str(tmp_path))
+    assert embedder is None
+    assert str(tmp_path) in why and "make model" in why
