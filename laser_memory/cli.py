@@ -771,9 +771,7 @@ def mcp(url, stream, namespace, as_json, view, tenant, http_port, embedder) -> N
     try:
         from .integrations.mcp import memory_server
     except ImportError as exc:
-        raise click.ClickException(
-            f"the MCP server needs the mcp extra: pip install 'laser-memory[mcp]' ({exc})"
-        ) from None
+        raise click.ClickException(f"the MCP server cannot start: {exc}") from None
 
     async def serve() -> None:
         try:

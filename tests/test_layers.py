@@ -86,3 +86,25 @@ def test_the_core_never_imports_an_integration(module: str) -> None:
         or m.startswith("laser_memory.integrations.")
     }
     assert not frameworks, f"{module} pulls in {sorted(frameworks)[:5]}"
+
+
+@pytest.mark.parametrize(
+    ("module", "hidden", "extra"),
+    [
+        ("laser_memory.integrations.langgraph", "langgraph", "langgraph"),
+        ("laser_memory.integrations.langgraph", "langchain_core", "langgraph"),
+        ("laser_memory.integrations.mcp", "mcp", "mcp"),
+    ],
+)
+def test_an_integration_without_its_extra_says_which_to_install(module, hidden, extra) -> None:
+    # A None entry in sys.modules makes Python refuse that import, as on a machine
+    # where the extra was never installed.
+    code = (
+        f"import sys; sys.modules[{hidden!r}] = None\n"
+        f"try:\n    import {module}\n"
+        "except ModuleNotFoundError as exc:\n    print(exc.name, '|', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    name, message = done.stdout.strip().split(" | ", 1)
+    assert name.split(".")[0] == hidden
+    assert f"pip install 'laser-memory[{extra}]'" in message

@@ -38,25 +38,33 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from langchain_core.embeddings import Embeddings
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    IndexConfig,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-    TTLConfig,
-    ensure_embeddings,
-    get_text_at_path,
-    tokenize_path,
-    validate_op_namespace,
-)
+
+try:
+    from langchain_core.embeddings import Embeddings
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        IndexConfig,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        TTLConfig,
+        ensure_embeddings,
+        get_text_at_path,
+        tokenize_path,
+        validate_op_namespace,
+    )
+except ImportError as exc:  # the extra is not installed: say which one
+    raise ModuleNotFoundError(
+        "laser_memory.integrations.langgraph needs the langgraph extra: "
+        f"pip install 'laser-memory[langgraph]' ({exc})",
+        name=exc.name,
+    ) from exc
 
 from ..embedding import Embedder, cosine_similarities, embed_texts, to_vector
 from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, shown
