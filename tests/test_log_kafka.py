@@ -34,3 +34,42 @@ async def test_append_times_are_the_brokers_not_the_producers(kafka_bootstrap, t
         [first, second] = [r async for batch in log.read(topic_name) for r in batch]
         assert first.append_time_ms > 1_700_000_000_000
         assert first.append_time_ms <= second.append_time_ms == receipt.append_time_ms
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2])
+async def test_a_log_stopped_just_after_a_follow_read_ends_stops(
+    kafka_bootstrap, topic_name, turns
+):
+    # The read's end hands its consumer back (unassigned), and aiokafka's fetcher,
+    # busy with that, swallowed the cancel of a stop made within a turn or two: the stop
+    # waited forever.
+    import asyncio
+
+    from laser_memory.log import connect_log
+
+    log = connect_log(f"kafka://{kafka_bootstrap}")
+    await log.start()
+    await log.create_topic(topic_name, partitions=1)
+    await log.append(topic_name, OutgoingRecord(b"before"))
+    seen = []
+
+    async def follow() -> None:
+        async for batch in log.read(topic_name, follow=True):
+            seen.extend(batch)
+            if len(seen) >= 2:
+                return
+
+    reader = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)  # the read waits on the broker for more
+    await log.append(topic_name, OutgoingRecord(b"after"))
+    await asyncio.wait_for(reader, 20)
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    stopping = asyncio.ensure_future(log.stop())
+    stopped, _ = await asyncio.wait([stopping], timeout=10)
+    if not stopped:  # free the stuck fetcher, so one failure does not hang the run
+        for task in asyncio.all_tasks():
+            if "_fetch_requests_routine" in repr(task.get_coro()):
+                task.cancel()
+        await stopping
+    assert stopped, "stop() waited for the read's consumer for 10 s"

@@ -75,6 +75,30 @@ _BATCH_OVERHEAD = 16 << 10
 # The fewest records one append sends to a partition as a record batch of its own.
 _WHOLE_BATCH_MIN = 16
 
+#: How long a reader's consumer may take to stop before its fetcher is cancelled again.
+_FETCHER_RECANCEL_S = 0.5
+
+
+async def _stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()``, which cancels the consumer's fetcher task and waits for it.
+
+    aiokafka's fetcher can lose that cancel: when its partitions have just been
+    unassigned (a read ended and released the consumer), it cancels its fetches and
+    awaits them with CancelledError suppressed, and a cancel arriving then is suppressed
+    with them. A log stopped within a loop turn or two of a follow read's end waited for
+    that fetcher forever. So while the stop waits, the fetcher task is cancelled again
+    (aiokafka keeps it as ``_fetcher._fetch_task``; without it, the stop just waits)."""
+    stopping = asyncio.ensure_future(consumer.stop())
+    try:
+        while not (await asyncio.wait([stopping], timeout=_FETCHER_RECANCEL_S))[0]:
+            fetch_task = getattr(getattr(consumer, "_fetcher", None), "_fetch_task", None)
+            if fetch_task is not None and not fetch_task.done():
+                fetch_task.cancel()
+    except asyncio.CancelledError:
+        stopping.cancel()
+        raise
+    stopping.result()
+
 
 @dataclass(frozen=True, slots=True)
 class _TopicSettings:
@@ -307,7 +331,7 @@ class KafkaLog(LogLifecycle):
         consumers = self._idle_consumers + list(self._busy_consumers)
         self._idle_consumers, self._busy_consumers = [], set()
         for consumer in consumers:
-            await consumer.stop()
+            await _stop_consumer(consumer)
         if self._producer is not None:
             await self._producer.stop()
         if self._admin is not None:
