@@ -763,3 +763,15 @@ async def test_a_sync_graph_runs_with_the_store_from_a_worker_thread(memory):
         return replies
 
     assert await asyncio.to_thread(conversation) == ["noted", "the wifi password is hunter2"]
+
+
+async def test_stopping_the_sweeper_never_swallows_the_callers_cancel(memory):
+    store = LaserStore(memory, ttl={"sweep_interval_minutes": 60})
+    await store.__aenter__()
+    stopping = asyncio.create_task(store.stop_ttl_sweeper())
+    await asyncio.sleep(0)  # it has cancelled the sweeper and waits for it to end
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert stopping.cancelled()
+    assert await store.stop_ttl_sweeper() is False

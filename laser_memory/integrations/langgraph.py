@@ -418,8 +418,14 @@ class LaserStore(BaseStore):
         if task is None:
             return False
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await task
+        except asyncio.CancelledError:
+            # The sweeper's own end; but if this caller is being cancelled too, that
+            # cancel is the caller's and must not be swallowed with the sweeper's.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
         return True
 
     def _bind_loop(self) -> None:
