@@ -1,11 +1,29 @@
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from kafka_broker import kafka_broker
+
+if os.environ.get("LASER_TEST_EAGER_TASKS") == "1":
+    # Every event loop the tests make starts its tasks eagerly (Python 3.12+), as a
+    # user's loop may: a task's first step then runs inside create_task, not a turn later
+    # (`.ci/run` runs the suite so on the newest Python it finds).
+    if sys.version_info < (3, 12):
+        raise pytest.UsageError("LASER_TEST_EAGER_TASKS needs Python 3.12 or later")
+    _new_event_loop = asyncio.DefaultEventLoopPolicy.new_event_loop
+
+    def _eager_event_loop(self: asyncio.AbstractEventLoopPolicy) -> asyncio.AbstractEventLoop:
+        loop = _new_event_loop(self)
+        loop.set_task_factory(asyncio.eager_task_factory)
+        return loop
+
+    asyncio.DefaultEventLoopPolicy.new_event_loop = _eager_event_loop
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -870,3 +871,20 @@ async def test_items_carry_their_version_and_last_change(laser: lm.Laser):
     [item] = await memory.recall()
     assert (item.version, item.last_position) == (2, receipt.position)
     assert item.source.offset == mid.receipt.offset
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager task factories came in 3.12")
+async def test_writes_of_one_turn_land_under_an_eager_task_factory(laser: lm.Laser):
+    # An eager task starts inside create_task: the batch of a turn's writes went before
+    # the turn's other calls had joined it, and they were cancelled.
+    loop = asyncio.get_running_loop()
+    before = loop.get_task_factory()
+    loop.set_task_factory(asyncio.eager_task_factory)
+    try:
+        notes = laser.memory("notes")
+        await notes.remember("first", conversation="c")
+        ids = await asyncio.gather(*(notes.remember(f"n{i}", conversation="c") for i in range(20)))
+    finally:
+        loop.set_task_factory(before)
+    assert len({(mid.receipt.partition, mid.receipt.offset) for mid in ids}) == 20
+    assert len(await notes.recall(conversation="c", limit=50)) == 21

@@ -43,6 +43,11 @@ async def _no_receipts() -> list[Appended]:
     return []
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _Batch:
     """The records of one turn for one topic, and who waits for which."""
 
@@ -107,9 +112,13 @@ class AppendBatcher:
         batch = self._open.get(topic)
         if batch is None:
             batch = self._open[topic] = _Batch()
-            # A task's first step is scheduled behind the callbacks already ready: the
-            # other callers of this turn add their records before it sends the batch.
-            task = loop.create_task(self._send(topic, batch))
+            # The batch goes once the callbacks already ready have run, so the other
+            # callers of this turn add their records first. A task's first step is
+            # scheduled behind them, but under an eager task factory (Python 3.12+) it
+            # runs here, at once: so the task first awaits a future resolved behind them.
+            turn_over = loop.create_future()
+            loop.call_soon(_resolve, turn_over)
+            task = loop.create_task(self._send(topic, batch, turn_over))
             self._sending.add(task)
             task.add_done_callback(functools.partial(self._sent, topic, batch))
         future: asyncio.Future[list[Appended]] = loop.create_future()
@@ -133,7 +142,8 @@ class AppendBatcher:
                 return
             await asyncio.wait(pending)
 
-    async def _send(self, topic: str, batch: _Batch) -> None:
+    async def _send(self, topic: str, batch: _Batch, turn_over: asyncio.Future[None]) -> None:
+        await turn_over
         del self._open[topic]
         waiters = batch.waiters
         try:
