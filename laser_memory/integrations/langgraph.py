@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from . import missing_extra
+
 try:
     from langchain_core.embeddings import Embeddings
     from langgraph.store.base import (
@@ -60,11 +62,7 @@ try:
         validate_op_namespace,
     )
 except ImportError as exc:  # the extra is not installed: say which one
-    raise ModuleNotFoundError(
-        "laser_memory.integrations.langgraph needs the langgraph extra: "
-        f"pip install 'laser-memory[langgraph]' ({exc})",
-        name=exc.name,
-    ) from exc
+    raise missing_extra(__name__, "langgraph", exc) from exc
 
 from ..embedding import Embedder, cosine_similarities, embed_texts, to_vector
 from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, shown

@@ -21,15 +21,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import missing_extra
+
 try:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError as exc:  # the extra is not installed: say which one
-    raise ModuleNotFoundError(
-        "laser_memory.integrations.mcp needs the mcp extra: "
-        f"pip install 'laser-memory[mcp]' ({exc})",
-        name=exc.name,
-    ) from exc
+    raise missing_extra(__name__, "mcp", exc) from exc
 
 from ..errors import LaserError
 from ..ids import MemoryId
