@@ -79,8 +79,15 @@ def main() -> None:
     )
     parser.add_argument("results", help="the JSON a run of python -m benchmarks wrote")
     args = parser.parse_args()
-    with open(args.results) as source:
-        print(markdown(json.load(source)), end="")
+    try:
+        with open(args.results) as source:
+            table = markdown(json.load(source))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(
+            f"{args.results} is not the JSON a run of python -m benchmarks writes "
+            f"({type(exc).__name__}: {exc}); make one with --json PATH"
+        ) from None
+    print(table, end="")
 
 
 if __name__ == "__main__":

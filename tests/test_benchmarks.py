@@ -3,6 +3,8 @@ over its baseline, the peers' included, and the table names the run it came from
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks import kafka_remember, locomo
@@ -82,3 +84,21 @@ def test_a_missing_model_is_a_reason_not_a_crash(tmp_path):
     embedder, why = minilm_or_reason(str(tmp_path))
     assert embedder is None
     assert str(tmp_path) in why and "make model" in why
+
+
+def test_a_file_that_is_no_runs_json_gets_a_message(tmp_path):
+    import subprocess
+    import sys
+
+    for text in ("not json", "[1, 2]", '{"machine": {}}'):
+        path = tmp_path / "results.json"
+        path.write_text(text)
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.table", str(path)],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        assert done.returncode == 1
+        assert "is not the JSON a run of python -m benchmarks writes" in done.stderr
+        assert "Traceback" not in done.stderr
