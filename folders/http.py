@@ -11,10 +11,11 @@
 - ``GET /v1/history?namespace=NS&(id=ID|key=K)[&tenant=]``
 - ``GET /v1/stats``
 
-Bad input is a 400, an absent named item a 404, a view that cannot be read a
-503. LMDB reads run on worker threads, at most ``max_concurrent_reads`` at a
-time, so a burst of heavy recalls never holds the event loop: other requests
-are still answered meanwhile.
+Bad input is a 400 (a parameter the route does not take, or one given twice, is bad
+input: a misspelt filter must not widen a recall), an absent named item a 404, a
+view that cannot be read a 503. LMDB reads run on worker threads, at most
+``max_concurrent_reads`` at a time, so a burst of heavy recalls never holds the
+event loop: other requests are still answered meanwhile.
 
 `ConnectionGuard` keeps the server answering under a flood of connections
 that never finish their request: it bounds the open connections, closes one
@@ -45,9 +46,9 @@ from aiohttp import web
 from laser_memory.access import Principal, resolve_tenant
 from laser_memory.embedding import Embedder, embed_texts, validate_embedder
 from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError, shown
-from laser_memory.ids import MemoryId
+from laser_memory.ids import MemoryId, validate_name
 from laser_memory.log.naming import check_settings
-from laser_memory.named import MAX_VERSION
+from laser_memory.named import MAX_VERSION, validate_key
 from laser_memory.recall import MAX_LIMIT, validate_strategy
 
 from .http_auth import Unauthorized, anonymous, is_loopback
@@ -115,6 +116,48 @@ def _flag(request: web.Request, name: str) -> bool:
     return raw == "true"
 
 
+#: The query parameters each route reads. Any other is refused: a misspelt filter
+#: (``agnet=``) ignored would answer a wider recall than the caller asked for.
+_PARAMETERS = {
+    "/v1/recall": frozenset(
+        {
+            "namespace",
+            "tenant",
+            "conversation",
+            "agent",
+            "user",
+            "application",
+            "kind",
+            "text",
+            "strategy",
+            "limit",
+            "include_superseded",
+        }
+    ),
+    "/v1/fetch": frozenset({"namespace", "key", "tenant", "version"}),
+    "/v1/named": frozenset({"namespace", "prefix", "tenant", "limit"}),
+    "/v1/history": frozenset({"namespace", "id", "key", "tenant"}),
+    "/v1/stats": frozenset(),
+}
+
+
+def _check_parameters(request: web.Request, path: str) -> None:
+    """Refuse a parameter the route does not read, and one given more than once (which
+    of two tenants or namespaces a request meant is not for the server to guess)."""
+    allowed = _PARAMETERS[path]
+    query = request.query
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed)) if allowed else "no parameters"
+        raise InvalidInput(
+            f"unknown query parameter(s) {', '.join(map(shown, unknown))}; "
+            f"{path} takes {takes}"
+        )
+    for name in allowed:
+        if len(query.getall(name, ())) > 1:
+            raise InvalidInput(f"query parameter {shown(name)} is given more than once")
+
+
 def _whole_number(request: web.Request, name: str, low: int, high: int) -> int | None:
     raw = request.query.get(name)
     if raw is None:
@@ -161,6 +204,9 @@ class ViewServer:
 
     def _namespace(self, principal: Principal, request: web.Request) -> str:
         namespace = self._arg(request, "namespace", required=True)
+        # The name a handle would refuse is refused here too (before the grant check,
+        # which says nothing of what exists), not answered with an empty list.
+        validate_name(namespace, "namespace")
         principal.check_read(namespace)
         return namespace
 
@@ -203,7 +249,7 @@ class ViewServer:
 
     async def fetch(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._namespace(principal, request)
-        key = self._arg(request, "key", required=True)
+        key = validate_key(self._arg(request, "key", required=True))
         version = _whole_number(request, "version", 1, MAX_VERSION)
         tenant = self._tenant(principal, request)
         item = await self._off_loop(
@@ -239,6 +285,8 @@ class ViewServer:
     async def history(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._namespace(principal, request)
         tenant = self._tenant(principal, request)
+        if "id" in request.query and "key" in request.query:
+            raise InvalidInput("history takes an item's id or a named item's key, not both")
         if "id" in request.query:
             raw_id = MemoryId.parse(request.query["id"]).bytes
             entries = await self._off_loop(
@@ -247,7 +295,7 @@ class ViewServer:
                 lambda one: self._view.item_history(namespace, one, tenant=tenant),
             )
         else:
-            key = self._arg(request, "key", required=True)
+            key = validate_key(self._arg(request, "key", required=True))
             entries = await self._off_loop(self._view.named_history, namespace, key, tenant=tenant)
         return _json([entry.to_json() for entry in entries])
 
@@ -261,7 +309,9 @@ class ViewServer:
         stats = await asyncio.to_thread(self._view.stats)
         return _json(msgspec.to_builtins(stats))
 
-    def route(self, handler: Callable[[Principal, web.Request], Awaitable[web.Response]]):
+    def route(
+        self, path: str, handler: Callable[[Principal, web.Request], Awaitable[web.Response]]
+    ):
         async def serve(request: web.Request) -> web.Response:
             try:
                 principal = await self._auth(request)
@@ -270,6 +320,7 @@ class ViewServer:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="laser-memory"'
                 return response
             try:
+                _check_parameters(request, path)
                 return await handler(principal, request)
             except AccessDenied as exc:
                 return _error(403, exc)
@@ -287,11 +338,14 @@ def make_app(
     """The aiohttp application serving ``view``."""
     server = ViewServer(view, auth, config)
     app = web.Application()
-    app.router.add_get("/v1/recall", server.route(server.recall))
-    app.router.add_get("/v1/fetch", server.route(server.fetch))
-    app.router.add_get("/v1/named", server.route(server.named))
-    app.router.add_get("/v1/history", server.route(server.history))
-    app.router.add_get("/v1/stats", server.route(server.stats))
+    for path, handler in (
+        ("/v1/recall", server.recall),
+        ("/v1/fetch", server.fetch),
+        ("/v1/named", server.named),
+        ("/v1/history", server.history),
+        ("/v1/stats", server.stats),
+    ):
+        app.router.add_get(path, server.route(path, handler))
     return app
 
 

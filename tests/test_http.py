@@ -92,6 +92,44 @@ async def test_bad_parameters_are_400s_never_500s(big_view: Path):
             async with http.get(path, params=params) as response:
                 assert response.status == 400, (path, params, await response.text())
                 assert (await response.json())["error"]
+
+
+async def test_parameters_a_handle_would_refuse_are_400s(big_view: Path):
+    """Each was answered 200: a misspelt filter was ignored, so the answer was wider
+    than asked; of a parameter given twice one was picked; a name or key a handle
+    refuses was looked up and found empty; history took an id and a key at once."""
+    notes = ("namespace", "stream:s/notes")
+    async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
+        for path, params, says in [
+            ("/v1/recall", [notes, ("agnet", "planner")], "unknown query parameter(s) 'agnet'"),
+            ("/v1/stats", [("verbose", "1")], "/v1/stats takes no parameters"),
+            ("/v1/recall", [notes, ("tenant", ""), ("tenant", "b")], "'tenant' is given more"),
+            ("/v1/recall", [notes, notes], "'namespace' is given more than once"),
+            ("/v1/recall", [("namespace", "a\x00b")], "namespace 'a\\x00b' contains a control"),
+            ("/v1/named", [("namespace", "x" * 300)], "namespace is 300 bytes long"),
+            ("/v1/fetch", [notes, ("key", "pro\x01")], "named item key 'pro\\x01' contains"),
+            ("/v1/history", [notes, ("key", "\x7f")], "named item key"),
+            (
+                "/v1/history",
+                [notes, ("key", "profile"), ("id", str(lm.MemoryId.new()))],
+                "an item's id or a named item's key, not both",
+            ),
+        ]:
+            async with http.get(path, params=params) as response:
+                body = await response.json()
+                assert response.status == 400, (path, params, body)
+                assert says in body["message"], (says, body)
+        # What each route does take still answers.
+        recall = [notes, ("agent", "planner"), ("include_superseded", "true"), ("limit", "5")]
+        async with http.get("/v1/recall", params=recall) as response:
+            assert response.status == 200 and await response.json() == []
+        async with http.get("/v1/recall", params=[notes, ("limit", "5")]) as response:
+            assert response.status == 200 and len(await response.json()) == 5
+        fetch = [notes, ("key", "profile"), ("tenant", ""), ("version", "1")]
+        async with http.get("/v1/fetch", params=fetch) as response:
+            assert response.status == 200 and (await response.json())["body"] == '{"a":1}'
+        async with http.get("/v1/history", params=[notes, ("key", "profile")]) as response:
+            assert response.status == 200 and len(await response.json()) == 1
         params = {"namespace": "stream:s/notes", "limit": "1000", "text": "common"}
         async with http.get("/v1/recall", params=params) as response:
             assert response.status == 200 and len(await response.json()) == 1000
