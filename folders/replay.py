@@ -15,6 +15,7 @@ import msgspec
 from laser_memory.access import resolve_tenant
 from laser_memory.errors import InvalidInput, shown
 from laser_memory.ids import MemoryId
+from laser_memory.inputs import aware_millis
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Appended, Log, LogRecord
@@ -62,12 +63,14 @@ class LoggedRecord(msgspec.Struct, frozen=True):
 
 
 def to_millis(moment: dt.datetime | int | float) -> int:
-    """Milliseconds since the epoch from a datetime (naive means UTC), or from seconds
-    given as a float, or milliseconds given as an int."""
+    """Milliseconds since the epoch from an aware datetime (a naive one is refused, see
+    `laser_memory.inputs.aware_millis`), or from seconds given as a float, or
+    milliseconds given as an int."""
     if isinstance(moment, dt.datetime):
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.UTC)
-        return int(moment.timestamp() * 1000)
+        millis = aware_millis(moment, "the moment", "datetime(2026, 5, 1, 9, tzinfo=timezone.utc)")
+        if not 0 <= millis < 1 << 63:
+            raise InvalidInput(f"a moment must fall after the epoch, got {moment.isoformat()}")
+        return millis
     if isinstance(moment, bool) or not isinstance(moment, int | float):
         raise InvalidInput(
             f"a moment is a datetime, seconds (float) or milliseconds (int): {shown(moment)}"

@@ -831,17 +831,29 @@ def _moment(value: str | None) -> int | None:
     if value.isascii() and value.isdigit():
         return int(value)
     try:
-        return to_millis(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise click.BadParameter(
             f"{shown(value)} is neither milliseconds since the epoch nor an ISO 8601 time"
         ) from None
+    # The CLI prints times in UTC ("...Z"), so a time without a zone is read as UTC.
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return to_millis(moment)
 
 
 @main.command()
 @_connection_options
-@click.option("--since", default=None, help="ISO time or epoch milliseconds (inclusive).")
-@click.option("--until", default=None, help="ISO time or epoch milliseconds (inclusive).")
+@click.option(
+    "--since",
+    default=None,
+    help="ISO time (UTC unless it names a zone) or epoch milliseconds (inclusive).",
+)
+@click.option(
+    "--until",
+    default=None,
+    help="ISO time (UTC unless it names a zone) or epoch milliseconds (inclusive).",
+)
 @click.option("--tenant", default="", help="The tenant whose records to print (default '').")
 @click.option(
     "--all-tenants",

@@ -26,6 +26,7 @@ from .log.port import Appended
 from .records import MAX_DIMENSIONS, MAX_WEIGHT, Origin, Producer
 
 __all__ = [
+    "aware_millis",
     "body",
     "check_body",
     "embedding",
@@ -54,6 +55,19 @@ def body(value: Any, max_bytes: int) -> bytes:
     return check_body(data, max_bytes)
 
 
+def aware_millis(moment: datetime.datetime, what: str, example: str) -> int:
+    """Milliseconds since the epoch of an aware datetime. A naive one is refused, here
+    for every call that takes a moment: Python reads it as local time and others as
+    UTC, and which items a purge forgets or an audit shows must not depend on the
+    machine's time zone. ``example`` shows the caller an aware one."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise InvalidInput(
+            f"{what} {moment.isoformat()} has no timezone; give an aware datetime, e.g. "
+            f"{example}"
+        )
+    return int(moment.timestamp() * 1000)
+
+
 def expiry(expires_at: Any, ttl: Any, now_ms: int) -> int | None:
     """When a remember expires, in milliseconds since the epoch, from ``expires_at`` (an
     aware `datetime`) or ``ttl`` (a `timedelta`, or seconds, from ``now_ms``); None for
@@ -69,12 +83,9 @@ def expiry(expires_at: Any, ttl: Any, now_ms: int) -> int | None:
                 f"expires_at is a timezone-aware datetime, got {type(expires_at).__name__} "
                 "(for a duration use ttl=, in seconds or a timedelta)"
             )
-        if expires_at.tzinfo is None or expires_at.utcoffset() is None:
-            raise InvalidInput(
-                "expires_at has no timezone; give an aware datetime, e.g. "
-                "datetime.now(timezone.utc) + timedelta(days=1)"
-            )
-        at = int(expires_at.timestamp() * 1000)
+        at = aware_millis(
+            expires_at, "expires_at", "datetime.now(timezone.utc) + timedelta(days=1)"
+        )
         if at <= now_ms:
             raise InvalidInput(
                 f"expires_at {expires_at.isoformat()} is not after now: the item would never "

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ConfigError, InvalidInput, shown
+from .inputs import aware_millis
 from .periodic import PeriodicPass
 
 if TYPE_CHECKING:
@@ -38,9 +39,12 @@ Age = datetime.timedelta | datetime.datetime | float | int
 def cutoff_ms(older_than: Age, clock: Clock) -> int:
     """The cutoff in milliseconds since the epoch: ``older_than`` is an age (a
     `timedelta`, or seconds) counted back from the clock's now, or a moment (an aware
-    `datetime`, or a naive one in local time)."""
+    `datetime`; one a little after now also takes what a broker whose clock runs ahead
+    stamped later)."""
     if isinstance(older_than, datetime.datetime):
-        return int(older_than.timestamp() * 1000)
+        return aware_millis(
+            older_than, "older_than", "datetime.now(timezone.utc) - timedelta(days=90)"
+        )
     if isinstance(older_than, datetime.timedelta):
         seconds = older_than.total_seconds()
     elif isinstance(older_than, int | float) and not isinstance(older_than, bool):

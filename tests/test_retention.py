@@ -89,6 +89,26 @@ async def test_an_age_counts_back_from_the_connections_clock(tmp_path: Path):
         assert first not in {i.id for i in await memory.recall(folded=True)}
 
 
+async def test_a_moment_without_a_timezone_is_refused(tmp_path: Path):
+    """A naive datetime was read as local time here and as UTC by as_of: which items a
+    purge forgot depended on the machine's time zone."""
+    clock = SteppedClock(1_000_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", clock=clock) as laser:
+        memory = laser.memory("notes")
+        await memory.remember("written at t")
+        clock.step(60_000)
+        now = datetime.datetime.fromtimestamp(clock.now_ms() / 1000, datetime.UTC)
+        ends = await laser.log.end_offsets(memory.topic)
+        for call in (memory.purge, memory.scoped("c1").purge):
+            with pytest.raises(lm.InvalidInput, match="has no timezone; give an aware datetime"):
+                await call(now.replace(tzinfo=None))
+        assert await laser.log.end_offsets(memory.topic) == ends
+        # The same moment, aware and past, purges; one in another zone names the same instant.
+        assert await memory.purge(now - datetime.timedelta(seconds=30)) == 1
+        later = now.astimezone(datetime.timezone(datetime.timedelta(hours=5)))
+        assert await memory.purge(later) == 0
+
+
 @pytest.mark.parametrize(
     "older_than, limit",
     [(-1.0, 10), (float("nan"), 10), ("30d", 10), (True, 10), (60.0, 0), (60.0, 10_001)],

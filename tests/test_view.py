@@ -405,8 +405,15 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
 
     moment = dt.datetime.fromtimestamp((second.receipt.append_time_ms - 1) / 1000, tz=dt.UTC)
     assert [i.text for i in (await memory.as_of(moment)).recall()] == ["first"]
+    elsewhere = moment.astimezone(dt.timezone(dt.timedelta(hours=-7)))
+    assert [i.text for i in (await memory.as_of(elsewhere)).recall()] == ["first"]
     with pytest.raises(lm.InvalidInput):
         await memory.as_of("yesterday")
+    # A naive datetime was read as UTC here and as local time by purge: refused.
+    with pytest.raises(lm.InvalidInput, match="has no timezone"):
+        await memory.as_of(moment.replace(tzinfo=None))
+    with pytest.raises(lm.InvalidInput, match="after the epoch"):
+        await memory.as_of(dt.datetime(1969, 12, 31, tzinfo=dt.UTC))
 
 
 async def test_replay_prints_a_namespace_in_order(laser: lm.Laser):
@@ -426,6 +433,14 @@ async def test_replay_prints_a_namespace_in_order(laser: lm.Laser):
     assert times == sorted(times)
     later = await cli("replay", *common, "--since", str(times[1] + 1))
     assert "remember" not in later.output
+    # An ISO time without a zone is UTC, as the CLI prints times.
+    import datetime as dt
+
+    since = dt.datetime.fromtimestamp((times[1] + 1) / 1000, dt.UTC)
+    for text in (since.replace(tzinfo=None).isoformat(), since.isoformat()):
+        later = await cli("replay", *common, "--since", text)
+        assert later.exit_code == 0 and "remember" not in later.output, later.output
+        assert "feedback" not in later.output and "named.set" in later.output
     human = await cli("replay", *common)
     assert str(mid) in human.output and "weight 1.5" in human.output
     bad = await cli("replay", *common, "--since", "last tuesday")
