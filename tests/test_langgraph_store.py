@@ -21,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     PutOp,
@@ -32,7 +33,7 @@ import laser_memory as lm
 from folders.service import ViewFolder
 from laser_memory.clock import SteppedClock
 from laser_memory.embedding import WordHashEmbedder
-from laser_memory.integrations.langgraph import LaserStore
+from laser_memory.integrations.langgraph import InvalidStoreNamespace, LaserStore
 
 MINUTE = 60_000
 
@@ -219,8 +220,20 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.aput(("t",), "bell\x07", {"ok": 1})
     with pytest.raises(lm.InvalidName):
         await store.aput(("t",), "k" * 300, {"ok": 1})
-    with pytest.raises(ValueError, match="periods"):
-        await store.aput(("a.b",), "k", {"ok": 1})
+    # LangGraph's own namespace rules: a LaserError (it was LangGraph's raw
+    # InvalidNamespaceError), and still the InvalidNamespaceError LangGraph callers catch.
+    for namespace, says, calls in [
+        (("a.b",), "periods", ("aput", "aget", "asearch", "adelete")),
+        (("a", ""), "empty strings", ("aput", "aget", "asearch", "adelete")),
+        (("langgraph", "x"), "langgraph", ("aput",)),
+    ]:
+        for name in calls:
+            rest = {"aput": ("k", {"ok": 1}), "asearch": ()}.get(name, ("k",))
+            call = getattr(store, name)(namespace, *rest)
+            with pytest.raises(lm.InvalidName, match=says) as refused:
+                await call
+            assert type(refused.value) is InvalidStoreNamespace
+            assert isinstance(refused.value, InvalidNamespaceError)
     # A number, not a list of paths: a raw TypeError before.
     with pytest.raises(lm.InvalidInput, match="index is False or a list of JSON paths"):
         await store.aput(("t",), "k", {"ok": 1}, index=5)  # type: ignore[arg-type]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ try:
         BaseStore,
         GetOp,
         IndexConfig,
+        InvalidNamespaceError,
         Item,
         ListNamespacesOp,
         MatchCondition,
@@ -75,7 +77,13 @@ from ..scoring import TermStatistics, bm25
 from ..terms import term_counts, terms
 from ..text_ranking import Columns, rank_by_text
 
-__all__ = ["LaserStore"]
+__all__ = ["InvalidStoreNamespace", "LaserStore"]
+
+
+class InvalidStoreNamespace(InvalidName, InvalidNamespaceError):
+    """A namespace LangGraph's own rules refuse (an empty label, a label with a ``.``,
+    the reserved first label ``langgraph``): a `LaserError` like every refusal, and
+    still the `InvalidNamespaceError` a LangGraph caller catches."""
 
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 _MINUTE_MS = 60_000
@@ -466,7 +474,10 @@ class LaserStore(BaseStore):
             if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
                 raise InvalidInput(f"unknown store operation {type(op).__name__}")
             _check_namespace(op)
-            validate_op_namespace(op)
+            try:
+                validate_op_namespace(op)
+            except InvalidNamespaceError as exc:
+                raise InvalidStoreNamespace(str(exc)) from None
             if isinstance(op, SearchOp):
                 if op.filter is not None and not isinstance(op.filter, dict):
                     raise InvalidInput(f"filter is a dict, got {type(op.filter).__name__}")
@@ -823,3 +834,32 @@ class LaserStore(BaseStore):
                 ResourceWarning,
                 stacklevel=1,
             )
+
+
+def _namespace_refusals_as_laser_errors(name: str) -> Any:
+    """``BaseStore.<name>``, its `InvalidNamespaceError` raised as `InvalidStoreNamespace`:
+    LangGraph's convenience methods check the namespace before they reach `abatch`."""
+    method = getattr(BaseStore, name)
+    if asyncio.iscoroutinefunction(method):
+
+        async def refusing(self: LaserStore, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(self, *args, **kwargs)
+            except InvalidNamespaceError as exc:
+                raise InvalidStoreNamespace(str(exc)) from None
+
+    else:
+
+        def refusing(self: LaserStore, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except InvalidNamespaceError as exc:
+                raise InvalidStoreNamespace(str(exc)) from None
+
+    return functools.wraps(method)(refusing)
+
+
+for _name in ("get", "search", "put", "delete", "list_namespaces"):
+    for _method in (_name, "a" + _name):
+        setattr(LaserStore, _method, _namespace_refusals_as_laser_errors(_method))
+del _name, _method
