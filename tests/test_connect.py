@@ -132,6 +132,16 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
         (lambda: KafkaLogConfig("h:1", replication_factor=0), "replication_factor"),
         (lambda: KafkaLogConfig("h:1", max_batch_bytes=0.5), "max_batch_bytes"),
         (lambda: KafkaLogConfig("h:1", extra_topic_configs={"a": 1}), "extra_topic_configs"),
+        (
+            lambda: KafkaLogConfig("h:1", extra_topic_configs={"cleanup.policy": "compact"}),
+            "may not set cleanup.policy",
+        ),
+        (
+            lambda: KafkaLogConfig(
+                "h:1", extra_topic_configs={"message.timestamp.type": "CreateTime"}
+            ),
+            "may not set message.timestamp.type",
+        ),
     ],
 )
 def test_log_settings_of_the_wrong_kind_are_config_errors(make, says):

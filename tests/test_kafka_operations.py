@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -38,11 +39,17 @@ async def admin(bootstrap: str):
 
 
 async def _topic_config(bootstrap: str, topic: str, name: str) -> str:
+    return (await _topic_config_entry(bootstrap, topic, name))[1]
+
+
+async def _topic_config_entry(bootstrap: str, topic: str, name: str) -> tuple:
+    """(name, value, read only, source, sensitive, synonyms): source 1 is the topic's
+    own setting, 5 the broker's default."""
     async with admin(bootstrap) as client:
         [described] = await client.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic, {name: None})]
         )
-    return {entry[0]: entry[1] for entry in described.resources[0][4]}[name]
+    return {entry[0]: entry for entry in described.resources[0][4]}[name]
 
 
 async def test_bootstrap_refuses_a_topic_stamped_with_producer_clocks(kafka_bootstrap):
@@ -65,6 +72,47 @@ async def test_bootstrap_refuses_a_topic_stamped_with_producer_clocks(kafka_boot
             await laser.memory("notes").remember("would carry a producer's clock")
 
 
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+async def test_bootstrap_refuses_a_topic_kafka_compacts(kafka_bootstrap, policy):
+    """Compaction keeps the newest record of each key, and a memory topic's keys are
+    scopes: such a topic was accepted, and Kafka's cleaner would have dropped the older
+    memories of each conversation without a word."""
+    stream = f"s{os.urandom(5).hex()}"
+    async with admin(kafka_bootstrap) as client:
+        await client.create_topics(
+            [
+                NewTopic(
+                    f"{stream}.agent.memory",
+                    4,
+                    1,
+                    topic_configs={
+                        "message.timestamp.type": "LogAppendTime",
+                        "cleanup.policy": policy,
+                    },
+                )
+            ]
+        )
+    async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
+        with pytest.raises(lm.TopicConflict, match=f"cleanup.policy={policy}"):
+            await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        with pytest.raises(lm.TopicConflict, match="older memories, feedback and forgets"):
+            await memory.remember("would be compacted away")
+        with pytest.raises(lm.TopicConflict, match="--add-config cleanup.policy=delete"):
+            await memory.recall(folded=True)
+        with pytest.raises(lm.TopicConflict):
+            await laser.log.end_offsets(memory.topic)
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets(
+            [TopicPartition(f"{stream}.agent.memory", p) for p in range(4)]
+        )
+    finally:
+        await consumer.stop()
+    assert set(ends.values()) == {0}  # nothing was written
+
+
 async def test_topics_are_made_for_the_largest_record_and_acks_all(kafka_bootstrap, topic_name):
     async with connect_log(f"kafka://{kafka_bootstrap}") as log:
         await log.create_topic(topic_name, partitions=1)
@@ -72,6 +120,10 @@ async def test_topics_are_made_for_the_largest_record_and_acks_all(kafka_bootstr
     assert max_bytes > 2 << 20
     # One broker here: one copy, so at least one in sync (two of three on a real cluster).
     assert await _topic_config(kafka_bootstrap, topic_name, "min.insync.replicas") == "1"
+    # Set on the topic itself (source 1, not the broker's default 5), so a broker whose
+    # default policy is compact cannot leak it in.
+    entry = await _topic_config_entry(kafka_bootstrap, topic_name, "cleanup.policy")
+    assert entry[1] == "delete" and entry[3] == 1, entry
 
 
 async def test_a_record_too_large_for_its_topic_is_refused_before_sending(

@@ -19,7 +19,11 @@
   so one refused batch never poisons later appends.
 - An existing topic is accepted only with ``LogAppendTime`` timestamps (and, on
   ``create_topic``, the retention asked for): ordering and forgets must never
-  depend on producer clocks.
+  depend on producer clocks. Nor is one that Kafka compacts (``cleanup.policy``
+  with ``compact``): compaction keeps only the newest record of each key, and a
+  memory topic's keys are scopes, so it would drop older memories, feedback and
+  forgets of a conversation without a word. Topics are created with
+  ``cleanup.policy=delete``, whatever the broker's default.
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ class _TopicSettings:
     retention_s: float | None
     max_message_bytes: int | None
     timestamp_type: str | None
+    cleanup_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +200,18 @@ class KafkaLogConfig:
             isinstance(k, str) and isinstance(v, str) for k, v in self.extra_topic_configs.items()
         ):
             raise ConfigError("KafkaLogConfig.extra_topic_configs maps str names to str values")
+        fixed = sorted(set(self.extra_topic_configs) & _FIXED_TOPIC_CONFIGS)
+        if fixed:
+            raise ConfigError(
+                f"KafkaLogConfig.extra_topic_configs may not set {', '.join(fixed)}: the log "
+                "sets them for what it guarantees (LogAppendTime stamps, no compaction, the "
+                "retention create_topic is given)"
+            )
 
 
 _INT32_MAX = (1 << 31) - 1
+# Topic configs the log sets itself; `extra_topic_configs` may not override them.
+_FIXED_TOPIC_CONFIGS = frozenset({"message.timestamp.type", "cleanup.policy", "retention.ms"})
 
 
 def _millis(retention_s: float | None) -> int:
@@ -393,6 +407,9 @@ class KafkaLog(LogLifecycle):
             replication = min(3, max(1, len(cluster.get("brokers", []))))
         configs = {
             "message.timestamp.type": "LogAppendTime",
+            # Said outright: a broker whose default (log.cleanup.policy) is compact
+            # would otherwise make a topic that drops older records of each key.
+            "cleanup.policy": "delete",
             "retention.ms": "-1" if retention_s is None else str(int(retention_s * 1000)),
             "max.message.bytes": str(
                 max(self._config.max_record_bytes, self._config.max_batch_bytes) + _BATCH_OVERHEAD
@@ -491,7 +508,7 @@ class KafkaLog(LogLifecycle):
             # Same topic as learned: its configs were read then (a reader checks the
             # generation on every catch-up; one metadata request is enough for that).
             return known
-        wanted = ("retention.ms", "max.message.bytes", "message.timestamp.type")
+        wanted = ("retention.ms", "max.message.bytes", "message.timestamp.type", "cleanup.policy")
         values: dict[str, str | None] = dict.fromkeys(wanted)
         try:
             [described] = await self._admin.describe_configs(
@@ -513,6 +530,7 @@ class KafkaLog(LogLifecycle):
             retention_s=retention_s,
             max_message_bytes=int(max_bytes) if max_bytes is not None else None,
             timestamp_type=values["message.timestamp.type"],
+            cleanup_policy=values["cleanup.policy"],
         )
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
@@ -559,6 +577,15 @@ class KafkaLog(LogLifecycle):
                 "append time: "
                 f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                 "--add-config message.timestamp.type=LogAppendTime"
+            )
+        if settings.cleanup_policy is not None and "compact" in settings.cleanup_policy:
+            raise TopicConflict(
+                f"topic {shown(topic)} has cleanup.policy={settings.cleanup_policy}: Kafka "
+                "would keep only the newest record of each key, and a memory topic's keys "
+                "are scopes, so older memories, feedback and forgets would vanish; "
+                "laser-memory needs delete: "
+                f"kafka-configs --alter --entity-type topics --entity-name {topic} "
+                "--add-config cleanup.policy=delete"
             )
         assert self._producer is not None
         try:
