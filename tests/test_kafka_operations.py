@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -93,12 +94,12 @@ async def test_bootstrap_refuses_a_topic_kafka_compacts(kafka_bootstrap, policy)
             ]
         )
     async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
-        with pytest.raises(lm.TopicConflict, match=f"cleanup.policy={policy}"):
+        with pytest.raises(lm.TopicConflict, match=re.escape(f"cleanup.policy={policy}")):
             await laser.bootstrap(partitions=4)
         memory = laser.memory("notes")
         with pytest.raises(lm.TopicConflict, match="older memories, feedback and forgets"):
             await memory.remember("would be compacted away")
-        with pytest.raises(lm.TopicConflict, match="--add-config cleanup.policy=delete"):
+        with pytest.raises(lm.TopicConflict, match=r"--add-config cleanup\.policy=delete"):
             await memory.recall(folded=True)
         with pytest.raises(lm.TopicConflict):
             await laser.log.end_offsets(memory.topic)
