@@ -747,16 +747,21 @@ class MemoryState:
                 out.append(item)
         return out
 
-    def _index_for(self, where: ItemFilter) -> SearchIndex:
+    def _index_for(self, where: ItemFilter, *, ordering: bool = False) -> SearchIndex:
         """The search index of this read, caught up with the items changed since it
-        last served one."""
+        last served one. For a read without text (``ordering``) an index without terms
+        or vectors will do, and is made if there is none: the first newest-first recall
+        of a fresh handle does not tokenise every body. The first search by text or
+        meaning makes the whole index, which serves both from then on."""
         where = where.of_index
         slot = (where.tenant, where.conversation, where.embedder, where.superseded)
         index, seen = self._indexes.pop(slot, (None, 0))
         if index is not None and where.now_ms is not None and index.went_back(where.now_ms):
             index = None
+        if index is not None and index.ordering_only and not ordering:
+            index = None
         if index is None:
-            index = SearchIndex(where.embedder)
+            index = SearchIndex(where.embedder, ordering_only=ordering)
             index.put_many(
                 (raw_id, *index_entry(state, raw_id, where))
                 for (tenant, raw_id), state in self._items.items()
@@ -828,7 +833,7 @@ class MemoryState:
         index, so its cost follows the limit and the changes, not the namespace; None
         when only a scan orders it exactly (owner filters over items of several
         owners)."""
-        found = self._index_for(where).ordered(
+        found = self._index_for(where, ordering=True).ordered(
             strategy=strategy, limit=limit, exclude=exclude, owner=where.owner
         )
         return None if found is None else self._found(where, found)

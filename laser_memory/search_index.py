@@ -69,6 +69,9 @@ __all__ = [
     "SnapshotError",
 ]
 
+# What an ordering-only index counts of a body.
+_NO_TERMS: dict[str, int] = {}
+
 #: A term held by more entries than this is common (see `SearchIndex._by_rare_terms`).
 COMMON_FROM = 4096
 
@@ -192,9 +195,19 @@ class SearchIndex:
     for one embedder label (None: text only)."""
 
     def __init__(
-        self, label: str | None, *, common_from: int = COMMON_FROM, cache_bytes: int = CACHE_BYTES
+        self,
+        label: str | None,
+        *,
+        common_from: int = COMMON_FROM,
+        cache_bytes: int = CACHE_BYTES,
+        ordering_only: bool = False,
     ) -> None:
-        self.label = label
+        #: Whether this index keeps only what a recall without text needs (times,
+        #: feedback, owners): no terms, vectors or neighbours, so building one is not
+        #: paying to tokenise every body for a newest-first read. `find` refuses it.
+        self.ordering_only = ordering_only
+        # Without vectors an ordering index is as one with no embedder.
+        self.label = None if ordering_only else label
         self._ids = IdTable()
         self._free: list[int] = []
         # The terms each entry holds, as numbers (`_term_table`) in one array: a slot's
@@ -282,6 +295,8 @@ class SearchIndex:
         arrays (slot columns, term runs, posting lists, vectors) are most of it, kept
         apart so a reader can map them from a file instead of holding copies; some are
         the index's own, so write them out before the index changes."""
+        if self.ordering_only:
+            raise ValueError("an ordering-only index is not saved: it holds no terms")
         self._fresh_norms()  # pending norms would name slots the snapshot must keep
         self.reorganized = False
         table = self._term_table
@@ -555,17 +570,20 @@ class SearchIndex:
         """What `_insert` does for one new entry, but its terms and columns go to
         ``block`` for `_insert_block`; its vector, neighbours and expiry are set now."""
         numbers, table, codes = self._term_numbers, self._term_table, self._codes
-        counts, length = count_terms(item.body)
-        try:
-            run = [numbers[term] for term in counts]
-        except KeyError:
-            run = []
-            for term in counts:
-                number = numbers.get(term)
-                if number is None:
-                    number = numbers[term] = len(table)
-                    table.append(term)
-                run.append(number)
+        if self.ordering_only:
+            counts, length, run = _NO_TERMS, 0, []
+        else:
+            counts, length = count_terms(item.body)
+            try:
+                run = [numbers[term] for term in counts]
+            except KeyError:
+                run = []
+                for term in counts:
+                    number = numbers.get(term)
+                    if number is None:
+                        number = numbers[term] = len(table)
+                        table.append(term)
+                    run.append(number)
         block.terms.extend(run)
         block.counts.extend(counts.values())
         block.runs.append(len(run))
@@ -585,7 +603,8 @@ class SearchIndex:
         )
         block.irregular.append(irregular)
         self._set_vector(slot, item)
-        self._link(slot, scope.conversation or "", key)
+        if not self.ordering_only:
+            self._link(slot, scope.conversation or "", key)
         if item.expires_at_ms is not None:
             self._expiry[slot] = item.expires_at_ms
             heapq.heappush(self._expiring, (item.expires_at_ms, slot))
@@ -726,7 +745,7 @@ class SearchIndex:
             self._vectors = vectors
 
     def _insert(self, slot: int, item: MemoryItem) -> None:
-        counts, length = count_terms(item.body)
+        counts, length = (_NO_TERMS, 0) if self.ordering_only else count_terms(item.body)
         if self._dead_terms > _COMPACT_TERMS_FROM and self._dead_terms * 2 > len(self._slot_terms):
             self._compact_terms()
         numbers, postings, term_groups = self._term_numbers, self._postings, self._term_groups
@@ -768,7 +787,8 @@ class SearchIndex:
         self._length[slot] = length
         self._alive[slot] = True
         self._set_vector(slot, item)
-        self._link(slot, item.scope.conversation or "", key)
+        if not self.ordering_only:  # neighbours are for ranking text
+            self._link(slot, item.scope.conversation or "", key)
 
     def _set_vector(self, slot: int, item: MemoryItem) -> None:
         """Keep the item's vector in ``slot`` when its embedder is the index's."""
@@ -841,18 +861,19 @@ class SearchIndex:
         self._removals += 1
         self._documents -= 1
         self._total_length -= int(self._length[slot])
-        key = (int(self._time[slot]), int(self._partition[slot]), int(self._offset[slot]))
-        members = self._members(self._group_of[slot])
-        at = bisect.bisect_left(members, _member(key, slot))
-        del members[at]
-        if not members:
-            del self._groups[self._group_of[slot]]
-        before, after = int(self._before[slot]), int(self._after[slot])
-        if before >= 0:
-            self._after[before] = after
-        if after >= 0:
-            self._before[after] = before
-        self._before[slot] = self._after[slot] = -1
+        if not self.ordering_only:
+            key = (int(self._time[slot]), int(self._partition[slot]), int(self._offset[slot]))
+            members = self._members(self._group_of[slot])
+            at = bisect.bisect_left(members, _member(key, slot))
+            del members[at]
+            if not members:
+                del self._groups[self._group_of[slot]]
+            before, after = int(self._before[slot]), int(self._after[slot])
+            if before >= 0:
+                self._after[before] = after
+            if after >= 0:
+                self._before[after] = before
+            self._before[slot] = self._after[slot] = -1
         self._vector_count -= int(self._has_vector[slot])
         self._weighted -= int(self._weight[slot] != 0)
         self._irregular_count -= int(self._irregular[slot])
@@ -1002,6 +1023,8 @@ class SearchIndex:
     ) -> list[tuple[bytes, Ranked]] | None:
         """`search` for a recall's text and mode (`laser_memory.recall.search_mode`);
         None when only a scan ranks it exactly."""
+        if self.ordering_only:
+            raise ValueError("an ordering-only index has no terms or vectors to search")
         vector = query_vector if mode != "keyword" else None
         if not self.can_rank(vector, owner) or (owner is not None and mode == "hybrid"):
             return None

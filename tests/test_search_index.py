@@ -84,6 +84,8 @@ queries = st.tuples(
 )
 def test_the_index_ranks_exactly_as_a_scan(ops, query, common_from):
     index = SearchIndex(LABEL, common_from=common_from)
+    # What a fold keeps for recalls without text: the same orders, no terms or vectors.
+    ordering = SearchIndex(LABEL, common_from=common_from, ordering_only=True)
     live: dict[bytes, MemoryItem] = {}
     offsets = iter(range(10_000))
     for op in ops:
@@ -92,10 +94,14 @@ def test_the_index_ranks_exactly_as_a_scan(ops, query, common_from):
             item = _item(n, body, conversation, weight, vector, (time, partition, next(offsets)))
             live[item.id.bytes] = item
             index.put(item.id.bytes, item)
+            ordering.put(item.id.bytes, item)
         else:
             raw_id = op[1].to_bytes(16, "big")
             live.pop(raw_id, None)
             index.put(raw_id, None)
+            ordering.put(raw_id, None)
+    built = SearchIndex(LABEL, ordering_only=True)
+    built.put_many((raw_id, item, False) for raw_id, item in live.items())
     strategy, text, limit, min_similarity, excluded = query
     query_vector = np.asarray([1.0, 0.5, -0.25], dtype=np.float32)
     exclude = frozenset(n.to_bytes(16, "big") for n in excluded)
@@ -123,13 +129,18 @@ def test_the_index_ranks_exactly_as_a_scan(ops, query, common_from):
         (i.id.bytes, i.score, i.signals) for i in want
     ]
     assert len(index) == len(live)
-    # Without text: recent, or feedback then newest.
+    # Without text: recent, or feedback then newest; the ordering-only indexes too.
     for plain in ("recent", "auto", "keyword"):
         want = rank(list(live.values()), strategy=plain, limit=limit, exclude=exclude)
-        got = index.ordered(strategy=plain, limit=limit, exclude=exclude)
-        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
-            (i.id.bytes, i.score, i.signals) for i in want
-        ], plain
+        for which in (index, ordering, built):
+            got = which.ordered(strategy=plain, limit=limit, exclude=exclude)
+            assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                (i.id.bytes, i.score, i.signals) for i in want
+            ], (plain, which.ordering_only)
+    assert len(ordering) == len(built) == len(live)
+    with pytest.raises(ValueError, match="no terms or vectors"):
+        ordering.find(text, mode="keyword", query_vector=None, min_similarity=None, limit=3,
+                      exclude=frozenset())  # fmt: skip
 
 
 async def test_the_views_index_follows_later_writes_and_a_rebuild(tmp_path: Path):
@@ -203,6 +214,43 @@ def test_cosines_of_real_sized_vectors_match_a_scan_to_the_bit(monkeypatch, norm
         assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
             (i.id.bytes, i.score, i.signals) for i in want
         ]
+
+
+async def test_a_fresh_handles_recall_without_text_tokenises_no_body(tmp_path, monkeypatch):
+    """Folded recall without text kept a whole search index, every body tokenised
+    (two thirds of a fresh handle's first recall at 100,000 items): it now builds only
+    the orders, and the first recall by text builds the rest and ranks as a scan."""
+    import laser_memory.search_index as search_index
+
+    tokenised = []
+    count_terms = search_index.count_terms
+    monkeypatch.setattr(
+        search_index, "count_terms", lambda body: tokenised.append(body) or count_terms(body)
+    )
+    path = f"local://{tmp_path / 'log'}"
+    async with lm.connect(path, stream="s") as laser:
+        memory = laser.memory("notes")
+        ids = await memory.remember_many(
+            [{"body": f"fact {i} alpha", "conversation": f"c{i % 3}"} for i in range(30)]
+        )
+        await memory.improve(ids[4], 2.0)
+    async with lm.connect(path, stream="s") as laser:
+        memory = laser.memory("notes")
+        for query in ({}, {"strategy": "recent"}, {"conversation": "c1"}):
+            items = await memory.recall(folded=True, limit=5, **query)
+            assert len(items) == 5
+        assert tokenised == []
+        assert (await memory.recall(folded=True, limit=1))[0].id == ids[4]
+        # A later write, then recalls by text: each ranks as a scan of the fold does.
+        await memory.remember("fact 99 alpha alpha", conversation="c1")
+        everything = await memory.recall(folded=True, limit=100)
+        for text in ("alpha", "fact 7", "99"):
+            got = await memory.recall(folded=True, text=text, strategy="keyword", limit=5)
+            want = rank(everything, strategy="keyword", text=text, limit=5)
+            assert [(i.id, i.score) for i in got] == [(i.id, i.score) for i in want], text
+        assert len(tokenised) >= 31
+        newest = await memory.recall(folded=True, strategy="recent", limit=3)
+        assert newest[0].text == "fact 99 alpha alpha"
 
 
 async def test_a_fold_keeps_a_bounded_number_of_indexes(tmp_path: Path):
@@ -360,12 +408,14 @@ def test_owner_filters_make_the_owners_entries_the_candidates(ops, query, agent,
     if agent is None and kind is None:
         agent = "a1"
     index = SearchIndex(LABEL)
+    ordering = SearchIndex(LABEL, ordering_only=True)
     live: dict[bytes, MemoryItem] = {}
     offsets = iter(range(10_000))
     for op in ops:
         if op[0] == "drop":
             live.pop(op[1].to_bytes(16, "big"), None)
             index.put(op[1].to_bytes(16, "big"), None)
+            ordering.put(op[1].to_bytes(16, "big"), None)
             continue
         _, n, body, conversation, weight, vector, time, who, what = op
         item = _item(n, body, conversation, weight, vector, (time, 0, next(offsets)))
@@ -374,6 +424,7 @@ def test_owner_filters_make_the_owners_entries_the_candidates(ops, query, agent,
         )
         live[item.id.bytes] = item
         index.put(item.id.bytes, item)
+        ordering.put(item.id.bytes, item)
     owner = (agent, None, None, kind.code if kind is not None else None)
     mine = [
         i for i in live.values()
@@ -399,10 +450,11 @@ def test_owner_filters_make_the_owners_entries_the_candidates(ops, query, agent,
         ]
     for plain in ("recent", "auto"):
         want = rank(mine, strategy=plain, limit=limit, exclude=exclude)
-        got = index.ordered(strategy=plain, limit=limit, exclude=exclude, owner=owner)
-        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
-            (i.id.bytes, i.score, i.signals) for i in want
-        ], plain
+        for which in (index, ordering):
+            got = which.ordered(strategy=plain, limit=limit, exclude=exclude, owner=owner)
+            assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                (i.id.bytes, i.score, i.signals) for i in want
+            ], (plain, which.ordering_only)
     # An item of several owners makes owner-filtered reads a scan's.
     some = next(iter(live), None)
     if some is not None:
