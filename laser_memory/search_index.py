@@ -69,6 +69,10 @@ __all__ = [
     "SnapshotError",
 ]
 
+#: Slots put since the entries were sorted newest first that make a recall without text
+#: sort them again (or a quarter of the entries, if more).
+RESORT_FROM = 1024
+
 # What an ordering-only index counts of a body.
 _NO_TERMS: dict[str, int] = {}
 
@@ -276,6 +280,15 @@ class SearchIndex:
         #: Whether the entries were moved (vector clusters made) since the last
         #: `snapshot`: a snapshot saved before is worth replacing.
         self.reorganized = False
+        # The entries newest first by position key, as slots with their keys when sorted
+        # (an entry whose key or life changed since is skipped), and the slots put since:
+        # a recall without text walks it from the newest, so its cost follows the limit,
+        # not the index. Made at the first such recall, and again when the slots put since
+        # outgrow a quarter of it.
+        self._by_key: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._put_since: list[int] = []
+        # The slots with feedback, found when first wanted after they changed.
+        self._with_feedback: np.ndarray | None = None
         # Entries that expire: slot -> when, and a heap of (when, slot) to find the due
         # ones (stale heap entries are skipped by comparing with the dict).
         self._expiry: dict[int, int] = {}
@@ -602,6 +615,8 @@ class SearchIndex:
             )
         )
         block.irregular.append(irregular)
+        if self._by_key is not None:
+            self._put_since.append(slot)
         self._set_vector(slot, item)
         if not self.ordering_only:
             self._link(slot, scope.conversation or "", key)
@@ -627,7 +642,10 @@ class SearchIndex:
         self._time[at], self._partition[at], self._offset[at] = keys.T
         weights = np.frombuffer(block.weights, dtype=np.float64)
         self._weight[at] = weights
-        self._weighted += int(np.count_nonzero(weights))
+        weighted = int(np.count_nonzero(weights))
+        self._weighted += weighted
+        if weighted:
+            self._with_feedback = None
         owners = np.frombuffer(block.owners, dtype=np.int64).reshape(-1, 4)
         self._agent[at], self._user[at], self._application[at], self._kind[at] = owners.T
         self._length[at] = lengths
@@ -779,6 +797,8 @@ class SearchIndex:
         self._time[slot], self._partition[slot], self._offset[slot] = key
         self._weight[slot] = item.weight
         self._weighted += item.weight != 0
+        if item.weight != 0:
+            self._with_feedback = None
         scope, codes = item.scope, self._codes
         self._agent[slot] = codes.setdefault(scope.agent, len(codes))
         self._user[slot] = codes.setdefault(scope.user, len(codes))
@@ -786,6 +806,8 @@ class SearchIndex:
         self._kind[slot] = item.kind.code
         self._length[slot] = length
         self._alive[slot] = True
+        if self._by_key is not None:
+            self._put_since.append(slot)
         self._set_vector(slot, item)
         if not self.ordering_only:  # neighbours are for ranking text
             self._link(slot, item.scope.conversation or "", key)
@@ -875,7 +897,9 @@ class SearchIndex:
                 self._before[after] = before
             self._before[slot] = self._after[slot] = -1
         self._vector_count -= int(self._has_vector[slot])
-        self._weighted -= int(self._weight[slot] != 0)
+        if self._weight[slot] != 0:
+            self._weighted -= 1
+            self._with_feedback = None
         self._irregular_count -= int(self._irregular[slot])
         self._irregular[slot] = False
         self._alive[slot] = self._has_vector[slot] = self._other_vector[slot] = False
@@ -1046,24 +1070,95 @@ class SearchIndex:
         scan orders it exactly (see `can_rank`)."""
         if not self.can_rank(None, owner):
             return None
-        size = len(self._ids)
-        candidates, allowed = self._candidates(size, exclude, owner)
-        none = self._before[:0]
+        # The rows that can make the answer, ranked as the whole index would rank: the
+        # newest `limit` of the read, and (but for ``recent``) every row with feedback,
+        # which rank before and after the rows without. Rows are then these slots.
+        excluded = {slot for slot in map(self._ids.slot_of, exclude) if slot is not None}
+        recent = strategy == "recent"
+        rows = self._newest_slots(limit, owner, excluded, without_feedback=not recent)
+        if not recent and self._weighted:
+            if self._with_feedback is None:
+                self._with_feedback = np.flatnonzero(self._weight[: len(self._ids)] != 0)
+            weighted = self._with_feedback
+            weighted = weighted[self._usable(weighted, owner, excluded)]
+            rows = np.concatenate([weighted, rows])
+        everything = np.ones(len(rows), dtype=bool)
         columns = Columns(
             keyword=self._weight[:0],
             semantic=None,
             has_vector=None,
-            weight=self._weight[:size],
-            time=self._time[:size],
-            partition=self._partition[:size],
-            offset=self._offset[:size],
-            before=none,
-            after=none,
-            alive=candidates,
-            allowed=allowed,
+            weight=self._weight[rows],
+            time=self._time[rows],
+            partition=self._partition[rows],
+            offset=self._offset[rows],
+            before=self._before[:0],
+            after=self._before[:0],
+            alive=everything,
+            allowed=everything,
         )
-        ranked = rank_by_feedback(columns, strategy=strategy, limit=limit)
-        return [(self._ids[r.row], r) for r in ranked]
+        out = []
+        for r in rank_by_feedback(columns, strategy=strategy, limit=limit):
+            slot = int(rows[r.row])
+            out.append((self._ids[slot], Ranked(slot, r.score, r.signals)))
+        return out
+
+    def _usable(self, slots: np.ndarray, owner: Owner | None, excluded: set[int]) -> np.ndarray:
+        """Which of ``slots`` a read may return: alive, the owner's, not excluded."""
+        keep = self._alive[slots]
+        if owner is not None:
+            keep &= self._owned(owner, slots)
+        if excluded:
+            keep &= ~np.isin(slots, np.fromiter(excluded, dtype=np.int64, count=len(excluded)))
+        return keep
+
+    def _newest_slots(
+        self, limit: int, owner: Owner | None, excluded: set[int], *, without_feedback: bool
+    ) -> np.ndarray:
+        """The newest ``limit`` slots a read may return (``without_feedback``: of those
+        with no feedback), newest first: the sorted entries walked from the newest, a
+        few more each step, merged with the slots put since they were sorted."""
+        none = np.zeros(0, dtype=np.int64)
+        if limit == 0 or not self._documents:
+            return none
+        size = len(self._ids)
+        if self._by_key is None or len(self._put_since) > max(
+            RESORT_FROM, len(self._by_key[0]) // 4
+        ):
+            slots = np.flatnonzero(self._alive[:size])
+            partition, offset = self._partition[slots], self._offset[slots]
+            order = np.lexsort((-offset, -partition, -self._time[slots]))
+            self._by_key = (slots[order], partition[order], offset[order])
+            self._put_since = []
+        slots, partitions, offsets = self._by_key
+
+        def usable(candidates: np.ndarray) -> np.ndarray:
+            keep = self._usable(candidates, owner, excluded)
+            if without_feedback:
+                keep &= self._weight[candidates] == 0
+            return keep
+
+        found: list[np.ndarray] = []
+        wanted, start, step = limit, 0, 2 * limit + 64
+        while wanted > 0 and start < len(slots):
+            end = start + step
+            chunk = slots[start:end]
+            # An entry counts where its slot still holds it: alive, at the key it had
+            # (a record's partition and offset name it, so they tell the key).
+            same = (self._partition[chunk] == partitions[start:end]) & (
+                self._offset[chunk] == offsets[start:end]
+            )
+            hits = chunk[same & usable(chunk)][:wanted]
+            found.append(hits)
+            wanted -= len(hits)
+            start, step = end, step * 2
+        if self._put_since:
+            since = np.unique(np.asarray(self._put_since, dtype=np.int64))
+            found.append(since[usable(since)])
+        if not found:
+            return none
+        rows = np.unique(np.concatenate(found))
+        order = np.lexsort((-self._offset[rows], -self._partition[rows], -self._time[rows]))
+        return rows[order][:limit]
 
     def _keyword(
         self,
@@ -1605,6 +1700,8 @@ class SearchIndex:
         must be empty, and are gone afterwards."""
         count = len(order)
         self._fresh_norms()  # pending norms name slots by their old numbers
+        # Slots move: sorted and found again when next read.
+        self._by_key, self._put_since, self._with_feedback = None, [], None
         self._term_groups.clear()  # slots move: made again on their next use
         inverse = np.full(len(self._ids), -1, dtype=np.int64)
         inverse[order] = np.arange(count)

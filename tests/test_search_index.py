@@ -462,6 +462,86 @@ def test_owner_filters_make_the_owners_entries_the_candidates(ops, query, agent,
         assert index.ordered(strategy="auto", limit=limit, exclude=exclude, owner=owner) is None
 
 
+read = st.tuples(
+    st.just("read"),
+    st.sampled_from(["recent", "auto", "keyword"]),
+    st.sampled_from([1, 2, 5, 30]),
+    st.sampled_from([None, "a1", "a2"]),  # owner filter by agent
+    st.sets(st.integers(0, 11), max_size=2),
+)
+reput = st.tuples(
+    st.just("put"),
+    st.integers(0, 11),
+    st.sampled_from([None, "c1"]),
+    st.sampled_from([0.0, 0.0, 0.0, 1.0, -1.0, 2.0]),
+    st.integers(0, 5),  # append time: ties are common
+    st.integers(0, 2),  # partition
+    st.sampled_from([None, "a1", "a2"]),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(st.one_of(reput, reput, drop, read), min_size=1, max_size=40),
+    resort_from=st.sampled_from([0, 1, 3, 1024]),
+    ordering_only=st.booleans(),
+)
+def test_recalls_without_text_between_writes_order_as_a_scan(ops, resort_from, ordering_only):
+    """A recall without text walks the entries sorted newest first when it last sorted
+    them, skipping those changed since, and merges the ones put since: reads between
+    puts, removals, feedback changes and re-sorts each order as a scan of what is live."""
+    import laser_memory.search_index as search_index
+
+    index = SearchIndex(LABEL, ordering_only=ordering_only)
+    live: dict[bytes, MemoryItem] = {}
+    offsets = iter(range(10_000))
+    before, search_index.RESORT_FROM = search_index.RESORT_FROM, resort_from
+    try:
+        for op in ops:
+            if op[0] == "put":
+                _, n, conversation, weight, time, partition, agent = op
+                item = _item(n, f"body {n}", conversation, weight, None,
+                             (time, partition, next(offsets)))  # fmt: skip
+                item = msgspec.structs.replace(
+                    item, scope=MemoryScope(conversation=conversation, agent=agent)
+                )
+                live[item.id.bytes] = item
+                index.put(item.id.bytes, item)
+            elif op[0] == "drop":
+                live.pop(op[1].to_bytes(16, "big"), None)
+                index.put(op[1].to_bytes(16, "big"), None)
+            else:
+                _, strategy, limit, agent, excluded = op
+                exclude = frozenset(n.to_bytes(16, "big") for n in excluded)
+                owner = None if agent is None else (agent, None, None, None)
+                mine = [i for i in live.values() if agent is None or i.scope.agent == agent]
+                want = rank(mine, strategy=strategy, limit=limit, exclude=exclude)
+                got = index.ordered(strategy=strategy, limit=limit, exclude=exclude, owner=owner)
+                assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+                    (i.id.bytes, i.score, i.signals) for i in want
+                ], (strategy, limit, agent)
+    finally:
+        search_index.RESORT_FROM = before
+
+
+def test_an_entry_that_moved_back_since_the_sort_leaves_its_old_place():
+    """An item whose newest remember was forgotten goes back to an older key: its old
+    place among the sorted entries must not count toward the limit there."""
+    index = SearchIndex(None, ordering_only=True)
+    a = _item(1, "a", None, 0.0, None, (5, 0, 1))
+    b = _item(2, "b", None, 0.0, None, (3, 0, 2))
+    index.put(a.id.bytes, a)
+    index.put(b.id.bytes, b)
+    assert [raw for raw, _ in index.ordered(strategy="recent", limit=1, exclude=frozenset())] == [
+        a.id.bytes
+    ]
+    moved = _item(1, "a", None, 0.0, None, (1, 0, 0))
+    index.put(moved.id.bytes, moved)
+    for strategy in ("recent", "auto"):
+        got = index.ordered(strategy=strategy, limit=1, exclude=frozenset())
+        assert [raw for raw, _ in got] == [b.id.bytes], strategy
+
+
 def test_an_owners_keyword_statistics_are_its_own():
     """Other owners' items are no candidates: a word common among them but rare among
     this owner's items must weigh as it does among this owner's."""
