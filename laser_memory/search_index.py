@@ -283,8 +283,8 @@ class SearchIndex:
         # The entries newest first by position key, as slots with their keys when sorted
         # (an entry whose key or life changed since is skipped), and the slots put since:
         # a recall without text walks it from the newest, so its cost follows the limit,
-        # not the index. Made at the first such recall, and again when the slots put since
-        # outgrow a quarter of it.
+        # not the index. Made at a recall without text when there is none; dropped when
+        # the slots put since outgrow a quarter of it (`_note_put`).
         self._by_key: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._put_since: list[int] = []
         # The slots with feedback, found when first wanted after they changed.
@@ -616,7 +616,7 @@ class SearchIndex:
         )
         block.irregular.append(irregular)
         if self._by_key is not None:
-            self._put_since.append(slot)
+            self._note_put(slot)
         self._set_vector(slot, item)
         if not self.ordering_only:
             self._link(slot, scope.conversation or "", key)
@@ -807,10 +807,20 @@ class SearchIndex:
         self._length[slot] = length
         self._alive[slot] = True
         if self._by_key is not None:
-            self._put_since.append(slot)
+            self._note_put(slot)
         self._set_vector(slot, item)
         if not self.ordering_only:  # neighbours are for ranking text
             self._link(slot, item.scope.conversation or "", key)
+
+    def _note_put(self, slot: int) -> None:
+        """Keep ``slot`` among those put since the newest-first sort; past a quarter of
+        the sorted entries (or `RESORT_FROM`), drop the sort: the next recall without
+        text sorts again, and an index that only searches from now on holds no list
+        that grows with every put."""
+        self._put_since.append(slot)
+        assert self._by_key is not None
+        if len(self._put_since) > max(RESORT_FROM, len(self._by_key[0]) // 4):
+            self._by_key, self._put_since = None, []
 
     def _set_vector(self, slot: int, item: MemoryItem) -> None:
         """Keep the item's vector in ``slot`` when its embedder is the index's."""
@@ -1121,9 +1131,7 @@ class SearchIndex:
         if limit == 0 or not self._documents:
             return none
         size = len(self._ids)
-        if self._by_key is None or len(self._put_since) > max(
-            RESORT_FROM, len(self._by_key[0]) // 4
-        ):
+        if self._by_key is None:
             slots = np.flatnonzero(self._alive[:size])
             partition, offset = self._partition[slots], self._offset[slots]
             order = np.lexsort((-offset, -partition, -self._time[slots]))

@@ -542,6 +542,23 @@ def test_an_entry_that_moved_back_since_the_sort_leaves_its_old_place():
         assert [raw for raw, _ in got] == [b.id.bytes], strategy
 
 
+def test_puts_after_a_sort_are_not_kept_without_bound():
+    """An index read once without text, then only searched, must not keep a list of
+    every slot put since: past a quarter of the sorted entries the sort is dropped."""
+    from laser_memory.search_index import RESORT_FROM
+
+    index = SearchIndex(None)
+    first = _item(0, "alpha", None, 0.0, None, (0, 0, 0))
+    index.put(first.id.bytes, first)
+    index.ordered(strategy="recent", limit=1, exclude=frozenset())
+    items = [_item(n, "beta", None, 0.0, None, (n, 0, n)) for n in range(1, 3 * RESORT_FROM)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    assert len(index._put_since) <= RESORT_FROM
+    got = index.ordered(strategy="recent", limit=2, exclude=frozenset())
+    assert [raw for raw, _ in got] == [items[-1].id.bytes, items[-2].id.bytes]
+
+
 def test_an_owners_keyword_statistics_are_its_own():
     """Other owners' items are no candidates: a word common among them but rare among
     this owner's items must weigh as it does among this owner's."""
