@@ -17,7 +17,10 @@ came from, and its `Session`:
   went into.
 
 A handler that raises does not stop the agent: the error is kept in `Agent.failures`
-and the next message is handled (messages are not retried). With ``consolidate_every``
+and the next message is handled (messages are not retried). If the log itself fails the
+agent's read (a broker that cannot be reached, a log stopped under it), the agent stops
+listening: the error is kept in `Agent.failures` too, and `drain` raises it rather than
+waiting out its timeout; `start` again after `stop` listens anew. With ``consolidate_every``
 and a ``consolidator`` (one without the other is a `ConfigError`), a
 `ConsolidationDriver` runs its first pass when the agent starts and one each interval
 after; a failed pass does not stop later ones; `stop` ends both.
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from . import inputs
 from .errors import ConfigError, InvalidInput, RecordDecodeError, WaitTimeout, shown
 from .ids import validate_name
 from .items import MemoryItem
@@ -223,6 +227,8 @@ class Agent:
         self._positions: dict[int, int] = {}
         self._progress = asyncio.Condition()
         self._stopped = False
+        # Why the agent stopped listening, if its read of the log failed.
+        self._read_failed: Exception | None = None
 
     @property
     def consolidation(self) -> ConsolidationDriver | None:
@@ -231,11 +237,16 @@ class Agent:
 
     async def start(self) -> None:
         """Start listening (from the topic's end: messages sent from now on) and the
-        consolidation timer. Safe to call twice."""
-        if self._group is not None or self._stopped:
+        consolidation timer. Safe to call twice; after `stop` it starts again, from the
+        topic's end then (what was sent while it was stopped is not handled)."""
+        if self._group is not None:
             return
+        self._stopped = False
         start = await self.laser.log.end_offsets(self.topic)
+        if self._stopped or self._group is not None:
+            return  # stopped, or started by another call, while it looked
         self._positions = dict(start)
+        self._read_failed = None
         self._group = asyncio.TaskGroup()
         await self._group.__aenter__()
         self._listener = self._group.create_task(
@@ -253,9 +264,12 @@ class Agent:
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait until every message on the sessions topic when called has been handled
         (or skipped: another agent's); raises `WaitTimeout` after ``timeout`` seconds."""
+        timeout = inputs.wait_seconds(timeout)
         ends = await self.laser.log.end_offsets(self.topic)
 
         def done() -> bool:
+            if self._read_failed is not None:
+                return True
             return all(self._positions.get(p, 0) >= end for p, end in ends.items())
 
         try:
@@ -266,11 +280,14 @@ class Agent:
                 f"agent {shown(self.agent_id)} has not handled the messages sent so far within "
                 f"{timeout}s ({self.handled} handled, {len(self.failures)} failed)"
             ) from None
+        if self._read_failed is not None:
+            raise self._read_failed
 
     async def stop(self) -> None:
         """Stop the timer and the listener; a message being handled is cancelled. Safe
         to call twice."""
         self._stopped = True
+        self._ready.clear()
         if self._driver is not None:
             await self._driver.stop()
         if self._group is None:
@@ -296,12 +313,20 @@ class Agent:
             )
 
     async def _listen(self, start: dict[int, int]) -> None:
-        async for batch in self.laser.log.read(self.topic, start, follow=True):
-            for log_record in batch:
-                await self._handle(log_record)
-                async with self._progress:
-                    self._positions[log_record.partition] = log_record.offset + 1
-                    self._progress.notify_all()
+        try:
+            async for batch in self.laser.log.read(self.topic, start, follow=True):
+                for log_record in batch:
+                    await self._handle(log_record)
+                    async with self._progress:
+                        self._positions[log_record.partition] = log_record.offset + 1
+                        self._progress.notify_all()
+        except Exception as exc:
+            # Kept and raised by `drain`, not left to the task group: its parent, the
+            # task that called `start`, is long done, so asyncio would only log it.
+            self._read_failed = exc
+            self.failures.append(exc)
+            async with self._progress:
+                self._progress.notify_all()
 
     async def _handle(self, log_record: LogRecord) -> None:
         try:

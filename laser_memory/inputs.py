@@ -33,6 +33,7 @@ __all__ = [
     "expiry",
     "origin",
     "producer",
+    "wait_seconds",
     "wait_target",
     "weight",
 ]
@@ -262,6 +263,13 @@ def wait_target(
             raise InvalidInput(
                 f"the receipt is for topic {shown(receipt.topic)}, this handle reads {shown(topic)}"
             )
+    wait_seconds(timeout)
+    return receipt, others
+
+
+def wait_seconds(timeout: Any) -> float:
+    """A wait's ``timeout``: a number of seconds from 0 to 1e9 (NaN, infinity, a string or
+    a bool are refused with `InvalidInput`)."""
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 1e9:
         raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {shown(timeout)}")
-    return receipt, others
+    return float(timeout)

@@ -126,3 +126,52 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
         await laser.spawn_agent("", AgentTopic.SESSIONS, print)
     with pytest.raises(lm.InvalidInput):
         await laser.send_to_agent("triage", "")
+
+
+async def test_an_agent_started_again_after_stop_listens_anew(laser: lm.Laser):
+    """`start` after `stop` did nothing at all: the agent stayed deaf without a word."""
+    got: list[bytes] = []
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: got.append(m.payload))
+    try:
+        await laser.send_to_agent("triage", "first")
+        await agent.drain()
+        await agent.stop()
+        await laser.send_to_agent("triage", "while stopped")
+        await agent.start()
+        await agent.ready()
+        await laser.send_to_agent("triage", "after the restart")
+        await agent.drain()
+        assert got == [b"first", b"after the restart"]  # it listens from the end again
+    finally:
+        await agent.stop()
+
+
+async def test_drain_takes_a_number_of_seconds(laser: lm.Laser):
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: None)
+    try:
+        for timeout in (-1, float("nan"), float("inf"), "5", True, None):
+            with pytest.raises(lm.InvalidInput, match="timeout is a number of seconds"):
+                await agent.drain(timeout)  # type: ignore[arg-type]
+        await agent.drain(0)
+    finally:
+        await agent.stop()
+
+
+async def test_a_read_that_fails_is_kept_not_logged(tmp_path):
+    """The log failing the agent's read ended its listener with an error asyncio could
+    only log (the task group's parent, the task that called start, was long done): the
+    agent went deaf and drain waited out its timeout. Now the error is in `failures`."""
+    logged: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: logged.append(context))
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.bootstrap(partitions=2)
+        agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: None)
+        try:
+            await laser.log.stop()
+            await until(lambda: agent.failures)
+            assert isinstance(agent.failures[0], lm.LogClosed)
+            with pytest.raises(lm.LogClosed):
+                await agent.drain(1)
+        finally:
+            await agent.stop()
+    assert logged == []

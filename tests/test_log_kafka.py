@@ -96,3 +96,56 @@ async def test_a_finished_read_leaves_its_consumer_tracking_only_the_topic_it_re
         await log.append(other, OutgoingRecord(b"y"))
         assert [r.value async for batch in log.read(other) for r in batch] == [b"y"]
         assert log._idle_consumers == [idle] and idle._client._topics == {other}
+
+
+async def test_reads_cancelled_while_their_consumers_start_leave_nothing_open(
+    kafka_bootstrap, topic_name
+):
+    # A read cancelled while its new consumer was starting (an agent stopped just after
+    # it started) left that consumer open, or, cancelled inside aiokafka's connect, one
+    # of its connections: "Unclosed AIOKafkaConsumer" / "Unclosed AIOKafkaConnection"
+    # when collected. Cancelled at every loop turn of a start, nothing is left open.
+    import asyncio
+    import gc
+    import logging
+    import warnings
+
+    from laser_memory.log import connect_log
+
+    reported: list[str] = []
+
+    class Report(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            reported.append(record.getMessage())
+
+    handler = Report()
+    logging.getLogger("asyncio").addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+                await log.create_topic(topic_name, partitions=1)
+
+                async def follow() -> None:
+                    async for _ in log.read(topic_name, follow=True):
+                        pass
+
+                for turns in range(40):
+                    reader = asyncio.create_task(follow())
+                    for _ in range(turns):
+                        await asyncio.sleep(0)
+                    reader.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await reader
+                    del reader
+                # What the cancelled reads started serves the next read.
+                await log.append(topic_name, OutgoingRecord(b"after"))
+                [[record]] = [batch async for batch in log.read(topic_name)]
+                assert record.value == b"after"
+            gc.collect()
+            await asyncio.sleep(0.1)
+    finally:
+        logging.getLogger("asyncio").removeHandler(handler)
+    unclosed = [str(w.message) for w in caught if "Unclosed" in str(w.message)]
+    unclosed += [message for message in reported if "Unclosed" in message or "destroyed" in message]
+    assert unclosed == []

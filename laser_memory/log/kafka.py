@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -280,6 +281,8 @@ class KafkaLog(LogLifecycle):
         self._producer: AIOKafkaProducer | None = None
         self._idle_consumers: list[AIOKafkaConsumer] = []
         self._busy_consumers: set[AIOKafkaConsumer] = set()
+        # Starts of new consumers under way (see `_acquire_consumer`).
+        self._starting: set[asyncio.Future[None]] = set()
         self._topics: dict[str, _TopicSettings] = {}
         self._describing: dict[str, asyncio.Future[_TopicSettings]] = {}
         # The last record batch of our own sent to each (topic, partition): see `_send`.
@@ -357,6 +360,10 @@ class KafkaLog(LogLifecycle):
                 self._deadlines.close()
 
     async def _close_clients(self) -> None:
+        # Consumers still starting land among the idle ones first (`_adopt`).
+        while self._starting:
+            await asyncio.wait(list(self._starting))
+            await asyncio.sleep(0)  # their done callbacks
         consumers = self._idle_consumers + list(self._busy_consumers)
         self._idle_consumers, self._busy_consumers = [], set()
         for consumer in consumers:
@@ -753,12 +760,38 @@ class KafkaLog(LogLifecycle):
                 fetch_max_wait_ms=int(cfg.fetch_wait_s * 1000),
                 request_timeout_ms=int(cfg.request_timeout_s * 1000),
             )
+            # The start is never cut short: aiokafka cancelled while it connects leaves a
+            # connection open that nothing closes. A read cancelled meanwhile leaves the
+            # start to finish, and the consumer goes to the idle ones (`_adopt`).
+            starting = asyncio.ensure_future(self._start_consumer(consumer))
+            self._starting.add(starting)
+            starting.add_done_callback(self._starting.discard)
             try:
-                await consumer.start()
-            except KafkaError as exc:
-                raise LogUnavailable(f"cannot reach Kafka for a read: {exc}") from exc
+                await asyncio.shield(starting)
+            except asyncio.CancelledError:
+                if not starting.done():
+                    starting.add_done_callback(functools.partial(self._adopt, consumer))
+                raise
         self._busy_consumers.add(consumer)
         return consumer
+
+    @staticmethod
+    async def _start_consumer(consumer: AIOKafkaConsumer) -> None:
+        try:
+            await consumer.start()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await _stop_consumer(consumer)
+            if isinstance(exc, KafkaError):
+                raise LogUnavailable(f"cannot reach Kafka for a read: {exc}") from exc
+            raise
+
+    def _adopt(self, consumer: AIOKafkaConsumer, starting: asyncio.Future[None]) -> None:
+        """A consumer whose read was cancelled while it started: idle once started (a
+        failed start stopped it already)."""
+        if starting.cancelled() or starting.exception() is not None:
+            return
+        self._idle_consumers.append(consumer)  # stopped by `_close_clients` if stopping
 
     def _release_consumer(self, consumer: AIOKafkaConsumer) -> None:
         self._busy_consumers.discard(consumer)
