@@ -87,7 +87,11 @@ class LogLifecycle:
     def _check_started(self) -> None:
         if self._state != "started":
             if self._state == "new":
-                raise LogClosed("the log is not started; call 'await log.start()' first")
+                raise LogClosed(
+                    "the log is not started; call 'await log.start()' first (through a "
+                    "connection: 'async with laser_memory.connect(...)', or 'await "
+                    "laser.start()')"
+                )
             raise LogClosed("the log is stopped; open a new one")
         if os.getpid() != self._pid:
             # Threads do not survive a fork: its writer and connections are the parent's.
