@@ -187,7 +187,7 @@ async def test_a_clock_that_gives_no_moment_is_refused_and_nothing_is_written(tm
 async def test_a_connection_used_before_it_starts_says_how_to_start_it(tmp_path):
     # The message told a connection's user to start a log they never held.
     laser = lm.connect(f"local://{tmp_path / 'log'}")
-    with pytest.raises(lm.LogClosed, match="async with laser_memory.connect"):
+    with pytest.raises(lm.LogClosed, match=r"async with laser_memory\.connect"):
         await laser.memory("notes").remember("too early")
     with pytest.raises(lm.LogClosed, match=r"await laser\.start\(\)"):
         await laser.memory("notes").recall(folded=True)
