@@ -695,6 +695,33 @@ async def test_the_sweeper_runs_while_the_store_is_open(memory, clock):
     assert await store.stop_ttl_sweeper() is False  # already stopped
 
 
+async def test_a_failed_sweep_is_kept_and_the_next_one_runs(memory, clock):
+    """A sweep that raised (here a governor refusing the first remove) ended the
+    sweeper for the store's whole life, its error unseen until the store closed."""
+    refused: list[str] = []
+
+    def governor(write: lm.ProposedWrite) -> bool:
+        if write.op == "named.remove" and not refused:
+            refused.append(write.op)
+            return False
+        return True
+
+    laser = memory._laser
+    stepped = lm.Laser(laser.log, stream=laser.stream, view=laser.view_path, clock=clock)
+    _STEPPED.append(stepped)
+    governed = stepped.memory(memory.namespace, governor=governor)
+    async with LaserStore(governed, ttl={"sweep_interval_minutes": 0.001}) as store:
+        await store.aput(("t",), "k", {"v": 1}, ttl=1)
+        clock.step(2 * MINUTE)
+        for _ in range(200):
+            if await store.aget(("t",), "k", refresh_ttl=False) is None:
+                break
+            await asyncio.sleep(0.05)
+        assert await store.aget(("t",), "k", refresh_ttl=False) is None
+        assert refused == ["named.remove"]
+        assert [type(e) for e in store.sweep_failures] == [lm.PolicyDenied]
+
+
 def test_bad_store_settings_are_config_errors(tmp_path):
     async def check():
         async with lm.connect(f"local://{tmp_path / 'log'}") as laser:

@@ -16,7 +16,9 @@ is the JSON object ``{"value": ..., "ttl": minutes, "expires_at": ms}``.
 TTL follows LangGraph's `TTLConfig`: ``put(ttl=minutes)`` (or ``default_ttl``) sets an
 expiry, reads with ``refresh_ttl`` move it (a ``named.patch`` of ``expires_at``), and
 `LaserStore.sweep_ttl` removes what has expired with conditional removes, which never
-undo a newer put. Expired items stay readable until swept unless ``omit_expired``.
+undo a newer put; the sweeper ``async with`` runs keeps a failed sweep's error in
+`LaserStore.sweep_failures` and sweeps again at the next interval. Expired items stay
+readable until swept unless ``omit_expired``.
 
 Needs the optional extra: ``pip install 'laser-memory[langgraph]'``.
 
@@ -329,6 +331,8 @@ class LaserStore(BaseStore):
         self._unseen: dict[int, Appended] = {}
         self._parsed: dict[str, _Stored] = {}
         self._sweeper: asyncio.Task | None = None
+        #: What the sweeper's failed sweeps raised; a failed sweep does not end it.
+        self.sweep_failures: list[Exception] = []
         self._check_ttl_config(ttl)
         self.index_config: IndexConfig | None = None
         self._fields: list[str] = ["$"]
@@ -415,7 +419,10 @@ class LaserStore(BaseStore):
     async def _sweep_every(self, minutes: float) -> None:
         while True:
             await asyncio.sleep(minutes * 60)
-            await self.sweep_ttl()
+            try:
+                await self.sweep_ttl()
+            except Exception as exc:  # a broker blip must not end the sweeping for good
+                self.sweep_failures.append(exc)
 
     async def stop_ttl_sweeper(self) -> bool:
         """Stop the sweeper ``async with`` started (with ``sweep_interval_minutes``);
