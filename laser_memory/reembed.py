@@ -45,6 +45,10 @@ async def reembed(
         or not 1 <= batch_size <= 4096
     ):
         raise InvalidInput(f"batch_size is a whole number from 1 to 4096, got {shown(batch_size)}")
+    if progress is not None and not callable(progress):
+        raise InvalidInput(
+            f"progress is a callable taking (done, total), or None; got {shown(progress)}"
+        )
     if await memory._topic_info() is None:
         return 0
     state = await memory._reader.catch_up()

@@ -133,3 +133,11 @@ def test_reembed_from_the_command_line(tmp_path: Path):
 async def test_reembed_checks_its_arguments(laser: lm.Laser, batch_size):
     with pytest.raises(lm.InvalidInput, match="batch_size"):
         await laser.memory("notes").reembed(WordHashEmbedder(), batch_size=batch_size)
+
+
+async def test_reembed_refuses_a_progress_it_cannot_call(laser: lm.Laser):
+    # A progress that is no callable was a raw TypeError once the first batch was read.
+    memory = laser.memory("notes")
+    await memory.remember("a fact")
+    with pytest.raises(lm.InvalidInput, match="progress is a callable"):
+        await memory.reembed(WordHashEmbedder(), progress=5)  # type: ignore[arg-type]
