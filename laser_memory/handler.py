@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from .errors import ConfigError, shown
 from .kinds import MemoryKind, parse_kind
 
 if TYPE_CHECKING:
@@ -51,7 +52,12 @@ class MemoryHandler(Generic[R]):
         kind: str | MemoryKind | None = None,
     ) -> None:
         if not callable(inner):
-            raise TypeError(f"MemoryHandler wraps a callable handler, got {type(inner).__name__}")
+            raise ConfigError(f"MemoryHandler wraps a callable handler, got {shown(inner)}")
+        if not callable(getattr(memory, "remember", None)):
+            raise ConfigError(
+                f"MemoryHandler remembers into a memory handle (laser.memory(...)), got "
+                f"{shown(memory)}"
+            )
         self.inner = inner
         self.memory = memory
         self.kind = parse_kind(kind) if kind is not None else None

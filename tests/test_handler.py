@@ -63,3 +63,13 @@ def test_an_unknown_kind_is_refused_at_once(tmp_path):
     memory = lm.connect(f"local://{tmp_path}").memory("triage")
     with pytest.raises(lm.UnknownKind):
         lm.MemoryHandler(lambda message: None, memory).auto_remember("gossip")
+
+
+def test_a_handler_or_memory_of_the_wrong_kind_is_a_config_error(tmp_path):
+    # A handler that was no callable was a raw TypeError; a memory that was no handle
+    # was taken, and failed only at the first message.
+    memory = lm.connect(f"local://{tmp_path}").memory("triage")
+    with pytest.raises(lm.ConfigError, match="wraps a callable handler"):
+        lm.MemoryHandler("answer", memory)  # type: ignore[arg-type]
+    with pytest.raises(lm.ConfigError, match="remembers into a memory handle"):
+        lm.MemoryHandler(lambda message: None, "triage")  # type: ignore[arg-type]
