@@ -65,6 +65,10 @@ class ViewFolder:
         config: FolderConfig | None = None,
     ):
         check_topic_type(topic)
+        if not all(callable(getattr(log, m, None)) for m in ("read", "describe_topic")):
+            raise ConfigError(
+                f"a folder reads a log (a LocalLog, a KafkaLog, laser.log), got {shown(log)}"
+            )
         if config is not None and not isinstance(config, FolderConfig):
             raise ConfigError(f"config is a FolderConfig or None, got {type(config).__name__}")
         self._log = log

@@ -93,6 +93,11 @@ class RetentionDriver(PeriodicPass):
         limit: int = 1000,
     ) -> None:
         super().__init__(every=every)
+        if not all(callable(getattr(memory, m, None)) for m in ("purge", "forget_expired")):
+            raise ConfigError(
+                f"a retention driver runs over a memory handle (laser.memory(...)), got "
+                f"{shown(memory)}"
+            )
         if isinstance(older_than, datetime.datetime):
             raise ConfigError("a retention driver takes an age (older_than=timedelta or seconds)")
         if older_than is not None:

@@ -153,3 +153,9 @@ async def test_a_retention_driver_refuses_bad_settings(tmp_path: Path, options):
         settings = {"older_than": 60.0, "every": 1.0, **options}
         with pytest.raises((lm.ConfigError, lm.InvalidInput)):
             lm.RetentionDriver(laser.memory("notes"), **settings)
+
+
+def test_a_retention_driver_over_no_memory_handle_is_refused():
+    # It was taken, and each pass then failed into `failures` with an AttributeError.
+    with pytest.raises(lm.ConfigError, match="over a memory handle"):
+        lm.RetentionDriver("notes", older_than=60.0, every=1.0)  # type: ignore[arg-type]

@@ -266,6 +266,8 @@ async def test_feedback_ties_in_a_conversation_go_to_the_newest(viewed):
         (lambda log, path: FolderConfig(map_size=True), lm.ConfigError, "map_size"),
         (lambda log, path: ViewFolder(log, 5, path), lm.InvalidName, "topic name is a str"),
         (lambda log, path: ViewFolder(log, "t", None), lm.ConfigError, "view path"),
+        # A folder over no log was taken, and failed with an AttributeError in run().
+        (lambda log, path: ViewFolder("kafka://h:1", "t", path), lm.ConfigError, "reads a log"),
         (lambda log, path: ViewFolder(log, "t", path, {"map_size": 1}), lm.ConfigError, "Folder"),
         (lambda log, path: MemoryView.open(5), lm.ConfigError, "view path"),
         (lambda log, path: MemoryView.open(path, map_size=-1), lm.ConfigError, "map_size"),
