@@ -103,12 +103,14 @@ def clock() -> SteppedClock:
     return SteppedClock()
 
 
-def with_clock(memory: lm.MemoryHandle, clock: SteppedClock) -> lm.MemoryHandle:
+def with_clock(
+    memory: lm.MemoryHandle, clock: SteppedClock, governor: lm.Governor | None = None
+) -> lm.MemoryHandle:
     """The same namespace, log and view, on a connection whose clock the test moves."""
     laser = memory._laser
     stepped = lm.Laser(laser.log, stream=laser.stream, view=laser.view_path, clock=clock)
     _STEPPED.append(stepped)
-    return stepped.memory(memory.namespace)
+    return stepped.memory(memory.namespace, governor=governor)
 
 
 def vector_store(memory: lm.MemoryHandle, fields: list[str] | None = None, **kw) -> LaserStore:
@@ -681,17 +683,23 @@ async def test_a_sweep_never_removes_a_newer_put(memory, clock):
     assert await store.sweep_ttl() == 0
 
 
+async def _swept_by_the_sweeper(store: LaserStore, clock: SteppedClock) -> None:
+    """Put an item with a minute's ttl, let it expire, and wait for the running sweeper
+    to remove it."""
+    await store.aput(("t",), "k", {"v": 1}, ttl=1)
+    clock.step(2 * MINUTE)
+    for _ in range(200):
+        # Not refreshing: a read would move the expiry (refresh_on_read is on).
+        if await store.aget(("t",), "k", refresh_ttl=False) is None:
+            break
+        await asyncio.sleep(0.05)
+    assert await store.aget(("t",), "k", refresh_ttl=False) is None
+
+
 async def test_the_sweeper_runs_while_the_store_is_open(memory, clock):
     timed = with_clock(memory, clock)
     async with LaserStore(timed, ttl={"sweep_interval_minutes": 0.001}) as store:
-        await store.aput(("t",), "k", {"v": 1}, ttl=1)
-        clock.step(2 * MINUTE)
-        for _ in range(200):
-            # Not refreshing: a read would move the expiry (refresh_on_read is on).
-            if await store.aget(("t",), "k", refresh_ttl=False) is None:
-                break
-            await asyncio.sleep(0.05)
-        assert await store.aget(("t",), "k", refresh_ttl=False) is None
+        await _swept_by_the_sweeper(store, clock)
     assert await store.stop_ttl_sweeper() is False  # already stopped
 
 
@@ -706,18 +714,9 @@ async def test_a_failed_sweep_is_kept_and_the_next_one_runs(memory, clock):
             return False
         return True
 
-    laser = memory._laser
-    stepped = lm.Laser(laser.log, stream=laser.stream, view=laser.view_path, clock=clock)
-    _STEPPED.append(stepped)
-    governed = stepped.memory(memory.namespace, governor=governor)
+    governed = with_clock(memory, clock, governor)
     async with LaserStore(governed, ttl={"sweep_interval_minutes": 0.001}) as store:
-        await store.aput(("t",), "k", {"v": 1}, ttl=1)
-        clock.step(2 * MINUTE)
-        for _ in range(200):
-            if await store.aget(("t",), "k", refresh_ttl=False) is None:
-                break
-            await asyncio.sleep(0.05)
-        assert await store.aget(("t",), "k", refresh_ttl=False) is None
+        await _swept_by_the_sweeper(store, clock)
         assert refused == ["named.remove"]
         assert [type(e) for e in store.sweep_failures] == [lm.PolicyDenied]
 
