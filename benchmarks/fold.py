@@ -6,6 +6,10 @@
   the raw limit: msgspec-encoding the same records and putting them into LMDB in one
   transaction per batch; and 1,000 concurrent ``remember`` calls at a time (up to 20,000
   items) against the same limit.
+- The embedded log's share of ``remember_many``: `LocalLog.append_batch` given the very
+  records ``remember_many`` sends (made and encoded before the clock starts), in the same
+  batches, against the same raw limit. What is left between it and ``remember_many`` is
+  making and checking the records.
 - The asyncio floor: 1,000 gathered coroutines awaiting one future, the least any
   per-call async API costs, so the concurrent figure shows what is ours.
 - The fold (`ViewFolder` rebuilding a view of the whole topic) against its raw limit:
@@ -40,6 +44,7 @@ import msgspec
 import laser_memory as lm
 from folders.recency import RUN
 from folders.service import FolderConfig, ViewFolder
+from laser_memory.log.port import OutgoingRecord
 from laser_memory.records import Remember, decode_record, encode_record
 from laser_memory.scope import MemoryScope
 
@@ -147,6 +152,36 @@ async def made_topics(laser: lm.Laser) -> None:
     await laser.bootstrap(partitions=laser.config.default_partitions)
 
 
+async def log_append(entries: list[dict]) -> float:
+    """Records a second the embedded log appends when given the records
+    ``remember_many`` sends for ``entries`` (keys, headers and values as its writer makes
+    them), in batches of 1,000, each awaited: the log's own share of the write path."""
+    with tempfile.TemporaryDirectory() as log_dir:
+        async with lm.connect(f"local://{log_dir}", stream="bench") as laser:
+            await made_topics(laser)
+            scopes = {
+                conversation: MemoryScope(stream="bench", conversation=conversation)
+                for conversation in {e["conversation"] for e in entries}
+            }
+            outgoing = []
+            for i, entry in enumerate(entries):
+                wire = encode_record(
+                    Remember(
+                        ns="notes",
+                        scope=scopes[entry["conversation"]],
+                        id=i.to_bytes(16, "big"),
+                        kind=1,
+                        body=entry["body"].encode(),
+                    )
+                )
+                outgoing.append(OutgoingRecord(wire.value, key=wire.key, headers=wire.headers))
+            topic = laser.memory_topic_name
+            start = time.perf_counter()
+            for first in range(0, len(outgoing), 1000):
+                await laser.log.append_batch(topic, outgoing[first : first + 1000])
+            return len(outgoing) / (time.perf_counter() - start)
+
+
 async def concurrent_remember(entries: list[dict]) -> float:
     """Items a second from 1,000 concurrent `remember` calls at a time (gathered: they
     share the log's group commits), on a log of their own."""
@@ -197,6 +232,8 @@ async def measure(items: int) -> dict[str, float]:
                 await memory.remember_many(entries[first : first + 1000])
             writes = items / (time.perf_counter() - start)
             encode_after = raw_encode_put(entries)
+            appends = await log_append(entries)
+            append_after = raw_encode_put(entries)
             values = []
             async for batch in laser.log.read(laser.memory_topic_name):
                 values.extend(record.value for record in batch)
@@ -215,6 +252,8 @@ async def measure(items: int) -> dict[str, float]:
             "concurrent remember items/s": gathered,
             "asyncio floor calls/s": floor,
             "raw encode+put items/s": (encode_before + encode_after) / 2,
+            "log append items/s": appends,
+            "raw encode+put around the log append items/s": (encode_after + append_after) / 2,
             "raw encode+put near them items/s": (concurrent_before + concurrent_after) / 2,
             "fold records/s": fold,
             "raw decode+put records/s": (decode_before + decode_after) / 2,
@@ -230,6 +269,14 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
     values = {
         "raw encode+put": (r["raw encode+put items/s"], "items/s"),
         "remember_many": (r["remember_many items/s"], "items/s"),
+        "raw encode+put, run around the log append": (
+            r["raw encode+put around the log append items/s"],
+            "items/s",
+        ),
+        "LocalLog append_batch (remember_many's records, made beforehand)": (
+            r["log append items/s"],
+            "items/s",
+        ),
         "raw encode+put, run around the concurrent calls": (
             r["raw encode+put near them items/s"],
             "items/s",
@@ -244,6 +291,9 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
     }
     ratios = {
         "remember_many": "raw encode+put",
+        "LocalLog append_batch (remember_many's records, made beforehand)": (
+            "raw encode+put, run around the log append"
+        ),
         "1,000 concurrent remember": "raw encode+put, run around the concurrent calls",
         "asyncio floor (1,000 gathered awaits)": "raw encode+put, run around the concurrent calls",
         "view puts (the layout's floor)": "raw decode+put",
@@ -265,6 +315,11 @@ def main() -> None:
         print(f"  {name:<34} {value:12,.0f}")
     ratios = [
         ("remember_many / raw encode+put", "remember_many items/s", "raw encode+put items/s"),
+        (
+            "log append / raw encode+put",
+            "log append items/s",
+            "raw encode+put around the log append items/s",
+        ),
         (
             "concurrent remember / raw",
             "concurrent remember items/s",
