@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from laser_memory.log.partitioner import partition_for
 from laser_memory.log.port import Log, TopicInfo
 
-from .state import MemoryState
+from .state import MemoryState, missing_records
 
 __all__ = ["FoldedReader"]
 
@@ -74,6 +74,8 @@ class FoldedReader:
                     partitions=behind,
                     until={p: ends[p] for p in behind},
                 ):
+                    if batch:
+                        self._state.set_aside.extend(missing_records(batch, self._positions))
                     for record in batch:
                         # Apply and advance together: nothing is ever folded twice.
                         self._state.apply(record)

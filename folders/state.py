@@ -49,6 +49,12 @@ fixed by the log):
   `MAX_NAMED_BODY_BYTES` or nest too deep), is set aside with its position
   and the reason, whatever it raises; the fold goes on. Every fold path
   (folded recall, the managed view, ``as_of``, replay) follows this rule.
+- Records a fold never saw are noted the same way (`missing_records`): when a
+  partition it had read up to some offset goes on at a later one, the records
+  between were gone from the log by the time it got there (the topic's
+  retention deleted them while the fold was behind). The fold of folded recall
+  and the managed view note it; a fold from a partition's start does not, since
+  what retention took before it began is no part of what it folds.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ import bisect
 import functools
 import math
 import operator
+from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
 import msgspec
@@ -136,6 +143,40 @@ class SetAside(msgspec.Struct, frozen=True):
     position: Position
     append_time_ms: int
     reason: str
+
+
+def missing_records(batch: Sequence[LogRecord], next_offsets: Mapping[int, int]) -> list[SetAside]:
+    """The notes for the records a fold reading ``batch`` never saw: for each record
+    that comes after an offset the fold expected next (``next_offsets``: partition ->
+    the offset after the last it read; absent or 0 when it read none of that partition
+    yet), one `SetAside` at the first missing offset, with the found record's append
+    time. A log's batch is one partition's records in offset order, mostly without a
+    jump: that case costs two comparisons."""
+    first, last = batch[0], batch[-1]
+    if first.partition == last.partition and last.offset - first.offset + 1 == len(batch):
+        expected = next_offsets.get(first.partition, 0)
+        return [_missing(first, expected)] if 0 < expected < first.offset else []
+    notes = []
+    ahead = dict(next_offsets)
+    for record in batch:
+        expected = ahead.get(record.partition, 0)
+        if 0 < expected < record.offset:
+            notes.append(_missing(record, expected))
+        ahead[record.partition] = record.offset + 1
+    return notes
+
+
+def _missing(found: LogRecord, expected: int) -> SetAside:
+    return SetAside(
+        Position(found.topic, found.partition, expected),
+        found.append_time_ms,
+        f"offsets {expected} to {found.offset - 1} of partition {found.partition} were gone "
+        "from the log when the fold reached them (the topic's retention deleted them while "
+        "the fold was behind): what they held is not in this fold, so an item whose later "
+        "feedback or forget went with them shows as it stood before. Rebuild the view "
+        "('laser-memory rebuild'; a new handle for folded recall) to fold only what the log "
+        "holds now",
+    )
 
 
 class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):

@@ -118,6 +118,7 @@ from .state import (
     history_entry,
     index_entry,
     kept,
+    missing_records,
     named_unchanged,
     remembered_entry,
     source_of,
@@ -641,7 +642,8 @@ class MemoryView:
             items: dict[bytes, tuple[ItemState, dict[bytes, bytes], str, str, bytes]] = {}
             named: dict[bytes, NamedState | None] = {}
             positions: dict[int, int] = {}
-            seq_raw = txn.get(b"seq", db=self._dbs["meta"])
+            meta_db = self._dbs["meta"]
+            seq_raw = txn.get(b"seq", db=meta_db)
             self._seq = int.from_bytes(seq_raw, "big") if seq_raw else 0
             if seq_raw is None:
                 txn.put(b"epoch", os.urandom(8), db=self._dbs["meta"])
@@ -653,19 +655,38 @@ class MemoryView:
             recent = RecencyWriter(txn.cursor(db=self._dbs["index"]))
             self._recent_pending = recent.pending
             apply_one = self._apply_one
+            # Where each partition's records are expected to go on: the stored position,
+            # then the batches'. A batch that goes on later lost records to retention.
+            next_offsets: dict[int, int] = {}
             for batch in batches:
                 if not batch:
                     continue
+                last = batch[-1]
+                for partition in (
+                    (last.partition,)
+                    if batch[0].partition == last.partition
+                    else {log_record.partition for log_record in batch}
+                ):
+                    if partition not in next_offsets:
+                        stored = txn.get(b"pos" + partition.to_bytes(4, "big"), db=meta_db)
+                        next_offsets[partition] = int.from_bytes(stored, "big") if stored else 0
+                for note in missing_records(batch, next_offsets):
+                    where = note.position
+                    txn.put(
+                        where.partition.to_bytes(4, "big") + where.offset.to_bytes(8, "big"),
+                        _encoder.encode(note),
+                        db=self._dbs["aside"],
+                    )
                 for log_record in batch:
                     apply_one(txn, log_record, generation, items, named)
                 # A log's batch is one partition's records in offset order (the port
                 # says so): its last record is the partition's new position.
-                last = batch[-1]
                 if batch[0].partition == last.partition:
-                    positions[last.partition] = last.offset + 1
+                    positions[last.partition] = next_offsets[last.partition] = last.offset + 1
                 else:
                     for log_record in batch:
                         positions[log_record.partition] = log_record.offset + 1
+                    next_offsets.update(positions)
                 count += len(batch)
             # Before the items below: their old entries may be among the gathered ones.
             recent.flush()

@@ -14,6 +14,7 @@ from folders.replay import replay
 from folders.service import ViewFolder
 from folders.state import MAX_NAMED_BODY_BYTES
 from folders.view import MemoryView
+from laser_memory.clock import SteppedClock
 from laser_memory.log import OutgoingRecord
 from laser_memory.records import (
     HEADER_NAMESPACE,
@@ -268,6 +269,106 @@ async def test_a_receipt_of_an_earlier_topic_generation_is_refused(laser: lm.Las
         assert [i.id for i in await managed.recall(after=new)] == [new]
         with pytest.raises(lm.ViewMismatch, match="generation"):
             await managed.recall(after=old, timeout=0.5)
+
+
+async def _delete_front(laser: lm.Laser, clock: SteppedClock, topic: str) -> None:
+    """Make the log drop every record of ``topic``'s partition 0 written so far, as
+    retention does: the embedded log by the clock passing the topic's retention (the
+    next write expires them), Kafka by the admin API's DeleteRecords (what retention
+    does, without waiting for the broker's next check)."""
+    if laser.log.url.startswith("local:"):
+        clock.step(60_000)
+        return
+    from aiokafka import TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+    end = (await laser.log.end_offsets(topic))[0]
+    client = AIOKafkaAdminClient(bootstrap_servers=laser.log.url.removeprefix("kafka://"))
+    await client.start()
+    try:
+        await client.delete_records({TopicPartition(topic, 0): RecordsToDelete(end)})
+    finally:
+        await client.close()
+
+
+async def test_records_deleted_before_a_fold_reached_them_are_noted_where_they_were(
+    any_log_url: str, stream_name: str, tmp_path: Path
+):
+    """A fold that was behind when the log dropped records (a folder down longer than
+    the topic's retention) goes on from the first record left, and says so: a set-aside
+    note at the first offset it never saw, naming the range, in the view's stats and
+    the handle's ``set_aside``. It matters most for a lost forget: the item it ended
+    still shows, and the note is how anyone can know. A fold from the start does not
+    note what was deleted before it began."""
+    clock = SteppedClock(1_800_000_000_000)
+    view = tmp_path / "view"
+    async with lm.connect(any_log_url, stream=stream_name, clock=clock) as laser:
+        await laser.bootstrap(
+            partitions=1, retention=10.0 if any_log_url.startswith("local:") else None
+        )
+        writer, behind = laser.memory("notes"), laser.memory("notes")
+        early = [await writer.remember(f"early {i}") for i in range(5)]
+        await ViewFolder(laser.log, writer.topic, view).run(until_caught_up=True)
+        assert len(await behind.recall(folded=True)) == 5
+        await writer.forget(early[0])
+        for i in range(3):
+            await writer.remember(f"middle {i}")
+        await _delete_front(laser, clock, writer.topic)
+        late = [await writer.remember(f"late {i}") for i in range(2)]
+        await ViewFolder(laser.log, writer.topic, view).run(until_caught_up=True)
+        behind_items = await behind.recall(folded=True)
+
+        fresh = laser.memory("notes")
+        fresh_items = await fresh.recall(folded=True)
+        assert [i.body for i in fresh_items] == [b"late 1", b"late 0"]
+        assert fresh.set_aside == []
+
+    # The forget went with the deleted records: the item it ended still shows in folds
+    # that had it, and the note says why.
+    assert early[0] in [i.id for i in behind_items]
+    [noted] = behind.set_aside
+    with MemoryView.open(view) as opened:
+        stats = opened.stats()
+    assert stats.set_aside_records == [noted]
+    assert (noted.position.partition, noted.position.offset) == (0, 5)
+    # Offsets 5 to 8 held the forget and the middle items; the late ones start at 9.
+    assert late[0].receipt.offset == 9
+    assert "offsets 5 to 8 of partition 0 were gone" in noted.reason
+    assert "retention" in noted.reason and "Rebuild" in noted.reason
+    assert noted.append_time_ms == late[0].receipt.append_time_ms
+
+    # A rebuild folds only what the log holds now, with nothing to note.
+    async with lm.connect(any_log_url, stream=stream_name, clock=clock) as laser:
+        await ViewFolder(laser.log, laser.memory("notes").topic, view).run(
+            until_caught_up=True, rebuild=True
+        )
+    async with lm.connect(any_log_url, stream=stream_name, view=view) as reader:
+        assert [i.body for i in await reader.memory("notes").recall()] == [b"late 1", b"late 0"]
+    with MemoryView.open(view) as opened:
+        assert opened.stats().set_aside_records == []
+
+
+def test_missing_records_notes_each_jump_once_and_nothing_before_a_first_read():
+    from folders.state import missing_records
+    from laser_memory.log.port import LogRecord
+
+    def batch(*positions: tuple[int, int]) -> list[LogRecord]:
+        return [LogRecord("t", p, o, 1_000 + o, None, b"", ()) for p, o in positions]
+
+    def noted(records, next_offsets) -> list[tuple[int, int, int]]:
+        return [
+            (n.position.partition, n.position.offset, n.append_time_ms)
+            for n in missing_records(records, next_offsets)
+        ]
+
+    run = batch((0, 7), (0, 8), (0, 9))
+    assert noted(run, {0: 7}) == []  # goes on where expected
+    assert noted(run, {}) == noted(run, {0: 0}) == []  # nothing read yet: nothing missed
+    assert noted(run, {0: 4}) == [(0, 4, 1_007)]  # 4 to 6 went before the fold got there
+    # Jumps inside a batch (offsets a log skipped), and a batch of several partitions.
+    assert noted(batch((0, 7), (0, 9), (0, 12)), {0: 7}) == [(0, 8, 1_009), (0, 10, 1_012)]
+    assert noted(batch((0, 0), (0, 2)), {}) == [(0, 1, 1_002)]
+    assert noted(batch((1, 5), (0, 3), (1, 7), (0, 4)), {1: 2}) == [(1, 2, 1_005), (1, 6, 1_007)]
 
 
 def test_set_aside_reasons_survive_encoding():
