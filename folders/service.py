@@ -22,7 +22,15 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from laser_memory.errors import ConfigError, InvalidInput, ViewLocked, shown
+from laser_memory.errors import (
+    ConfigError,
+    InvalidInput,
+    LogUnavailable,
+    UnknownTopic,
+    ViewLocked,
+    ViewMismatch,
+    shown,
+)
 from laser_memory.lmdb_env import check_map_size
 from laser_memory.log.naming import check_settings, check_topic_type
 from laser_memory.log.port import Log, LogRecord
@@ -111,6 +119,35 @@ class ViewFolder:
             raise ConfigError(f"cannot write the lock file {path}: {exc}") from None
         return fd
 
+    async def _same_topic(self, generation: str, view: MemoryView) -> None:
+        """Refuse to fold what was just read if the topic was deleted since the folder
+        began, or deleted and created again: a log reads a topic by name, so those
+        records may be the new topic's (Kafka goes on from the same offsets in it).
+        Asked after the records were read, so a batch of the new topic is always caught;
+        while the log cannot answer (a broker restarting) it is asked again, as nothing
+        may be folded until it has."""
+        wait = 0.1
+        while True:
+            try:
+                now = await self._log.describe_topic(self._topic)
+                break
+            except LogUnavailable:
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, 5.0)
+            except UnknownTopic:
+                raise UnknownTopic(
+                    f"topic {shown(self._topic)} was deleted while the folder ran; the view "
+                    f"at {self._path} keeps what it folded before (positions "
+                    f"{view.watermark()})"
+                ) from None
+        if now.generation != generation:
+            raise ViewMismatch(
+                f"topic {shown(self._topic)} was deleted and created again while the folder "
+                f"ran, so nothing more of it was folded: the view at {self._path} holds the "
+                f"old topic (positions {view.watermark()}). Rebuild it ('laser-memory "
+                "rebuild') to fold the new one"
+            )
+
     async def run(
         self,
         *,
@@ -171,6 +208,7 @@ class ViewFolder:
                             break
                         batches.append(nxt)
                         count += len(nxt)
+                    await self._same_topic(info.generation, view)
                     # The transaction finishes even if we are cancelled meanwhile: the view
                     # must not be closed under a running commit.
                     commit = asyncio.ensure_future(

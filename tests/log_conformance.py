@@ -302,6 +302,50 @@ class LogConformance:
         assert second.generation != first.generation
         assert await read_all(log, topic_name) == []
 
+    @pytest.mark.parametrize("again", [False, True], ids=["deleted", "recreated"])
+    async def test_a_follow_read_of_a_topic_deleted_under_it_says_so(
+        self, log_url: str, topic_name: str, again: bool
+    ):
+        """Deleted by another process while followed (and maybe created again), a topic
+        ends the read with `UnknownTopic`: it used to wait for ever (both logs), or go
+        on reading the new topic from the old offsets (Kafka)."""
+        async with connect_log(log_url) as log, connect_log(log_url) as other:
+            await log.create_topic(topic_name, partitions=1)
+            await log.append(topic_name, OutgoingRecord(b"old"))
+            seen: list[bytes] = []
+            started = asyncio.Event()
+
+            async def follow() -> None:
+                async for batch in log.read(topic_name, follow=True):
+                    seen.extend(r.value for r in batch)
+                    started.set()
+
+            task = asyncio.create_task(follow())
+            await asyncio.wait_for(started.wait(), 20)
+            await other.delete_topic(topic_name)
+            if again:
+                await other.create_topic(topic_name, partitions=1)
+            with pytest.raises(
+                UnknownTopic, match="deleted" + (" and created again" if again else "")
+            ):
+                await asyncio.wait_for(task, 20)
+            assert seen == [b"old"]
+
+    async def test_receipts_name_a_topic_created_again_elsewhere_once_described(
+        self, log_url: str, topic_name: str
+    ):
+        """A topic another process deleted and created again: once this log has described
+        it (every folded recall does), its appends carry the new generation, not the
+        one it learned first."""
+        async with connect_log(log_url) as log, connect_log(log_url) as other:
+            await log.create_topic(topic_name, partitions=1)
+            first = await log.append(topic_name, OutgoingRecord(b"old"))
+            await other.delete_topic(topic_name)
+            second = await other.create_topic(topic_name, partitions=1)
+            assert (await log.describe_topic(topic_name)).generation == second.generation
+            receipt = await log.append(topic_name, OutgoingRecord(b"new"))
+            assert receipt.generation == second.generation != first.generation
+
     async def test_create_topic_is_idempotent_and_refuses_another_shape(
         self, log: Log, topic_name: str
     ):

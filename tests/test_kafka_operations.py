@@ -279,6 +279,38 @@ async def test_every_write_has_a_deadline_kafka(own_broker, topic_name):
         assert receipt.offset == len(values) - 1
 
 
+async def test_an_idle_follow_read_outlives_a_paused_broker_kafka(own_broker, topic_name):
+    """A follow read that fetches nothing asks every second whether its topic is still
+    there; a broker that cannot answer (paused past the request timeout) is no answer,
+    so the read goes on and sees what is written once the broker is back."""
+    bootstrap, workdir = own_broker
+    config = KafkaLogConfig(bootstrap_servers=bootstrap, request_timeout_s=1.0)
+    async with KafkaLog(config) as log, KafkaLog(config) as writer:
+        await log.create_topic(topic_name, partitions=1)
+        await writer.append(topic_name, OutgoingRecord(b"before"))
+        seen: list[bytes] = []
+        first = asyncio.Event()
+
+        async def follow() -> None:
+            async for batch in log.read(topic_name, follow=True):
+                seen.extend(r.value for r in batch)
+                first.set()
+                if len(seen) >= 2:
+                    return
+
+        task = asyncio.create_task(follow())
+        await asyncio.wait_for(first.wait(), 20)
+        os.kill(_pid(workdir), signal.SIGSTOP)
+        try:
+            await asyncio.sleep(3.5)  # several checks, each timing out
+            assert not task.done()
+        finally:
+            os.kill(_pid(workdir), signal.SIGCONT)
+        await writer.append(topic_name, OutgoingRecord(b"after"))
+        await asyncio.wait_for(task, 60)
+        assert seen == [b"before", b"after"]
+
+
 async def test_a_broker_killed_during_writes_loses_and_duplicates_nothing_kafka(
     own_broker, topic_name
 ):

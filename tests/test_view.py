@@ -147,6 +147,53 @@ async def test_a_view_refuses_another_topic_and_a_recreated_one(viewed):
     assert await memory.recall() == []
 
 
+async def test_a_running_folder_stops_when_its_topic_is_recreated_and_folds_none_of_it(viewed):
+    """A topic deleted and created again by another process while a folder follows it:
+    the folder stops with an error instead of folding the new topic's records into the
+    old topic's view (Kafka read them on from the same offsets) or waiting for ever on
+    a topic that is gone (the embedded log did)."""
+    laser, view = viewed
+    memory = laser.memory("notes")
+    await memory.remember("old")
+    folder = asyncio.create_task(ViewFolder(laser.log, laser.memory_topic_name, view).run())
+    await memory.recall(after=await memory.remember("old, folded"))
+    async with lm.connect(laser.log.url, stream=laser.stream) as other:
+        await other.log.delete_topic(laser.memory_topic_name)
+        await other.bootstrap(partitions=4)
+        for i in range(3):
+            await other.memory("notes").remember(f"new {i}")
+    with pytest.raises((lm.ViewMismatch, lm.UnknownTopic), match="deleted"):
+        await asyncio.wait_for(folder, 30)
+    with MemoryView.open(view) as opened:
+        assert opened.stats().items == 2
+    with pytest.raises(lm.ViewMismatch, match="rebuild"):
+        await catch_up(laser, view)
+
+
+async def test_a_folder_asks_again_while_the_log_cannot_say_which_topic_it_holds(tmp_path):
+    """Before each commit the folder asks the log which topic it holds; a log that cannot
+    answer (a broker restarting) is asked again until it does, never taken as a change."""
+
+    class Blinking(LocalLog):
+        calls = 0
+
+        async def describe_topic(self, topic: str):
+            self.calls += 1
+            if 2 <= self.calls <= 4:  # the folder's start asks first; then three failures
+                raise lm.LogUnavailable("the log cannot answer just now")
+            return await super().describe_topic(topic)
+
+    url = f"local://{tmp_path / 'log'}"
+    async with lm.connect(url, stream="s") as laser:
+        await laser.memory("notes").remember_many(["a", "b", "c"])
+        topic = laser.memory_topic_name
+    async with Blinking(tmp_path / "log") as log:
+        assert await ViewFolder(log, topic, tmp_path / "view").run(until_caught_up=True) == 3
+        assert log.calls == 5
+    with MemoryView.open(tmp_path / "view") as opened:
+        assert opened.stats().items == 3
+
+
 async def test_read_replicas_are_identical(viewed, tmp_path):
     laser, view = viewed
     memory = laser.memory("notes")
@@ -855,9 +902,7 @@ async def test_a_log_and_a_view_never_share_a_folder(tmp_path):
     async with lm.connect(f"local://{other_log}", stream="s") as other:
         await other.memory("notes").remember("in another log")
         with pytest.raises(lm.ConfigError, match=r"holds a local log .*cannot also be a managed"):
-            await ViewFolder(other.log, other.memory_topic_name, log_dir).run(
-                until_caught_up=True
-            )
+            await ViewFolder(other.log, other.memory_topic_name, log_dir).run(until_caught_up=True)
         await ViewFolder(other.log, other.memory_topic_name, view_dir).run(until_caught_up=True)
     with pytest.raises(lm.ConfigError, match=r"holds a managed view .*cannot also be a local log"):
         async with lm.connect(f"local://{view_dir}", stream="s") as laser:
@@ -867,6 +912,7 @@ async def test_a_log_and_a_view_never_share_a_folder(tmp_path):
         assert [i.text for i in await laser.memory("notes").recall()] == ["in the log"]
     with MemoryView.open(view_dir) as view:
         assert view.stats().items == 1
+
     def databases(folder: Path) -> set[str]:
         env = lmdb.open(str(folder), max_dbs=16, readonly=True, lock=False)
         with env.begin() as txn:

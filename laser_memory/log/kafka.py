@@ -82,6 +82,8 @@ _WHOLE_BATCH_MIN = 16
 
 #: How long a reader's consumer may take to stop before its fetcher is cancelled again.
 _FETCHER_RECANCEL_S = 0.5
+#: How often a read that fetches nothing asks whether its topic is still there.
+_TOPIC_CHECK_S = 1.0
 
 
 def _unassign(consumer: AIOKafkaConsumer) -> None:
@@ -515,6 +517,10 @@ class KafkaLog(LogLifecycle):
             # Same topic as learned: its configs were read then (a reader checks the
             # generation on every catch-up; one metadata request is enough for that).
             return known
+        if known is not None:
+            # Deleted and created again elsewhere: appends must learn the new topic (its
+            # checks, and the generation their receipts carry) rather than go on as before.
+            self._topics.pop(topic, None)
         wanted = ("retention.ms", "max.message.bytes", "message.timestamp.type", "cleanup.policy")
         values: dict[str, str | None] = dict.fromkeys(wanted)
         try:
@@ -554,6 +560,26 @@ class KafkaLog(LogLifecycle):
         finally:
             self._release_consumer(consumer)
         return {tp.partition: offset for tp, offset in ends.items()}
+
+    async def _check_same_topic(self, topic: str, generation: str) -> None:
+        """Raise `UnknownTopic` if ``topic`` is no longer the generation a read began on.
+        A broker that cannot answer now is asked again at the next check: an idle read
+        outlives a broker's restart, as it did before it asked."""
+        try:
+            topic_id, _ = await self._topic_metadata(topic)
+        except LogUnavailable:
+            return
+        except UnknownTopic:
+            self._topics.pop(topic, None)
+            raise UnknownTopic(
+                f"topic {shown(topic)} was deleted while it was being read"
+            ) from None
+        if topic_id != generation:
+            self._topics.pop(topic, None)
+            raise UnknownTopic(
+                f"topic {shown(topic)} was deleted and created again while it was being read; "
+                "what was read came from the old topic"
+            )
 
     async def _partition_count(self, topic: str) -> int:
         return (await self._settings(topic)).partitions
@@ -810,7 +836,8 @@ class KafkaLog(LogLifecycle):
         max_batch: int = 1000,
     ) -> AsyncIterator[list[LogRecord]]:
         check_topic_type(topic)
-        count = await self._partition_count(topic)
+        settings = await self._settings(topic)
+        count, generation = settings.partitions, settings.generation
         chosen = validate_read(topic, count, start, partitions, until, max_batch, follow)
         if not follow:
             # A read that does not follow ends at the end offsets, even when asked for more.
@@ -826,6 +853,7 @@ class KafkaLog(LogLifecycle):
             consumer.assign(list(tps.values()))
             for p, tp in tps.items():
                 consumer.seek(tp, positions[p])
+            checked = time.monotonic()
             while pending:
                 try:
                     fetched = await consumer.getmany(
@@ -853,6 +881,11 @@ class KafkaLog(LogLifecycle):
                     if batch:
                         positions[tp.partition] = batch[-1].offset + 1
                         yield batch
+                if not fetched and time.monotonic() - checked >= _TOPIC_CHECK_S:
+                    # Nothing came: is the topic still there? Deleted, aiokafka waits for
+                    # it without end; created again, it would go on reading the new one.
+                    await self._check_same_topic(topic, generation)
+                    checked = time.monotonic()
                 if until is not None:
                     for p in list(pending):
                         if positions[p] >= until.get(p, 0):

@@ -648,8 +648,9 @@ class LocalLog(LogLifecycle):
                 return
             if not progressed:
                 self._require_started()
+                self._check_same_topic(topic, meta)
                 if until is not None and not follow:
-                    # Records below `until` are gone (retention or a deleted topic).
+                    # Records below `until` are gone (retention deleted them).
                     return
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
                 # cancel that races the wake-up, and a cancelled folder would never stop.
@@ -658,6 +659,21 @@ class LocalLog(LogLifecycle):
                         await wake.wait()
                 except TimeoutError:
                     pass
+
+    def _check_same_topic(self, topic: str, meta: _TopicMeta) -> None:
+        """Raise `UnknownTopic` if the topic a read began on was deleted (and maybe
+        created again: a topic of that name with another generation is another topic).
+        A read that finds nothing asks: it would otherwise wait on a topic that is gone
+        (following, for ever) or end early as if retention had dropped the rest."""
+        with self._reading() as txn:
+            raw = txn.get(topic.encode(), db=self._dbs["topics"])
+        if raw is not None and _meta_decoder.decode(raw).generation == meta.generation:
+            return
+        again = " and created again" if raw is not None else ""
+        raise UnknownTopic(
+            f"topic {shown(topic)} was deleted{again} while it was being read from the local "
+            f"log at {self._path}; what was read came from the old topic"
+        )
 
     def _read_partition(
         self,
