@@ -33,6 +33,25 @@ async def read_all(log: Log, topic: str, **kwargs) -> list[LogRecord]:
     return out
 
 
+async def following(log: Log, topic: str, until: int | None = None) -> tuple[asyncio.Task, list]:
+    """A task following ``topic`` from its start (ending once it has seen ``until``
+    records, if given), and the values it has seen so far; returned once it has seen
+    the first."""
+    seen: list[bytes] = []
+    first = asyncio.Event()
+
+    async def follow() -> None:
+        async for batch in log.read(topic, follow=True):
+            seen.extend(r.value for r in batch)
+            first.set()
+            if until is not None and len(seen) >= until:
+                return
+
+    task = asyncio.create_task(follow())
+    await asyncio.wait_for(first.wait(), 20)
+    return task, seen
+
+
 def by_partition(records: list[LogRecord]) -> dict[int, list[LogRecord]]:
     out: dict[int, list[LogRecord]] = {}
     for record in records:
@@ -312,16 +331,7 @@ class LogConformance:
         async with connect_log(log_url) as log, connect_log(log_url) as other:
             await log.create_topic(topic_name, partitions=1)
             await log.append(topic_name, OutgoingRecord(b"old"))
-            seen: list[bytes] = []
-            started = asyncio.Event()
-
-            async def follow() -> None:
-                async for batch in log.read(topic_name, follow=True):
-                    seen.extend(r.value for r in batch)
-                    started.set()
-
-            task = asyncio.create_task(follow())
-            await asyncio.wait_for(started.wait(), 20)
+            task, seen = await following(log, topic_name)
             await other.delete_topic(topic_name)
             if again:
                 await other.create_topic(topic_name, partitions=1)

@@ -24,7 +24,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 import laser_memory as lm
 from kafka_broker import kafka_local
 from laser_memory.log import KafkaLog, KafkaLogConfig, OutgoingRecord, connect_log
-from log_conformance import read_all
+from log_conformance import following, read_all
 
 pytestmark = pytest.mark.kafka
 
@@ -288,18 +288,7 @@ async def test_an_idle_follow_read_outlives_a_paused_broker_kafka(own_broker, to
     async with KafkaLog(config) as log, KafkaLog(config) as writer:
         await log.create_topic(topic_name, partitions=1)
         await writer.append(topic_name, OutgoingRecord(b"before"))
-        seen: list[bytes] = []
-        first = asyncio.Event()
-
-        async def follow() -> None:
-            async for batch in log.read(topic_name, follow=True):
-                seen.extend(r.value for r in batch)
-                first.set()
-                if len(seen) >= 2:
-                    return
-
-        task = asyncio.create_task(follow())
-        await asyncio.wait_for(first.wait(), 20)
+        task, seen = await following(log, topic_name, until=2)
         os.kill(_pid(workdir), signal.SIGSTOP)
         try:
             await asyncio.sleep(3.5)  # several checks, each timing out
