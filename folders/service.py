@@ -32,8 +32,8 @@ from laser_memory.errors import (
     shown,
 )
 from laser_memory.lmdb_env import check_map_size
-from laser_memory.log.naming import check_settings, check_topic_type
-from laser_memory.log.port import Log, LogRecord
+from laser_memory.log.naming import check_settings, check_topic_type, partitions_changed
+from laser_memory.log.port import Log, LogRecord, TopicInfo
 
 from .view import MemoryView, view_path_of
 
@@ -119,7 +119,7 @@ class ViewFolder:
             raise ConfigError(f"cannot write the lock file {path}: {exc}") from None
         return fd
 
-    async def _same_topic(self, generation: str, view: MemoryView) -> None:
+    async def _same_topic(self, info: TopicInfo, view: MemoryView) -> None:
         """Refuse to fold what was just read if the topic was deleted since the folder
         began, or deleted and created again: a log reads a topic by name, so those
         records may be the new topic's (Kafka goes on from the same offsets in it).
@@ -140,7 +140,9 @@ class ViewFolder:
                     f"at {self._path} keeps what it folded before (positions "
                     f"{view.watermark()})"
                 ) from None
-        if now.generation != generation:
+        if now.generation == info.generation and now.partitions != info.partitions:
+            raise partitions_changed(self._topic, info.partitions, now.partitions, "the folder")
+        if now.generation != info.generation:
             raise ViewMismatch(
                 f"topic {shown(self._topic)} was deleted and created again while the folder "
                 f"ran, so nothing more of it was folded: the view at {self._path} holds the "
@@ -208,7 +210,7 @@ class ViewFolder:
                             break
                         batches.append(nxt)
                         count += len(nxt)
-                    await self._same_topic(info.generation, view)
+                    await self._same_topic(info, view)
                     # The transaction finishes even if we are cancelled meanwhile: the view
                     # must not be closed under a running commit.
                     commit = asyncio.ensure_future(

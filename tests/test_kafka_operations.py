@@ -212,6 +212,35 @@ async def test_a_record_batch_the_broker_refuses_never_poisons_later_ones(
         assert values == [r.value for r in before + after]
 
 
+async def test_partitions_added_under_a_follow_read_or_a_folder_are_an_error(
+    kafka_bootstrap, stream_name, tmp_path
+):
+    """Partitions added to a topic (``kafka-topics --alter``) while a read or a folder
+    follows it: they would never read the new partitions, so they stop with
+    `TopicConflict` saying so; and a long-lived log describes the topic as it is now
+    (it kept the count it learned first, and placed keys by it)."""
+    from aiokafka.admin import NewPartitions
+
+    from folders.service import ViewFolder
+
+    url = f"kafka://{kafka_bootstrap}"
+    async with lm.connect(url, stream=stream_name) as laser:
+        await laser.bootstrap(partitions=2)
+        memory = laser.memory("notes")
+        await memory.remember("before")
+        topic = laser.memory_topic_name
+        read, _ = await following(laser.log, topic)
+        folder = asyncio.create_task(ViewFolder(laser.log, topic, tmp_path / "view").run())
+        async with lm.connect(url, stream=stream_name, view=tmp_path / "view") as reader:
+            await reader.memory("notes").recall(after=await memory.remember("folded"), timeout=20)
+        async with admin(kafka_bootstrap) as client:
+            await client.create_partitions({topic: NewPartitions(total_count=4)})
+        for task in (read, folder):
+            with pytest.raises(lm.TopicConflict, match="has 4 partitions now, 2 when"):
+                await asyncio.wait_for(task, 30)
+        assert (await laser.log.describe_topic(topic)).partitions == 4
+
+
 # -- a broker of our own, to pause and to kill ------------------------------------------
 
 

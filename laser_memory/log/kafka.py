@@ -62,6 +62,7 @@ from .lifecycle import LogLifecycle
 from .naming import (
     check_settings,
     check_topic_type,
+    partitions_changed,
     validate_outgoing,
     validate_partitions,
     validate_read,
@@ -513,13 +514,14 @@ class KafkaLog(LogLifecycle):
         if partitions == 0:
             raise UnknownTopic(f"topic {shown(topic)} has no partitions yet")
         known = self._topics.get(topic)
-        if known is not None and known.generation == topic_id:
+        if known is not None and (known.generation, known.partitions) == (topic_id, partitions):
             # Same topic as learned: its configs were read then (a reader checks the
             # generation on every catch-up; one metadata request is enough for that).
             return known
         if known is not None:
-            # Deleted and created again elsewhere: appends must learn the new topic (its
-            # checks, and the generation their receipts carry) rather than go on as before.
+            # Deleted and created again elsewhere, or given partitions: appends must learn
+            # the topic as it is (its checks, the generation their receipts carry, where
+            # keys go) rather than go on as before.
             self._topics.pop(topic, None)
         wanted = ("retention.ms", "max.message.bytes", "message.timestamp.type", "cleanup.policy")
         values: dict[str, str | None] = dict.fromkeys(wanted)
@@ -561,12 +563,13 @@ class KafkaLog(LogLifecycle):
             self._release_consumer(consumer)
         return {tp.partition: offset for tp, offset in ends.items()}
 
-    async def _check_same_topic(self, topic: str, generation: str) -> None:
-        """Raise `UnknownTopic` if ``topic`` is no longer the generation a read began on.
-        A broker that cannot answer now is asked again at the next check: an idle read
-        outlives a broker's restart, as it did before it asked."""
+    async def _check_same_topic(self, topic: str, generation: str, partitions: int | None) -> None:
+        """Raise `UnknownTopic` if ``topic`` is no longer the generation a read began on,
+        and `TopicConflict` if it no longer has ``partitions`` (None: not asked). A broker
+        that cannot answer now is asked again at the next check: an idle read outlives a
+        broker's restart, as it did before it asked."""
         try:
-            topic_id, _ = await self._topic_metadata(topic)
+            topic_id, now = await self._topic_metadata(topic)
         except LogUnavailable:
             return
         except UnknownTopic:
@@ -580,6 +583,9 @@ class KafkaLog(LogLifecycle):
                 f"topic {shown(topic)} was deleted and created again while it was being read; "
                 "what was read came from the old topic"
             )
+        if partitions is not None and now != partitions:
+            self._topics.pop(topic, None)
+            raise partitions_changed(topic, partitions, now)
 
     async def _partition_count(self, topic: str) -> int:
         return (await self._settings(topic)).partitions
@@ -883,8 +889,9 @@ class KafkaLog(LogLifecycle):
                         yield batch
                 if not fetched and time.monotonic() - checked >= _TOPIC_CHECK_S:
                     # Nothing came: is the topic still there? Deleted, aiokafka waits for
-                    # it without end; created again, it would go on reading the new one.
-                    await self._check_same_topic(topic, generation)
+                    # it without end; created again, it would go on reading the new one;
+                    # given partitions, a follow read would never read the new ones.
+                    await self._check_same_topic(topic, generation, count if follow else None)
                     checked = time.monotonic()
                 if until is not None:
                     for p in list(pending):

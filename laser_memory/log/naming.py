@@ -12,6 +12,7 @@ from ..errors import (
     InvalidName,
     InvalidRecord,
     RecordTooLarge,
+    TopicConflict,
     UnknownTopic,
     shown,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "MAX_PARTITIONS",
     "check_settings",
     "check_topic_type",
+    "partitions_changed",
     "validate_outgoing",
     "validate_partitions",
     "validate_read",
@@ -33,6 +35,20 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 #: The most partitions a topic may have.
 MAX_PARTITIONS = 10_000
+
+
+def partitions_changed(
+    topic: str, before: int, now: int, reader: str = "this read"
+) -> TopicConflict:
+    """The error for a topic given partitions (Kafka's ``kafka-topics --alter``) while
+    ``reader`` followed it with the ones it had."""
+    return TopicConflict(
+        f"topic {shown(topic)} has {now} partitions now, {before} when {reader} began: "
+        "partitions were added while it followed the topic, and it would never read the new "
+        "ones. Start it again to read them all; but keys now go to other partitions than "
+        "before, so a conversation's records sit on two (see 'Do not add partitions to a "
+        "memory topic' in the README)"
+    )
 
 
 def validate_topic(topic: str) -> str:
