@@ -15,7 +15,7 @@ import msgspec
 from laser_memory.access import resolve_tenant
 from laser_memory.errors import InvalidInput, shown
 from laser_memory.ids import MemoryId
-from laser_memory.inputs import aware_millis
+from laser_memory.inputs import aware_millis, receipt_fields
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Appended, Log, LogRecord
@@ -274,6 +274,7 @@ async def snapshot(
                 raise InvalidInput(
                     f"the receipt is for topic {shown(receipt.topic)}, not {shown(topic)}"
                 )
+            receipt_fields(receipt, info.partitions)
             if receipt.generation and receipt.generation != info.generation:
                 raise InvalidInput(
                     f"the receipt is for generation {receipt.generation} of {shown(topic)}, which "

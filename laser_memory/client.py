@@ -189,6 +189,7 @@ class Laser:
         create it within the timeout."""
         receipt, others = inputs.wait_target(topic, after, timeout)
         deadline = time.monotonic() + timeout
+        shape_checked = False
         while True:
             try:
                 view = self.managed_view()
@@ -214,6 +215,12 @@ class Laser:
                 )
             if folded is not None and all(view.has_passed(r.position) for r in (receipt, *others)):
                 return view
+            if not shape_checked:
+                # Not folded yet: a partition the topic lacks would be waited on in vain.
+                partitions = (await self.log.describe_topic(topic)).partitions
+                for one in (receipt, *others):
+                    inputs.receipt_fields(one, partitions)
+                shape_checked = True
             if time.monotonic() >= deadline:
                 raise WaitTimeout(
                     f"the view at {view.path} has not folded {receipt.topic} partition "

@@ -21,7 +21,7 @@ import numpy as np
 from .errors import BodyTooLarge, EmptyBody, InvalidBody, InvalidInput, InvalidWeight, shown
 from .ids import MemoryId, validate_name
 from .items import Source
-from .log.naming import validate_topic
+from .log.naming import MAX_PARTITIONS, validate_topic
 from .log.port import Appended
 from .records import MAX_DIMENSIONS, MAX_WEIGHT, Origin, Producer
 
@@ -63,8 +63,7 @@ def aware_millis(moment: datetime.datetime, what: str, example: str) -> int:
     machine's time zone. ``example`` shows the caller an aware one."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise InvalidInput(
-            f"{what} {moment.isoformat()} has no timezone; give an aware datetime, e.g. "
-            f"{example}"
+            f"{what} {moment.isoformat()} has no timezone; give an aware datetime, e.g. {example}"
         )
     return int(moment.timestamp() * 1000)
 
@@ -259,12 +258,43 @@ def wait_target(
             receipt = after
         if not isinstance(receipt, Appended):
             raise InvalidInput("after= takes a receipt returned by a write")
+        for one in (receipt, *others):
+            receipt_fields(one)
         if receipt.topic != topic:
             raise InvalidInput(
                 f"the receipt is for topic {shown(receipt.topic)}, this handle reads {shown(topic)}"
             )
     wait_seconds(timeout)
     return receipt, others
+
+
+_U63 = (1 << 63) - 1
+
+
+def receipt_fields(receipt: Appended, partitions: int | None = None) -> Appended:
+    """Refuse a receipt no write could have returned (msgspec Structs do not check
+    field types when built): a partition, offset or time that is no whole number in
+    range, a topic or generation that is no str; and, given the topic's ``partitions``,
+    a partition it lacks. `InvalidInput`, never a raw error from comparing them later."""
+    most = MAX_PARTITIONS if partitions is None else partitions
+    for name, value, top in (
+        ("partition", receipt.partition, most - 1),
+        ("offset", receipt.offset, _U63),
+        ("append time", receipt.append_time_ms, _U63),
+    ):
+        if type(value) is not int or not 0 <= value <= top:
+            raise InvalidInput(
+                f"the receipt's {name} is {shown(value)}: it is no receipt a write returned "
+                f"to this topic{f' (it has {partitions} partitions)' if partitions else ''}; "
+                "pass the receipt, or the MemoryId, that the write returned"
+            )
+    for name, value in (("topic", receipt.topic), ("generation", receipt.generation)):
+        if type(value) is not str:
+            raise InvalidInput(
+                f"the receipt's {name} is {shown(value)}, not a str: it is no receipt a write "
+                "returned; pass the receipt, or the MemoryId, that the write returned"
+            )
+    return receipt
 
 
 def wait_seconds(timeout: Any) -> float:

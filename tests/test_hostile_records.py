@@ -4,6 +4,7 @@ the managed view, ``as_of`` and replay — and the fold goes on. Over both logs.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import msgspec
@@ -369,6 +370,45 @@ def test_missing_records_notes_each_jump_once_and_nothing_before_a_first_read():
     assert noted(batch((0, 7), (0, 9), (0, 12)), {0: 7}) == [(0, 8, 1_009), (0, 10, 1_012)]
     assert noted(batch((0, 0), (0, 2)), {}) == [(0, 1, 1_002)]
     assert noted(batch((1, 5), (0, 3), (1, 7), (0, 4)), {1: 2}) == [(1, 2, 1_005), (1, 6, 1_007)]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"partition": "0"},
+        {"partition": True},
+        {"partition": 99},
+        {"offset": -1},
+        {"offset": 2**63},
+        {"append_time_ms": None},
+        {"generation": 5},
+    ],
+    ids=str,
+)
+async def test_a_forged_receipt_is_refused_not_waited_on(laser: lm.Laser, tmp_path, change):
+    """A receipt no write could have returned (msgspec does not check a Struct's field
+    types when it is made): an `InvalidInput` from every read that takes one, at once.
+    A string partition was a raw TypeError deep in the wait; a partition the topic
+    lacks was waited on until the timeout; a negative offset passed as folded."""
+    memory = laser.memory("notes")
+    written = await memory.remember("x")
+    forged = msgspec.structs.replace(written.receipt, **change)
+    view = tmp_path / "view"
+    await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    async with lm.connect(laser.log.url, stream=laser.stream, view=view) as reader:
+        managed = reader.memory("notes")
+        calls = [
+            lambda: managed.recall(after=forged, timeout=30),
+            lambda: managed.fetch("k", after=forged, timeout=30),
+            lambda: managed.named(after=forged, timeout=30),
+            lambda: managed.as_of(forged),
+        ]
+        if "partition" not in change or change["partition"] != 99:
+            # Folded reads never wait, so they do not ask how many partitions there are.
+            calls.append(lambda: managed.recall(after=forged, folded=True))
+        for call in calls:
+            with pytest.raises(lm.InvalidInput, match="receipt"):
+                await asyncio.wait_for(call(), 10)
 
 
 def test_set_aside_reasons_survive_encoding():
