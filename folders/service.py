@@ -40,6 +40,9 @@ from .view import MemoryView, view_path_of
 __all__ = ["FolderConfig", "ViewFolder"]
 
 Progress = Callable[[int, dict[int, int]], None]
+# How many times a folder asks for the log's end offsets, a second apart, before it takes
+# a log that ends before its view's positions as behind for good.
+_BEHIND_CHECKS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,17 @@ class ViewFolder:
             raise ConfigError(f"cannot write the lock file {path}: {exc}") from None
         return fd
 
+    async def _ends_not_behind(self, folded: dict[int, int]) -> dict[int, int]:
+        """The log's end offsets, asked again for a few seconds while any is below what
+        the view has folded: a Kafka partition's new leader may report a lower end for a
+        moment after a failover; a log restored from an older copy stays behind."""
+        for _ in range(_BEHIND_CHECKS):
+            ends = await self._log.end_offsets(self._topic)
+            if all(o <= ends.get(p, 0) for p, o in folded.items()):
+                break
+            await asyncio.sleep(1.0)
+        return ends
+
     async def _same_topic(self, info: TopicInfo, view: MemoryView) -> None:
         """Refuse to fold what was just read if the topic was deleted since the folder
         began, or deleted and created again: a log reads a topic by name, so those
@@ -180,7 +194,20 @@ class ViewFolder:
                 await asyncio.to_thread(view.clear)
             view.bind(self._topic, info.generation)
             start = view.watermark()
-            until = await self._log.end_offsets(self._topic) if until_caught_up else None
+            ends = await self._ends_not_behind(start)
+            ahead = {p: o for p, o in start.items() if o > ends.get(p, 0)}
+            if ahead:
+                # The log ends before what the view folded: a log restored from an older
+                # copy (its new records would take offsets the view holds as folded, and
+                # be skipped for ever), or a view of another log.
+                raise ViewMismatch(
+                    f"the view at {self._path} has folded topic {shown(self._topic)} further "
+                    f"than the log holds (partition: folded up to, log ends at: "
+                    f"{ {p: (o, ends.get(p, 0)) for p, o in ahead.items()} }): the log was "
+                    "restored from an older copy, or the view belongs to another log. "
+                    "Rebuild the view ('laser-memory rebuild')"
+                )
+            until = ends if until_caught_up else None
             queue: asyncio.Queue[list[LogRecord] | None] = asyncio.Queue(self._config.read_ahead)
             folded = 0
 

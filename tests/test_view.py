@@ -194,6 +194,36 @@ async def test_a_folder_asks_again_while_the_log_cannot_say_which_topic_it_holds
         assert opened.stats().items == 3
 
 
+async def test_a_log_restored_from_an_older_copy_is_refused_by_the_folder(tmp_path, monkeypatch):
+    """The embedded log's folder copied aside, written to, folded, then put back (a
+    restore from a backup): its next writes take offsets the view holds as folded, so
+    the folder would skip them for ever. It refuses to start instead, saying why."""
+    import shutil
+
+    import folders.service
+
+    monkeypatch.setattr(folders.service, "_BEHIND_CHECKS", 1, raising=False)  # no second look
+    log, copy, view = tmp_path / "log", tmp_path / "copy", tmp_path / "view"
+    async with lm.connect(f"local://{log}", stream="s") as laser:
+        await laser.memory("notes").remember("kept")
+    shutil.copytree(log, copy)
+    async with lm.connect(f"local://{log}", stream="s") as laser:
+        await laser.memory("notes").remember_many(["lost 1", "lost 2"])
+        await catch_up(laser, view)
+    shutil.rmtree(log)
+    shutil.copytree(copy, log)
+    async with lm.connect(f"local://{log}", stream="s") as laser:
+        await laser.memory("notes").remember("after the restore")
+        with pytest.raises(lm.ViewMismatch, match="restored from an older copy"):
+            await catch_up(laser, view)
+        await ViewFolder(laser.log, laser.memory_topic_name, view).run(
+            until_caught_up=True, rebuild=True
+        )
+    async with lm.connect(f"local://{log}", stream="s", view=view) as reader:
+        bodies = [i.body for i in await reader.memory("notes").recall()]
+        assert bodies == [b"after the restore", b"kept"]
+
+
 async def test_read_replicas_are_identical(viewed, tmp_path):
     laser, view = viewed
     memory = laser.memory("notes")
