@@ -649,26 +649,65 @@ async def reembed(url, stream, namespace, as_json, view, tenant, embedder, batch
 
 @main.command()
 @_view_option()
+@click.option(
+    "--url",
+    default=None,
+    help="The log the view folds: with it, stats also says how far the view is behind it.",
+)
 @click.option("--json", "as_json", is_flag=True)
-def stats(view: str, as_json: bool) -> None:
-    """Show a view's watermark, item counts and set-aside records."""
+def stats(view: str, url: str | None, as_json: bool) -> None:
+    """Show a view's watermark, item counts and set-aside records (with --url, how many
+    records of the log it has not folded yet)."""
     try:
         with MemoryView.open(view, create=False) as opened:
             result = opened.stats()
+        lag = asyncio.run(_view_lag(url, result)) if url is not None else None
     except LaserError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     if as_json:
-        click.echo(json.dumps(msgspec.to_builtins(result)))
+        out = msgspec.to_builtins(result)
+        if lag is not None:
+            out["log"] = lag
+        click.echo(json.dumps(out))
         return
     click.echo(f"view:       {result.path}")
     click.echo(f"topic:      {result.topic} (generation {result.generation})")
     click.echo(f"watermark:  {result.watermark}")
+    if lag is not None:
+        if lag["generation"] != result.generation:
+            click.echo(
+                f"log:        the topic was recreated since the view was built (generation "
+                f"{lag['generation']}): rebuild the view ('laser-memory rebuild')"
+            )
+        else:
+            click.echo(f"log ends:   {lag['end_offsets']}")
+            behind = sum(lag["behind"].values())
+            where = f" {lag['behind']}" if behind else " (caught up)"
+            click.echo(f"behind:     {behind} record(s){where}")
     click.echo(f"items:      {result.items}")
     click.echo(f"named:      {result.named_items}")
     click.echo(f"set aside:  {result.set_aside}")
     for aside in result.set_aside_records:
         position = aside.position
         click.echo(f"  partition {position.partition} offset {position.offset}: {aside.reason}")
+
+
+async def _view_lag(url: str, stats: Any) -> dict[str, Any] | None:
+    """How far a view is behind its log: the topic's generation and end offsets, and per
+    partition the records not folded yet (only those behind). None for a view that
+    folds no topic yet."""
+    if stats.topic is None:
+        return None
+    async with connect(url, create=False) as laser:
+        info = await laser.log.describe_topic(stats.topic)
+        same = info.generation == stats.generation
+        ends = await laser.log.end_offsets(stats.topic) if same else {}
+    behind = {p: end - stats.watermark.get(p, 0) for p, end in sorted(ends.items())}
+    return {
+        "generation": info.generation,
+        "end_offsets": ends,
+        "behind": {p: n for p, n in behind.items() if n > 0},
+    }
 
 
 @main.command()

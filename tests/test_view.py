@@ -116,6 +116,29 @@ async def test_bad_records_are_set_aside_and_counted(viewed):
     assert "set aside:  2" in out.output and "schema version 7" in out.output
 
 
+async def test_stats_with_the_log_say_how_far_the_view_is_behind(viewed):
+    laser, view = viewed
+    memory = laser.memory("notes")
+    await memory.remember("folded")
+    await catch_up(laser, view)
+    await memory.remember_many([{"body": f"new {i}", "conversation": f"c{i}"} for i in range(3)])
+    url = laser.log.url
+    out = await cli("stats", "--view", str(view), "--url", url)
+    assert out.exit_code == 0, out.output
+    assert "behind:     3 record(s)" in out.output
+    report = json.loads((await cli("stats", "--view", str(view), "--url", url, "--json")).output)
+    ends = await laser.log.end_offsets(laser.memory_topic_name)
+    assert report["log"]["end_offsets"] == {str(p): o for p, o in ends.items()}
+    assert sum(report["log"]["behind"].values()) == 3
+    await catch_up(laser, view)
+    out = await cli("stats", "--view", str(view), "--url", url)
+    assert "behind:     0 record(s) (caught up)" in out.output
+    await laser.log.delete_topic(laser.memory_topic_name)
+    await laser.bootstrap(partitions=4)
+    out = await cli("stats", "--view", str(view), "--url", url)
+    assert "recreated since the view was built" in out.output
+
+
 async def test_one_folder_writes_a_view_at_a_time(viewed):
     laser, view = viewed
     await laser.memory("notes").remember("x")
