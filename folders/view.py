@@ -670,6 +670,17 @@ class MemoryView:
                     if partition not in next_offsets:
                         stored = txn.get(b"pos" + partition.to_bytes(4, "big"), db=meta_db)
                         next_offsets[partition] = int.from_bytes(stored, "big") if stored else 0
+                first = batch[0]
+                if first.offset < next_offsets.get(first.partition, 0):
+                    # Records the view holds as folded, read again: folding them twice would
+                    # count their feedback twice. The log went back under the folder.
+                    raise ViewMismatch(
+                        f"partition {first.partition} of the log went back: offset "
+                        f"{first.offset} came after the view had folded up to "
+                        f"{next_offsets[first.partition]}, so nothing of this batch was "
+                        "folded. The log lost records the view holds (restored from an "
+                        "older copy?): rebuild the view ('laser-memory rebuild')"
+                    )
                 for note in missing_records(batch, next_offsets):
                     where = note.position
                     txn.put(

@@ -411,6 +411,35 @@ async def test_a_forged_receipt_is_refused_not_waited_on(laser: lm.Laser, tmp_pa
                 await asyncio.wait_for(call(), 10)
 
 
+def test_a_view_never_folds_a_record_twice_when_the_log_goes_back(tmp_path: Path):
+    """Records at offsets the view holds as folded, handed to it again (a log that went
+    back under its folder): folding them twice would count feedback twice, so the batch
+    is refused whole and the view stays as it was."""
+    from laser_memory.ids import MemoryId
+    from laser_memory.log.port import LogRecord
+    from laser_memory.records import Feedback
+
+    scope = MemoryScope(stream="s")
+    target = MemoryId.new().bytes
+    records = [
+        Remember(ns="notes", scope=scope, id=target, kind=1, body=b"x"),
+        Feedback(ns="notes", scope=scope, target=target, weight=1.0),
+        Feedback(ns="notes", scope=scope, target=target, weight=2.0),
+    ]
+    logged = [
+        LogRecord("t", 0, offset, 1_000 + offset, wire.key, wire.value, wire.headers)
+        for offset, wire in enumerate(map(encode_record, records))
+    ]
+    with MemoryView.open(tmp_path / "view") as view:
+        view.bind("t", "g")
+        assert view.apply([logged], "g") == 3
+        before = view.dump()
+        with pytest.raises(lm.ViewMismatch, match="went back"):
+            view.apply([logged[1:]], "g")
+        assert view.dump() == before
+        assert view.watermark() == {0: 3}
+
+
 def test_set_aside_reasons_survive_encoding():
     from folders.state import SetAside
     from laser_memory.log.port import Position
