@@ -568,6 +568,7 @@ class KafkaLog(LogLifecycle):
         and `TopicConflict` if it no longer has ``partitions`` (None: not asked). A broker
         that cannot answer now is asked again at the next check: an idle read outlives a
         broker's restart, as it did before it asked."""
+        self._require_started()  # a log stopped under the read: LogClosed, as its reads say
         try:
             topic_id, now = await self._topic_metadata(topic)
         except LogUnavailable:
