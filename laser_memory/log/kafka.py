@@ -574,19 +574,18 @@ class KafkaLog(LogLifecycle):
         except LogUnavailable:
             return
         except UnknownTopic:
-            self._topics.pop(topic, None)
-            raise UnknownTopic(
-                f"topic {shown(topic)} was deleted while it was being read"
-            ) from None
+            topic_id, now = None, None
+        if topic_id == generation and partitions in (None, now):
+            return
+        self._topics.pop(topic, None)  # appends must learn the topic as it is now
+        if topic_id is None:
+            raise UnknownTopic(f"topic {shown(topic)} was deleted while it was being read")
         if topic_id != generation:
-            self._topics.pop(topic, None)
             raise UnknownTopic(
                 f"topic {shown(topic)} was deleted and created again while it was being read; "
                 "what was read came from the old topic"
             )
-        if partitions is not None and now != partitions:
-            self._topics.pop(topic, None)
-            raise partitions_changed(topic, partitions, now)
+        raise partitions_changed(topic, partitions, now)
 
     async def _partition_count(self, topic: str) -> int:
         return (await self._settings(topic)).partitions
