@@ -14,6 +14,7 @@ import threading
 
 import pytest
 
+from laser_memory.errors import LogClosed
 from laser_memory.log import LocalLog, OutgoingRecord
 from log_conformance import LogConformance, read_all
 
@@ -31,6 +32,49 @@ async def test_concurrent_appends_share_durable_commits(tmp_path):
         assert sum((await log.end_offsets("t")).values()) == 500
         # Appends that arrive together ride one transaction (group commit).
         assert log.commits < 50
+
+
+async def test_stop_commits_every_append_made_before_it(tmp_path):
+    log = LocalLog(tmp_path)
+    await log.start()
+    await log.create_topic("t", partitions=2)
+    # The first append's commit is under way when the rest come: they wait for the next.
+    appends = [
+        asyncio.ensure_future(log.append_batch("t", [OutgoingRecord(b"%d" % i)] * (1 + i)))
+        for i in range(50)
+    ]
+    await asyncio.sleep(0)
+    await log.stop()
+    receipts = await asyncio.gather(*appends)
+    assert [len(r) for r in receipts] == [1 + i for i in range(50)]
+    async with LocalLog(tmp_path) as again:
+        assert sum((await again.end_offsets("t")).values()) == sum(1 + i for i in range(50))
+
+
+async def test_a_cancelled_stop_fails_the_appends_no_commit_took(tmp_path):
+    # A stop cancelled while it waits for appends still releases the log; appends that
+    # were waiting for a commit then fail with LogClosed (they hung for ever), and the
+    # one already committing lands and says so.
+    log = LocalLog(tmp_path)
+    await log.start()
+    await log.create_topic("t", partitions=1)
+    big = [OutgoingRecord(b"x" * 1000)] * 20_000
+    committing = asyncio.ensure_future(log.append_batch("t", big))
+    await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(log.append("t", OutgoingRecord(b"late")))
+    await asyncio.sleep(0)
+    stopping = asyncio.ensure_future(log.stop())
+    await asyncio.sleep(0)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert len(await asyncio.wait_for(committing, 30)) == 20_000
+    with pytest.raises(LogClosed, match="nothing of it was written"):
+        await asyncio.wait_for(waiting, 30)
+    with pytest.raises(LogClosed):
+        await log.append("t", OutgoingRecord(b"after"))
+    async with LocalLog(tmp_path) as again:
+        assert await again.end_offsets("t") == {0: 20_000}
 
 
 async def test_two_logs_on_one_folder_in_one_process_share_the_environment(tmp_path):
