@@ -471,11 +471,10 @@ class LocalLog(LogLifecycle):
         outcome: list[list[Appended] | Exception] | BaseException
         try:
             outcome = self._commit_group(group)
-        except lmdb.Error as exc:
-            outcome = self._write_error(exc)
-            outcome.__cause__ = exc
         except BaseException as exc:  # handed to the callers, never lost
             outcome = exc
+        # Nothing here may raise before the hand-over: a commit never handed back would
+        # leave its appends, and stop(), waiting for ever.
         try:
             loop.call_soon_threadsafe(self._committed, group, outcome)
         except RuntimeError:
@@ -494,6 +493,9 @@ class LocalLog(LogLifecycle):
             else:
                 self._start_commit(asyncio.get_running_loop())
         if isinstance(outcome, BaseException):
+            if isinstance(outcome, lmdb.Error):
+                cause, outcome = outcome, self._write_error(outcome)
+                outcome.__cause__ = cause
             for request in group:
                 if not request.future.done():
                     request.future.set_exception(outcome)
