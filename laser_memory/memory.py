@@ -310,6 +310,34 @@ class MemoryHandle:
         >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
         """
         self._check_publish()
+        if (
+            durable is False
+            and dedup is False
+            and origin is None
+            and producer is None
+            and embedding is None
+            and expires_at is None
+            and ttl is None
+            and supersedes is None
+            and self._embedder is None
+            and not self._writer.governed
+        ):
+            # The common call, made with no mapping, no list of records and no coroutine
+            # of the writer's: many concurrent calls pay for each object (and for the
+            # garbage collector walking them while they wait).
+            record = self._remembers.plain(
+                body, kind, conversation, tenant, agent, user, application
+            )
+            try:
+                [receipt] = await self._laser._appends.append_batch(
+                    self.topic, self._writer.outgoing((record,))
+                )
+            except UnknownTopic:  # the writer makes the topic, if it may, and writes again
+                [receipt] = await self._writer.write((record,))
+            self.last_receipt = receipt
+            mid = MemoryId._of(record.id)
+            mid.receipt = receipt
+            return mid
         entry = {
             "body": body,
             "kind": kind,

@@ -69,6 +69,7 @@ ENTRY_KEYS = frozenset({*REMEMBER_OPTIONS, "body"})
 _BODY_TYPES = (str, bytes, bytearray)
 # The keys of an entry that gives only its body, kind and owner (read first).
 _PLAIN_KEYS = frozenset({"body", "kind", "conversation", "agent", "user", "application", "tenant"})
+_FACT_CODE = MemoryKind.FACT.code
 
 
 class RememberBuilder:
@@ -120,39 +121,24 @@ class RememberBuilder:
                     f"unknown option(s) {', '.join(sorted(unknown))}; remember takes "
                     f"{', '.join(sorted(REMEMBER_OPTIONS))}"
                 )
-        data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
         get = entry.get
+        if not options and memory_id is None:
+            return self.plain(
+                entry["body"],
+                get("kind"),
+                get("conversation"),
+                get("tenant"),
+                get("agent"),
+                get("user"),
+                get("application"),
+                new_id,
+            )
+        data = inputs.body(entry["body"], self._laser.config.max_body_bytes)
         given_kind = get("kind")
         kind = MemoryKind.FACT if given_kind is None else parse_kind(given_kind)
-        owner = (get("conversation"), get("tenant"), get("agent"), get("user"), get("application"))
-        # Entries of a batch mostly share their scope: made and checked once.
-        try:
-            scope = self._scopes.get(owner)
-        except TypeError:  # a field that cannot hash is no string: _make_scope says so
-            scope = None
-        if scope is None:
-            scope = self._make_scope(
-                conversation=owner[0],
-                tenant=owner[1],
-                agent=owner[2],
-                user=owner[3],
-                application=owner[4],
-            )
-            if len(self._scopes) >= 1024:
-                self._scopes.clear()
-            self._scopes[owner] = scope  # every field is a str or None: checked above
-        if not options and memory_id is None:
-            if new_id is None:
-                new_id = new_id_bytes(self._laser.clock)
-            return Remember(
-                ns=self.namespace,
-                scope=scope,
-                id=new_id,
-                kind=kind.code,
-                body=data,
-                origin=self._origin,
-                producer=self._producer,
-            )
+        scope = self._scope_of(
+            (get("conversation"), get("tenant"), get("agent"), get("user"), get("application"))
+        )
         durable, dedup = get("durable"), get("dedup")
         for flag, value in (("durable", durable), ("dedup", dedup)):
             if value is not None and type(value) is not bool:
@@ -191,6 +177,56 @@ class RememberBuilder:
             ),
             supersedes=self._supersedes(get("supersedes"), memory_id),
         )
+
+    def plain(
+        self,
+        body: Any,
+        kind: Any = None,
+        conversation: Any = None,
+        tenant: Any = None,
+        agent: Any = None,
+        user: Any = None,
+        application: Any = None,
+        new_id: bytes | None = None,
+    ) -> Remember:
+        """The `Remember` of a body given with only its kind and owner, checked: the
+        common entry, made without a mapping (``remember``'s calls give their arguments
+        so; ``new_id`` as for `record`)."""
+        data = inputs.body(body, self._laser.config.max_body_bytes)
+        code = _FACT_CODE if kind is None else parse_kind(kind).code
+        scope = self._scope_of((conversation, tenant, agent, user, application))
+        if new_id is None:
+            new_id = new_id_bytes(self._laser.clock)
+        return Remember(
+            ns=self.namespace,
+            scope=scope,
+            id=new_id,
+            kind=code,
+            body=data,
+            origin=self._origin,
+            producer=self._producer,
+        )
+
+    def _scope_of(self, owner: tuple) -> MemoryScope:
+        """The checked scope of (conversation, tenant, agent, user, application)."""
+        # Entries of a batch, and a handle's calls, mostly share their scope: made and
+        # checked once.
+        try:
+            scope = self._scopes.get(owner)
+        except TypeError:  # a field that cannot hash is no string: _make_scope says so
+            scope = None
+        if scope is None:
+            scope = self._make_scope(
+                conversation=owner[0],
+                tenant=owner[1],
+                agent=owner[2],
+                user=owner[3],
+                application=owner[4],
+            )
+            if len(self._scopes) >= 1024:
+                self._scopes.clear()
+            self._scopes[owner] = scope  # every field is a str or None: checked above
+        return scope
 
     def replacements(self, records: list[Remember]) -> list[Superseded]:
         """The `Superseded` record of each remember that replaces an item: without a
@@ -289,25 +325,13 @@ class RecordWriter:
             self._framings[id(scope)] = (scope, kind, namespace, framing)
         return framing
 
+    @property
+    def governed(self) -> bool:
+        """Whether a governor is asked about each write (`write` asks it)."""
+        return self._governor is not None
+
     async def write(self, records: Sequence[MemoryRecord]) -> list[Appended]:
-        # Every record is encoded and measured before any is sent: a batch refused for
-        # bad input writes nothing.
-        limit = self._laser.config.max_record_bytes
-        outgoing = []
-        framing = self._framing
-        for index, record in enumerate(records):
-            value = encode_value(record)
-            key, headers, framing_size = framing(record)
-            out = OutgoingRecord(value, key=key, headers=headers)
-            size = len(value) + framing_size
-            if size > limit:
-                where = f"entry {index}: " if len(records) > 1 else ""
-                raise RecordTooLarge(
-                    f"{where}the encoded record is {size} bytes, over the {limit}-byte maximum "
-                    "(body, embedding, scope and lineage together); shorten it, or raise "
-                    "MemoryConfig.max_record_bytes and the log's max_record_bytes"
-                )
-            outgoing.append(out)
+        outgoing = self.outgoing(records)
         if self.principal is not None:
             self.principal.check_publish(self.topic)
         if self._governor is not None:
@@ -334,3 +358,24 @@ class RecordWriter:
                 raise
             receipts = await appends.append_batch(self.topic, outgoing)
         return receipts
+
+    def outgoing(self, records: Sequence[MemoryRecord]) -> list[OutgoingRecord]:
+        """The records as the log takes them. Every record is encoded and measured
+        before any is sent: a batch refused for bad input writes nothing."""
+        limit = self._laser.config.max_record_bytes
+        outgoing = []
+        framing = self._framing
+        for index, record in enumerate(records):
+            value = encode_value(record)
+            key, headers, framing_size = framing(record)
+            out = OutgoingRecord(value, key=key, headers=headers)
+            size = len(value) + framing_size
+            if size > limit:
+                where = f"entry {index}: " if len(records) > 1 else ""
+                raise RecordTooLarge(
+                    f"{where}the encoded record is {size} bytes, over the {limit}-byte maximum "
+                    "(body, embedding, scope and lineage together); shorten it, or raise "
+                    "MemoryConfig.max_record_bytes and the log's max_record_bytes"
+                )
+            outgoing.append(out)
+        return outgoing
