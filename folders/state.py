@@ -555,14 +555,17 @@ class ItemState(
         """The item as a read with this filter sees it, or None."""
         if self.superseded_by and not where.superseded:
             return None
-        conversations = (
-            [_conv(where.conversation)] if where.conversation is not None else list(self.remembers)
-        )
-        seen: list[Remembered] = []
+        remembers = self.remembers
+        conversations = remembers if where.conversation is None else (_conv(where.conversation),)
+        # A search index's build asks this of every item: most items have one remember,
+        # no forget and no feedback, so the loop makes no lists and no call it can skip.
+        forgotten = self.forgets or self.forgets_at
+        latest: Remembered | None = None
+        latest_conversation = ""
         seen_conversations: list[str] = []
         now, expires = where.now_ms, None
         for conversation in conversations:
-            live = self.live(conversation)
+            live = self.live(conversation) if forgotten else remembers.get(conversation)
             if live is None or not where.matches(live.record):
                 continue
             ends = live.record.expires_at
@@ -570,27 +573,26 @@ class ItemState(
                 if now is not None and ends <= now:
                     continue
                 expires = ends if expires is None else min(expires, ends)
-            seen.append(live)
             seen_conversations.append(conversation)
-        if not seen:
+            if latest is None or live.key > latest.key:
+                latest, latest_conversation = live, conversation
+        if latest is None:
             return None
-        latest = max(seen, key=lambda r: r.key)
         record = latest.record
         embedding, embedder = record.embedding, record.embedder
         if where.embedder is not None and embedder != where.embedder:
-            latest_conversation = seen_conversations[seen.index(latest)]
             found = self.vector(latest_conversation, record, where.embedder)
             if found is not None:
                 embedding, embedder = found, where.embedder
         return MemoryItem(
-            id=MemoryId(raw_id),
+            id=MemoryId._of(raw_id),  # checked when its record was folded
             kind=MemoryKind.from_code(record.kind),
             body=record.body,
             scope=record.scope,
             lifetime=record.lifetime,
             append_time_ms=latest.key[0],
             source=latest.source,
-            weight=self.weight(seen_conversations),
+            weight=self.weight(seen_conversations) if self.weights else 0.0,
             version=self.version,
             last_position=Position(latest.source.topic, self.last[1], self.last[2]),
             origin=record.origin,
@@ -771,8 +773,24 @@ class MemoryState:
         if type(record) in NAMED_RECORDS:
             self._named[slot] = named
         else:
-            target = record.id if type(record) is Remember else record.target
-            self._items.setdefault((tenant, target), ItemState()).apply(record, key, source)
+            if type(record) is Remember:
+                target = record.id
+                state = self._items.get((tenant, target))
+                if state is None:
+                    # A new item, the most common record: its state is what
+                    # `ItemState().apply` makes of this remember, made at once.
+                    self._items[(tenant, target)] = ItemState(
+                        remembers={
+                            _conv(record.scope.conversation): Remembered(key, record, source)
+                        },
+                        version=1,
+                        last=key,
+                    )
+                else:
+                    state.apply(record, key, source)
+            else:
+                target = record.target
+                self._items.setdefault((tenant, target), ItemState()).apply(record, key, source)
             if self._indexes:
                 self._changes.append((tenant, target))
         self.applied += 1
