@@ -142,6 +142,10 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
             ),
             "may not set message.timestamp.type",
         ),
+        (
+            lambda: KafkaLogConfig("h:1", extra_topic_configs={"retention.bytes": "1000"}),
+            "may not set retention.bytes",
+        ),
     ],
 )
 def test_log_settings_of_the_wrong_kind_are_config_errors(make, says):

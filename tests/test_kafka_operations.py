@@ -114,6 +114,35 @@ async def test_bootstrap_refuses_a_topic_kafka_compacts(kafka_bootstrap, policy)
     assert set(ends.values()) == {0}  # nothing was written
 
 
+async def test_bootstrap_refuses_a_topic_kafka_trims_by_size(kafka_bootstrap):
+    """retention.bytes deletes a partition's oldest records once it grows past the
+    limit, whatever time retention the topic has: such a topic was accepted, and the
+    oldest memories, feedback and forgets would have gone without a word."""
+    stream = f"s{os.urandom(5).hex()}"
+    async with admin(kafka_bootstrap) as client:
+        await client.create_topics(
+            [
+                NewTopic(
+                    f"{stream}.agent.memory",
+                    4,
+                    1,
+                    topic_configs={
+                        "message.timestamp.type": "LogAppendTime",
+                        "retention.bytes": "1048576",
+                    },
+                )
+            ]
+        )
+    async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
+        with pytest.raises(lm.TopicConflict, match=r"retention\.bytes=1048576"):
+            await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        with pytest.raises(lm.TopicConflict, match=r"--add-config retention\.bytes=-1"):
+            await memory.remember("would be trimmed away")
+        with pytest.raises(lm.TopicConflict):
+            await memory.recall(folded=True)
+
+
 async def test_topics_are_made_for_the_largest_record_and_acks_all(kafka_bootstrap, topic_name):
     async with connect_log(f"kafka://{kafka_bootstrap}") as log:
         await log.create_topic(topic_name, partitions=1)
@@ -125,6 +154,9 @@ async def test_topics_are_made_for_the_largest_record_and_acks_all(kafka_bootstr
     # default policy is compact cannot leak it in.
     entry = await _topic_config_entry(kafka_bootstrap, topic_name, "cleanup.policy")
     assert entry[1] == "delete" and entry[3] == 1, entry
+    # No size limit, set on the topic too: a broker's log.retention.bytes cannot leak in.
+    entry = await _topic_config_entry(kafka_bootstrap, topic_name, "retention.bytes")
+    assert entry[1] == "-1" and entry[3] == 1, entry
 
 
 async def test_a_record_too_large_for_its_topic_is_refused_before_sending(

@@ -22,8 +22,10 @@
   depend on producer clocks. Nor is one that Kafka compacts (``cleanup.policy``
   with ``compact``): compaction keeps only the newest record of each key, and a
   memory topic's keys are scopes, so it would drop older memories, feedback and
-  forgets of a conversation without a word. Topics are created with
-  ``cleanup.policy=delete``, whatever the broker's default.
+  forgets of a conversation without a word. Nor is one with a size limit
+  (``retention.bytes``), which deletes a partition's oldest records by size, whatever
+  time retention was asked for. Topics are created with ``cleanup.policy=delete`` and
+  ``retention.bytes=-1``, whatever the broker's defaults.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ class _TopicSettings:
     max_message_bytes: int | None
     timestamp_type: str | None
     cleanup_policy: str | None = None
+    retention_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,13 +212,15 @@ class KafkaLogConfig:
             raise ConfigError(
                 f"KafkaLogConfig.extra_topic_configs may not set {', '.join(fixed)}: the log "
                 "sets them for what it guarantees (LogAppendTime stamps, no compaction, the "
-                "retention create_topic is given)"
+                "retention create_topic is given, and no other)"
             )
 
 
 _INT32_MAX = (1 << 31) - 1
 # Topic configs the log sets itself; `extra_topic_configs` may not override them.
-_FIXED_TOPIC_CONFIGS = frozenset({"message.timestamp.type", "cleanup.policy", "retention.ms"})
+_FIXED_TOPIC_CONFIGS = frozenset(
+    {"message.timestamp.type", "cleanup.policy", "retention.ms", "retention.bytes"}
+)
 
 
 def _millis(retention_s: float | None) -> int:
@@ -421,6 +426,9 @@ class KafkaLog(LogLifecycle):
             # would otherwise make a topic that drops older records of each key.
             "cleanup.policy": "delete",
             "retention.ms": "-1" if retention_s is None else str(int(retention_s * 1000)),
+            # Said outright too: a broker default (log.retention.bytes) would delete the
+            # oldest records once a partition outgrew it, whatever retention was asked for.
+            "retention.bytes": "-1",
             "max.message.bytes": str(
                 max(self._config.max_record_bytes, self._config.max_batch_bytes) + _BATCH_OVERHEAD
             ),
@@ -523,7 +531,13 @@ class KafkaLog(LogLifecycle):
             # the topic as it is (its checks, the generation their receipts carry, where
             # keys go) rather than go on as before.
             self._topics.pop(topic, None)
-        wanted = ("retention.ms", "max.message.bytes", "message.timestamp.type", "cleanup.policy")
+        wanted = (
+            "retention.ms",
+            "retention.bytes",
+            "max.message.bytes",
+            "message.timestamp.type",
+            "cleanup.policy",
+        )
         values: dict[str, str | None] = dict.fromkeys(wanted)
         try:
             [described] = await self._admin.describe_configs(
@@ -539,6 +553,7 @@ class KafkaLog(LogLifecycle):
         if values["retention.ms"] is not None and int(values["retention.ms"]) >= 0:
             retention_s = int(values["retention.ms"]) / 1000
         max_bytes = values["max.message.bytes"]
+        retention_bytes = values["retention.bytes"]
         return _TopicSettings(
             generation=topic_id,
             partitions=partitions,
@@ -546,6 +561,7 @@ class KafkaLog(LogLifecycle):
             max_message_bytes=int(max_bytes) if max_bytes is not None else None,
             timestamp_type=values["message.timestamp.type"],
             cleanup_policy=values["cleanup.policy"],
+            retention_bytes=int(retention_bytes) if retention_bytes is not None else None,
         )
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
@@ -625,6 +641,16 @@ class KafkaLog(LogLifecycle):
                 "laser-memory needs delete: "
                 f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                 "--add-config cleanup.policy=delete"
+            )
+        if settings.retention_bytes is not None and settings.retention_bytes >= 0:
+            raise TopicConflict(
+                f"topic {shown(topic)} has retention.bytes={settings.retention_bytes}: Kafka "
+                "would delete a partition's oldest records once it outgrew that, and a "
+                "memory topic keeps its records for the retention it was made with (forever, "
+                "or the seconds given): older memories, feedback and forgets would vanish; "
+                "laser-memory needs -1: "
+                f"kafka-configs --alter --entity-type topics --entity-name {topic} "
+                "--add-config retention.bytes=-1"
             )
         assert self._producer is not None
         try:
