@@ -310,7 +310,7 @@ class MemoryHandle:
         >>> mid = await memory.remember("node-7 sits in eu-west", agent="planner")  # doctest: +SKIP
         """
         self._check_publish()
-        if (
+        defaults = (
             durable is False
             and dedup is False
             and origin is None
@@ -319,9 +319,8 @@ class MemoryHandle:
             and expires_at is None
             and ttl is None
             and supersedes is None
-            and self._embedder is None
-            and not self._writer.governed
-        ):
+        )
+        if defaults and self._embedder is None and not self._writer.governed:
             # The common call, made with no mapping, no list of records and no coroutine
             # of the writer's: many concurrent calls pay for each object (and for the
             # garbage collector walking them while they wait).
@@ -348,16 +347,7 @@ class MemoryHandle:
             "tenant": tenant,
         }
         # Options left at their defaults are left out: a plain entry is made quicker.
-        if not (
-            durable is False
-            and dedup is False
-            and origin is None
-            and producer is None
-            and embedding is None
-            and expires_at is None
-            and ttl is None
-            and supersedes is None
-        ):
+        if not defaults:
             entry.update(
                 durable=durable,
                 dedup=dedup,

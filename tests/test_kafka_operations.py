@@ -73,11 +73,9 @@ async def test_bootstrap_refuses_a_topic_stamped_with_producer_clocks(kafka_boot
             await laser.memory("notes").remember("would carry a producer's clock")
 
 
-@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
-async def test_bootstrap_refuses_a_topic_kafka_compacts(kafka_bootstrap, policy):
-    """Compaction keeps the newest record of each key, and a memory topic's keys are
-    scopes: such a topic was accepted, and Kafka's cleaner would have dropped the older
-    memories of each conversation without a word."""
+async def _stream_with_memory_topic(kafka_bootstrap: str, configs: dict[str, str]) -> str:
+    """A new stream whose memory topic someone else made (4 partitions, broker append
+    times) with these topic configs."""
     stream = f"s{os.urandom(5).hex()}"
     async with admin(kafka_bootstrap) as client:
         await client.create_topics(
@@ -86,13 +84,19 @@ async def test_bootstrap_refuses_a_topic_kafka_compacts(kafka_bootstrap, policy)
                     f"{stream}.agent.memory",
                     4,
                     1,
-                    topic_configs={
-                        "message.timestamp.type": "LogAppendTime",
-                        "cleanup.policy": policy,
-                    },
+                    topic_configs={"message.timestamp.type": "LogAppendTime", **configs},
                 )
             ]
         )
+    return stream
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+async def test_bootstrap_refuses_a_topic_kafka_compacts(kafka_bootstrap, policy):
+    """Compaction keeps the newest record of each key, and a memory topic's keys are
+    scopes: such a topic was accepted, and Kafka's cleaner would have dropped the older
+    memories of each conversation without a word."""
+    stream = await _stream_with_memory_topic(kafka_bootstrap, {"cleanup.policy": policy})
     async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
         with pytest.raises(lm.TopicConflict, match=re.escape(f"cleanup.policy={policy}")):
             await laser.bootstrap(partitions=4)
@@ -118,21 +122,7 @@ async def test_bootstrap_refuses_a_topic_kafka_trims_by_size(kafka_bootstrap):
     """retention.bytes deletes a partition's oldest records once it grows past the
     limit, whatever time retention the topic has: such a topic was accepted, and the
     oldest memories, feedback and forgets would have gone without a word."""
-    stream = f"s{os.urandom(5).hex()}"
-    async with admin(kafka_bootstrap) as client:
-        await client.create_topics(
-            [
-                NewTopic(
-                    f"{stream}.agent.memory",
-                    4,
-                    1,
-                    topic_configs={
-                        "message.timestamp.type": "LogAppendTime",
-                        "retention.bytes": "1048576",
-                    },
-                )
-            ]
-        )
+    stream = await _stream_with_memory_topic(kafka_bootstrap, {"retention.bytes": "1048576"})
     async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
         with pytest.raises(lm.TopicConflict, match=r"retention\.bytes=1048576"):
             await laser.bootstrap(partitions=4)
