@@ -97,6 +97,7 @@ from laser_memory.named import validate_version
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
 from laser_memory.records import NAMED_RECORDS, Remember
 from laser_memory.search_index import SearchIndex
+from laser_memory.terms import forget_stems
 from laser_memory.vector_clusters import ApproximateSearch
 
 from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
@@ -968,15 +969,23 @@ class MemoryView:
                         index = None
                     saved = seen
             if index is None:
-                index = SearchIndex(where.embedder)
-                index.put_many(
-                    self._entry(txn, raw, key[len(scope) :], base)
-                    for key, raw in _prefixed(txn.cursor(db=items_db), scope)
-                )
+                index = self._built(txn, where.embedder, scope, base)
                 seen = seq
                 if self._save(slot, epoch, seq, index):
                     saved = seq
-                    index = self._mapped(slot, epoch, seq, index)
+                    # The built index goes before its snapshot is loaded back, with the
+                    # words its build left in the stem cache: alive, they held pages of
+                    # the build's heap that the loaded index's objects then filled, and a
+                    # reader that built its index kept twice the heap of one that loaded
+                    # it (measured at 200,000 items). A snapshot that cannot be read back
+                    # is built again.
+                    index = None
+                    forget_stems()
+                    loaded = self.snapshots.load(slot, epoch) if self.snapshots else None
+                    if loaded is not None and loaded[1] == seq:
+                        index = loaded[0]
+                    else:
+                        index = self._built(txn, where.embedder, scope, base)
                     _return_freed_memory()
             elif seq > seen:
                 changed = {
@@ -1021,9 +1030,14 @@ class MemoryView:
             )
             if index.reorganized and self._save(slot, epoch, seq, index):
                 # It made its vector clusters (moving every entry): the next reader
-                # starts from them, and this one serves from the map, not its copies.
-                self._indexes[slot] = (self._mapped(slot, epoch, seq, index), seq, epoch, seq)
-                del index
+                # starts from them, and this one serves from the map, not its copies,
+                # dropped before the map is loaded (as after a build, above). If the
+                # snapshot cannot be read back, the next read loads or builds one.
+                del self._indexes[slot], index
+                assert self.snapshots is not None
+                loaded = self.snapshots.load(slot, epoch)
+                if loaded is not None and loaded[1] == seq:
+                    self._indexes[slot] = (loaded[0], seq, epoch, seq)
                 _return_freed_memory()
         if found is None:
             return None
@@ -1040,6 +1054,15 @@ class MemoryView:
         if raw is None:
             return raw_id, None, False
         return raw_id, *index_entry(_decoded_state(raw, *self._binding(txn)), raw_id, where)
+
+    def _built(self, txn, embedder: str | None, scope: bytes, base: ItemFilter) -> SearchIndex:
+        """A read's search index built from every item of the view in ``scope``."""
+        index = SearchIndex(embedder)
+        index.put_many(
+            self._entry(txn, raw, key[len(scope) :], base)
+            for key, raw in _prefixed(txn.cursor(db=self._dbs["items"]), scope)
+        )
+        return index
 
     def _save(self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
         return self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index)

@@ -21,7 +21,7 @@ import sys
 
 import Stemmer
 
-__all__ = ["STOP_WORDS", "count_terms", "term_counts", "terms"]
+__all__ = ["STOP_WORDS", "count_terms", "forget_stems", "term_counts", "terms"]
 
 _TOKEN = re.compile(r"[^\W_]+(?:[-_.:/@][^\W_]+)*")
 _PART = re.compile(r"[^\W_]+")
@@ -64,6 +64,13 @@ def terms(text: str) -> list[str]:
 #: was most of the cost of splitting text into terms. Bounded by clearing.
 _STEMS: dict[str, str] = {}
 _MAX_STEMS = 1 << 18
+
+
+def forget_stems() -> None:
+    """Empty the stem cache. A search index's build fills it with the words of every body
+    it reads; a reader that saved the index and loads it back empties it, so the build's
+    word strings (and the heap pages they hold) do not outlive the build."""
+    _STEMS.clear()
 
 
 def _word(word: str) -> str:

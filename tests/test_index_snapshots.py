@@ -132,6 +132,43 @@ async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
         assert rebuilt != want
 
 
+async def test_the_reader_that_saves_a_snapshot_serves_from_it_and_keeps_no_build(
+    tmp_path: Path, monkeypatch
+):
+    """The reader that built and saved an index drops the build before loading the
+    snapshot back (what the build left alive held its heap's pages: twice the memory of a
+    reader that starts from the snapshot): its answers are the same, the words its build
+    put in the stem cache are gone, and a snapshot that cannot be read back is built
+    again, never left out."""
+    from folders.index_snapshots import IndexSnapshots
+    from laser_memory import terms
+
+    view = tmp_path / "view"
+    always = lm.MemoryConfig(index_snapshots_from=1)
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many(
+            [
+                {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
+                for i in range(40)
+            ]
+        )
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
+        terms.forget_stems()
+        assert await answers(laser.log.url, view, always) == want
+        # Only the queries' words are left: the bodies' were the build's.
+        assert "monthly" not in terms._STEMS and "rotate" not in terms._STEMS
+        assert "signing" in terms._STEMS
+
+        for name in os.listdir(view / "search"):
+            os.remove(view / "search" / name)
+        monkeypatch.setattr(IndexSnapshots, "load", lambda self, slot, epoch: None)
+        assert await answers(laser.log.url, view, always) == want
+
+
 def test_index_snapshots_from_is_checked():
     with pytest.raises(lm.ConfigError, match="index_snapshots_from"):
         lm.MemoryConfig(index_snapshots_from=0)
