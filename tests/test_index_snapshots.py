@@ -4,7 +4,9 @@ build would; a snapshot that cannot be used is passed over, never trusted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,19 @@ async def answers(url: str, view: Path, config: lm.MemoryConfig) -> list[list]:
             reader.managed_view().close()
 
 
+@contextlib.asynccontextmanager
+async def folded(tmp_path: Path, entries: list[dict]) -> AsyncIterator[tuple]:
+    """A connection to a new log at ``tmp_path/log`` holding ``entries`` in namespace
+    notes, folded into the view at ``tmp_path/view``: (laser, memory)."""
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many(entries)
+        await ViewFolder(laser.log, memory.topic, tmp_path / "view").run(until_caught_up=True)
+        yield laser, memory
+
+
 async def test_a_new_reader_starts_from_the_snapshot_and_catches_up(tmp_path: Path, built):
     view = tmp_path / "view"
     always = lm.MemoryConfig(index_snapshots_from=1)
@@ -87,14 +102,8 @@ async def test_a_new_reader_starts_from_the_snapshot_and_catches_up(tmp_path: Pa
 async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
     view = tmp_path / "view"
     always = lm.MemoryConfig(index_snapshots_from=1)
-    async with lm.connect(
-        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
-    ) as laser:
-        memory = laser.memory("notes")
-        await memory.remember_many(
-            [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
-        )
-        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    entries = [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
+    async with folded(tmp_path, entries) as (laser, memory):
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         assert await answers(laser.log.url, view, always) == want
         search = view / "search"
@@ -145,17 +154,11 @@ async def test_the_reader_that_saves_a_snapshot_serves_from_it_and_keeps_no_buil
 
     view = tmp_path / "view"
     always = lm.MemoryConfig(index_snapshots_from=1)
-    async with lm.connect(
-        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
-    ) as laser:
-        memory = laser.memory("notes")
-        await memory.remember_many(
-            [
-                {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
-                for i in range(40)
-            ]
-        )
-        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    entries = [
+        {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
+        for i in range(40)
+    ]
+    async with folded(tmp_path, entries) as (laser, _):
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         terms.forget_stems()
         assert await answers(laser.log.url, view, always) == want
