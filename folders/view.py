@@ -981,10 +981,8 @@ class MemoryView:
                     # is built again.
                     index = None
                     forget_stems()
-                    loaded = self.snapshots.load(slot, epoch) if self.snapshots else None
-                    if loaded is not None and loaded[1] == seq:
-                        index = loaded[0]
-                    else:
+                    index = self._saved(slot, epoch, seq)
+                    if index is None:
                         index = self._built(txn, where.embedder, scope, base)
                     _return_freed_memory()
             elif seq > seen:
@@ -1014,7 +1012,9 @@ class MemoryView:
             # catches up from closer.
             if seq - saved > max(1000, len(index) // 10) and self._save(slot, epoch, seq, index):
                 saved = seq
-                index = self._mapped(slot, epoch, seq, index)
+                saved_index = self._saved(slot, epoch, seq)
+                if saved_index is not None:
+                    index = saved_index
             self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
             while len(self._indexes) > MAX_SEARCH_INDEXES:
                 del self._indexes[next(iter(self._indexes))]
@@ -1034,10 +1034,9 @@ class MemoryView:
                 # dropped before the map is loaded (as after a build, above). If the
                 # snapshot cannot be read back, the next read loads or builds one.
                 del self._indexes[slot], index
-                assert self.snapshots is not None
-                loaded = self.snapshots.load(slot, epoch)
-                if loaded is not None and loaded[1] == seq:
-                    self._indexes[slot] = (loaded[0], seq, epoch, seq)
+                saved_index = self._saved(slot, epoch, seq)
+                if saved_index is not None:
+                    self._indexes[slot] = (saved_index, seq, epoch, seq)
                 _return_freed_memory()
         if found is None:
             return None
@@ -1067,17 +1066,13 @@ class MemoryView:
     def _save(self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
         return self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index)
 
-    def _mapped(
-        self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex
-    ) -> SearchIndex:
-        """The index just saved, as the next reader would load it: its arrays mapped
-        from the snapshot file, so this reader stops holding its own copies (and the
-        objects a build or a catch-up made). ``index`` itself if that fails."""
+    def _saved(self, slot: tuple, epoch: bytes | None, seq: int) -> SearchIndex | None:
+        """The index just saved at ``seq``, as the next reader would load it: its arrays
+        mapped from the snapshot file, so this reader stops holding its own copies (and
+        the objects a build or a catch-up made). None if it cannot be read back."""
         assert self.snapshots is not None
         loaded = self.snapshots.load(slot, epoch)
-        if loaded is None or loaded[1] != seq:
-            return index
-        return loaded[0]
+        return loaded[0] if loaded is not None and loaded[1] == seq else None
 
     def _load(self, txn, namespace: str, where: ItemFilter, raw_id: bytes) -> MemoryItem | None:
         raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])
