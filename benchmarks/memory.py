@@ -7,8 +7,9 @@ dimensions from its stand-in embedder) to an embedded log, then measures:
 
 - a **folder** process folding the whole topic into a fresh view;
 - a **reader** process opening the view and making one hybrid, one keyword and one
-  semantic recall (the first builds its search index, and saves a snapshot of it: its
-  time is reported);
+  semantic recall (the first has a child process build its search index and save a
+  snapshot of it, then loads the snapshot: its time, and the child's peak, are
+  reported);
 - the **next reader**, another process doing the same, which starts from the snapshot.
 
 For each: peak resident memory (VmHWM), and anonymous memory after its work, with a
@@ -35,8 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _status() -> dict[str, float]:
-    """VmHWM and RssAnon of this process, in MB."""
-    out = {}
+    """VmHWM and RssAnon of this process, and the peak resident set of the largest
+    child it waited for (a reader's index build: `folders.index_build`), in MB."""
+    import resource
+
+    out = {"child VmHWM": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
     with open("/proc/self/status") as status:
         for line in status:
             name, _, value = line.partition(":")
@@ -130,6 +134,8 @@ def measure(items: int, dims: int) -> dict[str, float]:
             name = role.replace("-", " ")
             out[f"{name} peak RSS MB"] = status["VmHWM"]
             out[f"{name} anonymous MB"] = status["RssAnon"]
+            if status["child VmHWM"]:
+                out[f"{name}'s index builder peak RSS MB"] = status["child VmHWM"]
             out[f"{name} s"] = status["seconds"]
         out["view on disk MB"] = _disk_mb(f"{path}/view")
         return out

@@ -86,6 +86,26 @@ class IndexSnapshots:
     def load(self, read: tuple, epoch: bytes | None) -> tuple[SearchIndex, int] | None:
         """The saved index of ``read`` for this epoch of the view, and the change number
         it reflects; None when there is none that can be used."""
+        saved = self._file(read, epoch)
+        if saved is None:
+            return None
+        _, name = self._names(read)
+        try:
+            arrays = self._map(name, saved)
+            return SearchIndex.from_snapshot(saved.index, arrays), saved.seq
+        except (OSError, ValueError, TypeError) as exc:  # SnapshotError is a ValueError
+            self.errors.append(f"snapshot {name} unusable: {exc}")
+            return None
+
+    def has(self, read: tuple) -> bool:
+        """Whether a snapshot of ``read`` was saved (it may still be one `load` passes
+        over: of an older epoch, torn). Reads no file: reading a large one only to learn
+        this cost a reader its heap (a freed 14 MB buffer raised glibc's threshold for
+        mapping large blocks apart, and the load's own buffers then stayed in the heap)."""
+        _, name = self._names(read)
+        return os.path.exists(os.path.join(self.path, f"{name}.idx"))
+
+    def _file(self, read: tuple, epoch: bytes | None) -> _SnapshotFile | None:
         key, name = self._names(read)
         try:
             with open(os.path.join(self.path, f"{name}.idx"), "rb") as file:
@@ -97,12 +117,7 @@ class IndexSnapshots:
             return None
         if saved.format != _FORMAT or saved.read != key or saved.epoch != epoch:
             return None  # another format, read or epoch of the view: a rebuild made it stale
-        try:
-            arrays = self._map(name, saved)
-            return SearchIndex.from_snapshot(saved.index, arrays), saved.seq
-        except (OSError, ValueError, TypeError) as exc:  # SnapshotError is a ValueError
-            self.errors.append(f"snapshot {name} unusable: {exc}")
-            return None
+        return saved
 
     def _map(self, name: str, saved: _SnapshotFile) -> dict[str, np.ndarray]:
         """The snapshot's arrays, views of its array file mapped copy-on-write."""

@@ -27,7 +27,15 @@ from collections.abc import Iterator
 import lmdb
 import msgspec
 
-__all__ = ["RUN", "TAIL", "RecencyWriter", "entries_of_run", "newest_first", "prefixed_backwards"]
+__all__ = [
+    "RUN",
+    "TAIL",
+    "RecencyWriter",
+    "entries_of_run",
+    "holds_at_least",
+    "newest_first",
+    "prefixed_backwards",
+]
 
 #: Entries a run is written with. Small enough that a run stays within one page
 #: (about 45 bytes an entry) and a read of the newest few decodes little.
@@ -71,6 +79,21 @@ def newest_first(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, by
         tails, owners = _decode(value)
         for i in range(len(owners) - 1, -1, -1):
             yield prefix + tails[TAIL * i : TAIL * i + TAIL], owners[i]
+
+
+def holds_at_least(cursor: lmdb.Cursor, prefix: bytes, count: int) -> bool:
+    """Whether there are at least ``count`` entries under ``prefix``; reads about
+    ``count / RUN`` runs at most."""
+    if not cursor.set_range(prefix):
+        return False
+    seen = 0
+    for key, value in cursor:
+        if not key.startswith(prefix):
+            return False
+        seen += len(_decode(value)[1])
+        if seen >= count:
+            return True
+    return False
 
 
 def entries_of_run(key: bytes, value: bytes) -> Pairs:

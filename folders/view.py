@@ -100,8 +100,9 @@ from laser_memory.search_index import SearchIndex
 from laser_memory.terms import forget_stems
 from laser_memory.vector_clusters import ApproximateSearch
 
+from .index_build import BUILD_APART_FROM, BuildRequest, build_apart, can_build_apart
 from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
-from .recency import RecencyWriter, entries_of_run, newest_first
+from .recency import RecencyWriter, entries_of_run, holds_at_least, newest_first
 from .state import (
     _KEPT_FIELDS,
     _NO_CONVERSATION,
@@ -378,6 +379,25 @@ def _return_freed_memory() -> None:
         trim(0)
 
 
+def _slot(namespace: str, where: ItemFilter) -> tuple:
+    """Which search index serves a read (`MemoryView._indexes`, a snapshot's name)."""
+    return (where.tenant, namespace, where.conversation, where.embedder, where.superseded)
+
+
+def _holds_at_least(cursor: lmdb.Cursor, prefix: bytes, count: int) -> bool:
+    """Whether at least ``count`` keys start with ``prefix``; reads at most that many."""
+    if not cursor.set_range(prefix):
+        return False
+    seen = 0
+    for key in cursor.iternext(values=False):
+        if not key.startswith(prefix):
+            return False
+        seen += 1
+        if seen >= count:
+            return True
+    return False
+
+
 def _prefixed_from(cursor: lmdb.Cursor, start: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Every entry from ``start`` on."""
     if not cursor.set_range(start):
@@ -442,6 +462,9 @@ class MemoryView:
         #: Where readers save and load their search indexes (see `IndexSnapshots`);
         #: None: every process builds its own.
         self.snapshots: IndexSnapshots | None = None
+        #: Reads over at least this many items with no snapshot yet build their index
+        #: in a child process (`folders.index_build`); None: always in this one.
+        self.build_apart_from: int | None = None
 
     @classmethod
     def open(
@@ -452,12 +475,15 @@ class MemoryView:
         create: bool = True,
         check_format: bool = True,
         snapshots_from: int | None = SNAPSHOTS_FROM,
+        build_apart_from: int | None = BUILD_APART_FROM,
     ) -> MemoryView:
         """Open the view at ``path``, creating it unless ``create=False`` (a reader's
         open: a missing view raises `NoView` and nothing is created). A view written in
         another format raises `ViewMismatch` unless ``check_format=False`` (a rebuild).
         Search indexes of at least ``snapshots_from`` entries are saved beside the view
-        and loaded by the next reading process (`IndexSnapshots`; None: never)."""
+        and loaded by the next reading process (`IndexSnapshots`; None: never); a read
+        over at least ``build_apart_from`` items with no snapshot yet has a child process
+        build and save its index, then loads it (`folders.index_build`; None: never)."""
         check_map_size(map_size, "a view's map_size")
         real = os.path.realpath(view_path_of(path))
         if not create and not os.path.isfile(os.path.join(real, "data.mdb")):
@@ -477,6 +503,7 @@ class MemoryView:
         view = cls(real, env, dbs)
         if snapshots_from is not None:
             view.snapshots = IndexSnapshots(real, keep_from=snapshots_from)
+            view.build_apart_from = build_apart_from
         if check_format:
             try:
                 view.check_format()
@@ -896,6 +923,8 @@ class MemoryView:
         validate_strategy(strategy)
         validate_limit(limit)
         mode = search_mode(strategy, text, query_vector)
+        if mode is not None:
+            self._build_apart(namespace, where, approximate)
         with self._read() as txn:
             if mode is not None:
                 found = self._search(
@@ -948,10 +977,8 @@ class MemoryView:
         it exactly (owner filters over items of several owners, vectors of several
         lengths)."""
         owner, base = where.owner, where.of_index
-        slot = (where.tenant, namespace, where.conversation, where.embedder, where.superseded)
-        raw_seq = txn.get(b"seq", db=self._dbs["meta"])
-        epoch = txn.get(b"epoch", db=self._dbs["meta"])
-        seq = int.from_bytes(raw_seq, "big") if raw_seq else 0
+        slot = _slot(namespace, where)
+        seq, epoch = self._changes(txn)
         scope = _scope(where.tenant, namespace)
         items_db = self._dbs["items"]
         with self._search_lock:
@@ -1046,6 +1073,57 @@ class MemoryView:
             if item is not None:
                 out.append(with_ranking(item, ranked))
         return out
+
+    def _changes(self, txn) -> tuple[int, bytes | None]:
+        """The view's change number and epoch, as ``txn`` sees them."""
+        raw_seq = txn.get(b"seq", db=self._dbs["meta"])
+        epoch = txn.get(b"epoch", db=self._dbs["meta"])
+        return int.from_bytes(raw_seq, "big") if raw_seq else 0, epoch
+
+    def _build_apart(
+        self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None
+    ) -> None:
+        """Have a child process build and save the search index of this read, when it
+        is large, this process has none, and there is no snapshot of it to load: the
+        read then loads the snapshot (see `folders.index_build`). A child that fails
+        leaves the build to `_search`, its reason in ``snapshots.errors``."""
+        snapshots, at_least = self.snapshots, self.build_apart_from
+        if snapshots is None or at_least is None or not can_build_apart():
+            return
+        slot = _slot(namespace, where)
+        with self._search_lock:
+            if slot in self._indexes or snapshots.has(slot):
+                return
+            # How many items the index would hold, roughly: a conversation's live ones,
+            # or every item of the namespace. At most ``at_least`` keys are read.
+            with self._read() as txn:
+                if where.conversation is None:
+                    cursor = txn.cursor(db=self._dbs["items"])
+                    many = _holds_at_least(cursor, _scope(where.tenant, namespace), at_least)
+                else:
+                    cursor = txn.cursor(db=self._dbs["index"])
+                    tag = _tag_prefix(b"R", where.tenant, namespace, f"c:{where.conversation}")
+                    many = holds_at_least(cursor, tag, at_least)
+            if not many:
+                return
+            failure = build_apart(BuildRequest(self.path, namespace, where.of_index, approximate))
+        if failure is not None:
+            snapshots.errors.append(failure)
+
+    def save_index(
+        self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None
+    ) -> bool:
+        """Build the search index of ``recall(namespace, where)`` from the view, make
+        its vector clusters if a semantic recall with ``approximate`` would, and save its
+        snapshot; True if saved. What the child of `_build_apart` runs."""
+        if self.snapshots is None:
+            return False
+        base = where.of_index
+        with self._read() as txn:
+            seq, epoch = self._changes(txn)
+            index = self._built(txn, base.embedder, _scope(base.tenant, namespace), base)
+        index.cluster_for(approximate)
+        return self.snapshots.save(_slot(namespace, base), epoch, seq, index)
 
     def _entry(self, txn, raw: bytes | None, raw_id: bytes, where: ItemFilter) -> tuple:
         """A search index entry ``(raw_id, item or None, irregular)`` from an item's

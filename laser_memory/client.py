@@ -174,7 +174,10 @@ class Laser:
         if self._view is None:
             # A reader never creates a view: a mistyped path says so instead.
             self._view = MemoryView.open(
-                self.view_path, create=False, snapshots_from=self.config.index_snapshots_from
+                self.view_path,
+                create=False,
+                snapshots_from=self.config.index_snapshots_from,
+                build_apart_from=self.config.index_build_apart_from,
             )
         return self._view
 

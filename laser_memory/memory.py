@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from folders.index_build import BUILD_APART_FROM
 from folders.index_snapshots import SNAPSHOTS_FROM
 from folders.inprocess import FoldedReader
 from folders.replay import (
@@ -102,7 +103,11 @@ class MemoryConfig:
     scores only the clusters nearest the query (`ApproximateSearch`; None: always
     exact, as is ``recall(..., exact=True)``). A managed view's reader saves search
     indexes of at least ``index_snapshots_from`` entries beside the view, and the next
-    reading process starts from them (None: each process builds its own).
+    reading process starts from them (None: each process builds its own). A read
+    over at least ``index_build_apart_from`` items that has no snapshot yet has a
+    child process build and save its index, and loads it from the snapshot, so the
+    reader keeps none of the build's heap (None: always build in this process; it
+    does anyway where no Python can be started, or without snapshots).
     """
 
     max_body_bytes: int = 1 << 20
@@ -111,6 +116,7 @@ class MemoryConfig:
     # Frozen, so one shared default is safe.
     approximate: ApproximateSearch | None = ApproximateSearch()  # noqa: RUF009
     index_snapshots_from: int | None = SNAPSHOTS_FROM
+    index_build_apart_from: int | None = BUILD_APART_FROM
 
     def __post_init__(self) -> None:
         # Checked here, not at the first write: a string or None compared with a size
@@ -124,14 +130,18 @@ class MemoryConfig:
                 f"MemoryConfig.default_partitions is at most {MAX_PARTITIONS}, "
                 f"got {self.default_partitions}"
             )
-        snapshots = self.index_snapshots_from
-        if snapshots is not None and (
-            isinstance(snapshots, bool) or not isinstance(snapshots, int) or snapshots < 1
+        for name, none in (
+            ("index_snapshots_from", "never save search indexes"),
+            ("index_build_apart_from", "always build them in this process"),
         ):
-            raise ConfigError(
-                "MemoryConfig.index_snapshots_from is a positive number of entries, or None"
-                f" to never save search indexes (got {shown(snapshots)})"
-            )
+            entries = getattr(self, name)
+            if entries is not None and (
+                isinstance(entries, bool) or not isinstance(entries, int) or entries < 1
+            ):
+                raise ConfigError(
+                    f"MemoryConfig.{name} is a positive number of entries, or None"
+                    f" to {none} (got {shown(entries)})"
+                )
         if self.approximate is not None and not isinstance(self.approximate, ApproximateSearch):
             raise ConfigError(
                 "MemoryConfig.approximate is an ApproximateSearch, or None to search exactly"

@@ -960,10 +960,8 @@ class SearchIndex:
             return self._keyword(query, min_similarity, limit, exclude, owner)
         if (
             strategy == "semantic"
-            and approximate is not None
+            and self._by_clusters(approximate)
             and query_vector is not None
-            and self.label is not None
-            and self._vector_count >= approximate.from_vectors
             and np.any(query_vector)
         ):
             return self._approximate(
@@ -1626,6 +1624,30 @@ class SearchIndex:
 
     # -- approximate semantic search ----------------------------------------------
 
+    def _by_clusters(self, approximate: ApproximateSearch | None) -> bool:
+        """Whether a semantic search with ``approximate`` scores by clusters."""
+        return (
+            approximate is not None
+            and self.label is not None
+            and self._vector_count >= approximate.from_vectors
+        )
+
+    def cluster_for(self, approximate: ApproximateSearch | None) -> None:
+        """Make the vector clusters now that a semantic search with ``approximate``
+        would make on its first call (a child building a reader's index does, so the
+        reader loads them with the snapshot)."""
+        if self._by_clusters(approximate) and self._clusters_stale():
+            self._cluster()
+
+    def _clusters_stale(self) -> bool:
+        size, clustered = len(self._ids), self._clustered_until
+        return (
+            self._clusters is None
+            # Many vectors added since, or many clustered ones gone: cluster afresh.
+            or 4 * int(np.count_nonzero(self._has_vector[clustered:size])) > clustered
+            or 2 * int(np.count_nonzero(self._has_vector[:clustered])) < clustered
+        )
+
     def _approximate(
         self,
         query_vector: np.ndarray,
@@ -1637,16 +1659,9 @@ class SearchIndex:
     ) -> list[tuple[bytes, Ranked]]:
         """Semantic search over the clusters nearest the query and every slot added
         since they were made: each scored exactly, the others not at all."""
-        size = len(self._ids)
-        clustered = self._clustered_until
-        if (
-            self._clusters is None
-            # Many vectors added since, or many clustered ones gone: cluster afresh.
-            or 4 * int(np.count_nonzero(self._has_vector[clustered:size])) > clustered
-            or 2 * int(np.count_nonzero(self._has_vector[:clustered])) < clustered
-        ):
+        if self._clusters_stale():
             self._cluster()
-            size, clustered = len(self._ids), self._clustered_until
+        size, clustered = len(self._ids), self._clustered_until
         vector = query_vector.astype(np.float32)
         length = float(np.linalg.norm(vector))
         ranges = self._clusters.probe(vector / length, config.probe_share)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -255,3 +256,109 @@ async def test_keyword_and_hybrid_recalls_of_a_handle_share_one_search_index(tmp
         (i.id, i.score, i.signals) for i in without
     ]
     assert keyword
+
+
+async def test_a_large_read_has_a_child_process_build_its_index(tmp_path: Path, built):
+    """A read over many items with no snapshot yet has a child process build and save
+    its index (a build's freed pages stay with the process that built it), and loads it:
+    this process reads no item to build it, and answers as a reader that built it
+    itself. A read of a conversation with fewer items is built here."""
+    view = tmp_path / "view"
+    apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=20)
+    entries = [
+        {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
+        for i in range(40)
+    ] + [{"body": "lunch is served at noon", "conversation": "c1"}]
+    async with folded(tmp_path, entries) as (laser, _):
+        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
+        assert built[0] > 0
+        built[0] = 0
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=apart
+        ) as reader:
+            memory = reader.memory("notes")
+            got = [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
+            opened = reader.managed_view()
+            assert list(opened.snapshots.errors) == []
+            opened.close()
+        assert got == want
+        # Conversation c1's read (14 items) was built here, from the namespace's 41
+        # items; the namespace's read (41) by the child.
+        assert built[0] == 41
+
+
+async def test_vector_clusters_are_made_by_the_child_that_builds_the_index(
+    tmp_path: Path, monkeypatch
+):
+    """The child makes the vector clusters the reader's semantic recalls would make, so
+    the reader loads them with the index and never makes them itself."""
+    view = tmp_path / "view"
+    clustered = lm.ApproximateSearch(from_vectors=20, probe_share=0.5)
+    apart = lm.MemoryConfig(
+        index_snapshots_from=1, index_build_apart_from=30, approximate=clustered
+    )
+    never = lm.MemoryConfig(index_snapshots_from=None, approximate=clustered)
+    query = {"text": "rotate keys node-7", "strategy": "semantic", "limit": 5}
+    entries = [f"rotate the keys of node-{i} in region {i % 5}" for i in range(60)]
+    async with folded(tmp_path, entries) as (laser, _):
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=never
+        ) as reader:
+            want = [(i.id, i.score) for i in await reader.memory("notes").recall(**query)]
+            reader.managed_view().close()
+        made = []
+        monkeypatch.setattr(SearchIndex, "_cluster", lambda self: made.append(self))
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=apart
+        ) as reader:
+            got = [(i.id, i.score) for i in await reader.memory("notes").recall(**query)]
+            opened = reader.managed_view()
+            [(index, *_)] = opened._indexes.values()
+            assert index._clusters is not None and made == []
+            opened.close()
+        assert got == want
+
+
+async def test_a_child_that_cannot_save_leaves_the_build_to_the_reader(tmp_path: Path, built):
+    """A child whose snapshot cannot be saved (here the snapshot folder is a file) fails:
+    the reader builds the index itself, answers the same, and keeps the child's reason."""
+    view = tmp_path / "view"
+    apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=5)
+    entries = [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
+    async with folded(tmp_path, entries) as (laser, _):
+        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
+        (view / "search").write_bytes(b"not a folder")
+        built[0] = 0
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=apart
+        ) as reader:
+            memory = reader.memory("notes")
+            got = [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
+            opened = reader.managed_view()
+            errors = list(opened.snapshots.errors)
+            opened.close()
+        assert got == want
+        assert built[0] > 0
+        assert any("the process that built the search index failed" in e for e in errors)
+
+
+def test_only_a_python_is_started_to_build_an_index(monkeypatch):
+    """A frozen application, or an embedding server whose executable is not Python,
+    builds in its own process: starting ``sys.executable`` would start the application."""
+    from folders.index_build import can_build_apart
+
+    assert can_build_apart()
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert not can_build_apart()
+    monkeypatch.delattr(sys, "frozen")
+    monkeypatch.setattr(sys, "executable", "/bin/sh")
+    assert not can_build_apart()
+    monkeypatch.setattr(sys, "executable", "")
+    assert not can_build_apart()
+
+
+def test_index_build_apart_from_is_checked():
+    for wrong in (0, -1, True, 1.5, "100"):
+        with pytest.raises(lm.ConfigError, match="index_build_apart_from"):
+            lm.MemoryConfig(index_build_apart_from=wrong)
+    assert lm.MemoryConfig(index_build_apart_from=None).index_build_apart_from is None
