@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from laser_memory.log.partitioner import partition_for
 from laser_memory.log.port import Log, TopicInfo
+from laser_memory.search_index import CACHE_BYTES
 
 from .state import MemoryState, missing_records
 
@@ -24,8 +25,11 @@ __all__ = ["FoldedReader"]
 class FoldedReader:
     """Folds one namespace of one topic into a `MemoryState`, incrementally."""
 
-    def __init__(self, log: Log, topic: str, namespace: str) -> None:
+    def __init__(
+        self, log: Log, topic: str, namespace: str, *, search_cache_bytes: int = CACHE_BYTES
+    ) -> None:
         self._log = log
+        self._search_cache_bytes = search_cache_bytes
         self._topic = topic
         self._namespace = namespace
         self._positions: dict[int, int] = {}
@@ -63,7 +67,11 @@ class FoldedReader:
             info = self._info
             if self._state is None or self._state.generation != info.generation:
                 self._positions = {}
-                self._state = MemoryState(self._namespace, generation=info.generation)
+                self._state = MemoryState(
+                    self._namespace,
+                    generation=info.generation,
+                    search_cache_bytes=self._search_cache_bytes,
+                )
             chosen = sorted(partitions) if partitions is not None else list(range(info.partitions))
             ends = await self._log.end_offsets(self._topic)
             behind = [p for p in chosen if self._positions.get(p, 0) < ends.get(p, 0)]

@@ -96,7 +96,7 @@ from laser_memory.records import (
     decode_record,
     header_value,
 )
-from laser_memory.search_index import Owner, SearchIndex
+from laser_memory.search_index import CACHE_BYTES, Owner, SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
 __all__ = [
@@ -728,8 +728,11 @@ class MemoryState:
     >>> state.items(ItemFilter(conversation="c-1"))          # doctest: +SKIP
     """
 
-    def __init__(self, namespace: str, *, generation: str) -> None:
+    def __init__(
+        self, namespace: str, *, generation: str, search_cache_bytes: int = CACHE_BYTES
+    ) -> None:
         self.namespace = namespace
+        self.search_cache_bytes = search_cache_bytes
         self.generation = generation
         self._encoded_namespace = namespace.encode()
         self._items: dict[tuple[str, bytes], ItemState] = {}
@@ -820,7 +823,9 @@ class MemoryState:
         if index is not None and index.ordering_only and not ordering:
             index = None
         if index is None:
-            index = SearchIndex(where.embedder, ordering_only=ordering)
+            index = SearchIndex(
+                where.embedder, ordering_only=ordering, cache_bytes=self.search_cache_bytes
+            )
             index.put_many(
                 (raw_id, *index_entry(state, raw_id, where))
                 for (tenant, raw_id), state in self._items.items()

@@ -96,7 +96,7 @@ from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import validate_version
 from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
 from laser_memory.records import NAMED_RECORDS, Remember
-from laser_memory.search_index import SearchIndex
+from laser_memory.search_index import CACHE_BYTES, SearchIndex
 from laser_memory.terms import forget_stems
 from laser_memory.vector_clusters import ApproximateSearch
 
@@ -465,6 +465,8 @@ class MemoryView:
         #: Reads over at least this many items with no snapshot yet build their index
         #: in a child process (`folders.index_build`); None: always in this one.
         self.build_apart_from: int | None = None
+        #: What each search index's caches of per-term arrays may hold, in bytes.
+        self.search_cache_bytes = CACHE_BYTES
 
     @classmethod
     def open(
@@ -476,6 +478,7 @@ class MemoryView:
         check_format: bool = True,
         snapshots_from: int | None = SNAPSHOTS_FROM,
         build_apart_from: int | None = BUILD_APART_FROM,
+        search_cache_bytes: int = CACHE_BYTES,
     ) -> MemoryView:
         """Open the view at ``path``, creating it unless ``create=False`` (a reader's
         open: a missing view raises `NoView` and nothing is created). A view written in
@@ -483,7 +486,8 @@ class MemoryView:
         Search indexes of at least ``snapshots_from`` entries are saved beside the view
         and loaded by the next reading process (`IndexSnapshots`; None: never); a read
         over at least ``build_apart_from`` items with no snapshot yet has a child process
-        build and save its index, then loads it (`folders.index_build`; None: never)."""
+        build and save its index, then loads it (`folders.index_build`; None: never).
+        Each search index's caches of per-term arrays hold up to ``search_cache_bytes``."""
         check_map_size(map_size, "a view's map_size")
         real = os.path.realpath(view_path_of(path))
         if not create and not os.path.isfile(os.path.join(real, "data.mdb")):
@@ -501,6 +505,7 @@ class MemoryView:
                 f"cannot open the view at {real}: {open_failure(exc, hint)}"
             ) from exc
         view = cls(real, env, dbs)
+        view.search_cache_bytes = search_cache_bytes
         if snapshots_from is not None:
             view.snapshots = IndexSnapshots(real, keep_from=snapshots_from)
             view.build_apart_from = build_apart_from
@@ -1042,6 +1047,7 @@ class MemoryView:
                 saved_index = self._saved(slot, epoch, seq)
                 if saved_index is not None:
                     index = saved_index
+            index.cache_bytes = self.search_cache_bytes  # a loaded index has the default
             self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
             while len(self._indexes) > MAX_SEARCH_INDEXES:
                 del self._indexes[next(iter(self._indexes))]

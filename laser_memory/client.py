@@ -178,6 +178,7 @@ class Laser:
                 create=False,
                 snapshots_from=self.config.index_snapshots_from,
                 build_apart_from=self.config.index_build_apart_from,
+                search_cache_bytes=self.config.search_cache_bytes,
             )
         return self._view
 

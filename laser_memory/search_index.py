@@ -297,6 +297,17 @@ class SearchIndex:
         # for good, so a read at an earlier moment needs a new index (`went_back`).
         self._moment: int | None = None
 
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes each of the caches of per-term arrays queries make may hold."""
+        return self._arrays.budget
+
+    @cache_bytes.setter
+    def cache_bytes(self, budget: int) -> None:
+        if budget != self._arrays.budget:
+            self._arrays.resize(budget)
+            self._dense.resize(budget)
+
     def __len__(self) -> int:
         return self._documents
 
@@ -1320,10 +1331,12 @@ class SearchIndex:
         dense = self._dense.get(term)
         if dense is None or len(dense) < len(self._ids):
             slots, counts = self._posting(term)
-            # Half the bytes when every count fits 16 bits (max_count bounds them all).
+            # The narrowest type every count fits (max_count bounds them all): a byte
+            # an entry for nearly every term, so twice the terms fit the cache.
             posting = self._postings.get(term)
-            small = posting is None or posting.max_count <= np.iinfo(np.uint16).max
-            dense = np.zeros(len(self._ids), dtype=np.uint16 if small else np.uint32)
+            most = 0 if posting is None else posting.max_count
+            dtype = next(t for t in (np.uint8, np.uint16, np.uint32) if most <= np.iinfo(t).max)
+            dense = np.zeros(len(self._ids), dtype=dtype)
             dense[slots] = counts
             self._dense.put(term, dense, dense.nbytes)
         return dense

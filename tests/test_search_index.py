@@ -296,6 +296,53 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan(cache_byte
                     assert len(index._arrays) <= 1 and len(index._dense) <= 1
 
 
+def test_a_smaller_cache_budget_evicts_at_once_and_answers_the_same():
+    """Lowering a search index's cache budget drops the least recently used per-term
+    arrays until the caches fit it; the answers stay the scan's."""
+    rng = np.random.default_rng(3)
+    index = SearchIndex(None, common_from=100)
+    items = []
+    for n in range(1_000):
+        words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
+        item = _item(n, " ".join(words), f"c{n % 5}", 0.0, None, (n // 50, n % 3, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    for word in WORDS:
+        _assert_keyword_as_scan(index, items, f"{word} alpha", 5)
+    assert len(index._dense) > 2
+    budget = 2 * len(items) + 10  # two arrays of a one-byte count an entry
+    index.cache_bytes = budget
+    assert index.cache_bytes == budget
+    assert index._dense.size <= budget and index._arrays.size <= budget
+    assert 1 <= len(index._dense) <= 2
+    for word in WORDS:
+        _assert_keyword_as_scan(index, items, f"{word} beta", 5)
+        assert index._dense.size <= budget
+
+
+async def test_search_cache_bytes_bounds_the_caches_of_both_readers(tmp_path: Path):
+    """`MemoryConfig.search_cache_bytes` reaches the search indexes of a managed view's
+    reader and of a folded handle."""
+    config = lm.MemoryConfig(search_cache_bytes=12_345)
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s", config=config) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([f"rotate the keys of node-{i}" for i in range(30)])
+        await ViewFolder(laser.log, memory.topic, tmp_path / "view").run(until_caught_up=True)
+        assert await memory.recall(text="keys", strategy="keyword", folded=True)
+        [(folded, _)] = memory._reader._state._indexes.values()
+        assert folded.cache_bytes == 12_345
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", view=tmp_path / "view", config=config
+    ) as reader:
+        assert await reader.memory("notes").recall(text="keys", strategy="keyword")
+        opened = reader.managed_view()
+        [(index, *_)] = opened._indexes.values()
+        assert index.cache_bytes == 12_345
+        opened.close()
+    with pytest.raises(lm.ConfigError, match="search_cache_bytes"):
+        lm.MemoryConfig(search_cache_bytes=0)
+
+
 def test_a_restored_index_scores_from_the_snapshots_own_arrays():
     """A reader restored from a snapshot scores a common word from the snapshot's
     arrays (mapped from its file in a reader) without copying them into its caches, and
@@ -330,13 +377,15 @@ def test_a_restored_index_scores_from_the_snapshots_own_arrays():
 
 
 def test_counts_too_large_for_16_bits_keep_their_value():
-    """A reader keeps a common word's counts in 16 bits when they fit: a word said
-    70,000 times in one item must still count 70,000."""
+    """A reader keeps a common word's counts in 8 or 16 bits when they fit: a word said
+    70,000 times in one item must still count 70,000, one said 300 times 300."""
     index = SearchIndex(None, common_from=100)
     items = []
     for n in range(400):
         if n == 7:
             body = "alpha " * 70_000 + "rare"
+        elif n == 9:
+            body = "gamma " * 300 + "rare"
         elif n % 20 == 0:
             body = "rare alpha beta"
         else:
@@ -348,8 +397,11 @@ def test_counts_too_large_for_16_bits_keep_their_value():
     # the item saying it 70,000 times is among them.
     for limit in (5, 21):
         _assert_keyword_as_scan(index, items, "alpha rare", limit)
+        _assert_keyword_as_scan(index, items, "gamma rare", limit)
     assert index._counts_of("alpha").dtype == np.uint32
-    assert index._counts_of("beta").dtype == np.uint16
+    assert index._counts_of("gamma").dtype == np.uint16
+    assert index._counts_of("gamma")[index._ids.slot_of(items[9].id.bytes)] == 300
+    assert index._counts_of("beta").dtype == np.uint8
 
 
 def test_a_terms_cached_arrays_follow_later_puts():
