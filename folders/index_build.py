@@ -12,10 +12,11 @@ transaction of the view, makes its vector clusters if the reader's semantic reca
 would, saves the snapshot and exits. The reader then loads the snapshot exactly as the
 next reading process would, and catches up from the view's changes since.
 
-The child is a cache filler: if it cannot be started (a frozen application, an embedded
-interpreter whose ``sys.executable`` is not Python, no permission to start processes),
-fails, or cannot save (a read-only view), the reader builds the index itself as before;
-the reason is kept in `IndexSnapshots.errors`.
+The child is a cache filler: none is started where it could not be (a frozen
+application, an embedded interpreter whose ``sys.executable`` is not Python) or could not
+save (a view folder the reader may not write in); if it cannot be started or fails, the
+reader builds the index itself as before, and the reason is kept in
+`IndexSnapshots.errors`.
 """
 
 from __future__ import annotations

@@ -97,6 +97,14 @@ class IndexSnapshots:
             self.errors.append(f"snapshot {name} unusable: {exc}")
             return None
 
+    def writable(self) -> bool:
+        """Whether a snapshot could be saved here: the folder (or the view's, before it
+        is made) is one this process may write in."""
+        if os.path.isdir(self.path):
+            return os.access(self.path, os.W_OK | os.X_OK)
+        parent = os.path.dirname(self.path)
+        return not os.path.exists(self.path) and os.access(parent, os.W_OK | os.X_OK)
+
     def has(self, read: tuple) -> bool:
         """Whether a snapshot of ``read`` was saved (it may still be one `load` passes
         over: of an older epoch, torn). Reads no file: reading a large one only to learn

@@ -1098,7 +1098,8 @@ class MemoryView:
             return
         slot = _slot(namespace, where)
         with self._search_lock:
-            if slot in self._indexes or snapshots.has(slot):
+            # A child that could not save would only have built the index twice.
+            if slot in self._indexes or snapshots.has(slot) or not snapshots.writable():
                 return
             # How many items the index would hold, roughly: a conversation's live ones,
             # or every item of the namespace. At most ``at_least`` keys are read.

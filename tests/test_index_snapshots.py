@@ -319,16 +319,19 @@ async def test_vector_clusters_are_made_by_the_child_that_builds_the_index(
         assert got == want
 
 
-async def test_a_child_that_cannot_save_leaves_the_build_to_the_reader(tmp_path: Path, built):
-    """A child whose snapshot cannot be saved (here the snapshot folder is a file) fails:
-    the reader builds the index itself, answers the same, and keeps the child's reason."""
+async def test_a_child_that_fails_leaves_the_build_to_the_reader(
+    tmp_path: Path, built, monkeypatch
+):
+    """A child that fails (here its first line exits with a message) leaves the build
+    to the reader, which answers the same and keeps the child's reason. Where no
+    snapshot could be saved (the snapshot folder is a file) no child is started."""
+    import folders.index_build as index_build
+
     view = tmp_path / "view"
     apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=5)
     entries = [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
-    async with folded(tmp_path, entries) as (laser, _):
-        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
-        (view / "search").write_bytes(b"not a folder")
-        built[0] = 0
+
+    async def read() -> tuple[list, list[str]]:
         async with lm.connect(
             laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=apart
         ) as reader:
@@ -337,9 +340,29 @@ async def test_a_child_that_cannot_save_leaves_the_build_to_the_reader(tmp_path:
             opened = reader.managed_view()
             errors = list(opened.snapshots.errors)
             opened.close()
+        return got, errors
+
+    async with folded(tmp_path, entries) as (laser, _):
+        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
+        monkeypatch.setattr(index_build, "_BOOT", "import sys; sys.exit('no room to build')")
+        built[0] = 0
+        got, errors = await read()
         assert got == want
         assert built[0] > 0
-        assert any("the process that built the search index failed" in e for e in errors)
+        assert any(
+            "the process that built the search index failed (1): no room to build" in e
+            for e in errors
+        )
+
+        started = []
+        monkeypatch.setattr(index_build.subprocess, "run", lambda *a, **k: started.append(a))
+        for name in os.listdir(view / "search"):
+            os.remove(view / "search" / name)
+        os.rmdir(view / "search")
+        (view / "search").write_bytes(b"not a folder")
+        got, errors = await read()
+        assert got == want and started == []
+        assert any("not saved" in e for e in errors)
 
 
 def test_only_a_python_is_started_to_build_an_index(monkeypatch):
