@@ -41,14 +41,23 @@ def built(monkeypatch) -> list[int]:
 
 async def answers(url: str, view: Path, config: lm.MemoryConfig) -> list[list]:
     """Every query's answer from a reader that has just started (a new process)."""
+    return (await answers_and_errors(url, view, config))[0]
+
+
+async def answers_and_errors(
+    url: str, view: Path, config: lm.MemoryConfig
+) -> tuple[list[list], list[str]]:
+    """`answers`, and why the reader could not use or save its snapshots."""
     async with lm.connect(
         url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
     ) as reader:
         memory = reader.memory("notes")
+        opened = reader.managed_view()
         try:
-            return [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
+            got = [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
+            return got, list(opened.snapshots.errors) if opened.snapshots else []
         finally:
-            reader.managed_view().close()
+            opened.close()
 
 
 @contextlib.asynccontextmanager
@@ -273,15 +282,8 @@ async def test_a_large_read_has_a_child_process_build_its_index(tmp_path: Path, 
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         assert built[0] > 0
         built[0] = 0
-        async with lm.connect(
-            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=apart
-        ) as reader:
-            memory = reader.memory("notes")
-            got = [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
-            opened = reader.managed_view()
-            assert list(opened.snapshots.errors) == []
-            opened.close()
-        assert got == want
+        got, errors = await answers_and_errors(laser.log.url, view, apart)
+        assert got == want and errors == []
         # Conversation c1's read (14 items) was built here, from the namespace's 41
         # items; the namespace's read (41) by the child.
         assert built[0] == 41
@@ -331,22 +333,11 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
     apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=5)
     entries = [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
 
-    async def read() -> tuple[list, list[str]]:
-        async with lm.connect(
-            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=apart
-        ) as reader:
-            memory = reader.memory("notes")
-            got = [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
-            opened = reader.managed_view()
-            errors = list(opened.snapshots.errors)
-            opened.close()
-        return got, errors
-
     async with folded(tmp_path, entries) as (laser, _):
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         monkeypatch.setattr(index_build, "_BOOT", "import sys; sys.exit('no room to build')")
         built[0] = 0
-        got, errors = await read()
+        got, errors = await answers_and_errors(laser.log.url, view, apart)
         assert got == want
         assert built[0] > 0
         assert any(
@@ -360,7 +351,7 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
             os.remove(view / "search" / name)
         os.rmdir(view / "search")
         (view / "search").write_bytes(b"not a folder")
-        got, errors = await read()
+        got, errors = await answers_and_errors(laser.log.url, view, apart)
         assert got == want and started == []
         assert any("not saved" in e for e in errors)
 

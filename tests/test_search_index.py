@@ -44,6 +44,19 @@ def _item(n: int, body: str, conversation: str | None, weight: float, vector, ke
     )
 
 
+def _random_index(seed: int, count: int, *, common_from: int) -> tuple[SearchIndex, list]:
+    """An index of ``count`` items of one to five random `WORDS`, and the items."""
+    rng = np.random.default_rng(seed)
+    index = SearchIndex(None, common_from=common_from)
+    items = []
+    for n in range(count):
+        words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
+        item = _item(n, " ".join(words), f"c{n % 5}", 0.0, None, (n // 50, n % 3, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    return index, items
+
+
 def _assert_keyword_as_scan(index: SearchIndex, items, text: str, limit: int, exclude=frozenset()):
     """The index's keyword recall is the scan's, to the bit (ids, scores, signals)."""
     want = rank(list(items), strategy="keyword", text=text, limit=limit, exclude=exclude)
@@ -299,14 +312,7 @@ def test_a_keyword_recall_over_many_holders_of_a_word_ranks_as_a_scan(cache_byte
 def test_a_smaller_cache_budget_evicts_at_once_and_answers_the_same():
     """Lowering a search index's cache budget drops the least recently used per-term
     arrays until the caches fit it; the answers stay the scan's."""
-    rng = np.random.default_rng(3)
-    index = SearchIndex(None, common_from=100)
-    items = []
-    for n in range(1_000):
-        words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
-        item = _item(n, " ".join(words), f"c{n % 5}", 0.0, None, (n // 50, n % 3, n))
-        items.append(item)
-        index.put(item.id.bytes, item)
+    index, items = _random_index(3, 1_000, common_from=100)
     for word in WORDS:
         _assert_keyword_as_scan(index, items, f"{word} alpha", 5)
     assert len(index._dense) > 2
@@ -348,14 +354,7 @@ def test_a_restored_index_scores_from_the_snapshots_own_arrays():
     arrays (mapped from its file in a reader) without copying them into its caches, and
     cannot write into them; once the word gains entries, it scores from a copy that
     holds them. Either way the answers are the scan's."""
-    rng = np.random.default_rng(4)
-    index = SearchIndex(None, common_from=300)
-    items = []
-    for n in range(1_200):
-        words = rng.choice(WORDS, size=int(rng.integers(1, 6)))
-        item = _item(n, " ".join(words), f"c{n % 5}", 0.0, None, (n // 50, n % 3, n))
-        items.append(item)
-        index.put(item.id.bytes, item)
+    index, items = _random_index(4, 1_200, common_from=300)
     data, arrays = index.snapshot()
     arrays = {name: array.copy() for name, array in arrays.items()}
     restored = SearchIndex.from_snapshot(data, arrays)
