@@ -384,7 +384,7 @@ def _slot(namespace: str, where: ItemFilter) -> tuple:
     return (where.tenant, namespace, where.conversation, where.embedder, where.superseded)
 
 
-def _holds_at_least(cursor: lmdb.Cursor, prefix: bytes, count: int) -> bool:
+def _keys_at_least(cursor: lmdb.Cursor, prefix: bytes, count: int) -> bool:
     """Whether at least ``count`` keys start with ``prefix``; reads at most that many."""
     if not cursor.set_range(prefix):
         return False
@@ -1106,7 +1106,7 @@ class MemoryView:
             with self._read() as txn:
                 if where.conversation is None:
                     cursor = txn.cursor(db=self._dbs["items"])
-                    many = _holds_at_least(cursor, _scope(where.tenant, namespace), at_least)
+                    many = _keys_at_least(cursor, _scope(where.tenant, namespace), at_least)
                 else:
                     cursor = txn.cursor(db=self._dbs["index"])
                     tag = _tag_prefix(b"R", where.tenant, namespace, f"c:{where.conversation}")
