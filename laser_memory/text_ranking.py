@@ -122,8 +122,11 @@ def _ranks_of(scores: np.ndarray, mask: np.ndarray, rows: list[int], c: Columns)
     newest first."""
     if not rows:
         return []
-    pool = scores[mask]
     values = scores[rows]
+    # Only rows scoring at or above the lowest chosen score can be above or level with
+    # one: the chosen rows are near the top, so these are few of the masked rows, mostly.
+    candidates = np.flatnonzero(mask & (scores >= values.min()))
+    pool = scores[candidates]
     out: list[int] = []
     tied: list[int] = []
     for start in range(0, len(rows), 16):  # 16 rows at a time bounds the comparison matrix
@@ -133,12 +136,11 @@ def _ranks_of(scores: np.ndarray, mask: np.ndarray, rows: list[int], c: Columns)
         tied.extend(start + int(i) for i in np.flatnonzero(equal > 1))
     for i in tied:
         row = rows[i]
-        equal = mask & (scores == values[i])
+        level = candidates[pool == values[i]]
+        time, partition, offset = c.time[level], c.partition[level], c.offset[level]
         t, p, o = c.time[row], c.partition[row], c.offset[row]
-        newer = (c.time > t) | (
-            (c.time == t) & ((c.partition > p) | ((c.partition == p) & (c.offset > o)))
-        )
-        out[i] += int(np.count_nonzero(equal & newer))
+        newer = (time > t) | ((time == t) & ((partition > p) | ((partition == p) & (offset > o))))
+        out[i] += int(np.count_nonzero(newer))
     return out
 
 

@@ -176,3 +176,48 @@ def test_newest_and_feedback_orders_match_the_general_order(rows, limit):
         key=lambda i: (-weight[i], -time[i], -partition[i], -i),
     )
     assert _by_feedback(keep, columns, limit).tolist() == plain[:limit]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.25, 0.5, 0.5, 1.0, 2.0]),  # few scores: many ties
+            st.integers(0, 3),  # append time
+            st.integers(0, 2),  # partition
+            st.booleans(),  # masked in
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.data(),
+)
+def test_a_chosen_rows_rank_is_its_place_in_a_plain_sort(rows, data):
+    """The rank a signal reports (`_ranks_of`, which reads only the rows at or above the
+    lowest chosen score) is the row's place among the masked rows sorted by score, then
+    newest first by (time, partition, offset)."""
+    import numpy as np
+
+    from laser_memory.text_ranking import Columns, _ranks_of
+
+    n = len(rows)
+    scores = np.array([r[0] for r in rows], dtype=np.float64)
+    time = np.array([r[1] for r in rows], dtype=np.int64)
+    partition = np.array([r[2] for r in rows], dtype=np.int64)
+    mask = np.array([r[3] for r in rows], dtype=bool)
+    columns = Columns(
+        keyword=scores,
+        semantic=None,
+        has_vector=None,
+        weight=np.zeros(n),
+        time=time,
+        partition=partition,
+        offset=np.arange(n, dtype=np.int64),
+        before=np.full(n, -1),
+        after=np.full(n, -1),
+        alive=np.ones(n, dtype=bool),
+        allowed=mask,
+    )
+    masked = [i for i in range(n) if mask[i]]
+    chosen = data.draw(st.lists(st.sampled_from(masked), unique=True) if masked else st.just([]))
+    plain = sorted(masked, key=lambda i: (-scores[i], -time[i], -partition[i], -i))
+    assert _ranks_of(scores, mask, chosen, columns) == [plain.index(i) for i in chosen]
