@@ -21,6 +21,7 @@ reader builds the index itself as before, and the reason is kept in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -32,7 +33,13 @@ from laser_memory.vector_clusters import ApproximateSearch
 
 from .state import ItemFilter
 
-__all__ = ["BUILD_APART_FROM", "BuildRequest", "build_apart", "can_build_apart"]
+__all__ = [
+    "BUILD_APART_FROM",
+    "BuildRequest",
+    "build_apart",
+    "build_apart_async",
+    "can_build_apart",
+]
 
 #: Reads over at least this many items build their index in a child process. Below
 #: it the build is a few seconds at most and leaves little behind, less than the
@@ -65,22 +72,50 @@ def can_build_apart() -> bool:
     return name.startswith(("python", "pypy")) and os.access(sys.executable, os.X_OK)
 
 
+def _command() -> list[str]:
+    return [sys.executable, "-c", _BOOT, json.dumps([p for p in sys.path if isinstance(p, str)])]
+
+
+def _outcome(returncode: int, stderr: bytes) -> str | None:
+    if returncode == 0:
+        return None
+    said = stderr.decode(errors="replace").strip()[-2000:] or "no message"
+    return f"the process that built the search index failed ({returncode}): {said}"
+
+
 def build_apart(request: BuildRequest) -> str | None:
     """Run the build of ``request`` in a child process and wait for it: None once it
     saved the snapshot, else why not (for `IndexSnapshots.errors`)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _BOOT, json.dumps([p for p in sys.path if isinstance(p, str)])],
-            input=msgspec.msgpack.encode(request),
-            capture_output=True,
-            check=False,
+            _command(), input=msgspec.msgpack.encode(request), capture_output=True, check=False
         )
     except OSError as exc:
         return f"could not start a process to build the search index: {exc}"
-    if done.returncode == 0:
-        return None
-    said = done.stderr.decode(errors="replace").strip()[-2000:] or "no message"
-    return f"the process that built the search index failed ({done.returncode}): {said}"
+    return _outcome(done.returncode, done.stderr)
+
+
+async def build_apart_async(request: BuildRequest) -> str | None:
+    """`build_apart` without blocking the event loop while the child builds (a minute
+    at ten million items). Cancelled, it stops the child."""
+    try:
+        child = await asyncio.create_subprocess_exec(
+            *_command(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        return f"could not start a process to build the search index: {exc}"
+    try:
+        _, stderr = await child.communicate(msgspec.msgpack.encode(request))
+    except BaseException:
+        if child.returncode is None:
+            child.kill()
+            await asyncio.shield(child.wait())
+        raise
+    assert child.returncode is not None
+    return _outcome(child.returncode, stderr)
 
 
 def main() -> None:

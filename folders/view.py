@@ -66,6 +66,7 @@ remembered in two conversations has an entry for each):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import functools
@@ -76,6 +77,7 @@ import os
 import struct
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 
 import lmdb
@@ -100,7 +102,13 @@ from laser_memory.search_index import CACHE_BYTES, SearchIndex
 from laser_memory.terms import forget_stems
 from laser_memory.vector_clusters import ApproximateSearch
 
-from .index_build import BUILD_APART_FROM, BuildRequest, build_apart, can_build_apart
+from .index_build import (
+    BUILD_APART_FROM,
+    BuildRequest,
+    build_apart,
+    build_apart_async,
+    can_build_apart,
+)
 from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
 from .recency import RecencyWriter, entries_of_run, holds_at_least, newest_first
 from .state import (
@@ -467,6 +475,10 @@ class MemoryView:
         self.build_apart_from: int | None = None
         #: What each search index's caches of per-term arrays may hold, in bytes.
         self.search_cache_bytes = CACHE_BYTES
+        # Per event loop, per read: the lock its child builds are awaited under.
+        self._apart_builds: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
 
     @classmethod
     def open(
@@ -1089,33 +1101,63 @@ class MemoryView:
     def _build_apart(
         self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None
     ) -> None:
-        """Have a child process build and save the search index of this read, when it
-        is large, this process has none, and there is no snapshot of it to load: the
-        read then loads the snapshot (see `folders.index_build`). A child that fails
-        leaves the build to `_search`, its reason in ``snapshots.errors``."""
+        """Have a child process build and save the search index of this read, when
+        `_apart_build` says so, and wait for it; the read then loads the snapshot. A
+        child that fails leaves the build to `_search`, its reason in
+        ``snapshots.errors``. (Reads on the event loop call `build_index_apart` first,
+        which waits without blocking the loop.)"""
+        with self._search_lock:  # one build at a time, as `_search` makes them
+            request = self._apart_build(namespace, where, approximate)
+            failure = build_apart(request) if request is not None else None
+        if failure is not None:
+            assert self.snapshots is not None
+            self.snapshots.errors.append(failure)
+
+    async def build_index_apart(
+        self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None
+    ) -> None:
+        """Before a text recall from the event loop: if the read's index would be built
+        by a child process (`_apart_build`), start the child and wait for it without
+        blocking the loop. Concurrent reads of one index on a loop wait for one child."""
+        if self.snapshots is None or self.build_apart_from is None:
+            return
+        loop = asyncio.get_running_loop()
+        with self._search_lock:
+            builds = self._apart_builds.setdefault(loop, {})
+            lock = builds.setdefault(_slot(namespace, where), asyncio.Lock())
+        async with lock:
+            with self._search_lock:
+                request = self._apart_build(namespace, where, approximate)
+            if request is None:
+                return
+            failure = await build_apart_async(request)
+        if failure is not None:
+            self.snapshots.errors.append(failure)
+
+    def _apart_build(
+        self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None
+    ) -> BuildRequest | None:
+        """What a child process should build for this read: when the read is large,
+        this process has no index of it, there is no snapshot of it to load, and one
+        could be saved; else None. The caller holds ``_search_lock``."""
         snapshots, at_least = self.snapshots, self.build_apart_from
         if snapshots is None or at_least is None or not can_build_apart():
-            return
+            return None
         slot = _slot(namespace, where)
-        with self._search_lock:
-            # A child that could not save would only have built the index twice.
-            if slot in self._indexes or snapshots.has(slot) or not snapshots.writable():
-                return
-            # How many items the index would hold, roughly: a conversation's live ones,
-            # or every item of the namespace. At most ``at_least`` keys are read.
-            with self._read() as txn:
-                if where.conversation is None:
-                    cursor = txn.cursor(db=self._dbs["items"])
-                    many = _keys_at_least(cursor, _scope(where.tenant, namespace), at_least)
-                else:
-                    cursor = txn.cursor(db=self._dbs["index"])
-                    tag = _tag_prefix(b"R", where.tenant, namespace, f"c:{where.conversation}")
-                    many = holds_at_least(cursor, tag, at_least)
-            if not many:
-                return
-            failure = build_apart(BuildRequest(self.path, namespace, where.of_index, approximate))
-        if failure is not None:
-            snapshots.errors.append(failure)
+        # A child that could not save would only have built the index twice.
+        if slot in self._indexes or snapshots.has(slot) or not snapshots.writable():
+            return None
+        # How many items the index would hold, roughly: a conversation's live ones, or
+        # every item of the namespace. At most ``at_least`` keys are read.
+        with self._read() as txn:
+            if where.conversation is None:
+                cursor = txn.cursor(db=self._dbs["items"])
+                many = _keys_at_least(cursor, _scope(where.tenant, namespace), at_least)
+            else:
+                cursor = txn.cursor(db=self._dbs["index"])
+                tag = _tag_prefix(b"R", where.tenant, namespace, f"c:{where.conversation}")
+                many = holds_at_least(cursor, tag, at_least)
+        return BuildRequest(self.path, namespace, where.of_index, approximate) if many else None
 
     def save_index(
         self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None

@@ -62,7 +62,13 @@ from .named import (
     validate_key,
     validate_version,
 )
-from .recall import to_context_block, validate_limit, validate_strategy, validate_token_budget
+from .recall import (
+    search_mode,
+    to_context_block,
+    validate_limit,
+    validate_strategy,
+    validate_token_budget,
+)
 from .records import (
     Feedback,
     Forget,
@@ -1000,6 +1006,10 @@ class MemoryHandle:
         approximate = None if exact else self._laser.config.approximate
         if self._managed(folded):
             view = await self._laser.view_after(self.topic, after, timeout)
+            if view is not None and search_mode(strategy, text, query_vector) is not None:
+                # A large index no process has built yet is built by a child process:
+                # waited for here, so the event loop runs on meanwhile.
+                await view.build_index_apart(self.namespace, where, approximate)
             items = (
                 []
                 if view is None

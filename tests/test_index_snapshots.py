@@ -4,6 +4,7 @@ build would; a snapshot that cannot be used is passed over, never trusted."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -346,7 +347,12 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
         )
 
         started = []
-        monkeypatch.setattr(index_build.subprocess, "run", lambda *a, **k: started.append(a))
+
+        async def start_async(request):
+            started.append(request)
+
+        monkeypatch.setattr(view_module, "build_apart", started.append)
+        monkeypatch.setattr(view_module, "build_apart_async", start_async)
         for name in os.listdir(view / "search"):
             os.remove(view / "search" / name)
         os.rmdir(view / "search")
@@ -376,3 +382,87 @@ def test_index_build_apart_from_is_checked():
         with pytest.raises(lm.ConfigError, match="index_build_apart_from"):
             lm.MemoryConfig(index_build_apart_from=wrong)
     assert lm.MemoryConfig(index_build_apart_from=None).index_build_apart_from is None
+
+
+async def test_the_event_loop_runs_on_while_a_child_builds_the_index(tmp_path: Path):
+    """A recall whose index a child process builds waits for the child without blocking
+    the event loop; concurrent recalls of the same read wait for one child."""
+    view = tmp_path / "view"
+    apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=5)
+    entries = [f"rotate the signing keys of node-{i}" for i in range(20)]
+    async with folded(tmp_path, entries) as (laser, _):
+        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
+        started = []
+        real = view_module.build_apart_async
+
+        async def counted(request):
+            started.append(request)
+            return await real(request)
+
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(view_module, "build_apart_async", counted)
+                got, errors = await answers_and_errors(laser.log.url, view, apart)
+                # A fresh reader: three recalls of one read at once.
+                async with lm.connect(
+                    laser.log.url,
+                    stream="s",
+                    view=view,
+                    embedder=lm.WordHashEmbedder(),
+                    config=lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=5),
+                ) as reader:
+                    for name in os.listdir(view / "search"):
+                        os.remove(view / "search" / name)
+                    memory = reader.memory("notes")
+                    together = await asyncio.gather(
+                        *(memory.recall(text="signing keys", strategy="keyword") for _ in range(3))
+                    )
+                    reader.managed_view().close()
+        finally:
+            ticker.cancel()
+        assert got == want and errors == []
+        # The child took an interpreter's start at least; the loop ticked meanwhile.
+        assert ticks >= 5
+        assert len(started) == 2  # one for the first reader, one for the three recalls
+        assert together[0] and together[0] == together[1] == together[2]
+
+
+async def test_a_cancelled_recall_stops_the_child_building_its_index(tmp_path: Path, monkeypatch):
+    """Cancelling a recall that waits for a child process kills the child (here one that
+    would sleep for a minute) and waits for it: no process is left behind."""
+    import folders.index_build as index_build
+
+    view = tmp_path / "view"
+    apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=5)
+    entries = [f"rotate the signing keys of node-{i}" for i in range(20)]
+    async with folded(tmp_path, entries) as (laser, _):
+        monkeypatch.setattr(index_build, "_BOOT", "import time; time.sleep(60)")
+        children = []
+        started = asyncio.Event()
+        real = asyncio.create_subprocess_exec
+
+        async def recorded(*args, **kwargs):
+            children.append(await real(*args, **kwargs))
+            started.set()
+            return children[-1]
+
+        monkeypatch.setattr(index_build.asyncio, "create_subprocess_exec", recorded)
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=apart
+        ) as reader:
+            recall = asyncio.create_task(reader.memory("notes").recall(text="signing keys"))
+            await started.wait()
+            recall.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await recall
+            assert children[0].returncode is not None  # killed and reaped
+            reader.managed_view().close()
