@@ -984,15 +984,19 @@ class SearchIndex:
         if query_vector is not None and self.label is not None:
             has_vector = self._has_vector[:size]
             semantic = np.zeros(size, dtype=np.float64)
-            rows = np.flatnonzero(has_vector)
-            if len(rows):
+            with_vectors = int(np.count_nonzero(has_vector))
+            if with_vectors:
                 # cosine_similarities, row by row, over every slot (empty ones are zeros).
                 vector = query_vector.astype(np.float32)
                 dots = self._vectors[:size] @ vector
                 norms = self._fresh_norms()[:size] * float(np.linalg.norm(vector))
-                similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-                low = float(similar[has_vector].min())
-                semantic = np.where(has_vector, similar, low).astype(np.float64)
+                similar = np.divide(dots, norms, out=dots, where=norms > 0)
+                similar[norms <= 0] = 0.0
+                if with_vectors == size:  # every slot has one: no stand-in for the rest
+                    semantic = similar.astype(np.float64)
+                else:
+                    low = float(similar[has_vector].min())
+                    semantic = np.where(has_vector, similar, low).astype(np.float64)
             elif strategy != "semantic":
                 semantic = has_vector = None
         columns = Columns(
