@@ -475,6 +475,9 @@ class MemoryView:
         self.build_apart_from: int | None = None
         #: What each search index's caches of per-term arrays may hold, in bytes.
         self.search_cache_bytes = CACHE_BYTES
+        # Reads whose child build failed: built in this process from then on (a recall
+        # from the event loop would otherwise start a second child in `recall`).
+        self._apart_failed: set[tuple] = set()
         # Per event loop, per read: the lock its child builds are awaited under.
         self._apart_builds: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[tuple, asyncio.Lock]
@@ -1109,9 +1112,7 @@ class MemoryView:
         with self._search_lock:  # one build at a time, as `_search` makes them
             request = self._apart_build(namespace, where, approximate)
             failure = build_apart(request) if request is not None else None
-        if failure is not None:
-            assert self.snapshots is not None
-            self.snapshots.errors.append(failure)
+        self._apart_failure(namespace, where, failure)
 
     async def build_index_apart(
         self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None
@@ -1131,8 +1132,13 @@ class MemoryView:
             if request is None:
                 return
             failure = await build_apart_async(request)
+            self._apart_failure(namespace, where, failure)
+
+    def _apart_failure(self, namespace: str, where: ItemFilter, failure: str | None) -> None:
         if failure is not None:
+            assert self.snapshots is not None
             self.snapshots.errors.append(failure)
+            self._apart_failed.add(_slot(namespace, where))
 
     def _apart_build(
         self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None
@@ -1145,7 +1151,12 @@ class MemoryView:
             return None
         slot = _slot(namespace, where)
         # A child that could not save would only have built the index twice.
-        if slot in self._indexes or snapshots.has(slot) or not snapshots.writable():
+        if (
+            slot in self._indexes
+            or slot in self._apart_failed
+            or snapshots.has(slot)
+            or not snapshots.writable()
+        ):
             return None
         # How many items the index would hold, roughly: a conversation's live ones, or
         # every item of the namespace. At most ``at_least`` keys are read.

@@ -126,6 +126,29 @@ def test_context_block_keeps_the_first_item_and_marks_the_rest():
         lm.to_context_block(items, token_budget=-1)
 
 
+def _plain_columns(time, partition, allowed, *, keyword=None, weight=None):
+    """Columns of rows with no vectors or neighbours, every row alive, at distinct
+    positions (offsets in row order: no full ties)."""
+    import numpy as np
+
+    from laser_memory.text_ranking import Columns
+
+    n = len(time)
+    return Columns(
+        keyword=np.zeros(n) if keyword is None else keyword,
+        semantic=None,
+        has_vector=None,
+        weight=np.zeros(n) if weight is None else weight,
+        time=time,
+        partition=partition,
+        offset=np.arange(n, dtype=np.int64),
+        before=np.full(n, -1),
+        after=np.full(n, -1),
+        alive=np.ones(n, dtype=bool),
+        allowed=allowed,
+    )
+
+
 @given(
     st.lists(
         st.tuples(
@@ -144,26 +167,14 @@ def test_newest_and_feedback_orders_match_the_general_order(rows, limit):
     highest weight first, then newest by (time, partition, offset)."""
     import numpy as np
 
-    from laser_memory.text_ranking import Columns, _by_feedback, _newest, _order
+    from laser_memory.text_ranking import _by_feedback, _newest, _order
 
     n = len(rows)
     time = np.array([r[0] for r in rows], dtype=np.int64)
     partition = np.array([r[1] for r in rows], dtype=np.int64)
     weight = np.array([r[2] for r in rows], dtype=np.float64)
     keep = np.array([r[3] for r in rows], dtype=bool)
-    columns = Columns(
-        keyword=np.zeros(n),
-        semantic=None,
-        has_vector=None,
-        weight=weight,
-        time=time,
-        partition=partition,
-        offset=np.arange(n, dtype=np.int64),  # distinct positions: no full ties
-        before=np.full(n, -1),
-        after=np.full(n, -1),
-        alive=np.ones(n, dtype=bool),
-        allowed=keep,
-    )
+    columns = _plain_columns(time, partition, keep, weight=weight)
     assert (
         _by_feedback(keep, columns, limit).tolist() == _order(weight, keep, columns, limit).tolist()
     )
@@ -197,26 +208,14 @@ def test_a_chosen_rows_rank_is_its_place_in_a_plain_sort(rows, data):
     newest first by (time, partition, offset)."""
     import numpy as np
 
-    from laser_memory.text_ranking import Columns, _ranks_of
+    from laser_memory.text_ranking import _ranks_of
 
     n = len(rows)
     scores = np.array([r[0] for r in rows], dtype=np.float64)
     time = np.array([r[1] for r in rows], dtype=np.int64)
     partition = np.array([r[2] for r in rows], dtype=np.int64)
     mask = np.array([r[3] for r in rows], dtype=bool)
-    columns = Columns(
-        keyword=scores,
-        semantic=None,
-        has_vector=None,
-        weight=np.zeros(n),
-        time=time,
-        partition=partition,
-        offset=np.arange(n, dtype=np.int64),
-        before=np.full(n, -1),
-        after=np.full(n, -1),
-        alive=np.ones(n, dtype=bool),
-        allowed=mask,
-    )
+    columns = _plain_columns(time, partition, mask, keyword=scores)
     masked = [i for i in range(n) if mask[i]]
     chosen = data.draw(st.lists(st.sampled_from(masked), unique=True) if masked else st.just([]))
     plain = sorted(masked, key=lambda i: (-scores[i], -time[i], -partition[i], -i))
