@@ -34,7 +34,7 @@ from .errors import (
     WaitTimeout,
     shown,
 )
-from .ids import MemoryId, validate_name
+from .ids import MAX_NAME_BYTES, MemoryId, validate_name
 from .log import DEFAULT_URL, KafkaLog, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
 from .log.batcher import AppendBatcher
 from .log.naming import validate_topic
@@ -298,11 +298,18 @@ class Laser:
                 self, namespace=namespace, topic=_stream_topic(stream, MEMORY_TOPIC), stream=stream
             )
         if self.stream:
+            # The records carry the prefixed name: checked as written, or a name that
+            # fits alone but not with its prefix would be written and set aside by
+            # every folder.
+            prefixed = f"stream:{self.stream}/{namespace}"
+            if len(prefixed.encode()) > MAX_NAME_BYTES:
+                raise InvalidName(
+                    f"namespace {shown(namespace)} is {len(prefixed.encode())} bytes long with "
+                    f"its stream's prefix 'stream:{self.stream}/', and at most {MAX_NAME_BYTES} "
+                    "fit in a record; shorten it"
+                )
             return MemoryHandle(
-                self,
-                namespace=f"stream:{self.stream}/{namespace}",
-                topic=self.memory_topic_name,
-                stream=self.stream,
+                self, namespace=prefixed, topic=self.memory_topic_name, stream=self.stream
             )
         return MemoryHandle(self, namespace=namespace, topic=MEMORY_TOPIC, stream="")
 

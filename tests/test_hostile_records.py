@@ -201,6 +201,32 @@ def _set_aside_by_fold_only(hostile, receipts) -> set[tuple[int, int]]:
     }
 
 
+async def test_a_name_too_long_with_its_streams_prefix_is_refused_before_any_write(
+    tmp_path: Path,
+):
+    """With a default stream the records carry ``stream:<stream>/<name>``: a name that
+    fits alone but not with the prefix (254 bytes of letters, emoji and a combining mark)
+    is refused when the handle is made, so nothing is written that every folder would
+    set aside; one that fits with its prefix folds."""
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        prefix = len(b"stream:s/")
+        too_long = "n" * 200 + "\U0001f600" * 13 + "\u0301"
+        assert len(too_long.encode()) == 254
+        with pytest.raises(lm.InvalidName, match=r"prefix 'stream:s/'.*shorten it"):
+            laser.memory(too_long)
+        fits = "n" * (255 - prefix - 54) + "\U0001f600" * 13 + "\u0301"
+        memory = laser.memory(fits)
+        assert len(memory.namespace.encode()) == 255
+        written = await memory.remember("the longest name that fits")
+        ends = await laser.log.end_offsets(memory.topic)
+        await ViewFolder(laser.log, memory.topic, tmp_path / "view").run(until_caught_up=True)
+        with MemoryView.open(tmp_path / "view") as view:
+            stats = view.stats()
+            assert stats.set_aside == 0 and stats.items == 1
+        assert sum(ends.values()) == 1  # the refused name wrote nothing
+        assert [i.id for i in await memory.recall(folded=True)] == [written]
+
+
 async def test_a_full_view_stops_the_folder_with_what_to_do(tmp_path: Path):
     from folders.service import FolderConfig
 
