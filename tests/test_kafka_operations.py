@@ -133,6 +133,28 @@ async def test_bootstrap_refuses_a_topic_kafka_trims_by_size(kafka_bootstrap):
             await memory.recall(folded=True)
 
 
+async def test_a_read_that_ends_while_the_log_stops_leaves_no_consumer_open(kafka_bootstrap):
+    """A read's consumer released after `stop` began (the read ended meanwhile) is still
+    stopped by that stop: it used to be dropped unstopped, and the garbage collector
+    later warned of an unclosed AIOKafkaConsumer in whatever test ran then."""
+    log = KafkaLog(KafkaLogConfig(bootstrap_servers=kafka_bootstrap))
+    await log.start()
+    consumer = await log._acquire_consumer()  # one read's, busy
+    # Another read's consumer still connecting: the stop waits for it before it takes
+    # the consumers to stop, and the first read ends meanwhile.
+    other = asyncio.ensure_future(log._acquire_consumer())
+    await asyncio.sleep(0)
+    assert log._starting
+    stopping = asyncio.ensure_future(log.stop())
+    await asyncio.sleep(0)
+    assert log._starting  # the stop is waiting for it
+    log._release_consumer(consumer)
+    await stopping
+    assert consumer._closed
+    with contextlib.suppress(Exception):
+        await other
+
+
 async def test_topics_are_made_for_the_largest_record_and_acks_all(kafka_bootstrap, topic_name):
     async with connect_log(f"kafka://{kafka_bootstrap}") as log:
         await log.create_topic(topic_name, partitions=1)

@@ -852,10 +852,13 @@ class KafkaLog(LogLifecycle):
         self._idle_consumers.append(consumer)  # stopped by `_close_clients` if stopping
 
     def _release_consumer(self, consumer: AIOKafkaConsumer) -> None:
+        if self._state != "started":
+            # Left among the busy ones: the stop under way stops it with them (or took
+            # it already). Dropped from them, it was never stopped.
+            return
         self._busy_consumers.discard(consumer)
-        if self._state == "started":
-            _unassign(consumer)
-            self._idle_consumers.append(consumer)
+        _unassign(consumer)
+        self._idle_consumers.append(consumer)
 
     async def read(
         self,
