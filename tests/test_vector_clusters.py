@@ -16,6 +16,7 @@ from folders.service import ViewFolder
 from laser_memory.recall import rank, search_mode
 from laser_memory.search_index import SearchIndex
 from laser_memory.terms import terms
+from laser_memory.vector_clusters import VectorClusters
 from tests.test_search_index import LABEL, _item, drop, put, queries
 
 EVERY_CLUSTER = lm.ApproximateSearch(from_vectors=1, probe_share=1.0)
@@ -175,3 +176,47 @@ async def test_a_handle_searches_by_clusters_or_exactly_on_request(tmp_path: Pat
             assert len(by_clusters) == 10
             with pytest.raises(lm.InvalidInput, match="exact"):
                 await memory.recall(exact="yes", **query)
+
+
+def _grouped(groups: int, per_group: int, dimensions: int = 48, seed: int = 3):
+    """Vectors in ``groups`` tight groups around random unit directions, shuffled,
+    with the direction each was drawn around."""
+    rng = np.random.default_rng(seed)
+    directions = rng.standard_normal((groups, dimensions)).astype(np.float32)
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    labels = rng.permutation(np.repeat(np.arange(groups), per_group))
+    noise = 0.01 * rng.standard_normal((len(labels), dimensions)).astype(np.float32)
+    # Different lengths: the training compares directions, not lengths.
+    scale = rng.uniform(0.5, 3.0, (len(labels), 1)).astype(np.float32)
+    return (directions[labels] + noise) * scale, directions, labels
+
+
+def test_trained_centroids_sit_on_the_groups():
+    # 400 vectors make 20 centroids (about their square root) for 4 tight groups: a
+    # group may hold several centroids, but each centroid must be the mean direction
+    # of members of one group, which only holds if each cluster's sum is of its own
+    # members (one that took a neighbour's rows pulls a centroid between groups).
+    vectors, directions, labels = _grouped(groups=4, per_group=100)
+    rows = np.arange(len(vectors))
+    centroids = VectorClusters.train(vectors, rows, np.linalg.norm(vectors, axis=1))
+    assert centroids.shape == (20, vectors.shape[1])
+    assert np.allclose(np.linalg.norm(centroids, axis=1), 1.0, atol=1e-5)
+    closeness = centroids @ directions.T
+    assert closeness.max(axis=1).min() > 0.99
+    group_of_centroid = np.argmax(closeness, axis=1)
+    assert set(group_of_centroid.tolist()) == {0, 1, 2, 3}
+    # And each vector is assigned to a centroid of its own group.
+    assigned = VectorClusters.assign(vectors, centroids)
+    assert (group_of_centroid[assigned] == labels).all()
+
+
+def test_rows_without_a_norm_are_left_out_and_training_is_deterministic():
+    vectors, _, _ = _grouped(groups=4, per_group=25)
+    vectors[::7] = 0.0
+    rows = np.arange(len(vectors))
+    norms = np.linalg.norm(vectors, axis=1)
+    first = VectorClusters.train(vectors, rows, norms)
+    assert np.isfinite(first).all()
+    assert np.array_equal(first, VectorClusters.train(vectors, rows, norms))
+    nothing = VectorClusters.train(np.zeros((5, 8), np.float32), np.arange(5), np.zeros(5))
+    assert nothing.shape == (1, 8)
