@@ -78,7 +78,7 @@ import struct
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import lmdb
 import msgspec
@@ -658,12 +658,20 @@ class MemoryView:
 
     # -- writing (the folder) --------------------------------------------------------
 
-    def apply(self, batches: Sequence[Sequence[LogRecord]], generation: str) -> int:
+    def apply(
+        self,
+        batches: Sequence[Sequence[LogRecord]],
+        generation: str,
+        *,
+        committing: Callable[[], object] | None = None,
+    ) -> int:
         """Fold batches into the view in one transaction together with their positions.
         Returns how many records were applied (set-aside ones included). A full map
-        raises `ViewFull` and writes nothing of the batches."""
+        raises `ViewFull` and writes nothing of the batches. ``committing`` is called,
+        on this thread, once the transaction's writes are made and just before it
+        commits (see `ViewFolder.run`)."""
         with self._writing("batch"):
-            return self._apply(batches, generation)
+            return self._apply(batches, generation, committing)
 
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
@@ -684,7 +692,12 @@ class MemoryView:
                 f"the view at {self.path} could not be written: {write_failure(self.path, exc)}"
             ) from exc
 
-    def _apply(self, batches: Sequence[Sequence[LogRecord]], generation: str) -> int:
+    def _apply(
+        self,
+        batches: Sequence[Sequence[LogRecord]],
+        generation: str,
+        committing: Callable[[], object] | None,
+    ) -> int:
         count = 0
         with self._env.begin(write=True) as txn:
             items: dict[bytes, tuple[ItemState, dict[bytes, bytes], str, str, bytes]] = {}
@@ -788,6 +801,8 @@ class MemoryView:
                     offset.to_bytes(8, "big"),
                     db=self._dbs["meta"],
                 )
+            if committing is not None:
+                committing()
         return count
 
     def _apply_one(self, txn, log_record: LogRecord, generation: str, items, named) -> None:
