@@ -62,6 +62,14 @@ remembered in two conversations has an entry for each):
 - ``I`` irregular items (a typed append reused an id with another owner or
   kind): with such items present, a read with owner filters ranks every
   entry of its narrowest index, to stay exact.
+- ``X`` items with feedback and a remember that expires: the moment the first of
+  those remembers expires (8 bytes) ``+ id``. The fold counts an expiring remember
+  as live, so once one expires such an item's ``F`` entries may hold a weight
+  and a newest remember the read no longer sees (or it has none, its weights
+  having cancelled out): an ``auto`` recall loads the ones due by its moment
+  itself and ranks them with the rest. (An item's ``R`` entry of a remember that
+  expired is passed over: the item is met again at the entry of its newest
+  remember the read sees.)
 """
 
 from __future__ import annotations
@@ -110,7 +118,7 @@ from .index_build import (
     can_build_apart,
 )
 from .index_snapshots import SNAPSHOTS_FROM, IndexSnapshots
-from .recency import RecencyWriter, entries_of_run, holds_at_least, newest_first
+from .recency import TAIL, RecencyWriter, entries_of_run, holds_at_least, newest_first
 from .state import (
     _KEPT_FIELDS,
     _NO_CONVERSATION,
@@ -137,7 +145,7 @@ from .state import (
 __all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
-VIEW_FORMAT = 9
+VIEW_FORMAT = 10
 
 _DBS = ("meta", "items", "named", "versions", "audit", "aside", "index", "changes")
 # Keys of meta that say how a folder got here, not what the view holds.
@@ -346,6 +354,10 @@ def _index_entries(
             entries[_tag_prefix(b"F", tenant, namespace, tag) + tail] = owner
     if len(owners) > 1:
         entries[b"I" + _scope(tenant, namespace) + raw_id] = b""
+    if state.weights:
+        ends = [r.record.expires_at for r in live.values() if r.record.expires_at is not None]
+        if ends:
+            entries[b"X" + _scope(tenant, namespace) + min(ends).to_bytes(8, "big") + raw_id] = b""
     return entries
 
 
@@ -1255,19 +1267,32 @@ class MemoryView:
         )
 
     def _newest(
-        self, txn, namespace: str, where: ItemFilter, limit: int | None, skip_weighted: bool = False
+        self,
+        txn,
+        namespace: str,
+        where: ItemFilter,
+        limit: int | None,
+        skip_weighted: bool = False,
+        skip: frozenset[bytes] = frozenset(),
     ) -> Iterator[MemoryItem]:
-        """Visible items, newest first, from the narrowest index (at most ``limit``)."""
+        """Visible items, newest first, from the narrowest index (at most ``limit``),
+        but those in ``skip``."""
         seen: set[bytes] = set()
         produced = 0
         for key, owner in self._recency_entries(txn, namespace, where):
             if limit is not None and produced >= limit:
                 return
             raw_id = key[-16:]
-            if raw_id in seen or not self._entry_matches(where, owner):
+            if raw_id in seen or raw_id in skip or not self._entry_matches(where, owner):
+                continue
+            item = self._load(txn, namespace, where, raw_id)
+            if item is not None and key[-TAIL:-16] > _KEY_BYTES(
+                item.append_time_ms, item.source.partition, item.source.offset
+            ):
+                # The entry of a remember that expired since it was folded: the item's
+                # place is at the entry of the newest remember this read sees, later on.
                 continue
             seen.add(raw_id)
-            item = self._load(txn, namespace, where, raw_id)
             if item is None or (skip_weighted and item.weight != 0):
                 continue
             produced += 1
@@ -1307,13 +1332,19 @@ class MemoryView:
         """Positive weights (highest first), then zero weights (newest first), then
         negative weights: each part read only as far as the limit needs."""
         prefix = _tag_prefix(b"F", where.tenant, namespace, self._narrowest_tag(where))
+        # Items whose entries may be stale by now (see ``X`` above): loaded as the read
+        # sees them, passed over in the walks, and ranked with their results (`rank`
+        # orders the candidates; the walks only choose them).
+        volatile = self._volatile(txn, namespace, where)
+        skip = frozenset(volatile)
         # Entries of items of another owner are passed over on their value alone.
         weighted = (
             (key, owner)
             for key, owner in _prefixed(txn.cursor(db=self._dbs["index"]), prefix)
-            if not owner or self._entry_matches(where, owner)
+            if (not owner or self._entry_matches(where, owner)) and key[-16:] not in skip
         )
-        out: list[MemoryItem] = []
+        out: list[MemoryItem] = [item for item in volatile.values() if item is not None]
+        limit += len(out)
         pending: bytes | None = None
         for key, _ in weighted:
             if len(out) >= limit:
@@ -1325,7 +1356,9 @@ class MemoryView:
             if item is not None:
                 out.append(item)
         if len(out) < limit:
-            out.extend(self._newest(txn, namespace, where, limit - len(out), skip_weighted=True))
+            out.extend(
+                self._newest(txn, namespace, where, limit - len(out), skip_weighted=True, skip=skip)
+            )
         negatives = itertools.chain(
             [pending] if pending is not None else [], (k[-16:] for k, _ in weighted)
         )
@@ -1335,6 +1368,20 @@ class MemoryView:
             item = self._load(txn, namespace, where, raw_id)
             if item is not None:
                 out.append(item)
+        return out
+
+    def _volatile(self, txn, namespace: str, where: ItemFilter) -> dict[bytes, MemoryItem | None]:
+        """The items with feedback of which a remember expired by the read's moment,
+        as the read sees them (None: it sees none of their remembers)."""
+        if where.now_ms is None:
+            return {}
+        prefix = b"X" + _scope(where.tenant, namespace)
+        out: dict[bytes, MemoryItem | None] = {}
+        for key, _ in _prefixed(txn.cursor(db=self._dbs["index"]), prefix):
+            if int.from_bytes(key[len(prefix) : len(prefix) + 8], "big") > where.now_ms:
+                break  # none of its remembers expired yet: its entries still hold
+            raw_id = key[-16:]
+            out[raw_id] = self._load(txn, namespace, where, raw_id)
         return out
 
     def fetch(
