@@ -110,6 +110,7 @@ __all__ = [
     "SetAside",
     "SortKey",
     "apply_named",
+    "checked_for_fold",
     "decode_for_fold",
     "history_entry",
     "kept",
@@ -280,7 +281,11 @@ def _valid_namespace(namespace: str) -> None:
 
 def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
     """Decode a record and check what the fold relies on; raises `LaserError`."""
-    record = decode_record(log_record.value, log_record.headers)
+    return checked_for_fold(decode_record(log_record.value, log_record.headers))
+
+
+def checked_for_fold(record: MemoryRecord) -> MemoryRecord:
+    """A decoded record, after checking what the fold relies on; raises `LaserError`."""
     # Names become parts of view keys: refuse what a writer could never have sent.
     _valid_namespace(record.ns)
     record.scope.validated()

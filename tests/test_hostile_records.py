@@ -85,11 +85,16 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
                 ),
                 True,
             )
+            # Of the owner (scope, namespace, kind) of `first`, folded before them: the
+            # fold's shortcut for remembers of an owner it knows must check them too.
             for bad in (
                 {"embedding": b"\x00\x00\x80", "embedder": "test/three"},  # not float32s
                 {"embedding": b"\x00\x00\x80?", "embedder": "no slash"},
+                {"expires_at": 1 << 63},
+                {"supersedes": b"\x01" * 15},
             )
         ),
+        (_outgoing(Remember(ns=ns, scope=scope, id=b"\x01" * 15, kind=1, body=b"v")), True),
         *(
             (_outgoing(NamedSet(ns=ns, scope=scope, key="vec", body=b"{}", **bad)), True)
             for bad in (
