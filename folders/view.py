@@ -823,29 +823,22 @@ class MemoryView:
                 committing()
         return count
 
-    def _put_new(self, log_record: LogRecord, record: Remember, owner, items) -> bool:
-        """Fold a remember of a known owner (see ``_owners``) if it makes a new item,
-        as `_apply_one` would; False (nothing done) if the item is there already."""
-        scope, listing, conversation = owner
-        raw_id = record.id
-        db_key = scope + raw_id
-        if db_key in items:
-            return False
-        time, partition, offset = key = (
-            log_record.append_time_ms, log_record.partition, log_record.offset
+    def _owner(self, record: Remember) -> tuple[bytes, tuple[tuple[bytes, ...], bytes], str]:
+        """What the new items of a checked remember's owner share (see ``_owners``)."""
+        scope = record.scope
+        conversation = _NO_CONVERSATION if scope.conversation is None else scope.conversation
+        owner = (
+            _scope(scope.tenant, record.ns),
+            _recency_prefixes(
+                scope.tenant, record.ns, conversation, scope.agent, scope.user,
+                scope.application, record.kind,
+            ),
+            conversation,
         )  # fmt: skip
-        if not self._item_put(
-            db_key, new_item_state(conversation, key, _KEPT_FIELDS(record)), overwrite=False
-        ):
-            return False
-        tail = _KEY_BYTES(time, partition, offset) + raw_id
-        tails = self._recent_pending.get(listing)
-        if tails is None:
-            self._recent_pending[listing] = [tail]
-        else:
-            tails.append(tail)
-        self._new_items.append(db_key)
-        return True
+        if len(self._owners) >= 4096:
+            self._owners.clear()  # a crude bound: owners repeat
+        self._owners[(scope, record.ns, record.kind)] = owner
+        return owner
 
     def _apply_one(self, txn, log_record: LogRecord, generation: str, items, named) -> None:
         # Everything that can fail because of the record happens before anything changes;
@@ -853,23 +846,53 @@ class MemoryView:
         # storage's own errors (lmdb.Error) stop the batch.
         try:
             record = decode_record(log_record.value, log_record.headers)
-            if (
-                type(record) is Remember
-                and record.embedding is None
-                and record.embedder is None
-                and record.expires_at is None
-                and record.supersedes is None
-                and len(record.id) == 16
-            ):
-                owner = self._owners.get((record.scope, record.ns, record.kind))
-                if owner is not None and self._put_new(log_record, record, owner, items):
-                    return
-            checked_for_fold(record)
             key = (log_record.append_time_ms, log_record.partition, log_record.offset)
-            record_scope = record.scope
-            scope = _scope(record_scope.tenant, record.ns)
             is_remember = type(record) is Remember
-            is_named = not is_remember and type(record) in NAMED_RECORDS
+            if is_remember:
+                # The most common record: a new item, whose state is this remember. It
+                # is written at once rather than kept until the batch ends: a later
+                # record of the batch about it reads it back from the transaction, and
+                # a batch of new items holds no objects for the garbage collector to
+                # walk (which cost a third of the fold). Inlined, as it runs once a
+                # record: its calls were a tenth of a new item's fold.
+                owner = (
+                    self._owners.get((record.scope, record.ns, record.kind))
+                    if record.embedding is None
+                    and record.embedder is None
+                    and record.expires_at is None
+                    and record.supersedes is None
+                    and len(record.id) == 16
+                    else None
+                )
+                if owner is None:
+                    checked_for_fold(record)
+                    owner = self._owner(record)
+                scope, listing, conversation = owner
+                raw_id = record.id
+                db_key = scope + raw_id
+                if db_key not in items:
+                    # The entries `_index_entries` gives an item remembered once with no
+                    # feedback, gathered by owner and written as runs when the batch
+                    # ends (`RecencyWriter.add`, inlined; the fold-model test checks
+                    # them).
+                    tail = _KEY_BYTES(key[0], key[1], key[2]) + raw_id
+                    # One look into the items for both questions, is it new and where it
+                    # goes (a get before the put was a twelfth of the fold).
+                    state_bytes = new_item_state(conversation, key, _KEPT_FIELDS(record))
+                    if self._item_put(db_key, state_bytes, overwrite=False):
+                        tails = self._recent_pending.get(listing)
+                        if tails is None:
+                            self._recent_pending[listing] = [tail]
+                        else:
+                            tails.append(tail)
+                        self._new_items.append(db_key)
+                        return
+                entry = None  # see below: usually the item itself is the audit line
+                is_named = False
+            else:
+                checked_for_fold(record)
+                scope = _scope(record.scope.tenant, record.ns)
+                is_named = type(record) in NAMED_RECORDS
             if is_named:
                 db_key = scope + _part(record.key)
                 if db_key in named:
@@ -882,11 +905,7 @@ class MemoryView:
                 source = source_of(record, log_record, generation)
                 state = apply_named(previous, record, key, source)
                 entry = _encoder.encode((state, history_entry(record, log_record, state.version)))
-            elif is_remember:
-                raw_id = record.id
-                db_key = scope + raw_id
-                entry = None  # see below: usually the item itself is the audit line
-            else:
+            elif not is_remember:
                 raw_id = record.target
                 db_key = scope + raw_id
                 # Versions are numbered on reading, by position key: the folder's visiting
@@ -909,40 +928,6 @@ class MemoryView:
             )
             return
         if db_key not in items:
-            # The most common record: a new item, whose state is this remember. It is
-            # written at once rather than kept until the batch ends: a later record of
-            # the batch about it reads it back from the transaction, and a batch of new
-            # items holds no objects for the garbage collector to walk (which cost a
-            # third of the fold). What `_put_new` does, inlined: this runs once a record,
-            # and its calls were a tenth of a new item's fold.
-            if is_remember:
-                conversation = record_scope.conversation
-                if conversation is None:
-                    conversation = _NO_CONVERSATION
-                state_bytes = new_item_state(conversation, key, _KEPT_FIELDS(record))
-                # One look into the items for both questions, is it new and where it goes
-                # (a get before the put was a twelfth of the fold).
-                if self._item_put(db_key, state_bytes, overwrite=False):
-                    listing = _recency_prefixes(
-                        record_scope.tenant, record.ns, conversation, record_scope.agent,
-                        record_scope.user, record_scope.application, record.kind,
-                    )  # fmt: skip
-                    if len(self._owners) >= 4096:
-                        self._owners.clear()  # a crude bound: owners repeat
-                    self._owners[(record_scope, record.ns, record.kind)] = (
-                        scope, listing, conversation
-                    )  # fmt: skip
-                    # The entries `_index_entries` gives an item remembered once with no
-                    # feedback, gathered by owner and written as runs when the batch ends
-                    # (`RecencyWriter.add`, inlined; the fold-model test checks them).
-                    tail = _KEY_BYTES(key[0], key[1], key[2]) + raw_id
-                    tails = self._recent_pending.get(listing)
-                    if tails is None:
-                        self._recent_pending[listing] = [tail]
-                    else:
-                        tails.append(tail)
-                    self._new_items.append(db_key)
-                    return
             self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id)
         state = items[db_key][0]
         # Made only here and for named items: a new item's stored state has none.
