@@ -57,17 +57,21 @@ class Ranked(msgspec.Struct, frozen=True):
 
 def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.ndarray:
     """The kept rows, best first, equal scores newest first; at most ``limit``."""
-    rows = np.flatnonzero(keep)
-    if limit == 0 or len(rows) == 0:
-        return rows[:0]
-    if len(rows) > limit:
-        values = final[rows]
+    every = bool(keep.all())
+    # Every row kept (a semantic or hybrid read: every item has a vector): the scores
+    # are read as they are, not gathered by a list of all the rows first.
+    rows = None if every else np.flatnonzero(keep)
+    count = len(final) if every else len(rows)
+    if limit == 0 or count == 0:
+        return np.zeros(0, dtype=np.int64)
+    if count > limit:
+        values = final if every else final[rows]
         # Common words give many equal scores, where a partition is at its slowest: when
         # the best score alone fills the limit, it is the cut.
         top = values >= values.max()
         if np.count_nonzero(top) < limit:
-            top = values >= np.partition(values, len(rows) - limit)[len(rows) - limit]
-        rows = rows[top]
+            top = values >= np.partition(values, count - limit)[count - limit]
+        rows = np.flatnonzero(top) if every else rows[top]
         if len(rows) > 4 * limit + 64:
             # Many rows tie at the cut (a recency read: every score is 0): of the tied
             # ones only the newest can make the limit.
@@ -79,6 +83,8 @@ def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.nd
                 times = c.time[tied]
                 tied = tied[times >= np.partition(times, len(tied) - need)[len(tied) - need]]
             rows = np.concatenate([above, tied])
+    elif every:
+        rows = np.arange(count)
     order = np.lexsort((-c.offset[rows], -c.partition[rows], -c.time[rows], -final[rows]))
     return rows[order][:limit]
 
@@ -152,11 +158,18 @@ def _fuse(keyword: np.ndarray, semantic: np.ndarray | None, alive: np.ndarray) -
     words = keyword / best if best > 0 else np.zeros_like(keyword)
     if semantic is None:
         return words
-    similar = np.maximum(semantic, 0.0)
-    live = similar[alive]
-    high = float(live.max()) if len(live) else 0.0
-    meaning = similar / high if high > 0 else np.zeros_like(similar)
-    return 0.5 * words + 0.5 * meaning
+    # In place, in the order the plain expression takes (0.5 * words + 0.5 * meaning,
+    # the halves exact): the same bits in half the passes over the rows.
+    meaning = np.maximum(semantic, 0.0)
+    high = float(np.max(meaning, where=alive, initial=0.0))
+    if high > 0:
+        meaning /= high
+    else:
+        meaning[:] = 0.0
+    words *= 0.5
+    meaning *= 0.5
+    words += meaning
+    return words
 
 
 def rank_by_text(
@@ -165,12 +178,13 @@ def rank_by_text(
     """Keyword (and, with ``semantic``, meaning) scores fused; in hybrid recall spread
     to neighbouring rows; nudged by feedback; best ``limit`` rows with their signals."""
     fused = _fuse(c.keyword, c.semantic, c.alive)
-    spread = fused.copy()
+    spread = fused
     if hybrid:
-        has = c.before >= 0
-        spread[has] += NEIGHBOUR_SHARE * fused[c.before[has]]
-        has = c.after >= 0
-        spread[has] += NEIGHBOUR_SHARE * fused[c.after[has]]
+        # A row with no neighbour (-1) takes the 0 after the last row: a gather each
+        # side, no masks (two masked gathers and adds took 1.5 ms at 100k rows).
+        padded = np.append(fused, 0.0)
+        spread = fused + NEIGHBOUR_SHARE * padded[c.before]
+        spread += NEIGHBOUR_SHARE * padded[c.after]
     if c.semantic is None:
         keep = spread > 0
     else:
