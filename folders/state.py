@@ -99,6 +99,8 @@ from laser_memory.records import (
 from laser_memory.search_index import CACHE_BYTES, Owner, SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
+from .heap import give_back_if_grown
+
 __all__ = [
     "MAX_NAMED_BODY_BYTES",
     "MAX_SEARCH_INDEXES",
@@ -893,6 +895,7 @@ class MemoryState:
             approximate=approximate,
             owner=where.owner,
         )
+        give_back_if_grown()  # a search over many items frees large arrays (see `heap`)
         return None if found is None else self._found(where, found)
 
     def ordered(

@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import functools
 import hashlib
 import heapq
@@ -110,6 +109,7 @@ from laser_memory.search_index import CACHE_BYTES, SearchIndex
 from laser_memory.terms import forget_stems
 from laser_memory.vector_clusters import ApproximateSearch
 
+from .heap import give_back_freed_memory, give_back_if_grown
 from .index_build import (
     BUILD_APART_FROM,
     BuildRequest,
@@ -379,60 +379,6 @@ def _owner_tags(
     if application is not None:
         tags.append(f"p:{application}")
     return tags
-
-
-@functools.cache
-def _malloc_trim():
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError, TypeError):  # not glibc: nothing to call
-        return None
-
-
-def _return_freed_memory() -> None:
-    """Give the heap's free pages back to the system, where the C library can (glibc's
-    ``malloc_trim``). Building an index frees millions of small objects at once; without
-    this the process keeps the pages they sat on, and a reader that built its index
-    holds the build's peak for as long as it runs."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-    _anonymous_after_trim[0] = _anonymous_bytes() or 0
-
-
-#: Growth of the process's anonymous memory since the last trim past which a search
-#: gives the heap's free pages back. A search over a million entries frees score arrays
-#: of 8 MB each, which the heap keeps once glibc has raised its threshold for mapping
-#: large blocks apart: a reader at a million items held 98 MB of anonymous memory after
-#: a hybrid recall, 61 MB once trimmed (the trim took 1-3 ms of a 180-250 ms recall).
-#: Measured, not guessed from the index's size: a search over 100,000 entries grows it
-#: by no more than a few MB, and is not slowed by trims it does not need.
-_TRIM_AFTER_GROWTH = 16 << 20
-_anonymous_after_trim = [0]
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _anonymous_bytes() -> int | None:
-    """This process's resident anonymous memory (resident less file-backed and shared,
-    from ``/proc/self/statm``: a few microseconds), or None where there is no such file."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            fields = statm.read().split()
-        return (int(fields[1]) - int(fields[2])) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _trim_if_grown() -> None:
-    """`_return_freed_memory` if anonymous memory grew by `_TRIM_AFTER_GROWTH` since
-    the last trim (or since it was lowest)."""
-    now = _anonymous_bytes()
-    if now is None or _malloc_trim() is None:
-        return
-    if now < _anonymous_after_trim[0]:
-        _anonymous_after_trim[0] = now
-    elif now - _anonymous_after_trim[0] >= _TRIM_AFTER_GROWTH:
-        _return_freed_memory()
 
 
 def _slot(namespace: str, where: ItemFilter) -> tuple:
@@ -1126,7 +1072,7 @@ class MemoryView:
                     index = self._saved(slot, epoch, seq)
                     if index is None:
                         index = self._built(txn, where.embedder, scope, base)
-                    _return_freed_memory()
+                    give_back_freed_memory()
             elif seq > seen:
                 changed = {
                     db_key
@@ -1171,7 +1117,7 @@ class MemoryView:
                 approximate=approximate,
                 owner=owner,
             )
-            _trim_if_grown()
+            give_back_if_grown()
             if index.reorganized and self._save(slot, epoch, seq, index):
                 # It made its vector clusters (moving every entry): the next reader
                 # starts from them, and this one serves from the map, not its copies,
@@ -1181,7 +1127,7 @@ class MemoryView:
                 saved_index = self._saved(slot, epoch, seq)
                 if saved_index is not None:
                     self._indexes[slot] = (saved_index, seq, epoch, seq)
-                _return_freed_memory()
+                give_back_freed_memory()
         if found is None:
             return None
         out = []

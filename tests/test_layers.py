@@ -30,6 +30,7 @@ LOWER = [
     "laser_memory.writes",
 ]
 FOLDERS = [
+    "folders.heap",
     "folders.state",
     "folders.view",
     "folders.replay",

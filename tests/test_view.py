@@ -1055,35 +1055,35 @@ def test_a_search_gives_the_heap_back_once_the_process_grew(monkeypatch):
     (98 MB of anonymous memory after one hybrid recall, 61 MB trimmed): a search trims
     the heap when the process's anonymous memory grew by 16 MB since the last trim (or
     since it was lowest), and only then, since trimming takes milliseconds."""
-    import folders.view as view_module
+    from folders import heap
 
     mb = 1 << 20
     trims: list[int] = []
     readings = iter([110, 120, 101, 105, 90, 104, 107, 92] + [0] * 4)
-    monkeypatch.setattr(view_module, "_malloc_trim", lambda: trims.append)
-    monkeypatch.setattr(view_module, "_anonymous_bytes", lambda: next(readings) * mb)
-    monkeypatch.setattr(view_module, "_anonymous_after_trim", [100 * mb])
-    view_module._trim_if_grown()  # 110: grew 10 MB, kept
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: trims.append)
+    monkeypatch.setattr(heap, "anonymous_bytes", lambda: next(readings) * mb)
+    monkeypatch.setattr(heap, "_after_trim", [100 * mb])
+    heap.give_back_if_grown()  # 110: grew 10 MB, kept
     assert trims == []
-    view_module._trim_if_grown()  # 120: grew 20 MB, trimmed (to 101)
+    heap.give_back_if_grown()  # 120: grew 20 MB, trimmed (to 101)
     assert trims == [0]
-    view_module._trim_if_grown()  # 105: grew 4 MB since the trim
-    view_module._trim_if_grown()  # 90: lower, the new baseline
-    view_module._trim_if_grown()  # 104: grew 14 MB
+    heap.give_back_if_grown()  # 105: grew 4 MB since the trim
+    heap.give_back_if_grown()  # 90: lower, the new baseline
+    heap.give_back_if_grown()  # 104: grew 14 MB
     assert trims == [0]
-    view_module._trim_if_grown()  # 107: grew 17 MB, trimmed (to 92)
+    heap.give_back_if_grown()  # 107: grew 17 MB, trimmed (to 92)
     assert trims == [0, 0]
-    assert view_module._anonymous_after_trim == [92 * mb]
+    assert heap._after_trim == [92 * mb]
 
 
 def test_anonymous_memory_is_read_from_the_process():
     import numpy as np
 
-    from folders.view import _anonymous_bytes
+    from folders.heap import anonymous_bytes
 
-    before = _anonymous_bytes()
+    before = anonymous_bytes()
     if before is None:
         pytest.skip("no /proc/self/statm here: searches never trim")
     touched = np.ones(64 << 20, dtype=np.uint8)  # 64 MB, every page written
-    assert _anonymous_bytes() - before >= 60 << 20
+    assert anonymous_bytes() - before >= 60 << 20
     del touched
