@@ -1084,6 +1084,11 @@ def test_anonymous_memory_is_read_from_the_process():
     before = anonymous_bytes()
     if before is None:
         pytest.skip("no /proc/self/statm here: searches never trim")
-    touched = np.ones(64 << 20, dtype=np.uint8)  # 64 MB, every page written
-    assert anonymous_bytes() - before >= 60 << 20
+    # 64 MB, every page written: it shows, and goes once freed (a block this large is
+    # mapped apart and unmapped when freed). Half of it is asked for, as the process
+    # may free or take other pages between two readings.
+    touched = np.ones(64 << 20, dtype=np.uint8)
+    holding = anonymous_bytes()
+    assert holding - before >= 32 << 20
     del touched
+    assert holding - anonymous_bytes() >= 32 << 20
