@@ -1077,18 +1077,22 @@ def test_a_search_gives_the_heap_back_once_the_process_grew(monkeypatch):
 
 
 def test_anonymous_memory_is_read_from_the_process():
-    import numpy as np
+    import mmap
 
     from folders.heap import anonymous_bytes
 
     before = anonymous_bytes()
     if before is None:
         pytest.skip("no /proc/self/statm here: searches never trim")
-    # 64 MB, every page written: it shows, and goes once freed (a block this large is
-    # mapped apart and unmapped when freed). Half of it is asked for, as the process
-    # may free or take other pages between two readings.
-    touched = np.ones(64 << 20, dtype=np.uint8)
+    # 64 MB of private anonymous pages (a shared mapping counts as shared memory), each
+    # written, mapped by us rather than by the allocator (whose own pages it may take or
+    # free between two readings): they show while held, and go once unmapped. Half of
+    # each is asked for, as other threads allocate too.
+    size = 64 << 20
+    pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for offset in range(0, size, mmap.PAGESIZE):
+        pages[offset] = 1
     holding = anonymous_bytes()
-    assert holding - before >= 32 << 20
-    del touched
-    assert holding - anonymous_bytes() >= 32 << 20
+    assert holding - before >= size // 2
+    pages.close()
+    assert holding - anonymous_bytes() >= size // 2
