@@ -7,8 +7,10 @@ raises its threshold for mapping blocks apart to that size, and later blocks com
 the heap, which keeps their pages once they are freed. A reader at a million items held
 98 MB of anonymous memory after a hybrid recall, 61 MB once trimmed. Trimming takes 1-3
 ms there, so a search trims only when the process's anonymous memory grew by
-`TRIM_AFTER_GROWTH` since the last trim (reading it takes a few microseconds): searches
-over 100,000 entries grow it by a few MB, and are not slowed by trims they do not need.
+`TRIM_AFTER_GROWTH` since the last trim. Reading it takes about 7 microseconds, a fifth
+of a keyword recall over 10,000 items, so only searches that make arrays over every
+entry of a large index read it (`give_back_after_search`): searches over 100,000 entries
+grow it by a few MB.
 """
 
 from __future__ import annotations
@@ -17,10 +19,20 @@ import ctypes
 import functools
 import os
 
-__all__ = ["TRIM_AFTER_GROWTH", "anonymous_bytes", "give_back_freed_memory", "give_back_if_grown"]
+__all__ = [
+    "TRIM_AFTER_GROWTH",
+    "TRIM_FROM_ENTRIES",
+    "anonymous_bytes",
+    "give_back_after_search",
+    "give_back_freed_memory",
+    "give_back_if_grown",
+]
 
 #: Growth of anonymous memory since the last trim past which `give_back_if_grown` trims.
 TRIM_AFTER_GROWTH = 16 << 20
+#: Entries of an index from which its semantic and hybrid searches check the growth: their
+#: score arrays are 8 bytes an entry, 1.6 MB each at 200,000.
+TRIM_FROM_ENTRIES = 200_000
 # Anonymous memory right after the last trim (or the lowest seen since).
 _after_trim = [0]
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -66,3 +78,11 @@ def give_back_if_grown() -> None:
         _after_trim[0] = now
     elif now - _after_trim[0] >= TRIM_AFTER_GROWTH:
         give_back_freed_memory()
+
+
+def give_back_after_search(mode: str, entries: int) -> None:
+    """After a search of ``mode`` (``keyword``, ``semantic``, ``hybrid``) over an index of
+    ``entries``: `give_back_if_grown` if it made arrays over every entry of a large
+    index (a keyword search reads its terms' postings, not every entry)."""
+    if mode != "keyword" and entries >= TRIM_FROM_ENTRIES:
+        give_back_if_grown()

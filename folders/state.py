@@ -99,7 +99,7 @@ from laser_memory.records import (
 from laser_memory.search_index import CACHE_BYTES, Owner, SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
-from .heap import give_back_if_grown
+from .heap import give_back_after_search
 
 __all__ = [
     "MAX_NAMED_BODY_BYTES",
@@ -885,7 +885,8 @@ class MemoryState:
         """A text recall from the fold's search index for this read; None when only a
         scan of `items` ranks it exactly (see `SearchIndex.find`). ``approximate``
         lets a large semantic recall score only the nearest clusters."""
-        found = self._index_for(where).find(
+        index = self._index_for(where)
+        found = index.find(
             text,
             mode=mode,
             query_vector=query_vector,
@@ -895,7 +896,7 @@ class MemoryState:
             approximate=approximate,
             owner=where.owner,
         )
-        give_back_if_grown()  # a search over many items frees large arrays (see `heap`)
+        give_back_after_search(mode, len(index))  # large arrays freed (see `heap`)
         return None if found is None else self._found(where, found)
 
     def ordered(

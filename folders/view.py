@@ -109,7 +109,7 @@ from laser_memory.search_index import CACHE_BYTES, SearchIndex
 from laser_memory.terms import forget_stems
 from laser_memory.vector_clusters import ApproximateSearch
 
-from .heap import give_back_freed_memory, give_back_if_grown
+from .heap import give_back_after_search, give_back_freed_memory
 from .index_build import (
     BUILD_APART_FROM,
     BuildRequest,
@@ -1117,7 +1117,7 @@ class MemoryView:
                 approximate=approximate,
                 owner=owner,
             )
-            give_back_if_grown()
+            give_back_after_search(mode, len(index))
             if index.reorganized and self._save(slot, epoch, seq, index):
                 # It made its vector clusters (moving every entry): the next reader
                 # starts from them, and this one serves from the map, not its copies,

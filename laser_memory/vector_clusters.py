@@ -110,8 +110,8 @@ class VectorClusters:
             bounds = np.searchsorted(nearest[order], np.arange(count + 1)).tolist()
             sums = np.empty_like(centroids)
             for cluster in range(count):
-                runs = members[bounds[cluster] : bounds[cluster + 1]]
-                np.add.reduce(runs, axis=0, out=sums[cluster])
+                run = members[bounds[cluster] : bounds[cluster + 1]]
+                np.add.reduce(run, axis=0, out=sums[cluster])
             lengths = np.linalg.norm(sums, axis=1)
             empty = lengths == 0
             # An empty cluster restarts at a random sample vector instead of dying.

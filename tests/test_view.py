@@ -1076,6 +1076,21 @@ def test_a_search_gives_the_heap_back_once_the_process_grew(monkeypatch):
     assert heap._after_trim == [92 * mb]
 
 
+def test_only_large_semantic_and_hybrid_searches_read_the_growth(monkeypatch):
+    """Reading the process's memory takes microseconds, a fifth of a small keyword
+    recall: only searches that make arrays over every entry of a large index read it."""
+    from folders import heap
+
+    readings: list[str] = []
+    monkeypatch.setattr(heap, "give_back_if_grown", lambda: readings.append("read"))
+    heap.give_back_after_search("keyword", 5_000_000)
+    heap.give_back_after_search("hybrid", heap.TRIM_FROM_ENTRIES - 1)
+    assert readings == []
+    heap.give_back_after_search("hybrid", heap.TRIM_FROM_ENTRIES)
+    heap.give_back_after_search("semantic", 1_000_000)
+    assert readings == ["read", "read"]
+
+
 def test_anonymous_memory_is_read_from_the_process():
     import mmap
 
