@@ -1,0 +1,200 @@
+"""The README's Python examples run as a reader copies them.
+
+A reader pastes a block into a script or a notebook with a connection at hand: every
+```python block of the README is run here, on the embedded log, with what its prose
+leaves to the reader (``laser``, ``memory``, a summariser, a store class, a graph) made
+by `stand_ins`. A block that stops working (an API renamed, a date that has passed)
+fails here rather than on a reader's machine. Blocks naming a Kafka broker or a server
+path run against a local log and a temporary view instead, with a folder beside them.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import datetime
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typing_extensions import TypedDict
+
+import laser_memory as lm
+from folders.service import ViewFolder
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def python_blocks() -> list[tuple[int, str]]:
+    """Each ```python block of the README with the line it starts on."""
+    blocks, lines = [], README.read_text(encoding="utf-8").splitlines()
+    start = None
+    for number, line in enumerate(lines, 1):
+        if start is None and line.strip() == "```python":
+            start = number
+        elif start is not None and line.strip() == "```":
+            blocks.append((start, "\n".join(lines[start : number - 1])))
+            start = None
+    return blocks
+
+
+BLOCKS = python_blocks()
+
+
+def test_the_readme_has_its_examples():
+    # Guards the parser: a README whose blocks it stopped finding would pass every test.
+    assert len(BLOCKS) >= 15
+    assert any("asyncio.run(main())" in text for _, text in BLOCKS)
+
+
+class _Summarizer:
+    def summarize(self, bodies: list[bytes]) -> str:
+        return f"{len(bodies)} notes"
+
+
+class _Compact:
+    async def consolidate(self, scope: dict) -> None:
+        return None
+
+
+class _MyStore:
+    """The smallest backend `CustomMemory` takes: ids it mints, recall by substring."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict] = {}
+
+    def remember(self, scope, payload):
+        mid = str(lm.MemoryId.new())
+        self.items[mid] = {"payload": payload, "id": mid, "tenant": scope["tenant"]}
+        return mid
+
+    def recall(self, scope, query):
+        text = (query["text"] or "").encode()
+        return [
+            {"payload": item["payload"], "id": item["id"]}
+            for item in self.items.values()
+            if item["tenant"] == scope["tenant"] and text in item["payload"]
+        ]
+
+    def improve(self, scope, feedback):
+        return None
+
+    def forget(self, scope, mid):
+        self.items.pop(mid, None)
+
+
+class _Message:
+    def __init__(self, payload: str, conversation: str | None, agent: str | None) -> None:
+        self.payload, self.conversation, self.agent = payload, conversation, agent
+
+
+class _GraphState(TypedDict):
+    question: str
+    answer: str
+
+
+def _graph_builder():
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.store.base import BaseStore
+
+    async def answer(state: _GraphState, *, store: BaseStore) -> dict:
+        hits = await store.asearch(("users", "u1"), query=state["question"], limit=1)
+        return {"answer": hits[0].value["text"] if hits else ""}
+
+    builder = StateGraph(_GraphState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder
+
+
+def stand_ins(laser: lm.Laser) -> dict[str, Any]:
+    """What the README's prose gives a block without writing it out."""
+
+    async def answer_ticket(message) -> str:
+        return f"answered {message.payload}"
+
+    return {
+        "lm": lm,
+        "asyncio": asyncio,
+        "laser": laser,
+        "memory": laser.memory("notes"),
+        "url": laser.log.url,
+        "datetime": datetime.datetime,
+        "timedelta": datetime.timedelta,
+        "UTC": datetime.UTC,
+        "cutoff_datetime": datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC),
+        "my_model": _Summarizer(),
+        "Compact": _Compact,
+        "MyStore": _MyStore,
+        "answer_ticket": answer_ticket,
+        "message": _Message("where is my order?", "t-42", "triage"),
+        "builder": _graph_builder(),
+        "state": {"question": "what is ERR-4021?", "answer": ""},
+    }
+
+
+def _raises_as_documented(text: str):
+    """A block whose comment says a line raises (``# AccessDenied: ...``) must raise
+    that error, and nothing else."""
+    found = (getattr(lm, name, None) for name in re.findall(r"#\s*([A-Z]\w+)", text))
+    named = [
+        error for error in found if isinstance(error, type) and issubclass(error, lm.LaserError)
+    ]
+    if not named:
+        return contextlib.nullcontext()
+    assert len(named) == 1, f"a block documents {len(named)} errors; split it"
+    return pytest.raises(named[0])
+
+
+def _script(text: str) -> bool:
+    """A whole program (it runs its own event loop), not a fragment."""
+    return "asyncio.run(" in text
+
+
+@pytest.mark.parametrize(
+    "text", [text for _, text in BLOCKS if _script(text)], ids=lambda text: "script"
+)
+def test_a_whole_program_runs_as_written(text: str, tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-c", text],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [text for _, text in BLOCKS if not _script(text)],
+    ids=[f"line-{line}" for line, text in BLOCKS if not _script(text)],
+)
+async def test_a_fragment_runs_with_what_its_prose_gives(
+    text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)  # blocks open ./laser-data
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    view = tmp_path / "view"
+    local = f"local://{tmp_path / 'laser-data'}"
+    # What needs a broker or a server's disk runs on the embedded log and a view here.
+    text = re.sub(r"kafka://[\w.,:-]+", local, text).replace("/srv/laser-view", str(view))
+    code = compile(text, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    async with lm.connect(local, stream="prod") as laser:
+        await laser.bootstrap()
+        await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+        folder = asyncio.create_task(ViewFolder(laser.log, laser.memory_topic_name, view).run())
+        try:
+            with _raises_as_documented(text):
+                outcome = eval(code, stand_ins(laser))  # the README's own code
+                if asyncio.iscoroutine(outcome):
+                    await asyncio.wait_for(outcome, 120)
+        finally:
+            folder.cancel()
+            await asyncio.gather(folder, return_exceptions=True)
