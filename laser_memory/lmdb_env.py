@@ -8,6 +8,7 @@ through `SharedEnvironments`.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -140,7 +141,22 @@ def open_failure(exc: BaseException, damaged_hint: str) -> str:
             f"{exc}; LMDB writes its lock file even to read, so a folder on read-only "
             "storage cannot be opened: copy it to writable storage"
         )
+    if isinstance(exc, lmdb.Error) and str(exc) == f"mdb_txn_begin: {_PID_TAKEN}":
+        # LMDB marks a reading process by locking the byte of its process id in the
+        # lock file: two processes with one id, each process 1 of its own container,
+        # cannot both read (and a process that got in first is unaffected).
+        return (
+            f"{exc}: another process with this process's id reads this folder, from "
+            "another PID namespace (each container numbers its processes from 1). "
+            "Processes that share a folder must share a PID namespace: run them in one "
+            "container, or give this one the other's (docker run --pid container:NAME, "
+            'compose pid: "service:NAME")'
+        )
     return str(exc)
+
+
+#: What LMDB says when the byte of this process's id in the lock file is taken.
+_PID_TAKEN = os.strerror(errno.EAGAIN)
 
 
 class SharedEnvironments:
