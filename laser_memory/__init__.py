@@ -63,7 +63,9 @@ if TYPE_CHECKING:
     from .consolidation import ConsolidationReport, Consolidator, Summarizer
     from .custom import CustomMemory
     from .memory import MemoryConfig, MemoryHandle, Receipt
+    from .minilm import MiniLMEmbedder
     from .periodic import ConsolidationDriver
+    from .rerank import RerankedMemory, Reranker, RerankFunction
     from .retention import RetentionDriver
 
 __version__ = "0.1.0"
@@ -92,6 +94,7 @@ _UPPER = {
     "Consolidator": "consolidation",
     "Summarizer": "consolidation",
     "Reranker": "rerank",
+    "RerankFunction": "rerank",
 }
 
 
@@ -162,6 +165,7 @@ __all__ = [
     "RecordDecodeError",
     "RecordTooLarge",
     "RerankFailed",
+    "RerankFunction",
     "RerankedMemory",
     "Reranker",
     "RetentionDriver",

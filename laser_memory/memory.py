@@ -13,7 +13,7 @@ import datetime
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
@@ -88,7 +88,7 @@ from .writes import RecordWriter, RememberBuilder
 
 if TYPE_CHECKING:
     from .client import Laser
-    from .rerank import RerankedMemory, Reranker
+    from .rerank import RerankedMemory, Reranker, RerankFunction
 
 __all__ = ["MemoryConfig", "MemoryHandle", "Receipt"]
 
@@ -262,7 +262,7 @@ class MemoryHandle:
             )
         return self._derive(conversation=conversation)
 
-    def reranker(self, reranker: Reranker, *, depth: int = 50) -> RerankedMemory:
+    def reranker(self, reranker: Reranker | RerankFunction, *, depth: int = 50) -> RerankedMemory:
         """This handle with its text recalls reranked: the best ``depth`` items of each
         are ordered again by ``reranker`` (see `laser_memory.rerank`).
 
@@ -904,6 +904,54 @@ class MemoryHandle:
         if folded is None:
             return self._laser.view_path is not None
         return not folded
+
+    @overload
+    async def recall(
+        self,
+        *,
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str | None = None,
+        kind: str | MemoryKind | None = None,
+        text: str | None = None,
+        strategy: str = "auto",
+        limit: int = 50,
+        folded: bool | None = None,
+        after: Receipt | MemoryId | None = None,
+        timeout: float = 10.0,
+        block: Literal[False] = False,
+        token_budget: int | None = None,
+        min_similarity: float | None = None,
+        exclude: Sequence[MemoryId | str | bytes] = (),
+        exact: bool = False,
+        include_superseded: bool = False,
+    ) -> list[MemoryItem]: ...
+
+    @overload
+    async def recall(
+        self,
+        *,
+        conversation: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
+        application: str | None = None,
+        tenant: str | None = None,
+        kind: str | MemoryKind | None = None,
+        text: str | None = None,
+        strategy: str = "auto",
+        limit: int = 50,
+        folded: bool | None = None,
+        after: Receipt | MemoryId | None = None,
+        timeout: float = 10.0,
+        block: Literal[True],
+        token_budget: int | None = None,
+        min_similarity: float | None = None,
+        exclude: Sequence[MemoryId | str | bytes] = (),
+        exact: bool = False,
+        include_superseded: bool = False,
+    ) -> str: ...
 
     async def recall(
         self,

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
 import msgspec
 import numpy as np
@@ -33,19 +33,22 @@ from .recall import MAX_LIMIT, to_context_block, validate_limit
 if TYPE_CHECKING:
     from .memory import MemoryHandle
 
-__all__ = ["RerankedMemory", "Reranker"]
+__all__ = ["RerankFunction", "RerankedMemory", "Reranker"]
 
 
 @runtime_checkable
 class Reranker(Protocol):
     """Scores each text's relevance to the query, higher is better. ``rerank`` may be
-    sync (it then runs on a worker thread) or return an awaitable."""
-
-    label: str
+    sync (it then runs on a worker thread) or return an awaitable. A ``label``
+    attribute, if it has one, names it in errors (else its class name does)."""
 
     def rerank(
         self, query: str, texts: Sequence[str]
     ) -> Sequence[float] | Awaitable[Sequence[float]]: ...
+
+
+#: A plain function that reranks: ``(query, texts) -> scores``, sync or async.
+RerankFunction = Callable[[str, Sequence[str]], Sequence[float] | Awaitable[Sequence[float]]]
 
 
 class RerankedMemory:
@@ -53,7 +56,12 @@ class RerankedMemory:
 
     ``depth`` is how many first-pass items the reranker sees (at least ``limit``)."""
 
-    def __init__(self, inner: MemoryHandle | RerankedMemory, reranker: Reranker, depth: int = 50):
+    def __init__(
+        self,
+        inner: MemoryHandle | RerankedMemory,
+        reranker: Reranker | RerankFunction,
+        depth: int = 50,
+    ):
         if not callable(getattr(reranker, "rerank", None)):
             if not callable(reranker):
                 raise InvalidInput(
@@ -73,6 +81,30 @@ class RerankedMemory:
     def __repr__(self) -> str:
         label = getattr(self.rerank_with, "label", type(self.rerank_with).__name__)
         return f"RerankedMemory({shown(self.inner)}, {label}, depth={self.depth})"
+
+    @overload
+    async def recall(
+        self,
+        *,
+        text: str | None = None,
+        strategy: str = "auto",
+        limit: int = 50,
+        block: Literal[False] = False,
+        token_budget: int | None = None,
+        **query: Any,
+    ) -> list[MemoryItem]: ...
+
+    @overload
+    async def recall(
+        self,
+        *,
+        text: str | None = None,
+        strategy: str = "auto",
+        limit: int = 50,
+        block: Literal[True],
+        token_budget: int | None = None,
+        **query: Any,
+    ) -> str: ...
 
     async def recall(
         self,
