@@ -59,6 +59,7 @@ from .scope import MemoryScope
 from .vector_clusters import ApproximateSearch
 
 if TYPE_CHECKING:
+    from .agent import Agent, AgentMessage, AgentTopic, Session
     from .client import ConversationContext, Laser, connect
     from .consolidation import ConsolidationReport, Consolidator, Summarizer
     from .custom import CustomMemory

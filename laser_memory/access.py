@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Set as AbstractSet
 
 import msgspec
 
@@ -76,7 +77,7 @@ def _grant(grant: object) -> str:
     )
 
 
-def _covers(grants: frozenset[str], prefix: str, name: str) -> bool:
+def _covers(grants: AbstractSet[str], prefix: str, name: str) -> bool:
     wanted = prefix + name
     if wanted in grants:
         return True
@@ -96,7 +97,8 @@ class Principal(msgspec.Struct, frozen=True):
 
     name: str
     tenant: str | None = ""
-    grants: frozenset[str] = frozenset()
+    #: A set of grant strings (any iterable of them is taken), kept as a frozenset.
+    grants: AbstractSet[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

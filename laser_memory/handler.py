@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from .errors import ConfigError, shown
 from .kinds import MemoryKind, parse_kind
@@ -44,9 +44,29 @@ class Message(Protocol):
 class MemoryHandler(Generic[R]):
     """Wraps ``inner`` (sync or async, taking a `Message`); see the module."""
 
+    # An async handler's result is what its awaitable gives, a sync one's what it returns:
+    # one signature taking `R | Awaitable[R]` let type checkers infer neither.
+    @overload
+    def __init__(
+        self: MemoryHandler[R],
+        inner: Callable[[Any], Awaitable[R]],
+        memory: MemoryHandle,
+        *,
+        kind: str | MemoryKind | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: MemoryHandler[R],
+        inner: Callable[[Any], R],
+        memory: MemoryHandle,
+        *,
+        kind: str | MemoryKind | None = None,
+    ) -> None: ...
+
     def __init__(
         self,
-        inner: Callable[[Any], R | Awaitable[R]],
+        inner: Callable[[Any], Any],
         memory: MemoryHandle,
         *,
         kind: str | MemoryKind | None = None,
@@ -65,7 +85,8 @@ class MemoryHandler(Generic[R]):
 
     def auto_remember(self, kind: str | MemoryKind = "message") -> MemoryHandler[R]:
         """A handler like this one that remembers each message it finishes as ``kind``."""
-        return MemoryHandler(self.inner, self.memory, kind=kind)
+        made: MemoryHandler[R] = MemoryHandler(self.inner, self.memory, kind=kind)
+        return made
 
     async def __call__(self, message: Any) -> R:
         result = self.inner(message)
