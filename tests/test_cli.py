@@ -86,6 +86,31 @@ def test_a_memory_session_from_the_command_line(any_log_url: str, stream_name: s
     assert run("named", *common) == ""
 
 
+def test_python_m_laser_memory_is_the_command(tmp_path):
+    """Where the venv's scripts are not on PATH (a container, a notebook's kernel)."""
+    url = f"local://{tmp_path / 'log'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "laser_memory", "remember", "via -m", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    recalled = subprocess.run(
+        [sys.executable, "-m", "laser_memory", "recall", "--url", url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert [item["body"] for item in json.loads(recalled.stdout)] == ["via -m"]
+    usage = subprocess.run(
+        [sys.executable, "-m", "laser_memory", "--help"], capture_output=True, text=True, check=True
+    )
+    assert usage.stdout.startswith("Usage: laser-memory ")
+
+
 def test_cli_errors_are_clear_and_write_nothing(tmp_path):
     url = f"local://{tmp_path / 'log'}"
     assert "EmptyBody" in run("remember", "", "--url", url, ok=False)
