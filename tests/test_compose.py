@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,7 +27,9 @@ import pytest
 import yaml
 from aiohttp import ClientSession
 
-COMPOSE = Path(__file__).resolve().parent.parent / "docker" / "docker-compose.yml"
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker" / "docker-compose.yml"
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
 CLI = str(Path(sys.executable).with_name("laser-memory"))
 
 
@@ -153,6 +157,75 @@ async def test_the_compose_services_serve_what_the_header_says(
                         break
                     await asyncio.sleep(0.2)
     assert [item["body"] for item in items] == ["the reporter prefers email"]
+
+
+def build_context() -> list[str]:
+    """The top-level entries of the checkout that `.dockerignore` lets into the image's
+    build context (it ignores everything, then lets named entries back in)."""
+    rules = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert rules[0] == "*", "the build context is a list of what it takes"
+    return [rule[1:] for rule in rules[1:] if rule.startswith("!")]
+
+
+def test_the_image_installs_from_its_build_context_alone(tmp_path: Path):
+    """What docker/Dockerfile does, without Docker: copy what it copies from the build
+    context `.dockerignore` leaves, install it (not as an editable checkout, as the
+    suite runs), and run the command."""
+    context = build_context()
+    copied = [
+        source
+        for line in DOCKERFILE.read_text(encoding="utf-8").splitlines()
+        if line.startswith("COPY ")
+        for source in line.split()[1:-1]
+    ]
+    assert set(copied) <= set(context), "the Dockerfile copies what the context leaves out"
+    app = tmp_path / "app"
+    for source in copied:
+        if (ROOT / source).is_dir():
+            shutil.copytree(
+                ROOT / source, app / source, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            app.mkdir(exist_ok=True)
+            shutil.copy(ROOT / source, app / source)
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"--target={site}", str(app)],
+        check=True,
+        capture_output=True,
+        timeout=280,
+    )
+    for package in ("laser_memory", "folders"):
+        assert (site / package / "py.typed").is_file()
+    # The installed copy, not the checkout (the dependencies are the suite's own).
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import laser_memory, folders.service, folders.http, laser_memory.cli; "
+            "print(laser_memory.__file__)",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.startswith(str(site))
+    usage = subprocess.run(
+        [sys.executable, "-m", "laser_memory", "fold", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Usage: laser-memory fold" in usage.stdout
 
 
 def _separate_pid_namespaces_allowed() -> bool:
