@@ -54,6 +54,7 @@ from ..errors import (
 )
 from ..lmdb_env import (
     SharedEnvironments,
+    StaleReaders,
     check_map_size,
     folder_path,
     open_failure,
@@ -253,6 +254,7 @@ class LocalLog(LogLifecycle):
                 f"cannot open the local log at {self._path}: "
                 f"{open_failure(exc, 'restore the folder from a copy')}"
             ) from exc
+        self._stale_readers = StaleReaders(self._env)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="laser-local-log"
         )
@@ -528,6 +530,7 @@ class LocalLog(LogLifecycle):
     def _commit_group(self, group: list[_AppendRequest]) -> list[list[Appended] | Exception]:
         """One durable transaction for every request in the group."""
         assert self._env is not None
+        self._stale_readers.clear()
         results: list[list[Appended] | Exception] = []
         heads_db, records_db = self._dbs["heads"], self._dbs["records"]
         # The loops below run once per record of every write, and a group of concurrent
