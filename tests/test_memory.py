@@ -894,3 +894,34 @@ async def test_writes_of_one_turn_land_under_an_eager_task_factory(tmp_path):
         loop.set_task_factory(before)
     assert len({(mid.receipt.partition, mid.receipt.offset) for mid in ids}) == 20
     assert len(recalled) == 21
+
+
+async def test_a_cancelled_remember_many_lands_whole_or_not_at_all_on_the_embedded_log(
+    tmp_path,
+):
+    """A caller that stops waiting (a cancel, a timeout around the call) finds each batch
+    in the log whole or not at all, whatever the point the cancel came at."""
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        memory = laser.memory("notes")
+        await memory.remember("first")  # the topic exists: no call waits to create it
+        cancelled: set[str] = set()
+        for batch in range(16):
+            call = asyncio.create_task(
+                memory.remember_many(
+                    [{"body": f"{batch}-{j}", "conversation": f"c{j}"} for j in range(40)]
+                )
+            )
+            # Cancelled before its records reach the log, while they commit, after.
+            await asyncio.sleep(batch * 0.0004)
+            call.cancel()
+            try:
+                await call
+            except asyncio.CancelledError:
+                cancelled.add(str(batch))
+        landed: dict[str, int] = {}
+        for item in await memory.recall(limit=1000):
+            if item.text != "first":
+                landed[item.text.split("-")[0]] = landed.get(item.text.split("-")[0], 0) + 1
+        assert all(count == 40 for count in landed.values()), landed
+        # A cancel too late to stop the write was met: its batch landed, whole.
+        assert cancelled & landed.keys()
