@@ -1422,15 +1422,24 @@ class MemoryView:
 
     def named_items(self, namespace: str, *, tenant: str = "", prefix: str = "") -> list[NamedItem]:
         """The present named items of a namespace whose key starts with ``prefix``, by
-        key. Reads every named item of the namespace (long keys are digests in the
-        view's keys, so the prefix is checked on the state's own copy of the key)."""
+        key. A key of up to `_MAX_PART` bytes is its own part of the view's key, so the
+        keys with a prefix are one range of them; a longer one is a digest, and those
+        (under `_HASHED`, one range too) are read and their keys checked. It read every
+        named item of the namespace: a LangGraph store's search of one namespace read
+        them all."""
+        scope = _scope(tenant, namespace)
+        wanted = prefix.encode("utf-8", "surrogatepass")
+        ranges = [scope] if not wanted else [scope + _HASHED]
+        if wanted and len(wanted) <= _MAX_PART and not wanted.startswith(_HASHED):
+            ranges.append(scope + wanted)
         out = []
         with self._read() as txn:
             cursor = txn.cursor(db=self._dbs["named"])
-            for _, raw in _prefixed(cursor, _scope(tenant, namespace)):
-                state = _named_decoder.decode(raw)
-                if state.body is not None and state.name.startswith(prefix):
-                    out.append(state.to_item())
+            for start in ranges:
+                for _, raw in _prefixed(cursor, start):
+                    state = _named_decoder.decode(raw)
+                    if state.body is not None and state.name.startswith(prefix):
+                        out.append(state.to_item())
         out.sort(key=lambda item: item.key)
         return out
 

@@ -234,10 +234,13 @@ class Model:
                 value, present = None, False
         return (value, version) if present else None
 
-    def named_items(self, *, tenant: str = "") -> list[tuple[str, Any, int]]:
-        """(key, value, version) of every present named item of a tenant, by key."""
+    def named_items(self, *, tenant: str = "", prefix: str = "") -> list[tuple[str, Any, int]]:
+        """(key, value, version) of every present named item of a tenant whose key
+        starts with ``prefix``, by key."""
         out = []
         for owner, key in sorted(self._named):
-            if owner == tenant and (found := self.fetch(key, tenant=tenant)) is not None:
+            if owner != tenant or not key.startswith(prefix):
+                continue
+            if (found := self.fetch(key, tenant=tenant)) is not None:
                 out.append((key, *found))
         return out

@@ -37,7 +37,10 @@ USERS = [None, "u1"]
 AGENTS = [None, "a1"]
 KINDS = ["fact", "message"]
 WEIGHTS = [-2.0, -0.5, 0.5, 1.0, 3.0]  # exact in binary, so sums do not depend on order
-KEYS = ["k1", "k2"]
+# A key longer than the view keeps in its own keys (64 bytes: it is stored as a digest)
+# that shares a prefix with a short one, and prefixes of each for named().
+KEYS = ["k1", "k2", "k1" + "é" * 40]
+PREFIXES = ["", "k", "k1", "k1é", "k1" + "é" * 40, "k1" + "é" * 41, "z"]
 
 remember_op = st.tuples(
     st.just("remember"),
@@ -196,8 +199,11 @@ async def _compare(memory: lm.MemoryHandle, model: Model) -> None:
             want = model.fetch(key, tenant=tenant)
             got = await memory.fetch_folded(key, tenant=tenant)
             assert (None if got is None else (got.json(), got.version)) == want, (key, tenant)
-        listed = await memory.named(tenant=tenant, folded=True)
-        assert [(i.key, i.json(), i.version) for i in listed] == model.named_items(tenant=tenant)
+        for prefix in PREFIXES:
+            listed = await memory.named(prefix, tenant=tenant, folded=True)
+            assert [(i.key, i.json(), i.version) for i in listed] == model.named_items(
+                tenant=tenant, prefix=prefix
+            ), prefix
 
 
 async def _compare_conversation_first(laser: lm.Laser, namespace: str, model: Model) -> None:
@@ -263,11 +269,12 @@ async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, mode
                     versioned = await managed.fetch(key, tenant=tenant, version=entry.version)
                     snapshot = await managed.as_of({entry.partition: entry.offset + 1})
                     assert versioned == snapshot.fetch(key, tenant=tenant)
-            listed = await managed.named(tenant=tenant)
-            assert listed == await managed.named(tenant=tenant, folded=True)
-            assert [(i.key, i.json(), i.version) for i in listed] == model.named_items(
-                tenant=tenant
-            )
+            for prefix in PREFIXES:
+                listed = await managed.named(prefix, tenant=tenant)
+                assert listed == await managed.named(prefix, tenant=tenant, folded=True)
+                assert [(i.key, i.json(), i.version) for i in listed] == model.named_items(
+                    tenant=tenant, prefix=prefix
+                ), prefix
         for mid, _, tenant in ids:
             assert await managed.history(mid, tenant=tenant) == await managed.history(
                 mid, tenant=tenant, folded=True

@@ -100,6 +100,10 @@ def _split_key(name: str) -> tuple[tuple[str, ...], str]:
     return tuple(joined.split(".")), key
 
 
+#: How many key prefixes' listings a store keeps parsed (see `LaserStore._listing`).
+_LISTINGS_KEPT = 64
+
+
 def _prefix_key(namespace: tuple[str, ...]) -> str:
     return ".".join(namespace) + "." if namespace else ""
 
@@ -329,7 +333,9 @@ class LaserStore(BaseStore):
             self._loop = asyncio.get_running_loop()
         # Receipts of this store's writes not yet known to be in the view, by partition.
         self._unseen: dict[int, Appended] = {}
-        self._parsed: dict[str, _Stored] = {}
+        # What the last listings of each key prefix parsed, by named key ("" for the
+        # whole store), the most recently listed prefixes last.
+        self._parsed: dict[str, dict[str, _Stored]] = {}
         self._sweeper: asyncio.Task | None = None
         #: What the sweeper's failed sweeps raised; a failed sweep does not end it.
         self.sweep_failures: list[Exception] = []
@@ -515,16 +521,17 @@ class LaserStore(BaseStore):
                     if stored is not None and op.refresh_ttl:
                         refresh[stored.named.key] = stored
                     results.append(stored.to_item() if stored is not None else None)
+                elif isinstance(op, SearchOp):
+                    # Only the items under the searched namespace are read.
+                    prefix = _prefix_key(tuple(op.namespace_prefix))
+                    found = await self._search(op, await self._listing(prefix, now))
+                    if op.refresh_ttl:
+                        refresh.update((s.named.key, s) for s, _ in found)
+                    results.append([s.to_item(score, searched=True) for s, score in found])
                 else:
                     if listing is None:
-                        listing = await self._all(now)
-                    if isinstance(op, SearchOp):
-                        found = await self._search(op, listing)
-                        if op.refresh_ttl:
-                            refresh.update((s.named.key, s) for s, _ in found)
-                        results.append([s.to_item(score, searched=True) for s, score in found])
-                    else:
-                        results.append(self._namespaces(op, listing))
+                        listing = await self._listing("", now)
+                    results.append(self._namespaces(op, listing))
         else:
             results = [None] * len(ops)
         await self._write([*self._refreshes(refresh.values(), puts), *writes])
@@ -678,7 +685,9 @@ class LaserStore(BaseStore):
         now = self._memory._laser.clock.now_ms()
         memory = self._memory
         expired = [
-            s for s in await self._all(None) if s.expires_at is not None and s.expires_at <= now
+            s
+            for s in await self._listing("", None)
+            if s.expires_at is not None and s.expires_at <= now
         ]
         await self._write(
             [
@@ -723,12 +732,16 @@ class LaserStore(BaseStore):
         stored = _read(named) if named is not None else None
         return stored if self._alive(stored, now) else None
 
-    async def _all(self, now: int | None) -> list[_Stored]:
-        named = await self._memory.named(folded=not self._managed(), timeout=self._timeout)
+    async def _listing(self, prefix: str, now: int | None) -> list[_Stored]:
+        """The store's items whose named key starts with ``prefix`` (a namespace's
+        `_prefix_key`, or "" for all), alive at ``now`` (None: all)."""
+        named = await self._memory.named(
+            prefix, folded=not self._managed(), timeout=self._timeout
+        )
         out = []
         # Items read before and unchanged since are not parsed again, nor their terms
-        # counted; the cache holds what the last listing saw.
-        parsed, seen = self._parsed, {}
+        # counted; the cache holds what the last listing of the prefix saw.
+        parsed, seen = self._parsed.pop(prefix, {}), {}
         for one in named:
             stored = parsed.get(one.key)
             if stored is None or stored.version != (
@@ -742,7 +755,9 @@ class LaserStore(BaseStore):
                 seen[one.key] = stored
             if self._alive(stored, now):
                 out.append(stored)
-        self._parsed = seen
+        self._parsed[prefix] = seen
+        if len(self._parsed) > _LISTINGS_KEPT:
+            del self._parsed[next(iter(self._parsed))]  # the least recently listed
         return out
 
     async def _search(
