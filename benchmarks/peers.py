@@ -6,6 +6,11 @@ with the same embedder on the same machine, each in its own process.
 - **laser-memory**: the embedded log (durable: every batch committed to disk) with
   `remember_many` in batches of 1,000, a managed view folded from it, and managed
   `semantic` and `hybrid` recall.
+- **laserstore**: laser-memory behind LangGraph's store API (`LaserStore`, the
+  ``langgraph`` extra), with the same index config as the `InMemoryStore` below: puts
+  in batches of 1,000 (durable), then `asearch` with a query through a managed view
+  (ranked by words and vectors). Its search reads every item of the namespace it
+  searches, where `recall` keeps a search index.
 - **LangGraph** `InMemoryStore` with an index (``dims``, ``embed``, ``fields``):
   `batch` of `PutOp` s in batches of 1,000 (in memory, not durable), `search` with a
   query.
@@ -49,7 +54,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-STORES = ("laser-memory", "langgraph", "mem0")
+STORES = ("laser-memory", "laserstore", "langgraph", "mem0")
+#: The stores that run in laser-memory's own interpreter (LaserStore needs the
+#: `langgraph` extra there, as a LangGraph user has it); the peers run in theirs.
+OURS = ("laser-memory", "laserstore")
 DIMENSIONS = 384
 
 
@@ -184,6 +192,53 @@ def run_laser(size: int, path: str) -> dict:
     return asyncio.run(main())
 
 
+def run_laserstore(size: int, path: str) -> dict:
+    """laser-memory behind LangGraph's store API, as a LangGraph user runs it:
+    `LaserStore` with the same index config as the `InMemoryStore` below, puts in
+    batches of 1,000 (durable, on the embedded log), then searches with a query through
+    a managed view (LaserStore ranks a query by words and the index's vectors)."""
+    import asyncio
+
+    from langgraph.store.base import PutOp
+
+    import laser_memory as lm
+    from folders.service import ViewFolder
+    from laser_memory.integrations.langgraph import LaserStore
+
+    async def main() -> dict:
+        texts, asked = corpus(size), queries(20 if size >= 100_000 else 50)
+        embedder = _warm_embedder(texts + asked + WARM_UP)
+        index = {"dims": DIMENSIONS, "embed": embedder, "fields": ["text"]}
+        log, view = f"{path}/log", f"{path}/view"
+        async with lm.connect(f"local://{log}") as laser:
+            store = LaserStore(laser.memory("bench"), index=index)
+            await store.abatch(
+                [PutOp(("warm-up",), str(n), {"text": q}) for n, q in enumerate(WARM_UP)]
+            )
+            started = time.perf_counter()
+            for first in range(0, size, 1000):
+                await store.abatch(
+                    [
+                        PutOp(("bench",), str(n), {"text": texts[n]})
+                        for n in range(first, min(size, first + 1000))
+                    ]
+                )
+            add = size / (time.perf_counter() - started)
+            await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+        async with lm.connect(f"local://{log}", view=view) as laser:
+            store = LaserStore(laser.memory("bench"), index=index)
+            await store.asearch(("bench",), query=asked[0], limit=10)
+            samples = []
+            for text in asked:
+                started = time.perf_counter()
+                await store.asearch(("bench",), query=text, limit=10)
+                samples.append((time.perf_counter() - started) * 1000)
+        p50, p99 = _percentiles(samples)
+        return {"add items/s": add, "semantic p50 ms": p50, "semantic p99 ms": p99}
+
+    return asyncio.run(main())
+
+
 def run_langgraph(size: int, path: str) -> dict:
     from langgraph.store.base import PutOp
     from langgraph.store.memory import InMemoryStore
@@ -247,7 +302,12 @@ def run_mem0(size: int, path: str) -> dict:
     return {"add items/s": add, "semantic p50 ms": p50, "semantic p99 ms": p99}
 
 
-RUNNERS = {"laser-memory": run_laser, "langgraph": run_langgraph, "mem0": run_mem0}
+RUNNERS = {
+    "laser-memory": run_laser,
+    "laserstore": run_laserstore,
+    "langgraph": run_langgraph,
+    "mem0": run_mem0,
+}
 
 
 def child(store: str, size: int) -> None:
@@ -286,7 +346,7 @@ def _runs(size: int) -> int:
 
 
 def _child(store: str, size: int, peers_python: str) -> dict:
-    python = sys.executable if store == "laser-memory" else peers_python
+    python = sys.executable if store in OURS else peers_python
     done = subprocess.run(
         [python, "-m", "benchmarks.peers", "--child", store, str(size)],
         cwd=ROOT,
@@ -354,6 +414,22 @@ def figures_of(results: dict[tuple[str, int], dict]):
                     ratio=ratio,
                 )
             )
+        same_api = results.get(("laserstore", size), {})
+        if store == "langgraph":
+            # LangGraph's store against laser-memory behind the same API: what a
+            # LangGraph user gains by swapping the store, recall's index aside.
+            for name in ("add items/s", "semantic p50 ms"):
+                if values.get(name) is not None and same_api.get(name):
+                    out.append(
+                        Figure(
+                            benchmark="peers",
+                            name=f"langgraph {name.rsplit(' ', 1)[0]} @{size} vs LaserStore",
+                            value=values[name],
+                            unit=name.rsplit(" ", 1)[-1],
+                            baseline=f"laserstore {name} @{size}",
+                            ratio=values[name] / same_api[name],
+                        )
+                    )
     return out
 
 

@@ -32,6 +32,23 @@ def test_every_peer_ratio_is_its_figure_over_laser_memorys():
     )
 
 
+def test_langgraph_is_also_compared_with_laser_memory_behind_its_own_api():
+    results = {
+        ("laser-memory", 1000): {"add items/s": 20_000.0, "semantic p50 ms": 0.5},
+        ("laserstore", 1000): {"add items/s": 16_000.0, "semantic p50 ms": 5.0},
+        ("langgraph", 1000): {"add items/s": 8_000.0, "semantic p50 ms": 25.0},
+    }
+    figures = {f.name: f for f in figures_of(results)}
+    assert figures["laserstore semantic p50 @1000"].ratio == pytest.approx(10.0)
+    same_api = figures["langgraph semantic p50 @1000 vs LaserStore"]
+    assert same_api.ratio == pytest.approx(5.0)
+    assert same_api.baseline == "laserstore semantic p50 ms @1000"
+    assert figures["langgraph add @1000 vs LaserStore"].ratio == pytest.approx(0.5)
+    # Without a LaserStore figure (the extra not installed) there is nothing to compare.
+    del results[("laserstore", 1000)]
+    assert not [name for name in (f.name for f in figures_of(results)) if "vs" in name]
+
+
 def test_the_table_names_its_run_and_keeps_what_was_not_measured():
     result = {
         "machine": {
