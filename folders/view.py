@@ -1424,9 +1424,8 @@ class MemoryView:
         """The present named items of a namespace whose key starts with ``prefix``, by
         key. A key of up to `_MAX_PART` bytes is its own part of the view's key, so the
         keys with a prefix are one range of them; a longer one is a digest, and those
-        (under `_HASHED`, one range too) are read and their keys checked. It read every
-        named item of the namespace: a LangGraph store's search of one namespace read
-        them all."""
+        (under `_HASHED`, one range too) are read and their keys checked: a LangGraph
+        store's search of one namespace reads that namespace, not the store."""
         scope = _scope(tenant, namespace)
         wanted = prefix.encode("utf-8", "surrogatepass")
         ranges = [scope] if not wanted else [scope + _HASHED]
