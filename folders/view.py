@@ -450,7 +450,7 @@ class MemoryView:
         self._dbs = dbs
         self._closed = False
         # Asked before each of the folder's write transactions (see StaleReaders).
-        self.stale_readers = StaleReaders(env)
+        self._stale_readers = StaleReaders(env)
         # LMDB's environment is its opener's: a forked child must never read through it.
         self._pid = os.getpid()
         self._bound: tuple[lmdb.Transaction | None, tuple[str, str]] = (None, ("", ""))
@@ -702,7 +702,7 @@ class MemoryView:
         committing: Callable[[], object] | None,
     ) -> int:
         count = 0
-        self.stale_readers.clear()
+        self._stale_readers.clear()
         with self._env.begin(write=True) as txn:
             items: dict[bytes, tuple[ItemState, dict[bytes, bytes], str, str, bytes]] = {}
             named: dict[bytes, NamedState | None] = {}

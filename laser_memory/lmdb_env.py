@@ -176,14 +176,12 @@ class StaleReaders:
         self._env = env
         self._every_s = every_s
         self._next = 0.0
-        #: Slots freed so far (a count a test or an operator can read).
-        self.cleared = 0
 
     def clear(self) -> None:
         now = time.monotonic()
         if now >= self._next:
             self._next = now + self._every_s
-            self.cleared += self._env.reader_check()
+            self._env.reader_check()
 
 
 class SharedEnvironments:

@@ -763,8 +763,9 @@ class LaserStore(BaseStore):
     async def _search(
         self, op: SearchOp, listing: list[_Stored]
     ) -> list[tuple[_Stored, float | None]]:
-        prefix = _prefix_key(tuple(op.namespace_prefix))
-        candidates = [s for s in listing if s.named.key.startswith(prefix)]
+        """``op`` over ``listing``, the items under its namespace (`_listing` of its
+        `_prefix_key`; a new list, sorted here)."""
+        candidates = listing
         if op.filter:
             candidates = [
                 s
