@@ -69,6 +69,7 @@ class FoldedReader:
                 self._positions = {}
                 self._state = MemoryState(
                     self._namespace,
+                    topic=self._topic,
                     generation=info.generation,
                     search_cache_bytes=self._search_cache_bytes,
                 )

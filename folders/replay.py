@@ -261,7 +261,7 @@ async def snapshot(
       positions.
     """
     info = await log.describe_topic(topic)
-    state = MemoryState(namespace, generation=info.generation)
+    state = MemoryState(namespace, topic=topic, generation=info.generation)
     as_of_ms: int | None = None
     if isinstance(at, Appended) or (
         isinstance(at, tuple) and at and all(isinstance(r, Appended) for r in at)

@@ -264,10 +264,12 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.structs.replace(self, agent=None, user=None, application=None, kind=None)
 
 
-def index_entry(state: ItemState, raw_id: bytes, where: ItemFilter) -> tuple:
+def index_entry(
+    state: ItemState, raw_id: bytes, where: ItemFilter, topic: str, generation: str
+) -> tuple:
     """(item, irregular) for `SearchIndex.put`: the item as the index's read sees it,
     and whether its live remembers have more than one owner."""
-    item = state.visible(raw_id, where)
+    item = state.visible(raw_id, where, topic, generation)
     return item, item is not None and state.irregular()
 
 
@@ -428,16 +430,25 @@ R = TypeVar("R")
 
 
 class Remembered(msgspec.Struct, Generic[R], array_like=True, gc=False):
-    """The remember an item keeps for a conversation, with its position key and source.
+    """The remember an item keeps for a conversation, with its position key.
 
-    The view stores no ``source`` (None in its bytes): the item's key gives the
-    partition and offset, the kept record its stream and conversation, and the view's
-    binding its topic and generation, so `MemoryView` fills it in on decoding and the
-    fold never encodes it."""
+    It keeps no `Source`: the key gives the partition and offset, the record its
+    stream and conversation, and the fold's topic and generation the rest, so a read
+    makes it (`source`). A `Source` is a tuple subclass, which the garbage collector
+    tracks: one kept per item made each full collection walk every item of a fold,
+    more than half of a fresh handle's fold. (Views of earlier builds stored a third
+    element, always nil; decoding ignores it.)"""
 
     key: SortKey
     record: R
-    source: Source | None = None
+
+    def source(self, topic: str, generation: str) -> Source:
+        """Where the kept remember sits on the log, as a read reports it."""
+        scope = self.record.scope  # type: ignore[attr-defined]
+        key = self.key
+        return _new_tuple(
+            Source, (scope.stream, topic, key[1], key[2], generation, scope.conversation)
+        )
 
 
 class ItemState(
@@ -462,14 +473,15 @@ class ItemState(
     #: Vectors from embedded records: "<conversation>\0<label>\0<body digest hex>" ->
     #: (position key, float32 bytes).
     vectors: dict[str, tuple[SortKey, bytes]] = msgspec.field(default_factory=dict)
-    #: The remembers that replaced this item: (position key, id), oldest first.
-    superseded_by: list[tuple[SortKey, bytes]] = msgspec.field(default_factory=list)
+    #: The remembers that replaced this item: (position key, id), oldest first. A
+    #: tuple, not a list: an empty list per item is an object the garbage collector
+    #: tracks (see `Remembered`).
+    superseded_by: tuple[tuple[SortKey, bytes], ...] = ()
 
     def apply(
         self,
         record: Remember | Forget | Feedback | Embedded | Superseded | Retrieved,
         key: SortKey,
-        source: Source,
     ) -> None:
         conversation = _conv(record.scope.conversation)
         self.version += 1
@@ -480,11 +492,13 @@ class ItemState(
         self.last = max(self.last, key)
         if kind is Superseded:
             # Lasting: forgetting the replacement does not bring this item back.
-            bisect.insort(self.superseded_by, (key, record.by))
+            replaced = list(self.superseded_by)
+            bisect.insort(replaced, (key, record.by))
+            self.superseded_by = tuple(replaced)
         elif kind is Remember:
             current = self.remembers.get(conversation)
             if current is None or current.key < key:
-                self.remembers[conversation] = Remembered(key, record, source)
+                self.remembers[conversation] = Remembered(key, record)
         elif kind is Forget:
             if record.seen is None:
                 if self.forgets_at.get(conversation, (-1, -1, -1)) < key:
@@ -558,8 +572,11 @@ class ItemState(
                 total += self.weights.get(conversation, 0.0)
         return total
 
-    def visible(self, raw_id: bytes, where: ItemFilter) -> MemoryItem | None:
-        """The item as a read with this filter sees it, or None."""
+    def visible(
+        self, raw_id: bytes, where: ItemFilter, topic: str, generation: str
+    ) -> MemoryItem | None:
+        """The item as a read with this filter sees it, or None; ``topic`` and
+        ``generation`` are the folded topic's, for the item's `Source`."""
         if self.superseded_by and not where.superseded:
             return None
         remembers = self.remembers
@@ -598,10 +615,10 @@ class ItemState(
             scope=record.scope,
             lifetime=record.lifetime,
             append_time_ms=latest.key[0],
-            source=latest.source,
+            source=latest.source(topic, generation),
             weight=self.weight(seen_conversations) if self.weights else 0.0,
             version=self.version,
-            last_position=Position(latest.source.topic, self.last[1], self.last[2]),
+            last_position=Position(topic, self.last[1], self.last[2]),
             origin=record.origin,
             producer=record.producer,
             embedding=embedding,
@@ -730,15 +747,21 @@ _new_tuple = tuple.__new__
 class MemoryState:
     """The folded state of one namespace on one topic, in process memory.
 
-    >>> state = MemoryState("notes", generation="g")        # doctest: +SKIP
+    >>> state = MemoryState("notes", topic="t", generation="g")        # doctest: +SKIP
     >>> state.apply(log_record)                              # doctest: +SKIP
     >>> state.items(ItemFilter(conversation="c-1"))          # doctest: +SKIP
     """
 
     def __init__(
-        self, namespace: str, *, generation: str, search_cache_bytes: int = CACHE_BYTES
+        self,
+        namespace: str,
+        *,
+        topic: str,
+        generation: str,
+        search_cache_bytes: int = CACHE_BYTES,
     ) -> None:
         self.namespace = namespace
+        self.topic = topic
         self.search_cache_bytes = search_cache_bytes
         self.generation = generation
         self._encoded_namespace = namespace.encode()
@@ -766,7 +789,6 @@ class MemoryState:
             if record.ns != self.namespace:
                 return
             key = sort_key(log_record)
-            source = source_of(record, log_record, self.generation)
             tenant = record.scope.tenant
             if type(record) in NAMED_RECORDS:
                 slot = (tenant, record.key)
@@ -774,6 +796,7 @@ class MemoryState:
                 if named_unchanged(previous, record):
                     self.applied += 1
                     return
+                source = source_of(record, log_record, self.generation)
                 named = apply_named(previous, record, key, source)
         except Exception as exc:
             self.set_aside.append(
@@ -791,16 +814,16 @@ class MemoryState:
                     # `ItemState().apply` makes of this remember, made at once.
                     self._items[(tenant, target)] = ItemState(
                         remembers={
-                            _conv(record.scope.conversation): Remembered(key, record, source)
+                            _conv(record.scope.conversation): Remembered(key, record)
                         },
                         version=1,
                         last=key,
                     )
                 else:
-                    state.apply(record, key, source)
+                    state.apply(record, key)
             else:
                 target = record.target
-                self._items.setdefault((tenant, target), ItemState()).apply(record, key, source)
+                self._items.setdefault((tenant, target), ItemState()).apply(record, key)
             if self._indexes:
                 self._changes.append((tenant, target))
         self.applied += 1
@@ -811,7 +834,7 @@ class MemoryState:
         for (tenant, raw_id), state in self._items.items():
             if tenant != where.tenant:
                 continue
-            item = state.visible(raw_id, where)
+            item = state.visible(raw_id, where, self.topic, self.generation)
             if item is not None:
                 out.append(item)
         return out
@@ -823,6 +846,7 @@ class MemoryState:
         of a fresh handle does not tokenise every body. The first search by text or
         meaning makes the whole index, which serves both from then on."""
         where = where.of_index
+        binding = (self.topic, self.generation)
         slot = (where.tenant, where.conversation, where.embedder, where.superseded)
         index, seen = self._indexes.pop(slot, (None, 0))
         if index is not None and where.now_ms is not None and index.went_back(where.now_ms):
@@ -834,7 +858,7 @@ class MemoryState:
                 where.embedder, ordering_only=ordering, cache_bytes=self.search_cache_bytes
             )
             index.put_many(
-                (raw_id, *index_entry(state, raw_id, where))
+                (raw_id, *index_entry(state, raw_id, where, *binding))
                 for (tenant, raw_id), state in self._items.items()
                 if tenant == where.tenant
             )
@@ -845,12 +869,14 @@ class MemoryState:
                 if tenant == where.tenant
             }
             index.put_many(
-                (raw_id, *index_entry(self._items[(where.tenant, raw_id)], raw_id, where))
+                (raw_id, *index_entry(self._items[(where.tenant, raw_id)], raw_id, where, *binding))
                 for raw_id in changed
             )
         if where.now_ms is not None:
             for raw_id in index.due(where.now_ms):
-                item, irregular = index_entry(self._items[(where.tenant, raw_id)], raw_id, where)
+                item, irregular = index_entry(
+                    self._items[(where.tenant, raw_id)], raw_id, where, *binding
+                )
                 index.put(raw_id, item, irregular=irregular)
         # Most recently used last; past MAX_SEARCH_INDEXES the least recently used goes
         # (a fold that serves many conversations keeps the busy ones).
@@ -866,7 +892,12 @@ class MemoryState:
 
     def _found(self, where: ItemFilter, found) -> list[MemoryItem]:
         return [
-            with_ranking(self._items[(where.tenant, raw_id)].visible(raw_id, where), ranked)
+            with_ranking(
+                self._items[(where.tenant, raw_id)].visible(
+                    raw_id, where, self.topic, self.generation
+                ),
+                ranked,
+            )
             for raw_id, ranked in found
         ]
 
@@ -1037,12 +1068,12 @@ class MemoryState:
         return out
 
 
-def remembered_entry(remembered: Remembered) -> HistoryEntry:
+def remembered_entry(remembered: Remembered, topic: str) -> HistoryEntry:
     """The audit line of a remember the fold keeps (version 0: numbered on reading)."""
     record = remembered.record
     return HistoryEntry(
         op="remember",
-        topic=remembered.source.topic,
+        topic=topic,
         partition=remembered.key[1],
         offset=remembered.key[2],
         append_time_ms=remembered.key[0],

@@ -92,7 +92,7 @@ import msgspec
 import numpy as np
 
 from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch, shown
-from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
+from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.lmdb_env import (
     SharedEnvironments,
@@ -194,7 +194,6 @@ def _inv_key(key: SortKey) -> bytes:
 
 
 _KEY_BYTES = struct.Struct(">QIQ").pack
-_new_tuple = tuple.__new__
 
 
 def new_item_state(conversation: str, key: SortKey, remembered: KeptRemember | tuple) -> bytes:
@@ -208,25 +207,7 @@ def new_item_state(conversation: str, key: SortKey, remembered: KeptRemember | t
     return _new_state_encoder.encode(({conversation: (key, remembered)}, 1, key))
 
 
-def _decoded_state(raw: bytes, topic: str, generation: str) -> ItemState:
-    """An item's state from its stored bytes, each kept remember's source filled in
-    (the view stores none: see `Remembered`)."""
-    state = _item_decoder.decode(raw)
-    for remembered in state.remembers.values():
-        scope = remembered.record.scope
-        key = remembered.key
-        remembered.source = _new_tuple(
-            Source, (scope.stream, topic, key[1], key[2], generation, scope.conversation)
-        )
-    return state
-
-
-def _stored_state(state: ItemState) -> bytes:
-    """The bytes the view stores of an item's state: without its remembers' sources.
-    The state is the fold's own, made for this transaction, so it is cleared in place."""
-    for remembered in state.remembers.values():
-        remembered.source = None
-    return _encoder.encode(state)
+_decoded_state = _item_decoder.decode
 
 
 def _key_bytes(key: SortKey) -> bytes:
@@ -784,7 +765,7 @@ class MemoryView:
                             recent.put(key, value)
                         else:
                             put(key, value, db=index_db)
-                put(db_key, _stored_state(state), db=items_db)
+                put(db_key, _encoder.encode(state), db=items_db)
             for db_key, state in named.items():
                 if state is not None:
                     txn.put(db_key, _encoder.encode(state), db=self._dbs["named"])
@@ -916,8 +897,6 @@ class MemoryView:
         if db_key not in items:
             self._loaded(txn, items, db_key, record.scope.tenant, record.ns, raw_id)
         state = items[db_key][0]
-        # Made only here and for named items: a new item's stored state has none.
-        source = source_of(record, log_record, generation)
         if entry is None:
             # A remember the item keeps (the newest of its conversation) is its own audit
             # line, read from the item: its body is stored once. One it does not keep, or
@@ -925,18 +904,20 @@ class MemoryView:
             # folded, never on the order it was folded in.
             conversation = _conv(record.scope.conversation)
             before = state.remembers.get(conversation)
-            state.apply(record, key, source)
+            state.apply(record, key)
             now = state.remembers[conversation]
             if now.key != key:
                 entry = _encoder.encode(history_entry(record, log_record, 0))
             else:
                 now.record = kept(record)
                 if before is not None:
-                    self._put_audit(txn, db_key, before.key, remembered_entry(before))
+                    self._put_audit(
+                        txn, db_key, before.key, remembered_entry(before, log_record.topic)
+                    )
             if entry is None:
                 return
         else:
-            state.apply(record, key, source)
+            state.apply(record, key)
         txn.put(
             db_key + log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
             entry,
@@ -954,7 +935,7 @@ class MemoryView:
         if raw is None:
             loaded, before = ItemState(), {}
         else:
-            loaded = _decoded_state(raw, *self._binding(txn))
+            loaded = _decoded_state(raw)
             before = _index_entries(tenant, namespace, raw_id, loaded)
         items[db_key] = (loaded, before, tenant, namespace, raw_id)
 
@@ -1095,7 +1076,7 @@ class MemoryView:
                 for raw_id in index.due(base.now_ms):
                     raw = txn.get(scope + raw_id, db=items_db)
                     item, irregular = (
-                        index_entry(_decoded_state(raw, *self._binding(txn)), raw_id, base)
+                        index_entry(_decoded_state(raw), raw_id, base, *self._binding(txn))
                         if raw is not None
                         else (None, False)
                     )
@@ -1236,7 +1217,7 @@ class MemoryView:
         stored bytes (None: it is gone)."""
         if raw is None:
             return raw_id, None, False
-        return raw_id, *index_entry(_decoded_state(raw, *self._binding(txn)), raw_id, where)
+        return raw_id, *index_entry(_decoded_state(raw), raw_id, where, *self._binding(txn))
 
     def _built(self, txn, embedder: str | None, scope: bytes, base: ItemFilter) -> SearchIndex:
         """A read's search index built from every item of the view in ``scope``."""
@@ -1262,7 +1243,7 @@ class MemoryView:
         raw = txn.get(_scope(where.tenant, namespace) + raw_id, db=self._dbs["items"])
         if raw is None:
             return None
-        return _decoded_state(raw, *self._binding(txn)).visible(raw_id, where)
+        return _decoded_state(raw).visible(raw_id, where, *self._binding(txn))
 
     def _narrowest_tag(self, where: ItemFilter) -> str:
         if where.conversation is not None:
@@ -1462,10 +1443,11 @@ class MemoryView:
                 if len(k) == len(db_key) + 12
             ]
             raw = txn.get(db_key, db=self._dbs["items"])
-            state = _decoded_state(raw, *self._binding(txn)) if raw is not None else None
+            state = _decoded_state(raw) if raw is not None else None
+            topic = self._binding(txn)[0]
         if state is not None:
             # The remembers the item keeps are their own audit lines.
-            entries.extend(remembered_entry(kept) for kept in state.remembers.values())
+            entries.extend(remembered_entry(kept, topic) for kept in state.remembers.values())
         entries.sort(key=lambda e: (e.append_time_ms, e.partition, e.offset))
         # The folder may visit partitions in any order; number versions by position key.
         return [msgspec.structs.replace(e, version=i + 1) for i, e in enumerate(entries)]

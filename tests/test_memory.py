@@ -519,6 +519,33 @@ async def test_remember_many_writes_one_batch(laser: lm.Laser):
     assert again == many[-1]
 
 
+async def test_folded_recall_keeps_nothing_per_item_for_the_garbage_collector(laser: lm.Laser):
+    # Every full collection walks each object the collector tracks. A fold that kept
+    # one per item (a Source, an empty list) spent more than half of a fresh handle's
+    # fold of 100k items in those collections; what it keeps must be plain data.
+    import gc
+
+    memory = laser.memory("notes")
+    for round_ in range(3):
+        ids = await memory.remember_many(
+            [
+                {"body": f"fact {i}", "conversation": f"c{i % 7}", "agent": f"a{i % 3}"}
+                for i in range(2000)
+            ]
+        )
+        await memory.improve(ids[0], 1.0)
+        await memory.forget(ids[1])
+        await memory.remember("new fact", supersedes=ids[2])
+        gc.collect()
+        before = len(gc.get_objects())
+        assert len(await memory.recall(folded=True, limit=5)) == 5
+        assert len(await memory.recall(text="fact", folded=True, limit=5)) == 5
+        gc.collect()
+        # The first round's search index adds its terms' postings: a few per term.
+        if round_:
+            assert len(gc.get_objects()) - before < 100, round_
+
+
 # -- named items ------------------------------------------------------------------------
 
 

@@ -914,11 +914,13 @@ _names = st.text(alphabet="abcxyz-", min_size=1, max_size=8)
 def test_a_new_items_stored_state_decodes_as_its_item_state(
     conversation, agent, tenant, body, kind, embedding, expires_at, supersedes, origin, key
 ):
-    """The fold writes a new item's state without making its structs or its source: the
-    bytes must decode to the very state the structs would have encoded, source and all
-    once the view fills it in from the item's key and the view's binding."""
-    from folders.state import _KEPT_FIELDS, ItemState, Remembered, _conv, kept
-    from folders.view import _decoded_state, _item_decoder, _stored_state, new_item_state
+    """The fold writes a new item's state without making its structs: the bytes must
+    decode to the very state the structs would have encoded, and an item read from them
+    names its source from the item's key and the view's binding. Bytes written by
+    earlier builds, whose kept remembers carried a third element (a source, always
+    nil), decode to the same state."""
+    from folders.state import _KEPT_FIELDS, ItemFilter, ItemState, Remembered, _conv, kept
+    from folders.view import _encoder, _item_decoder, _new_state_encoder, new_item_state
     from laser_memory.items import Source
     from laser_memory.records import Origin
 
@@ -934,16 +936,20 @@ def test_a_new_items_stored_state_decodes_as_its_item_state(
         expires_at=expires_at,
         supersedes=supersedes,
     )
-    source = Source("s", "t", key[1], key[2], "g", conversation)
     conv = _conv(conversation)
-    state = ItemState(remembers={conv: Remembered(key, kept(record), source)}, version=1, last=key)
+    state = ItemState(remembers={conv: Remembered(key, kept(record))}, version=1, last=key)
     stored = new_item_state(conv, key, kept(record))
-    assert _decoded_state(stored, "t", "g") == state
-    assert _item_decoder.decode(stored).remembers[conv].source is None  # never stored
-    # A state the fold changed is stored without sources too, and reads back the same.
-    assert _decoded_state(_stored_state(state), "t", "g") == _decoded_state(stored, "t", "g")
+    assert _item_decoder.decode(stored) == state
+    # A state the fold changed is stored as it is, and reads back the same.
+    assert _item_decoder.decode(_encoder.encode(state)) == state
     # The fold passes the kept fields as a tuple: the same bytes as the struct.
     assert new_item_state(conv, key, _KEPT_FIELDS(record)) == stored
+    earlier = _new_state_encoder.encode(({conv: (key, _KEPT_FIELDS(record), None)}, 1, key))
+    assert _item_decoder.decode(earlier) == state
+    item = state.visible(b"\x01" * 16, ItemFilter(tenant=tenant, superseded=True), "t", "g")
+    assert item is not None
+    assert item.source == Source("s", "t", key[1], key[2], "g", conversation)
+    assert type(item.source) is Source
 
 
 async def test_a_log_and_a_view_never_share_a_folder(tmp_path):
