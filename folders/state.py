@@ -63,7 +63,8 @@ import bisect
 import functools
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 import msgspec
@@ -572,6 +573,30 @@ class ItemState(
                 total += self.weights.get(conversation, 0.0)
         return total
 
+    def plain(self, where: ItemFilter) -> Remembered | None:
+        """The one remember the item shows this read, if that is all it shows: one
+        remember, in the read's conversation if it names one, that never expires and
+        matches the filter, with no forget, feedback or replacement. None otherwise
+        (``visible`` then says what the read sees). An index puts such an item from
+        the remember alone (`SearchIndex.put_plain`)."""
+        if (
+            self.forgets
+            or self.forgets_at
+            or self.weights
+            or self.superseded_by
+            or len(self.remembers) != 1
+        ):
+            return None
+        [(conversation, remembered)] = self.remembers.items()
+        record = remembered.record
+        if (
+            record.expires_at is not None
+            or (where.conversation is not None and _conv(where.conversation) != conversation)
+            or not where.matches(record)
+        ):
+            return None
+        return remembered
+
     def visible(
         self, raw_id: bytes, where: ItemFilter, topic: str, generation: str
     ) -> MemoryItem | None:
@@ -813,9 +838,7 @@ class MemoryState:
                     # A new item, the most common record: its state is what
                     # `ItemState().apply` makes of this remember, made at once.
                     self._items[(tenant, target)] = ItemState(
-                        remembers={
-                            _conv(record.scope.conversation): Remembered(key, record)
-                        },
+                        remembers={_conv(record.scope.conversation): Remembered(key, record)},
                         version=1,
                         last=key,
                     )
@@ -857,10 +880,15 @@ class MemoryState:
             index = SearchIndex(
                 where.embedder, ordering_only=ordering, cache_bytes=self.search_cache_bytes
             )
-            index.put_many(
-                (raw_id, *index_entry(state, raw_id, where, *binding))
+            states = (
+                (raw_id, state)
                 for (tenant, raw_id), state in self._items.items()
                 if tenant == where.tenant
+            )
+            if ordering:
+                states = self._put_plain(index, where, states)
+            index.put_many(
+                (raw_id, *index_entry(state, raw_id, where, *binding)) for raw_id, state in states
             )
         else:
             changed = {
@@ -889,6 +917,30 @@ class MemoryState:
             del self._changes[: oldest - self._changed_before]
             self._changed_before = oldest
         return index
+
+    @staticmethod
+    def _put_plain(
+        index: SearchIndex, where: ItemFilter, states: Iterable[tuple[bytes, ItemState]]
+    ) -> list[tuple[bytes, ItemState]]:
+        """Put the items that show one remember and nothing else (`ItemState.plain`)
+        into a new ordering-only index as columns; the others, returned, go through
+        `visible` as ever."""
+        raw_ids: list[bytes] = []
+        keys = array("q")
+        owners = []
+        others = []
+        for raw_id, state in states:
+            remembered = state.plain(where)
+            if remembered is None:
+                others.append((raw_id, state))
+                continue
+            raw_ids.append(raw_id)
+            keys.extend(remembered.key)
+            record = remembered.record
+            scope = record.scope
+            owners.append((scope.agent, scope.user, scope.application, record.kind))
+        index.put_plain(raw_ids, keys, owners)
+        return others
 
     def _found(self, where: ItemFilter, found) -> list[MemoryItem]:
         return [

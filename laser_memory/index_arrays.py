@@ -394,6 +394,12 @@ class IdTable:
     def append(self, raw_id: bytes | None) -> None:
         self.tail.append(raw_id)
 
+    def extend_bound(self, raw_ids: Sequence[bytes]) -> None:
+        """`append` then `bind` each of ``raw_ids``, in the slots after the last."""
+        first = len(self)
+        self.tail.extend(raw_ids)
+        self.added.update(zip(raw_ids, range(first, first + len(raw_ids)), strict=True))
+
     def slot_of(self, raw_id: bytes) -> int | None:
         """The slot holding ``raw_id``, or None."""
         slot = self.added.get(raw_id)

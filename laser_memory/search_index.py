@@ -590,6 +590,57 @@ class SearchIndex:
                 block = _Block()
         self._insert_block(block)
 
+    def put_plain(
+        self,
+        raw_ids: Sequence[bytes],
+        keys: array,
+        owners: Sequence[tuple[str | None, str | None, str | None, int]],
+    ) -> None:
+        """Add entries new to an ordering-only index whose items each show one remember
+        and nothing else: no feedback, no expiry, one owner. ``keys`` holds each one's
+        position key (time, partition, offset) in turn; ``owners`` its (agent, user,
+        application, kind code). The same entries as `put_many` of their items, written
+        as columns: a fresh handle's first recall without text puts every item of the
+        namespace, most of them such, and making each one's `MemoryItem` only to read
+        these back from it was most of that recall's cost."""
+        if not self.ordering_only or self._free or self._by_key is not None:
+            raise ValueError("put_plain adds to an ordering-only index with no free slot")
+        count = len(raw_ids)
+        if not count:
+            return
+        first = len(self._ids)
+        at = np.arange(first, first + count, dtype=np.int64)
+        self._ids.extend_bound(raw_ids)
+        self._group_of.extend([""] * count)
+        capacity = len(self._time)
+        while capacity < first + count:
+            capacity *= 2
+        if capacity > len(self._time):
+            self._grow(capacity)
+        self._run_start[at] = self._run_end[at] = len(self._slot_terms)
+        self._time[at], self._partition[at], self._offset[at] = (
+            np.frombuffer(keys, dtype=np.int64).reshape(-1, 3).T
+        )
+        codes = self._codes
+        coded = array("q")
+        for agent, user, application, kind in owners:
+            coded.extend(
+                (
+                    codes.setdefault(agent, len(codes)),
+                    codes.setdefault(user, len(codes)),
+                    codes.setdefault(application, len(codes)),
+                    kind,
+                )
+            )
+        self._agent[at], self._user[at], self._application[at], self._kind[at] = (
+            np.frombuffer(coded, dtype=np.int64).reshape(-1, 4).T
+        )
+        self._weight[at] = 0.0
+        self._length[at] = 0
+        self._irregular[at] = False
+        self._alive[at] = True
+        self._documents += count
+
     def _stage(self, block: _Block, slot: int, item: MemoryItem, irregular: bool) -> None:
         """What `_insert` does for one new entry, but its terms and columns go to
         ``block`` for `_insert_block`; its vector, neighbours and expiry are set now."""

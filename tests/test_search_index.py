@@ -4,6 +4,7 @@ follow the folder's later writes and a rebuild."""
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import msgspec
@@ -41,6 +42,14 @@ def _item(n: int, body: str, conversation: str | None, weight: float, vector, ke
         weight=weight,
         embedding=None if vector is None else np.asarray(vector, dtype="<f4").tobytes(),
         embedder=None if vector is None else LABEL,
+    )
+
+
+def _put_plain(index: SearchIndex, items: list[MemoryItem]) -> None:
+    index.put_plain(
+        [item.id.bytes for item in items],
+        array("q", [k for i in items for k in (i.append_time_ms, *i.source[2:4])]),
+        [(i.scope.agent, i.scope.user, i.scope.application, i.kind.code) for i in items],
     )
 
 
@@ -115,6 +124,10 @@ def test_the_index_ranks_exactly_as_a_scan(ops, query, common_from):
             ordering.put(raw_id, None)
     built = SearchIndex(LABEL, ordering_only=True)
     built.put_many((raw_id, item, False) for raw_id, item in live.items())
+    # A fold's build: the items with no feedback as columns, the others as items.
+    columns = SearchIndex(LABEL, ordering_only=True)
+    _put_plain(columns, [item for item in live.values() if not item.weight])
+    columns.put_many((raw_id, item, False) for raw_id, item in live.items() if item.weight)
     strategy, text, limit, min_similarity, excluded = query
     query_vector = np.asarray([1.0, 0.5, -0.25], dtype=np.float32)
     exclude = frozenset(n.to_bytes(16, "big") for n in excluded)
@@ -145,15 +158,63 @@ def test_the_index_ranks_exactly_as_a_scan(ops, query, common_from):
     # Without text: recent, or feedback then newest; the ordering-only indexes too.
     for plain in ("recent", "auto", "keyword"):
         want = rank(list(live.values()), strategy=plain, limit=limit, exclude=exclude)
-        for which in (index, ordering, built):
+        for which in (index, ordering, built, columns):
             got = which.ordered(strategy=plain, limit=limit, exclude=exclude)
             assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
                 (i.id.bytes, i.score, i.signals) for i in want
             ], (plain, which.ordering_only)
-    assert len(ordering) == len(built) == len(live)
+    assert len(ordering) == len(built) == len(columns) == len(live)
     with pytest.raises(ValueError, match="no terms or vectors"):
         ordering.find(text, mode="keyword", query_vector=None, min_similarity=None, limit=3,
                       exclude=frozenset())  # fmt: skip
+
+
+def test_items_put_as_columns_order_and_filter_by_owner_as_items_put_one_by_one():
+    # The owners become codes the owner filters compare: put as columns, each item
+    # must get the codes `put` would give it, and later puts and removals must find
+    # the columns' entries.
+    def item(n: int, agent, user, application, kind) -> MemoryItem:
+        return msgspec.structs.replace(
+            _item(n, f"body {n}", None, 0.0, None, (n // 3, n % 2, n)),
+            scope=MemoryScope(agent=agent, user=user, application=application),
+            kind=kind,
+        )
+
+    owners = [
+        (agent, user, application, kind)
+        for agent in (None, "a1", "a2")
+        for user in (None, "u1")
+        for application in (None, "app")
+        for kind in (MemoryKind.FACT, MemoryKind.SUMMARY)
+    ]
+    items = [item(n, *owner) for n, owner in enumerate(owners * 2)]
+    one_by_one, columns = (
+        SearchIndex(None, ordering_only=True),
+        SearchIndex(None, ordering_only=True),
+    )
+    one_by_one.put_many((i.id.bytes, i, False) for i in items)
+    _put_plain(columns, items)
+    later = [
+        item(100, "a3", None, None, MemoryKind.FACT),
+        item(101, "a1", "u1", None, MemoryKind.FACT),
+    ]
+    for index in (one_by_one, columns):
+        index.put(items[3].id.bytes, None)
+        index.put(items[5].id.bytes, msgspec.structs.replace(items[5], weight=2.0))
+        for extra in later:
+            index.put(extra.id.bytes, extra)
+    filters = {(a, u, app, k.code if k else None) for a, u, app, k in owners}
+    filters |= {("a3", None, None, None), ("a1", None, None, None), (None, "u1", None, None)}
+    for owner in [None, *sorted(filters, key=repr)]:
+        for strategy in ("recent", "auto"):
+            want = one_by_one.ordered(
+                strategy=strategy, limit=100, exclude=frozenset(), owner=owner
+            )
+            got = columns.ordered(strategy=strategy, limit=100, exclude=frozenset(), owner=owner)
+            assert want is not None and got == want, (owner, strategy)
+    assert len(columns) == len(one_by_one) == len(items) + 1
+    with pytest.raises(ValueError, match="ordering-only"):
+        _put_plain(SearchIndex(None), items)
 
 
 async def test_the_views_index_follows_later_writes_and_a_rebuild(tmp_path: Path):
