@@ -670,7 +670,7 @@ def _kills(forget: SortKey, remember: SortKey) -> bool:
     return forget[0] >= remember[0]
 
 
-class NamedState(msgspec.Struct, array_like=True):
+class NamedState(msgspec.Struct, array_like=True, gc=False):
     """A named item after some writes: body (None once removed), version, last write,
     its key, when its current life began (the first set after none or a removal), and
     the search paths and vectors of its last set (kept by patches)."""

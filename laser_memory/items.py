@@ -104,7 +104,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
         }
 
 
-class NamedItem(msgspec.Struct, frozen=True, kw_only=True):
+class NamedItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A named item's current body, how many writes made it (``version``) and the
     position of the last one."""
 
