@@ -123,8 +123,13 @@ def to_vector(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype="<f4")
 
 
-def cosine_similarities(query: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Cosine similarity of one query vector with each row (0 for a zero vector)."""
-    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query))
+def cosine_similarities(
+    query: np.ndarray, matrix: np.ndarray, row_norms: np.ndarray | None = None
+) -> np.ndarray:
+    """Cosine similarity of one query vector with each row (0 for a zero vector).
+    ``row_norms``: ``np.linalg.norm(matrix, axis=1)``, for a caller that keeps it."""
+    if row_norms is None:
+        row_norms = np.linalg.norm(matrix, axis=1)
+    norms = row_norms * float(np.linalg.norm(query))
     dots = matrix @ query
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)

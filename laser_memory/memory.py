@@ -843,6 +843,22 @@ class MemoryHandle:
         state = await self._reader.catch_up(None)
         return state.named_items(tenant=tenant, prefix=prefix)
 
+    async def _read_token(self, folded: bool | None = None, timeout: float = 10.0) -> tuple:
+        """What a read of this handle would see now, as a value to compare: while it
+        stays equal, no record was folded (by the managed view, or by this handle's
+        fold), so a read gives what it gave. A caller that keeps what a read gave
+        takes the token first, then reads: the read may be newer than its token,
+        never older. (`LaserStore` keeps its listings so.)"""
+        if self._managed(folded):
+            view = await self._laser.view_after(self.topic, None, timeout)
+            if view is None:
+                return ("no view",)
+            return ("view", view.path, id(view), view.topic(), sorted(view.watermark().items()))
+        if await self._topic_info() is None:
+            return ("no topic",)
+        state = await self._reader.catch_up(None)
+        return ("fold", id(state), state.generation, sorted(self._reader.positions.items()))
+
     async def history(
         self, target: MemoryId | str, *, tenant: str | None = None, folded: bool | None = None
     ) -> list[HistoryEntry]:

@@ -76,7 +76,7 @@ from ..log import Appended
 from ..memory import MemoryHandle
 from ..named import MAX_JSON_DEPTH, dump_json, json_depth, load_json, validate_key
 from ..records import MAX_DIMENSIONS, NamedPatch, NamedRemove, NamedSet
-from ..scoring import TermStatistics, bm25
+from ..scoring import TermStatistics, bm25, bm25_postings
 from ..terms import term_counts, terms
 from ..text_ranking import Columns, rank_by_text
 
@@ -166,6 +166,94 @@ class _Stored(msgspec.Struct, gc=False):
             "updated_at": _when(self.named.append_time_ms),
         }
         return SearchItem(**fields, score=score) if searched else Item(**fields)
+
+
+class _Listing:
+    """What a listing of one key prefix read, kept for the next search of it while the
+    memory handle's read token (`MemoryHandle._read_token`) stays the same: the
+    parsed items newest first, and, made on the first search by text, the columns
+    every such search ranks (a search of 100k items spent most of its time reading
+    and preparing these again)."""
+
+    __slots__ = ("keyword", "lengths", "newest", "postings", "semantic", "times", "token")
+
+    def __init__(self, token: tuple, newest: list[_Stored]) -> None:
+        self.token = token
+        self.newest = newest
+        #: Each item's term counts, in ``newest`` order; their lengths; and per term
+        #: asked for, the rows holding it and its count in each (`bm25_postings`).
+        self.keyword: list[tuple[dict[str, int], int]] | None = None
+        self.lengths: np.ndarray | None = None
+        self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        #: (items with vectors as rows of ``newest``, their rows stacked, each row's
+        #: norm, where each item's rows start), by (label, dimensions).
+        self.semantic: dict[tuple, tuple[list[int], np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: Position keys (time, partition, offset) as columns, in ``newest`` order.
+        self.times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def columns_of_times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.times is None:
+            self.times = _times(self.newest)
+        return self.times
+
+    def documents(self) -> list[tuple[dict[str, int], int]]:
+        if self.keyword is None:
+            self.keyword = [s.counts() for s in self.newest]
+        return self.keyword
+
+    def bm25(self, query_terms: Sequence[str]) -> np.ndarray:
+        """`bm25` of every item for the query, from posting lists made for each term
+        the first time it is asked for: the same numbers, to the bit."""
+        documents = self.documents()
+        if self.lengths is None:
+            self.lengths = np.fromiter((n for _, n in documents), dtype=np.float64)
+        for term in set(query_terms) - self.postings.keys():
+            rows = [row for row, (counts, _) in enumerate(documents) if term in counts]
+            self.postings[term] = (
+                np.array(rows, dtype=np.int64),
+                np.array([documents[row][0][term] for row in rows], dtype=np.float64),
+            )
+        stats = TermStatistics(
+            len(documents),
+            int(self.lengths.sum()),
+            {term: len(self.postings[term][0]) for term in set(query_terms)},
+        )
+        return bm25_postings(query_terms, self.postings.__getitem__, self.lengths, stats)
+
+    def vectors(
+        self, label: str, dims: int
+    ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+        found = self.semantic.get((label, dims))
+        if found is None:
+            found = self.semantic[(label, dims)] = _stacked(self.newest, label, dims)
+        return found
+
+
+def _times(items: Sequence[_Stored]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (
+        np.array([s.named.append_time_ms for s in items], dtype=np.int64),
+        np.array([s.named.source.partition for s in items], dtype=np.int64),
+        np.array([s.named.source.offset for s in items], dtype=np.int64),
+    )
+
+
+def _stacked(
+    items: Sequence[_Stored], label: str, dims: int
+) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """The items' vectors of model ``label`` stacked: which items have any (their rows
+    in ``items``), the rows, each row's norm, and where each item's rows start."""
+    rows, matrices = [], []
+    for row, s in enumerate(items):
+        matrix = s.matrix(label, dims)
+        if matrix is not None:
+            rows.append(row)
+            matrices.append(matrix)
+    if not rows:
+        empty = np.zeros((0, dims), dtype=np.float32)
+        return rows, empty, np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+    stacked = np.concatenate(matrices)
+    starts = np.cumsum([0, *(len(m) for m in matrices[:-1])])
+    return rows, stacked, np.linalg.norm(stacked, axis=1), starts
 
 
 def _read(named: NamedItem) -> _Stored | None:
@@ -331,9 +419,9 @@ class LaserStore(BaseStore):
             self._loop = asyncio.get_running_loop()
         # Receipts of this store's writes not yet known to be in the view, by partition.
         self._unseen: dict[int, Appended] = {}
-        # What the last listings of each key prefix parsed, by named key ("" for the
-        # whole store), the most recently listed prefixes last.
-        self._parsed: dict[str, dict[str, _Stored]] = {}
+        # What the last listings of each key prefix read ("" for the whole store), the
+        # most recently listed prefixes last.
+        self._listings: dict[str, _Listing] = {}
         self._sweeper: asyncio.Task | None = None
         #: What the sweeper's failed sweeps raised; a failed sweep does not end it.
         self.sweep_failures: list[Exception] = []
@@ -522,7 +610,7 @@ class LaserStore(BaseStore):
                 elif isinstance(op, SearchOp):
                     # Only the items under the searched namespace are read.
                     prefix = _prefix_key(tuple(op.namespace_prefix))
-                    found = await self._search(op, await self._listing(prefix, now))
+                    found = await self._search(op, await self._listed(prefix), now)
                     if op.refresh_ttl:
                         refresh.update((s.named.key, s) for s, _ in found)
                     results.append([s.to_item(score, searched=True) for s, score in found])
@@ -732,53 +820,71 @@ class LaserStore(BaseStore):
 
     async def _listing(self, prefix: str, now: int | None) -> list[_Stored]:
         """The store's items whose named key starts with ``prefix`` (a namespace's
-        `_prefix_key`, or "" for all), alive at ``now`` (None: all)."""
-        named = await self._memory.named(
-            prefix, folded=not self._managed(), timeout=self._timeout
-        )
-        out = []
-        # Items read before and unchanged since are not parsed again, nor their terms
-        # counted; the cache holds what the last listing of the prefix saw.
-        parsed, seen = self._parsed.pop(prefix, {}), {}
-        for one in named:
-            stored = parsed.get(one.key)
-            if stored is None or stored.version != (
-                one.version,
-                one.append_time_ms,
-                one.source.partition,
-                one.source.offset,
-            ):
-                stored = _read(one)
-            if stored is not None:
-                seen[one.key] = stored
-            if self._alive(stored, now):
-                out.append(stored)
-        self._parsed[prefix] = seen
-        if len(self._parsed) > _LISTINGS_KEPT:
-            del self._parsed[next(iter(self._parsed))]  # the least recently listed
-        return out
+        `_prefix_key`, or "" for all), alive at ``now`` (None: all), newest first."""
+        return [s for s in (await self._listed(prefix)).newest if self._alive(s, now)]
+
+    async def _listed(self, prefix: str) -> _Listing:
+        """Every item under ``prefix``, from the last listing of it while nothing was
+        folded since (the handle's read token is the same), else read again."""
+        folded = not self._managed()
+        # The token first: the listing read after it is as new as it or newer.
+        token = await self._memory._read_token(folded=folded, timeout=self._timeout)
+        listing = self._listings.pop(prefix, None)
+        if listing is None or listing.token != token:
+            named = await self._memory.named(prefix, folded=folded, timeout=self._timeout)
+            # Items read before and unchanged since are not parsed again, nor their
+            # terms counted.
+            parsed = {s.named.key: s for s in listing.newest} if listing is not None else {}
+            newest = []
+            for one in named:
+                stored = parsed.get(one.key)
+                if stored is None or stored.version != (
+                    one.version,
+                    one.append_time_ms,
+                    one.source.partition,
+                    one.source.offset,
+                ):
+                    stored = _read(one)
+                if stored is not None:
+                    newest.append(stored)
+            newest.sort(
+                key=lambda s: (
+                    s.named.append_time_ms, s.named.source.partition, s.named.source.offset
+                ),
+                reverse=True,
+            )  # fmt: skip
+            listing = _Listing(token, newest)
+        self._listings[prefix] = listing
+        if len(self._listings) > _LISTINGS_KEPT:
+            del self._listings[next(iter(self._listings))]  # the least recently listed
+        return listing
 
     async def _search(
-        self, op: SearchOp, listing: list[_Stored]
+        self, op: SearchOp, listing: _Listing, now: int
     ) -> list[tuple[_Stored, float | None]]:
-        """``op`` over ``listing``, the items under its namespace (`_listing` of its
-        `_prefix_key`; a new list, sorted here)."""
-        candidates = listing
+        """``op`` over ``listing``, the items under its namespace (`_listed` of its
+        `_prefix_key`), as they are at ``now``."""
+        candidates = (
+            [s for s in listing.newest if self._alive(s, now)]
+            if (self.ttl_config or {}).get("omit_expired")
+            else listing.newest
+        )
         if op.filter:
             candidates = [
                 s
                 for s in candidates
                 if all(_matches(s.value.get(k), v) for k, v in op.filter.items())
             ]
-        # Newest first (the order without a query, and among equal scores).
-        candidates.sort(
-            key=lambda s: (s.named.append_time_ms, s.named.source.partition, s.named.source.offset),
-            reverse=True,
-        )
+        # Newest first (the order without a query, and among equal scores), as the
+        # listing is.
         wanted = op.offset + op.limit
         if not (op.query and op.query.strip()) or not candidates:
             return [(s, None) for s in candidates[op.offset : wanted]]
-        ranked = await self._rank(op.query, candidates, wanted)
+        # Every item of the listing: its prepared columns serve as they are.
+        whole = listing if len(candidates) == len(listing.newest) else None
+        ranked = await self._rank(op.query, candidates, wanted, whole)
+        if len(ranked) >= wanted:
+            return ranked[op.offset : wanted]
         chosen = {id(s) for s, _ in ranked}
         # Items the query scores nothing for (not indexed, no shared word, no vector of
         # this model) follow, newest first, so a search never returns fewer items than
@@ -787,38 +893,43 @@ class LaserStore(BaseStore):
         return [*ranked, *rest][op.offset : wanted]
 
     async def _rank(
-        self, query: str, candidates: list[_Stored], limit: int
+        self, query: str, candidates: list[_Stored], limit: int, whole: _Listing | None
     ) -> list[tuple[_Stored, float]]:
+        """``candidates`` ranked for ``query``; ``whole``: they are every item of that
+        listing, whose prepared columns are used instead of making them."""
         query_terms = terms(query)
-        documents = [s.counts() for s in candidates]
-        stats = TermStatistics.of(documents, query_terms)
-        keyword = bm25(query_terms, documents, stats)
+        if whole is not None:
+            keyword = whole.bm25(query_terms)
+        else:
+            documents = [s.counts() for s in candidates]
+            keyword = bm25(query_terms, documents, TermStatistics.of(documents, query_terms))
         semantic = has_vector = None
         if self._queries is not None:
             q = (await embed_texts(self._queries, [query]))[0]
             semantic = np.zeros(len(candidates), dtype=np.float64)
             has_vector = np.zeros(len(candidates), dtype=bool)
-            rows, matrices = [], []
-            for row, s in enumerate(candidates):
-                matrix = s.matrix(self._label, self._dims)
-                if matrix is not None:
-                    rows.append(row)
-                    matrices.append(matrix)
+            rows, stacked, norms, starts = (
+                whole.vectors(self._label, self._dims)
+                if whole is not None
+                else _stacked(candidates, self._label, self._dims)
+            )
             if rows:
                 # One product over every row; an item is as near as its nearest text.
-                similar = cosine_similarities(q, np.concatenate(matrices))
-                starts = np.cumsum([0, *(len(m) for m in matrices[:-1])])
+                similar = cosine_similarities(q, stacked, norms)
                 semantic[rows] = np.maximum.reduceat(similar, starts)
                 has_vector[rows] = True
         n = len(candidates)
+        time, partition, offset = (
+            whole.columns_of_times() if whole is not None else _times(candidates)
+        )
         columns = Columns(
             keyword=keyword,
             semantic=semantic,
             has_vector=has_vector,
             weight=np.zeros(n),
-            time=np.array([s.named.append_time_ms for s in candidates], dtype=np.int64),
-            partition=np.array([s.named.source.partition for s in candidates], dtype=np.int64),
-            offset=np.array([s.named.source.offset for s in candidates], dtype=np.int64),
+            time=time,
+            partition=partition,
+            offset=offset,
             before=np.full(n, -1, dtype=np.int64),
             after=np.full(n, -1, dtype=np.int64),
             alive=np.ones(n, dtype=bool),
