@@ -849,6 +849,7 @@ class MemoryHandle:
         fold), so a read gives what it gave. A caller that keeps what a read gave
         takes the token first, then reads: the read may be newer than its token,
         never older. (`LaserStore` keeps its listings so.)"""
+        self._check_read()
         if self._managed(folded):
             view = await self._laser.view_after(self.topic, None, timeout)
             if view is None:

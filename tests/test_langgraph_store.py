@@ -319,13 +319,17 @@ class _RankedTheLongWay(LaserStore):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_a_kept_listing_searches_as_a_fresh_store_does(memory, seed):
+@pytest.mark.parametrize("scanned", [0, 1000])  # posting lists all at once, or by scans
+async def test_a_kept_listing_searches_as_a_fresh_store_does(memory, seed, scanned, monkeypatch):
     # A store keeps each prefix's listing, its newest-first order, term postings and
     # stacked vectors while nothing is folded, and reads again after any write. Between
     # random puts, deletes and searches, each search must give what a new store that
     # reads everything anew and ranks it the long way gives: same items, same scores.
     import random
 
+    import laser_memory.integrations.langgraph as store_module
+
+    monkeypatch.setattr(store_module, "_SCANNED_TERMS", scanned)
     rng = random.Random(seed)
     # With an index a query ranks by words and vectors, fused by rank; without one, by
     # words alone, scored by BM25 itself.

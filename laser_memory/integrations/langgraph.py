@@ -36,6 +36,7 @@ import contextlib
 import functools
 import math
 import warnings
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -175,7 +176,9 @@ class _Listing:
     every such search ranks (a search of 100k items spent most of its time reading
     and preparing these again)."""
 
-    __slots__ = ("keyword", "lengths", "newest", "postings", "semantic", "times", "token")
+    __slots__ = (
+        "inverted", "keyword", "lengths", "newest", "postings", "semantic", "times", "token",
+    )  # fmt: skip
 
     def __init__(self, token: tuple, newest: list[_Stored]) -> None:
         self.token = token
@@ -185,6 +188,9 @@ class _Listing:
         self.keyword: list[tuple[dict[str, int], int]] | None = None
         self.lengths: np.ndarray | None = None
         self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        #: Every term's posting list at once (`_inverted`), once searches have asked
+        #: for more than `_SCANNED_TERMS` terms: until then each is found by a scan.
+        self.inverted: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
         #: (items with vectors as rows of ``newest``, their rows stacked, each row's
         #: norm, where each item's rows start), by (label, dimensions).
         self.semantic: dict[tuple, tuple[list[int], np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -207,11 +213,24 @@ class _Listing:
         documents = self.documents()
         if self.lengths is None:
             self.lengths = np.fromiter((n for _, n in documents), dtype=np.float64)
-        for term in set(query_terms) - self.postings.keys():
-            rows = [row for row, (counts, _) in enumerate(documents) if term in counts]
+        missing = set(query_terms) - self.postings.keys()
+        if self.inverted is None and len(self.postings) + len(missing) > _SCANNED_TERMS:
+            self.inverted = _inverted(documents)
+        for term in missing:
+            if self.inverted is not None:
+                numbers, rows, counts, bounds = self.inverted
+                number = numbers.get(term)
+                self.postings[term] = (
+                    (_NO_ROWS, _NO_COUNTS)
+                    if number is None
+                    else (rows[bounds[number] : bounds[number + 1]],
+                          counts[bounds[number] : bounds[number + 1]])
+                )  # fmt: skip
+                continue
+            found = [row for row, (counts, _) in enumerate(documents) if term in counts]
             self.postings[term] = (
-                np.array(rows, dtype=np.int64),
-                np.array([documents[row][0][term] for row in rows], dtype=np.float64),
+                np.array(found, dtype=np.int64),
+                np.array([documents[row][0][term] for row in found], dtype=np.float64),
             )
         stats = TermStatistics(
             len(documents),
@@ -227,6 +246,46 @@ class _Listing:
         if found is None:
             found = self.semantic[(label, dims)] = _stacked(self.newest, label, dims)
         return found
+
+
+#: Terms a kept listing finds by scanning its items, one scan a term, before it makes
+#: every term's posting list in one pass: a scan of 100k items took 18 ms, the pass
+#: about ten times that, so a listing searched a few times (writes in between) scans
+#: and one searched often makes the lists.
+_SCANNED_TERMS = 10
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_COUNTS = np.zeros(0, dtype=np.float64)
+
+
+def _inverted(
+    documents: Sequence[tuple[dict[str, int], int]],
+) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray]:
+    """Every term's posting list: (term -> number, the rows holding each term and its
+    count in each, grouped by number in row order, and where each number's group
+    starts). Arrays only: a list per term would be an object the collector tracks."""
+    numbers: dict[str, int] = {}
+    of_term, counts_of, sizes = array("q"), array("q"), array("q")
+    number_of = numbers.__getitem__
+    for counts, _ in documents:
+        # Most terms are known by the time they come again: a map over the known ones,
+        # and the new ones numbered when it stops at one (what it added taken back).
+        done = len(of_term)
+        try:
+            of_term.extend(map(number_of, counts))
+        except KeyError:
+            del of_term[done:]
+            for term in counts:
+                if term not in numbers:
+                    numbers[term] = len(numbers)
+            of_term.extend(map(number_of, counts))
+        counts_of.extend(counts.values())
+        sizes.append(len(counts))
+    terms_column = np.frombuffer(of_term, dtype=np.int64)
+    order = np.argsort(terms_column, kind="stable")
+    bounds = np.searchsorted(terms_column[order], np.arange(len(numbers) + 1))
+    rows = np.repeat(np.arange(len(sizes)), np.frombuffer(sizes, dtype=np.int64))[order]
+    counts = np.frombuffer(counts_of, dtype=np.int64)[order].astype(np.float64)
+    return numbers, rows, counts, bounds
 
 
 def _times(items: Sequence[_Stored]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
