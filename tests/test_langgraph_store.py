@@ -310,6 +310,19 @@ async def test_search_by_prefix_filter_and_page(memory):
     assert await store.asearch(("nothing",)) == []
 
 
+async def test_a_store_whose_principal_may_not_read_searches_nothing(memory):
+    # A store keeps listings between searches; none is ever served to a handle that
+    # may not read the namespace, and a refused search keeps nothing.
+    await LaserStore(memory).aput(("docs",), "a", {"text": "alpha"})
+    laser = memory._laser
+    writer = lm.Principal("writer", grants={f"publish:{memory.topic}"})
+    refused = LaserStore(laser.memory(memory.namespace, principal=writer))
+    for _ in range(2):
+        with pytest.raises(lm.AccessDenied, match="may not read"):
+            await refused.asearch(("docs",), query="alpha")
+    assert refused._listings == {}
+
+
 class _RankedTheLongWay(LaserStore):
     """A store that ranks every search from its candidates alone, as before listings
     were kept: the oracle for the columns a kept listing prepares."""
