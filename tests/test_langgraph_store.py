@@ -310,6 +310,23 @@ async def test_search_by_prefix_filter_and_page(memory):
     assert await store.asearch(("nothing",)) == []
 
 
+async def test_a_kept_listing_sees_what_other_writers_do(memory):
+    # A store keeps a namespace's listing between searches; another writer's puts and
+    # deletes (another handle: its own fold, or the same view) must show at the next
+    # search once they are folded.
+    reader = vector_store(memory)
+    other = vector_store(memory._laser.memory(memory.namespace))
+    await other.aput(("docs",), "a", {"text": "alpha"})
+    await other.asearch(("docs",))  # its own writes in the view before it reads
+    assert [i.key for i in await reader.asearch(("docs",), query="alpha")] == ["a"]
+    assert [i.key for i in await reader.asearch(("docs",), query="alpha")] == ["a"]
+    await other.aput(("docs",), "b", {"text": "alpha beta"})
+    await other.adelete(("docs",), "a")
+    await other.asearch(("docs",))
+    assert [i.key for i in await reader.asearch(("docs",), query="alpha")] == ["b"]
+    assert [i.key for i in await reader.asearch(("docs",))] == ["b"]
+
+
 async def test_a_store_whose_principal_may_not_read_searches_nothing(memory):
     # A store keeps listings between searches; none is ever served to a handle that
     # may not read the namespace, and a refused search keeps nothing.
