@@ -70,6 +70,8 @@ _BODY_TYPES = (str, bytes, bytearray)
 # The keys of an entry that gives only its body, kind and owner (read first).
 _PLAIN_KEYS = frozenset({"body", "kind", "conversation", "agent", "user", "application", "tenant"})
 _FACT_CODE = MemoryKind.FACT.code
+# The owner of an entry that gives none, as the builder's scopes are keyed (`_scope_of`).
+_NO_OWNER = (None, None, None, None, None)
 
 
 class RememberBuilder:
@@ -177,6 +179,67 @@ class RememberBuilder:
             ),
             supersedes=self._supersedes(get("supersedes"), memory_id),
         )
+
+    def batch(self, entries: Sequence[Any], new_ids: Sequence[bytes]) -> list[Remember]:
+        """The `Remember` of each entry (as `record` makes it, ``new_ids[i]`` the new id
+        of entry ``i``), checked; a bad entry raises `InvalidInput` naming its index.
+
+        An entry that is a body, or a dict with a text body and only its kind and
+        owner (most of a ``remember_many``), is made here without the calls `record`
+        and `plain` cost each (a fifth of a batch's records)."""
+        max_bytes = self._laser.config.max_body_bytes
+        scopes = self._scopes
+        namespace, origin, producer = self.namespace, self._origin, self._producer
+        out: list[Remember] = []
+        append = out.append
+        for index, entry in enumerate(entries):
+            body = entry.get("body") if type(entry) is dict else entry
+            scope = None
+            if type(body) is str and type(entry) is dict and _PLAIN_KEYS.issuperset(entry):
+                # Each get written out: `tuple(map(entry.get, ...))` took three times as long.
+                owner = (
+                    entry.get("conversation"),
+                    entry.get("tenant"),
+                    entry.get("agent"),
+                    entry.get("user"),
+                    entry.get("application"),
+                )
+                try:
+                    scope = scopes.get(owner)
+                except TypeError:  # an owner that cannot hash: `record` says what is wrong
+                    scope = None
+                kind = entry.get("kind")
+            elif type(body) is str and type(entry) is str:
+                scope = scopes.get(_NO_OWNER)
+                kind = None
+            if scope is None or (kind is not None and (type(kind) is not str or kind != "fact")):
+                try:
+                    append(self.record(entry, new_id=new_ids[index]))
+                except InvalidInput as exc:
+                    raise type(exc)(f"entry {index}: {exc}") from None
+                continue
+            try:
+                data = body.encode("utf-8")
+            except UnicodeEncodeError:
+                data = b""  # `record` raises the body's own error
+            if not data or len(data) > max_bytes:
+                try:
+                    append(self.record(entry, new_id=new_ids[index]))
+                except InvalidInput as exc:
+                    raise type(exc)(f"entry {index}: {exc}") from None
+                continue
+            append(
+                Remember(
+                    ns=namespace,
+                    scope=scope,
+                    id=new_ids[index],
+                    kind=_FACT_CODE,
+                    body=data,
+                    origin=origin,
+                    producer=producer,
+                )
+            )
+        return out
 
     def plain(
         self,

@@ -7,6 +7,7 @@ being set aside."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import tempfile
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
@@ -301,5 +302,110 @@ def test_hostile_queries_get_4xx_never_5xx(path, params, served_view):
                         await response.json()  # always valid, strict JSON
             finally:
                 await server.close()
+
+    asyncio.run(go())
+
+
+# A batch's entries as callers send them: the shape the batch makes quickly (a text
+# body with only its kind and owner) next to everything that must go the long way.
+# The fields of an owner, in the order of `RememberBuilder._scope_of`.
+_OWNER_ORDER = ("conversation", "tenant", "agent", "user", "application")
+_OWNER_FIELDS = st.sampled_from(_OWNER_ORDER)
+owner_value = st.one_of(
+    st.sampled_from([None, "t1", "a"]), text, number, st.lists(text, max_size=1)
+)
+_KINDS = st.sampled_from(["fact", "Fact", "message", lm.MemoryKind.FACT, 1, b"fact"])
+batch_entry = st.one_of(
+    text,
+    st.sampled_from(["fact one", "note"]),
+    st.binary(max_size=20),
+    number,
+    st.fixed_dictionaries(
+        {"body": st.one_of(text, st.sampled_from(["fact one", "x" * 21]), st.binary(max_size=8))},
+        optional={
+            "kind": st.one_of(_KINDS, text),
+            "conversation": owner_value,
+            "tenant": st.one_of(st.sampled_from(["", "t1"]), owner_value),
+            "agent": owner_value,
+            "user": owner_value,
+            "application": owner_value,
+            "durable": st.booleans(),
+            "colour": text,
+        },
+    ),
+    st.fixed_dictionaries({}, optional={"kind": text, "conversation": text}),
+    # Good entries, with owners of two names in up to two of the five fields: entries
+    # whose owners share a value in different fields.
+    # (Sometimes with an option a batch must not make quickly.)
+    st.builds(
+        lambda fields, values, kind, extra: {
+            "body": "fact",
+            **dict(zip(fields, values, strict=False)),
+            **kind,
+            **extra,
+        },
+        st.lists(_OWNER_FIELDS, max_size=2, unique=True),
+        st.lists(st.sampled_from(["t1", "a"]), min_size=2, max_size=2),
+        st.one_of(st.just({}), st.builds(lambda kind: {"kind": kind}, _KINDS)),
+        st.sampled_from([{}, {}, {"durable": True}, {"dedup": True}, {"colour": "red"}]),
+    ),
+)
+
+
+def _made(make):
+    try:
+        return make()
+    except lm.LaserError as exc:
+        return type(exc), str(exc)
+
+
+@_settings(300)
+@given(entries=st.lists(batch_entry, max_size=8), bound=st.sampled_from([None, "t1"]))
+@example(
+    entries=[
+        {"body": "x", "tenant": "t1", "agent": "a"},
+        {"body": "y", "tenant": "a", "agent": "t1"},
+    ],
+    bound=None,
+)
+def test_a_batch_makes_the_records_its_entries_make_one_at_a_time(entries, bound, tmp_path_factory):
+    # `remember_many` makes most entries without `RememberBuilder.record`: it must make
+    # the same records, refuse the same entries with the same errors, and name the
+    # first bad entry; whatever the builder's scope cache already holds.
+    config = lm.MemoryConfig(max_body_bytes=20)
+
+    async def go() -> None:
+        path = tmp_path_factory.mktemp("batch")
+        async with lm.connect(f"local://{path}", config=config) as laser:
+            memory = laser.memory("notes", tenant=bound)
+            builder = memory._remembers
+            ids = [bytes([n]) * 16 for n in range(len(entries))]
+            one_by_one = [
+                _made(lambda e=entry, i=new_id: builder.record(e, new_id=i))
+                for entry, new_id in zip(entries, ids, strict=True)
+            ]
+            for cached in (False, True):
+                builder._scopes.clear()
+                if cached:
+                    # The builder's cache holds a scope for every order of each entry's
+                    # owner: one looked up by fields in another order finds a wrong one.
+                    for entry in entries:
+                        owner = (
+                            tuple(map(entry.get, _OWNER_ORDER)) if isinstance(entry, dict) else ()
+                        )
+                        if owner and all(isinstance(value, str | None) for value in owner):
+                            for decoy in set(itertools.permutations(owner)):
+                                _made(lambda d=decoy: builder._scope_of(d))
+                batched = _made(lambda: builder.batch(entries, ids))
+                bad = [n for n, made in enumerate(one_by_one) if isinstance(made, tuple)]
+                if bad:
+                    # Bad input names its entry; a refusal of the call itself (a tenant
+                    # the handle may not act in) is the call's.
+                    kind, message = one_by_one[bad[0]]
+                    if issubclass(kind, lm.InvalidInput):
+                        message = f"entry {bad[0]}: {message}"
+                    assert batched == (kind, message)
+                else:
+                    assert batched == one_by_one
 
     asyncio.run(go())

@@ -188,17 +188,21 @@ def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) 
         isinstance(records, str | bytes) or not isinstance(records, Sequence)
     ):
         raise InvalidRecord(f"records are a list of OutgoingRecord, got {type(records).__name__}")
+    # A writer's records share one headers tuple per namespace, operation and tenant:
+    # a tuple found well formed is measured again only when the next record's differs.
+    last_headers: object = None
+    headers_size = 0
     for index, record in enumerate(records):
         if type(record) is not OutgoingRecord and not isinstance(record, OutgoingRecord):
             raise InvalidRecord(
                 f"record {index} is a {type(record).__name__}, not an OutgoingRecord"
             )
-        value, key = record.value, record.key
-        if not isinstance(value, bytes):
+        value, key, headers = record.value, record.key, record.headers
+        if type(value) is not bytes and not isinstance(value, bytes):
             raise InvalidRecord(
                 f"record {index}: the value must be bytes, got {type(value).__name__}"
             )
-        if key is not None and not isinstance(key, bytes):
+        if key is not None and type(key) is not bytes and not isinstance(key, bytes):
             raise InvalidRecord(
                 f"record {index}: the key must be bytes or None, got {type(key).__name__}"
             )
@@ -206,24 +210,26 @@ def validate_outgoing(records: Sequence[OutgoingRecord], max_record_bytes: int) 
             not isinstance(record.partition, int) or isinstance(record.partition, bool)
         ):
             raise InvalidRecord(f"record {index}: the partition must be an int or None")
-        headers_size = checked_headers_size(record.headers)
-        if headers_size is None:
-            bad = next(
-                (
-                    header
-                    for header in (
-                        record.headers if isinstance(record.headers, tuple | list) else ()
-                    )
-                    if not isinstance(header, tuple)
-                    or len(header) != 2
-                    or not isinstance(header[0], str)
-                    or not isinstance(header[1], bytes)
-                ),
-                record.headers,
-            )
-            raise InvalidRecord(
-                f"record {index}: a header is a (str, bytes) pair, got {shown(bad)}"
-            )
+        if headers is not last_headers:
+            checked = checked_headers_size(headers)
+            if checked is None:
+                bad = next(
+                    (
+                        header
+                        for header in (headers if isinstance(headers, tuple | list) else ())
+                        if not isinstance(header, tuple)
+                        or len(header) != 2
+                        or not isinstance(header[0], str)
+                        or not isinstance(header[1], bytes)
+                    ),
+                    headers,
+                )
+                raise InvalidRecord(
+                    f"record {index}: a header is a (str, bytes) pair, got {shown(bad)}"
+                )
+            headers_size = checked
+            # Only a tuple is skipped next time: a list may change between records.
+            last_headers = headers if type(headers) is tuple else None
         size = len(value) + (len(key) if key is not None else 0) + headers_size
         if size > max_record_bytes:
             raise RecordTooLarge(
