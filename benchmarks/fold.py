@@ -24,6 +24,8 @@
 - Every raw loop puts through one cursor per table and transaction, as the log and the
   fold do: the fastest plain way (``txn.put`` costs about a third more a put).
 - Size on disk: the view's bytes per item against the log's.
+- Size in memory: what a fresh handle's in-process fold holds per item after its first
+  folded recall (Python's allocations, traced), against the log's bytes on disk.
 
 Each raw limit is the mean of one run just before and one just after what it bounds
 (the concurrent calls have their own pair, on their 20,000 items): one run of a raw loop
@@ -34,9 +36,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import tempfile
 import time
+import tracemalloc
 
 import lmdb
 import msgspec
@@ -217,6 +221,23 @@ async def asyncio_floor(calls: int) -> float:
     return calls / (time.perf_counter() - start)
 
 
+async def folded_bytes(log_dir: str, items: int) -> float:
+    """Bytes a fresh handle holds per item once its first folded recall is done: the
+    fold of every record and the order its recall keeps (traced allocations, so
+    the fold runs several times slower while they are measured)."""
+    async with lm.connect(f"local://{log_dir}", stream="bench") as laser:
+        memory = laser.memory("notes")
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            await memory.recall(folded=True, limit=10)
+            gc.collect()
+            return (tracemalloc.get_traced_memory()[0] - before) / items
+        finally:
+            tracemalloc.stop()
+
+
 async def measure(items: int) -> dict[str, float]:
     """Each raw limit is the mean of a run just before and one just after what it is
     the limit of: on this machine a single run of the raw loop moved 2x from run to
@@ -243,6 +264,7 @@ async def measure(items: int) -> dict[str, float]:
             await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(until_caught_up=True)
             fold = items / (time.perf_counter() - start)
             decode_after = raw_decode_put(values, transaction)
+            in_memory = await folded_bytes(log_dir, items)
         concurrent_before = raw_encode_put(entries[: min(items, 20_000)])
         gathered = await concurrent_remember(entries[: min(items, 20_000)])
         floor = await asyncio_floor(min(items, 20_000))
@@ -260,6 +282,7 @@ async def measure(items: int) -> dict[str, float]:
             "view puts records/s": view_puts(values, transaction),
             "log bytes/item": disk_bytes(log_dir) / items,
             "view bytes/item": disk_bytes(view_dir) / items,
+            "in-process fold bytes/item": in_memory,
         }
 
 
@@ -288,6 +311,7 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
         "fold (rebuild)": (r["fold records/s"], "records/s"),
         "log on disk": (r["log bytes/item"], "bytes/item"),
         "view on disk": (r["view bytes/item"], "bytes/item"),
+        "in-process fold in memory": (r["in-process fold bytes/item"], "bytes/item"),
     }
     ratios = {
         "remember_many": "raw encode+put",
@@ -299,6 +323,7 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
         "view puts (the layout's floor)": "raw decode+put",
         "fold (rebuild)": "raw decode+put",
         "view on disk": "log on disk",
+        "in-process fold in memory": "log on disk",
     }
     return rows("fold", values, ratios)
 
@@ -335,6 +360,7 @@ def main() -> None:
         ("fold / view puts", "fold records/s", "view puts records/s"),
         ("fold / remember_many", "fold records/s", "remember_many items/s"),
         ("view / log bytes per item", "view bytes/item", "log bytes/item"),
+        ("in-process fold / log bytes", "in-process fold bytes/item", "log bytes/item"),
     ]
     for label, top, bottom in ratios:
         print(f"  {label:<32} {r[top] / r[bottom]:6.2f}x")

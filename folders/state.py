@@ -97,6 +97,7 @@ from laser_memory.records import (
     decode_record,
     header_value,
 )
+from laser_memory.scope import MemoryScope
 from laser_memory.search_index import CACHE_BYTES, Owner, SearchIndex
 from laser_memory.vector_clusters import ApproximateSearch
 
@@ -452,6 +453,27 @@ class Remembered(msgspec.Struct, Generic[R], array_like=True, gc=False):
         )
 
 
+class _NoEntries(dict):
+    """The one empty map the new items of an in-process fold share for the fields
+    they leave empty (feedback, forgets, vectors): four empty dicts an item were a
+    fifth of its memory. It refuses every change, so a change made without first
+    giving the item a map of its own (`ItemState.apply` does) raises rather than
+    reaching every other item. It encodes, compares and reads as ``{}``."""
+
+    __slots__ = ()
+
+    def _refused(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("the shared empty map of the fold cannot change")
+
+    __setitem__ = __delitem__ = __ior__ = _refused  # type: ignore[assignment]
+    update = setdefault = pop = popitem = clear = _refused  # type: ignore[assignment]
+
+
+_NO_ENTRIES: dict = _NoEntries()
+_force_setattr = msgspec.structs.force_setattr
+_SCOPES_SHARED = 4096
+
+
 class ItemState(
     msgspec.Struct, Generic[R], kw_only=True, array_like=True, omit_defaults=True, gc=False
 ):
@@ -500,21 +522,31 @@ class ItemState(
             current = self.remembers.get(conversation)
             if current is None or current.key < key:
                 self.remembers[conversation] = Remembered(key, record)
+        # A map still the shared empty one (`_NO_ENTRIES`) is the item's own from its
+        # first entry on.
         elif kind is Forget:
             if record.seen is None:
                 if self.forgets_at.get(conversation, (-1, -1, -1)) < key:
+                    if self.forgets_at is _NO_ENTRIES:
+                        self.forgets_at = {}
                     self.forgets_at[conversation] = key
                 return
             # In its own partition the forget follows everything before its offset.
             reach = list(record.seen) + [0] * (key[1] + 1 - len(record.seen))
             reach[key[1]] = max(reach[key[1]], key[2])
+            if self.forgets is _NO_ENTRIES:
+                self.forgets = {}
             self.forgets[conversation] = _highest(self.forgets.get(conversation, []), reach)
         elif kind is Embedded:
             slot = f"{conversation}\x00{record.embedder}\x00{record.body_digest.hex()}"
             current = self.vectors.get(slot)
             if current is None or current[0] < key:
+                if self.vectors is _NO_ENTRIES:
+                    self.vectors = {}
                 self.vectors[slot] = (key, record.embedding)
         else:
+            if self.weights is _NO_ENTRIES:
+                self.weights = {}
             self.weights[conversation] = self.weights.get(conversation, 0.0) + record.weight
 
     def vector(self, conversation: str, record: Remember, label: str) -> bytes | None:
@@ -801,6 +833,7 @@ class MemoryState:
         self._changed_before = 0
         # (tenant, conversation, embedder, superseded seen) -> (index, changes seen).
         self._indexes: dict[tuple, tuple[SearchIndex, int]] = {}
+        self._scopes: dict[MemoryScope, MemoryScope] = {}
 
     def apply(self, log_record: LogRecord) -> None:
         """Fold one log record; records of other namespaces are skipped by header."""
@@ -837,10 +870,23 @@ class MemoryState:
                 if state is None:
                     # A new item, the most common record: its state is what
                     # `ItemState().apply` makes of this remember, made at once.
+                    scope = record.scope
+                    shared = self._scopes.get(scope)
+                    if shared is None:
+                        if len(self._scopes) >= _SCOPES_SHARED:
+                            self._scopes.clear()
+                        self._scopes[scope] = scope
+                    else:
+                        _force_setattr(record, "scope", shared)
+                    _force_setattr(record, "ns", self.namespace)
                     self._items[(tenant, target)] = ItemState(
                         remembers={_conv(record.scope.conversation): Remembered(key, record)},
                         version=1,
                         last=key,
+                        weights=_NO_ENTRIES,
+                        forgets=_NO_ENTRIES,
+                        forgets_at=_NO_ENTRIES,
+                        vectors=_NO_ENTRIES,
                     )
                 else:
                     state.apply(record, key)

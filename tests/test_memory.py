@@ -182,6 +182,76 @@ async def test_a_forget_covers_its_own_partition_up_to_itself(
             assert texts_now == ["written after the forget"], folded
 
 
+async def test_every_change_to_a_folded_item_stays_with_that_item(
+    any_log_url: str, stream_name: str, tmp_path
+):
+    # A fresh handle's fold shares one empty map among its new items (feedback, forgets,
+    # vectors) and one scope among the items of an owner: a change to one item (a
+    # forget written before forgets carried offsets, one with them, feedback, another
+    # model's vector) must give it maps of its own and leave every other item as it
+    # was. The managed view, which shares nothing, says what each item should be.
+    import numpy as np
+
+    from laser_memory.records import Embedded, Forget, body_digest, encode_record
+    from laser_memory.scope import MemoryScope
+
+    class OtherModel:
+        label, dimensions = "other/4", 4
+
+        def embed_many(self, texts):
+            return [[1.0, 0.0, 0.0, 0.0] for _ in texts]
+
+    view = tmp_path / "view"
+    async with lm.connect(any_log_url, stream=stream_name, view=view) as laser:
+        memory = laser.memory("notes")
+        ids = await memory.remember_many(
+            [{"body": f"fact {n}", "conversation": "c1", "agent": "a"} for n in range(8)]
+        )
+        scope = MemoryScope(stream=stream_name, conversation="c1", agent="a")
+        legacy = [
+            Forget(ns=memory.namespace, scope=scope, target=ids[0].bytes),  # seen=None
+            Embedded(
+                ns=memory.namespace,
+                scope=scope,
+                target=ids[3].bytes,
+                body_digest=body_digest(b"fact 3"),
+                embedding=np.array([1, 0, 0, 0], "<f4").tobytes(),
+                embedder="other/4",
+            ),
+        ]
+        for record in legacy:
+            wire = encode_record(record)
+            await laser.log.append(
+                laser.memory_topic_name,
+                OutgoingRecord(wire.value, key=wire.key, headers=wire.headers),
+            )
+        await memory.forget(ids[1], conversation="c1")
+        await memory.improve(ids[2], 2.0, conversation="c1")
+        await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+    # A connection of its own: every item comes to its fold new.
+    async with lm.connect(
+        any_log_url, stream=stream_name, view=view, embedder=OtherModel()
+    ) as fresh:
+        again = fresh.memory("notes")
+        for query in (
+            {"strategy": "recent"},
+            {"strategy": "auto"},
+            {"text": "fact", "strategy": "semantic"},
+        ):
+            seen = {}
+            for folded in (True, False):
+                items = await again.recall(conversation="c1", folded=folded, limit=20, **query)
+                seen[folded] = [(item.text, item.weight, item.score) for item in items]
+            assert seen[True] == seen[False], query
+            if "text" in query:  # only the item given a vector of this model
+                assert [text for text, _, _ in seen[True]] == ["fact 3"]
+                continue
+            assert sorted(text for text, _, _ in seen[True]) == [f"fact {n}" for n in range(2, 8)]
+            assert {text: weight for text, weight, _ in seen[True]} == {
+                f"fact {n}": 2.0 if n == 2 else 0.0 for n in range(2, 8)
+            }
+
+
 async def test_forget_of_another_tenant_does_nothing(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember("mine", tenant="acme")
