@@ -203,6 +203,7 @@ async def test_every_change_to_a_folded_item_stays_with_that_item(
 
     view = tmp_path / "view"
     async with lm.connect(any_log_url, stream=stream_name, view=view) as laser:
+        await laser.bootstrap(partitions=4)
         memory = laser.memory("notes")
         ids = await memory.remember_many(
             [{"body": f"fact {n}", "conversation": "c1", "agent": "a"} for n in range(8)]
