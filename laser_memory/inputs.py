@@ -46,7 +46,7 @@ def body(value: Any, max_bytes: int) -> bytes:
     """A remember's body: text (as UTF-8) or bytes, not empty, at most ``max_bytes``."""
     if isinstance(value, str):
         try:
-            data = value.encode("utf-8")
+            data = str.encode(value, "utf-8")  # not a subclass's own encode
         except UnicodeEncodeError as exc:
             raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
     elif isinstance(value, bytes | bytearray | memoryview):

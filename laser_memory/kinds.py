@@ -79,6 +79,8 @@ def parse_kind(kind: str | MemoryKind) -> MemoryKind:
     if isinstance(kind, MemoryKind):
         return kind
     if isinstance(kind, str):
+        if type(kind) is not str:  # a subclass: its own hash and methods are not asked
+            kind = str.__str__(kind)
         known = _BY_WORD.get(kind)
         if known is not None:  # the common case, without the enum's own lookup
             return known

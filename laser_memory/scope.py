@@ -40,11 +40,15 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
         """Return self after checking every field fits in a record; raises `InvalidName`."""
         try:
             known = self in _VALID
-        except TypeError:  # a field that is no string cannot hash; _check names it
-            known = False
+        except Exception:  # a field that cannot hash: no string, which _check names,
+            known = False  # or a str subclass whose hash raises, never remembered
         if known:
             return self
         self._check()
+        try:
+            hash(self)
+        except Exception:
+            return self
         if len(_VALID) >= 4096:
             _VALID.clear()  # a crude bound: scopes repeat, so this is rare
         _VALID.add(self)

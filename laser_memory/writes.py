@@ -206,7 +206,7 @@ class RememberBuilder:
                 )
                 try:
                     scope = scopes.get(owner)
-                except TypeError:  # an owner that cannot hash: `record` says what is wrong
+                except Exception:  # an owner that cannot hash: `record` says what is wrong
                     scope = None
                 kind = entry.get("kind")
             elif type(body) is str and type(entry) is str:
@@ -276,8 +276,16 @@ class RememberBuilder:
         # checked once.
         try:
             scope = self._scopes.get(owner)
-        except TypeError:  # a field that cannot hash is no string: _make_scope says so
-            scope = None
+        except Exception:
+            # A field that cannot hash: no string (`_make_scope` says so), or a str
+            # subclass whose hash raises, taken as the plain text it holds.
+            owner = tuple(
+                str.__str__(field) if isinstance(field, str) else field for field in owner
+            )
+            try:
+                scope = self._scopes.get(owner)
+            except Exception:  # still no string: `_make_scope` says so
+                scope = None
         if scope is None:
             scope = self._make_scope(
                 conversation=owner[0],

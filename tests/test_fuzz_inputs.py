@@ -409,3 +409,63 @@ def test_a_batch_makes_the_records_its_entries_make_one_at_a_time(entries, bound
                     assert batched == one_by_one
 
     asyncio.run(go())
+
+
+class _RaisingText(str):
+    """Text whose own methods all raise: what it holds is all a write may use."""
+
+    def _raise(self, *args, **kwargs):
+        raise ZeroDivisionError("a hostile method")
+
+    __hash__ = __eq__ = encode = lower = strip = __len__ = _raise  # type: ignore[assignment]
+
+
+class _RaisingHash:
+    def __hash__(self):
+        raise ValueError("a hostile hash")
+
+
+@pytest.mark.parametrize("hostile", [_RaisingText, _RaisingHash], ids=["str", "object"])
+@pytest.mark.parametrize(
+    "field", ["body", "kind", "conversation", "tenant", "agent", "user", "application"]
+)
+def test_values_whose_own_methods_raise_get_a_laser_error_or_their_text(hostile, field, tmp_path):
+    # A str subclass is taken as the text it holds, whatever its own hash, equality or
+    # encode do; anything else is refused with a LaserError. Never a raw exception.
+    plain = {"body": "a fact", "kind": "fact", "tenant": "", "conversation": "c1"}.get(field, "a1")
+    value = hostile(plain) if hostile is _RaisingText else hostile()
+
+    async def go() -> None:
+        async with lm.connect(f"local://{tmp_path}") as laser:
+            memory = laser.memory("notes")
+            await memory.remember("warm", conversation="c1", agent="a1")  # scopes cached
+            arguments = {"body": "a fact", field: value}
+            body = arguments.pop("body")
+            for call in (
+                lambda: memory.remember(body, **arguments),
+                lambda: memory.remember_many([{"body": body, **arguments}]),
+            ):
+                try:
+                    await call()
+                except lm.LaserError:
+                    assert hostile is _RaisingHash
+                else:
+                    assert hostile is _RaisingText
+            items = await memory.recall(limit=10, tenant="")
+            if hostile is _RaisingText:
+                assert sorted(item.text for item in items) == ["a fact", "a fact", "warm"]
+                for item in (item for item in items if item.text == "a fact"):
+                    owner = {
+                        "conversation": item.scope.conversation,
+                        "agent": item.scope.agent,
+                        "user": item.scope.user,
+                        "application": item.scope.application,
+                        "kind": item.kind,
+                    }
+                    if field in owner:
+                        assert owner[field] == plain
+                        assert field == "kind" or type(owner[field]) is str
+            else:
+                assert [item.text for item in items] == ["warm"]
+
+    asyncio.run(go())
