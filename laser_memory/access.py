@@ -144,7 +144,7 @@ def bound_tenant(tenant: str | None, principal: Principal | None) -> str | None:
     neither names one. Refuses a tenant other than the principal's."""
     if tenant is not None:
         try:
-            validate_name(tenant, "tenant", allow_empty=True)
+            tenant = validate_name(tenant, "tenant", allow_empty=True)
         except Exception as exc:
             raise ConfigError(str(exc)) from None
     if principal is None or principal.tenant is None:
@@ -219,7 +219,7 @@ def resolve_tenant(bound: str | None, given: str | None) -> str:
     """The tenant one call acts in: ``given`` on an unbound handle (``""`` if None);
     the bound one on a bound handle, which refuses a call naming another."""
     if given is not None:
-        validate_name(given, "tenant", allow_empty=True)
+        given = validate_name(given, "tenant", allow_empty=True)
     if bound is None:
         return given if given is not None else ""
     if given is not None and given != bound:

@@ -285,7 +285,7 @@ class Laser:
         )
 
     def _memory(self, namespace: str) -> MemoryHandle:
-        validate_name(namespace, "namespace")
+        namespace = validate_name(namespace, "namespace")
         if namespace.startswith("stream:"):
             stream, slash, rest = namespace[len("stream:") :].partition("/")
             if not slash or not rest or not stream:

@@ -90,6 +90,8 @@ def validate_name(value: str, what: str, *, allow_empty: bool = False) -> str:
     """Check a name that goes into a record (scope field, namespace, key)."""
     if not isinstance(value, str):
         raise InvalidName(f"{what} must be a string, got {type(value).__name__}")
+    if type(value) is not str:  # a subclass: the text it holds, not its own methods
+        value = str.__str__(value)
     if not value and not allow_empty:
         raise InvalidName(f"{what} must not be empty")
     try:

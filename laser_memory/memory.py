@@ -761,7 +761,7 @@ class MemoryHandle:
     async def fetch_folded(self, key: str, *, tenant: str | None = None) -> NamedItem | None:
         """A named item's current value, folded from the topic in this process
         (reading only the key's partition), or None if it is absent."""
-        validate_key(key)
+        key = validate_key(key)
         tenant = self._tenant(tenant)
         self._check_read()
         return await self._fetch_folded(key, tenant)
@@ -792,7 +792,7 @@ class MemoryHandle:
         >>> receipt = await memory.update("profile", {"channel": "email"})   # doctest: +SKIP
         >>> await memory.fetch("profile", after=receipt)                      # doctest: +SKIP
         """
-        validate_key(key)
+        key = validate_key(key)
         tenant = self._tenant(tenant)
         self._check_read()
         if version is not None:
@@ -1016,6 +1016,8 @@ class MemoryHandle:
         validate_limit(limit)
         if text is not None and not isinstance(text, str):
             raise InvalidInput(f"text must be a string, got {type(text).__name__}")
+        if text is not None and type(text) is not str:  # the text a subclass holds
+            text = str.__str__(text)
         if min_similarity is not None and (
             isinstance(min_similarity, bool)
             or not isinstance(min_similarity, int | float)

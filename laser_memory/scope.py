@@ -45,10 +45,11 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
         if known:
             return self
         self._check()
-        try:
-            hash(self)
-        except Exception:
-            return self
+        for field in self.__struct_fields__:
+            value = getattr(self, field)
+            if value is not None and type(value) is not str:
+                # A str subclass, which no record can carry: the text it holds.
+                msgspec.structs.force_setattr(self, field, str.__str__(value))
         if len(_VALID) >= 4096:
             _VALID.clear()  # a crude bound: scopes repeat, so this is rare
         _VALID.add(self)

@@ -469,3 +469,29 @@ def test_values_whose_own_methods_raise_get_a_laser_error_or_their_text(hostile,
                 assert [item.text for item in items] == ["warm"]
 
     asyncio.run(go())
+
+
+def test_names_and_texts_whose_own_methods_raise_are_taken_as_their_text(tmp_path):
+    # Namespaces, keys, conversations of a context, tenants of a handle and query texts
+    # given as str subclasses: taken as the text they hold (msgspec encodes no str
+    # subclass, so a record holding one could not be written at all).
+    async def go() -> None:
+        async with lm.connect(f"local://{tmp_path}") as laser:
+            notes = laser.memory(_RaisingText("notes"), tenant=_RaisingText("t1"))
+            await notes.remember("a fact about ports", conversation=_RaisingText("c1"))
+            await laser.context(_RaisingText("c2")).memory("notes").remember("b", tenant="t1")
+            await notes.set(_RaisingText("profile"), {"name": "Ada"})
+            item = await notes.fetch(_RaisingText("profile"))
+            assert item is not None and item.json() == {"name": "Ada"}
+            found = await notes.recall(text=_RaisingText("ports"))
+            assert [i.text for i in found] == ["a fact about ports"]
+            assert found[0].scope == lm.MemoryScope(
+                stream=found[0].scope.stream, tenant="t1", conversation="c1"
+            )
+            assert type(found[0].scope.tenant) is str and type(notes.namespace) is str
+            assert sorted(i.text for i in await laser.memory("notes", tenant="t1").recall()) == [
+                "a fact about ports",
+                "b",
+            ]
+
+    asyncio.run(go())
