@@ -966,7 +966,7 @@ class MemoryView:
         text or meaning scores every visible item in scope, exactly, except that with
         ``approximate`` a semantic recall over many vectors scores the nearest
         clusters (`laser_memory.vector_clusters`)."""
-        validate_strategy(strategy)
+        strategy = validate_strategy(strategy)
         validate_limit(limit)
         mode = search_mode(strategy, text, query_vector)
         if mode is not None:

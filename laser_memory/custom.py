@@ -136,7 +136,7 @@ class CustomMemory:
         limit: int = 50,
     ) -> list[MemoryItem]:
         """Ask the backend, and return at most ``limit`` items in its order."""
-        validate_strategy(strategy)
+        strategy = validate_strategy(strategy)
         validate_limit(limit)
         if text is not None and not isinstance(text, str):
             raise InvalidInput(f"text must be a string, got {type(text).__name__}")

@@ -155,6 +155,8 @@ class MemoryId:
             return cls(bytes(value))
         if not isinstance(value, str):
             raise InvalidId(f"a memory id is a string or 16 bytes, got {type(value).__name__}")
+        if type(value) is not str:  # a subclass: the text it holds, not its own methods
+            value = str.__str__(value)
         text = value.strip()
         if len(text) == 32:
             try:

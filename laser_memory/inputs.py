@@ -159,9 +159,12 @@ def origin(value: Any) -> Origin:
     found = _origin_of(value)
     if not isinstance(found.topic, str) or not isinstance(found.stream, str):
         raise InvalidInput("an origin's topic and stream are strings")
-    validate_topic(found.topic)
-    validate_name(found.stream, "origin stream", allow_empty=True)
-    validate_name(found.generation, "origin generation", allow_empty=True)
+    found = msgspec.structs.replace(
+        found,
+        topic=validate_topic(found.topic),  # plain text: no record carries a str subclass
+        stream=validate_name(found.stream, "origin stream", allow_empty=True),
+        generation=validate_name(found.generation, "origin generation", allow_empty=True),
+    )
     for name, number, bound in (
         ("partition", found.partition, 1 << 31),
         ("offset", found.offset, 1 << 63),
@@ -176,10 +179,12 @@ def origin(value: Any) -> Origin:
 def producer(value: Any) -> Producer:
     """Who wrote an item: a name, a (name, version) pair, a mapping or a `Producer`."""
     found = _producer_of(value)
-    validate_name(found.name, "producer name")
+    name = validate_name(found.name, "producer name")
     if not isinstance(found.version, str):
         raise InvalidInput(f"a producer version is a string, got {shown(found.version)}")
-    validate_name(found.version, "producer version", allow_empty=True)
+    version = validate_name(found.version, "producer version", allow_empty=True)
+    if name is not found.name or version is not found.version:  # plain text for a subclass
+        found = Producer(name=name, version=version)
     return found
 
 

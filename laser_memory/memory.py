@@ -717,9 +717,10 @@ class MemoryHandle:
         removes. The patch itself is the record, so concurrent updates all apply in
         log order."""
         self._check_publish()
+        key = validate_key(key)
         data = self._check_body(encode_patch(patch))
         record = NamedPatch(
-            ns=self.namespace, scope=self._scope(tenant=tenant), key=validate_key(key), patch=data
+            ns=self.namespace, scope=self._scope(tenant=tenant), key=key, patch=data
         )
         # The merged body must fit too: fold the key's partition (this handle's fold is
         # incremental) and try the patch on the current value before writing it.
@@ -870,7 +871,7 @@ class MemoryHandle:
         if isinstance(target, MemoryId):
             raw_id: bytes | None = target.bytes
         else:
-            validate_key(target)
+            target = validate_key(target)
             raw_id = None
         if self._managed(folded):
             view = await self._laser.view_after(self.topic, None, 0)
@@ -1012,7 +1013,7 @@ class MemoryHandle:
         """
         tenant = self._tenant(tenant)
         self._check_read()
-        validate_strategy(strategy)
+        strategy = validate_strategy(strategy)
         validate_limit(limit)
         if text is not None and not isinstance(text, str):
             raise InvalidInput(f"text must be a string, got {type(text).__name__}")

@@ -78,7 +78,7 @@ def _no_constant(name: str) -> Any:
 def load_json(data: bytes | str, what: str = "the body") -> Any:
     """Parse strict JSON; raises `InvalidBody` for text that is not JSON, too deep, or
     holding NaN or Infinity."""
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    raw = str.encode(data, "utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     depth = json_depth(raw)
     if depth > MAX_JSON_DEPTH:
         raise InvalidBody(f"{what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed")
@@ -118,7 +118,7 @@ def encode_body(body: bytes | str | dict | list) -> bytes:
         data = bytes(body)
     elif isinstance(body, str):
         try:
-            data = body.encode("utf-8")
+            data = str.encode(body, "utf-8")  # not a subclass's own encode
         except UnicodeEncodeError as exc:
             raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
     elif isinstance(body, dict | list):

@@ -69,7 +69,9 @@ RRF_K = 60
 
 
 def validate_strategy(strategy: str) -> str:
-    if strategy not in STRATEGIES:
+    if isinstance(strategy, str) and type(strategy) is not str:
+        strategy = str.__str__(strategy)  # the text a subclass holds
+    if type(strategy) is not str or strategy not in STRATEGIES:
         raise InvalidInput(
             f"unknown recall strategy {shown(strategy)}; use one of: {', '.join(STRATEGIES)}"
         )
@@ -105,7 +107,7 @@ def rank(
     ``query_vector`` and ``embedder`` (its label) let ``semantic``, ``hybrid`` and
     ``auto`` rank by meaning. Keyword statistics (document frequencies, average
     length) are the candidates' own: BM25 over the candidate set."""
-    validate_strategy(strategy)
+    strategy = validate_strategy(strategy)
     validate_limit(limit)
     candidates = list(items)
     query = terms(text) if text else []

@@ -493,5 +493,30 @@ def test_names_and_texts_whose_own_methods_raise_are_taken_as_their_text(tmp_pat
                 "a fact about ports",
                 "b",
             ]
+            # Ids, keys, bodies, lineage and strategies given so.
+            R = _RaisingText
+            mid = found[0].id
+            await notes.improve(R(str(mid)), 2.0, conversation=R("c1"))
+            await notes.update(R("profile"), R('{"city": "Paris"}'))
+            await notes.set(R("motto"), R("carpe diem"))
+            assert [e.version for e in await notes.history(R("profile"))] == [1, 2]
+            fixed = await notes.remember(
+                "a fact about harbours",
+                conversation=R("c1"),
+                supersedes=R(str(mid)),
+                origin={"topic": R("raw.events"), "stream": R("s"), "partition": 0, "offset": 7},
+                producer={"name": R("extractor"), "version": R("2")},
+            )
+            [latest] = await notes.recall(
+                strategy=R("recent"), conversation=R("c1"), exclude=[R(str(mid))], limit=1
+            )
+            assert latest.id == fixed and latest.producer == lm.Producer(
+                name="extractor", version="2"
+            )
+            assert latest.origin.topic == "raw.events" and type(latest.origin.topic) is str
+            assert (await notes.fetch(R("profile"))).json() == {"name": "Ada", "city": "Paris"}
+            assert (await notes.fetch("motto")).text == "carpe diem"
+            await notes.forget(R(str(fixed)), conversation=R("c1"))
+            assert [i.text for i in await notes.recall(conversation="c1")] == []
 
     asyncio.run(go())

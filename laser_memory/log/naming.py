@@ -52,6 +52,8 @@ def partitions_changed(
 
 
 def validate_topic(topic: str) -> str:
+    if isinstance(topic, str) and type(topic) is not str:
+        topic = str.__str__(topic)  # the text a subclass holds
     if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
         raise InvalidName(
             f"{shown(topic)} is not a valid topic name: use 1 to 249 characters from "
