@@ -327,6 +327,58 @@ async def test_a_kept_listing_sees_what_other_writers_do(memory):
     assert [i.key for i in await reader.asearch(("docs",))] == ["b"]
 
 
+async def test_a_kept_listing_takes_the_stores_own_writes_without_reading_again(
+    memory, monkeypatch
+):
+    # A store's own puts and deletes, when they are all that was folded since a
+    # namespace was listed, change the kept listing in place (reading only their keys):
+    # reading 100k items again after every put took half a second. Anyone else's write
+    # in between, and the namespace is read again.
+    store = vector_store(memory)
+    reads = []
+    named = type(memory).named
+
+    async def counted(handle, prefix, **kwargs):
+        if handle is memory:  # this store's reads, not the other writer's below
+            reads.append(prefix)
+        return await named(handle, prefix, **kwargs)
+
+    monkeypatch.setattr(type(memory), "named", counted)
+    await store.abatch([PutOp(("docs",), str(n), {"text": f"note {n} alpha"}) for n in range(20)])
+    assert [i.key for i in await store.asearch(("docs",), query="note 7", limit=1)] == ["7"]
+    assert len(reads) == 1
+    await store.aput(("docs",), "7", {"text": "beta only"})
+    await store.aput(("docs",), "new", {"text": "note 7 gamma"})
+    await store.adelete(("docs",), "3")
+    await store.aput(("elsewhere",), "x", {"text": "note 7"})  # under another prefix
+    found = await store.asearch(("docs",), query="note 7", limit=3)
+    assert [i.key for i in found][:1] == ["new"] and "3" not in [i.key for i in found]
+    assert [i.key for i in await store.asearch(("docs",), query="beta", limit=1)] == ["7"]
+    assert len(await store.asearch(("docs",), limit=100)) == 20
+    # Replaced again and again (each leaves its old vectors behind, until most are
+    # left behind and the rest are kept apart): still what a fresh store finds.
+    for n in range(30):
+        await store.aput(("docs",), str(n % 4), {"text": f"note {n} alpha again"})
+        await store.asearch(("docs",), query="again", limit=1)
+    queries = ("note 29 again", "alpha", "beta")
+    got = [[(i.key, i.score) for i in await store.asearch(("docs",), query=q)] for q in queries]
+    assert len(reads) == 1
+    oracle = _RankedTheLongWay(memory, index={"dims": 128, "embed": TrigramEmbeddings()})
+    assert got == [
+        [(i.key, i.score) for i in await oracle.asearch(("docs",), query=q)] for q in queries
+    ]
+    reads.clear()
+    other = vector_store(memory._laser.memory(memory.namespace))
+    await other.aput(("docs",), "theirs", {"text": "delta"})
+    await store.aput(("docs",), "mine", {"text": "delta"})
+    await other.asearch(("docs",))  # its own writes in the view before the next read
+    assert {i.key for i in await store.asearch(("docs",), query="delta", limit=2)} == {
+        "theirs",
+        "mine",
+    }
+    assert len(reads) == 1
+
+
 async def test_a_store_whose_principal_may_not_read_searches_nothing(memory):
     # A store keeps listings between searches; none is ever served to a handle that
     # may not read the namespace, and a refused search keeps nothing.

@@ -104,6 +104,11 @@ def _split_key(name: str) -> tuple[tuple[str, ...], str]:
 
 #: How many key prefixes' listings a store keeps parsed (see `LaserStore._listing`).
 _LISTINGS_KEPT = 64
+#: Positions of a store's own writes it keeps, to tell that nothing but they was folded
+#: since a listing was read (`LaserStore._own_since`).
+_OWN_KEPT = 100_000
+#: Keys a kept listing is patched with at most; more and it is read again.
+_PATCHED_MOST = 1_000
 
 
 def _prefix_key(namespace: tuple[str, ...]) -> str:
@@ -177,23 +182,27 @@ class _Listing:
     and preparing these again)."""
 
     __slots__ = (
-        "inverted", "keyword", "lengths", "newest", "postings", "semantic", "times", "token",
+        "by_key", "inverted", "keyword", "lengths", "newest", "postings", "scanned", "semantic",
+        "times", "token",
     )  # fmt: skip
 
     def __init__(self, token: tuple, newest: list[_Stored]) -> None:
         self.token = token
         self.newest = newest
+        #: The items by named key, made when the listing is first patched.
+        self.by_key: dict[str, _Stored] | None = None
         #: Each item's term counts, in ``newest`` order; their lengths; and per term
         #: asked for, the rows holding it and its count in each (`bm25_postings`).
         self.keyword: list[tuple[dict[str, int], int]] | None = None
         self.lengths: np.ndarray | None = None
         self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         #: Every term's posting list at once (`_inverted`), once searches have asked
-        #: for more than `_SCANNED_TERMS` terms: until then each is found by a scan.
+        #: for more than `_SCANNED_TERMS` terms (``scanned``, since the listing was
+        #: made or last patched): until then each is found by a scan.
         self.inverted: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
-        #: (items with vectors as rows of ``newest``, their rows stacked, each row's
-        #: norm, where each item's rows start), by (label, dimensions).
-        self.semantic: dict[tuple, tuple[list[int], np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.scanned = 0
+        #: The items' vectors, by (label, dimensions).
+        self.semantic: dict[tuple, _Vectors] = {}
         #: Position keys (time, partition, offset) as columns, in ``newest`` order.
         self.times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -214,7 +223,7 @@ class _Listing:
         if self.lengths is None:
             self.lengths = np.fromiter((n for _, n in documents), dtype=np.float64)
         missing = set(query_terms) - self.postings.keys()
-        if self.inverted is None and len(self.postings) + len(missing) > _SCANNED_TERMS:
+        if self.inverted is None and self.scanned + len(missing) > _SCANNED_TERMS:
             self.inverted = _inverted(documents)
         for term in missing:
             if self.inverted is not None:
@@ -227,6 +236,7 @@ class _Listing:
                           counts[bounds[number] : bounds[number + 1]])
                 )  # fmt: skip
                 continue
+            self.scanned += 1
             found = [row for row, (counts, _) in enumerate(documents) if term in counts]
             self.postings[term] = (
                 np.array(found, dtype=np.int64),
@@ -239,13 +249,81 @@ class _Listing:
         )
         return bm25_postings(query_terms, self.postings.__getitem__, self.lengths, stats)
 
-    def vectors(
-        self, label: str, dims: int
-    ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    def vectors(self, label: str, dims: int) -> _Vectors:
         found = self.semantic.get((label, dims))
         if found is None:
-            found = self.semantic[(label, dims)] = _stacked(self.newest, label, dims)
+            found = self.semantic[(label, dims)] = _Vectors(self.newest, label, dims)
         return found
+
+    # A store's own writes change a kept listing in place (`LaserStore._patched`): each
+    # column moves its rows as ``newest`` does, so the next search ranks as one over a
+    # listing read anew would.
+
+    def replace(self, old: _Stored | None, new: _Stored | None) -> None:
+        """Take ``old`` out (if it is here) and put ``new`` in (if given), in order."""
+        if self.by_key is None:
+            self.by_key = {s.named.key: s for s in self.newest}
+        if old is not None and self.by_key.get(old.named.key) is old:
+            time, partition, offset = self.columns_of_times()
+            named = old.named
+            [row] = np.flatnonzero((partition == named.source.partition)
+                                   & (offset == named.source.offset))  # fmt: skip
+            self._remove(int(row))
+            del self.by_key[named.key]
+        if new is not None:
+            time, partition, offset = self.columns_of_times()
+            named = new.named
+            t, p, o = named.append_time_ms, named.source.partition, named.source.offset
+            # Newest first: the new item goes after every item whose key is greater.
+            row = int(np.count_nonzero(
+                (time > t) | ((time == t) & ((partition > p) | ((partition == p) & (offset > o))))
+            ))  # fmt: skip
+            self._insert(row, new)
+            self.by_key[named.key] = new
+
+    def _remove(self, row: int) -> None:
+        del self.newest[row]
+        if self.times is not None:
+            self.times = tuple(np.delete(column, row) for column in self.times)  # type: ignore[assignment]
+        if self.keyword is not None:
+            del self.keyword[row]
+        if self.lengths is not None:
+            self.lengths = np.delete(self.lengths, row)
+        for term, (rows, counts) in self.postings.items():
+            kept = rows != row
+            rows, counts = rows[kept], counts[kept]
+            self.postings[term] = (rows - (rows > row), counts)
+        self.inverted, self.scanned = None, 0
+        for vectors in self.semantic.values():
+            vectors.remove(row)
+
+    def _insert(self, row: int, stored: _Stored) -> None:
+        self.newest.insert(row, stored)
+        named = stored.named
+        if self.times is not None:
+            self.times = tuple(
+                np.insert(column, row, value)
+                for column, value in zip(
+                    self.times,
+                    (named.append_time_ms, named.source.partition, named.source.offset),
+                    strict=True,
+                )
+            )  # type: ignore[assignment]
+        if self.keyword is not None:
+            counts_of, length = stored.counts()
+            self.keyword.insert(row, (counts_of, length))
+            if self.lengths is not None:
+                self.lengths = np.insert(self.lengths, row, float(length))
+            for term, (rows, counts) in self.postings.items():
+                rows = rows + (rows >= row)
+                if term in counts_of:
+                    at = int(np.searchsorted(rows, row))
+                    rows = np.insert(rows, at, row)
+                    counts = np.insert(counts, at, float(counts_of[term]))
+                self.postings[term] = (rows, counts)
+        self.inverted, self.scanned = None, 0
+        for (label, dims), vectors in self.semantic.items():
+            vectors.insert(row, stored.matrix(label, dims))
 
 
 #: Terms a kept listing finds by scanning its items, one scan a term, before it makes
@@ -313,6 +391,69 @@ def _stacked(
     stacked = np.concatenate(matrices)
     starts = np.cumsum([0, *(len(m) for m in matrices[:-1])])
     return rows, stacked, np.linalg.norm(stacked, axis=1), starts
+
+
+class _Vectors:
+    """A listing's vectors of one model, for every item that has any: rows in no
+    order, each with its item's row in ``newest`` (``owner``; -1 once the item left),
+    so an item put or taken out moves no other item's vectors. Each row's norm is kept
+    beside it."""
+
+    __slots__ = ("count", "dead", "matrix", "norms", "owner")
+
+    def __init__(self, items: Sequence[_Stored], label: str, dims: int) -> None:
+        rows, stacked, norms, starts = _stacked(items, label, dims)
+        self.matrix, self.norms, self.count, self.dead = stacked, norms, len(stacked), 0
+        sizes = np.diff(np.append(starts, len(stacked)))
+        self.owner = np.repeat(np.asarray(rows, dtype=np.int64), sizes)
+
+    def similar(self, query: np.ndarray, items: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each item's similarity to ``query`` (that of its nearest text; 0 for an item
+        with no vector) and whether it has a vector."""
+        count = self.count
+        similar = cosine_similarities(query, self.matrix[:count], self.norms[:count])
+        owner = self.owner[:count]
+        live = owner >= 0
+        owner, similar = owner[live], similar[live]
+        best = np.full(items, -np.inf, dtype=similar.dtype)
+        np.maximum.at(best, owner, similar)
+        has_vector = np.zeros(items, dtype=bool)
+        has_vector[owner] = True
+        semantic = np.zeros(items, dtype=np.float64)
+        semantic[has_vector] = best[has_vector]
+        return semantic, has_vector
+
+    def remove(self, row: int) -> None:
+        owner = self.owner[: self.count]
+        gone = owner == row
+        self.dead += int(np.count_nonzero(gone))
+        owner[gone] = -1
+        owner[owner > row] -= 1
+        if self.dead > self.count // 2:  # mostly rows of items gone: keep the others
+            live = owner >= 0
+            self.matrix = self.matrix[: self.count][live]
+            self.norms = self.norms[: self.count][live]
+            self.owner, self.count, self.dead = owner[live], int(np.count_nonzero(live)), 0
+
+    def insert(self, row: int, matrix: np.ndarray | None) -> None:
+        owner = self.owner[: self.count]
+        owner[owner >= row] += 1
+        if matrix is None:
+            return
+        end = self.count + len(matrix)
+        if end > len(self.matrix):  # room for as many rows again, so puts add rows cheaply
+            room = max(end, 2 * len(self.matrix))
+            grown = np.empty((room, self.matrix.shape[1]), dtype=self.matrix.dtype)
+            grown[: self.count] = self.matrix[: self.count]
+            norms = np.empty(room, dtype=self.norms.dtype)
+            norms[: self.count] = self.norms[: self.count]
+            owners = np.empty(room, dtype=np.int64)
+            owners[: self.count] = owner
+            self.matrix, self.norms, self.owner = grown, norms, owners
+        self.matrix[self.count : end] = matrix
+        self.norms[self.count : end] = np.linalg.norm(matrix, axis=1)
+        self.owner[self.count : end] = row
+        self.count = end
 
 
 def _read(named: NamedItem) -> _Stored | None:
@@ -481,6 +622,8 @@ class LaserStore(BaseStore):
         # What the last listings of each key prefix read ("" for the whole store), the
         # most recently listed prefixes last.
         self._listings: dict[str, _Listing] = {}
+        # The named key of each of this store's recent writes, by (partition, offset).
+        self._own: dict[tuple[int, int], str] = {}
         self._sweeper: asyncio.Task | None = None
         #: What the sweeper's failed sweeps raised; a failed sweep does not end it.
         self.sweep_failures: list[Exception] = []
@@ -819,8 +962,11 @@ class LaserStore(BaseStore):
         if not records:
             return
         receipts = await self._memory._write(records)
-        for receipt in receipts:
+        if len(self._own) + len(receipts) > _OWN_KEPT:
+            self._own.clear()  # a listing older than these is read again
+        for record, receipt in zip(records, receipts, strict=True):
             self._unseen[receipt.partition] = receipt
+            self._own[(receipt.partition, receipt.offset)] = record.key
 
     async def sweep_ttl(self) -> int:
         """Remove every item whose TTL has passed; the number removed. Each remove is
@@ -889,6 +1035,11 @@ class LaserStore(BaseStore):
         # The token first: the listing read after it is as new as it or newer.
         token = await self._memory._read_token(folded=folded, timeout=self._timeout)
         listing = self._listings.pop(prefix, None)
+        if listing is not None and listing.token != token:
+            keys = self._own_since(listing.token, token)
+            if keys is not None:
+                await self._patched(listing, prefix, keys, folded)
+                listing.token = token
         if listing is None or listing.token != token:
             named = await self._memory.named(prefix, folded=folded, timeout=self._timeout)
             # Items read before and unchanged since are not parsed again, nor their
@@ -917,6 +1068,39 @@ class LaserStore(BaseStore):
         if len(self._listings) > _LISTINGS_KEPT:
             del self._listings[next(iter(self._listings))]  # the least recently listed
         return listing
+
+    def _own_since(self, before: tuple, after: tuple) -> set[str] | None:
+        """The keys this store wrote, if its writes are all that was folded between two
+        read tokens (the same view or fold, gone on only by records at positions of
+        this store's writes); else None."""
+        if before[0] not in ("view", "fold") or before[:-1] != after[:-1]:
+            return None
+        start, end = dict(before[-1]), dict(after[-1])
+        if not start.keys() <= end.keys():
+            return None
+        keys: set[str] = set()
+        for partition, last in end.items():
+            for offset in range(start.get(partition, 0), last):
+                key = self._own.get((partition, offset))
+                if key is None or len(keys) > _PATCHED_MOST:
+                    return None
+                keys.add(key)
+        return keys
+
+    async def _patched(self, listing: _Listing, prefix: str, keys: set[str], folded: bool) -> None:
+        """Bring a kept listing up to date with this store's own writes of ``keys``:
+        each key's item as it is now, in place of the one the listing holds."""
+        for key in sorted(keys):
+            if not key.startswith(prefix):
+                continue
+            named = await self._memory.fetch(key, folded=folded, timeout=self._timeout)
+            new = _read(named) if named is not None else None
+            if listing.by_key is None:
+                listing.by_key = {s.named.key: s for s in listing.newest}
+            old = listing.by_key.get(key)
+            if old is not None and new is not None and old.version == new.version:
+                continue
+            listing.replace(old, new)
 
     async def _search(
         self, op: SearchOp, listing: _Listing, now: int
@@ -967,16 +1151,17 @@ class LaserStore(BaseStore):
             q = (await embed_texts(self._queries, [query]))[0]
             semantic = np.zeros(len(candidates), dtype=np.float64)
             has_vector = np.zeros(len(candidates), dtype=bool)
-            rows, stacked, norms, starts = (
-                whole.vectors(self._label, self._dims)
-                if whole is not None
-                else _stacked(candidates, self._label, self._dims)
-            )
-            if rows:
-                # One product over every row; an item is as near as its nearest text.
-                similar = cosine_similarities(q, stacked, norms)
-                semantic[rows] = np.maximum.reduceat(similar, starts)
-                has_vector[rows] = True
+            if whole is not None:
+                semantic, has_vector = whole.vectors(self._label, self._dims).similar(
+                    q, len(candidates)
+                )
+            else:
+                rows, stacked, norms, starts = _stacked(candidates, self._label, self._dims)
+                if rows:
+                    # One product over every row; an item is as near as its nearest text.
+                    similar = cosine_similarities(q, stacked, norms)
+                    semantic[rows] = np.maximum.reduceat(similar, starts)
+                    has_vector[rows] = True
         n = len(candidates)
         time, partition, offset = (
             whole.columns_of_times() if whole is not None else _times(candidates)
