@@ -41,7 +41,7 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
         try:
             known = self in _VALID
         except Exception:  # a field that cannot hash: no string, which _check names,
-            known = False  # or a str subclass whose hash raises, never remembered
+            known = False  # or a str subclass whose hash raises, made plain text below
         if known:
             return self
         self._check()
