@@ -105,9 +105,11 @@ class Principal(msgspec.Struct, frozen=True):
             raise ConfigError(f"a principal's name is a non-empty string, got {shown(self.name)}")
         if self.tenant is not None:
             try:
-                validate_name(self.tenant, "tenant", allow_empty=True)
+                tenant = validate_name(self.tenant, "tenant", allow_empty=True)
             except Exception as exc:
                 raise ConfigError(f"principal {shown(self.name)}: {exc}") from None
+            if tenant is not self.tenant:  # a str subclass: the text it holds
+                msgspec.structs.force_setattr(self, "tenant", tenant)
         if isinstance(self.grants, str) or not isinstance(self.grants, Iterable):
             raise ConfigError(f"principal {shown(self.name)}: grants is a set of grant strings")
         # A frozen Struct: set the normalised grants once, here.

@@ -200,7 +200,7 @@ class Agent:
         consolidate_every: float | None = None,
         consolidator: Any = None,
     ) -> None:
-        validate_name(agent_id, "agent id")
+        agent_id = validate_name(agent_id, "agent id")
         if not callable(handler):
             raise ConfigError(f"an agent's handler is a callable, got {type(handler).__name__}")
         if (consolidate_every is None) != (consolidator is None):

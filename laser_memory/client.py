@@ -346,10 +346,10 @@ class Laser:
         """Put a message for agent ``agent_id`` on the stream's sessions topic (see
         `laser_memory.agent`); returns its receipt. A conversation's messages keep their
         order."""
-        validate_name(agent_id, "agent id")
+        agent_id = validate_name(agent_id, "agent id")
         if conversation is not None:
-            validate_name(conversation, "conversation")
-        validate_name(tenant, "tenant", allow_empty=True)
+            conversation = validate_name(conversation, "conversation")
+        tenant = validate_name(tenant, "tenant", allow_empty=True)
         data = inputs.body(payload, self.config.max_body_bytes)
         record = SessionRecord(
             agent=agent_id, payload=data, conversation=conversation, tenant=tenant

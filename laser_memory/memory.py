@@ -254,7 +254,7 @@ class MemoryHandle:
 
     def scoped(self, conversation: str) -> MemoryHandle:
         """A handle that always passes this conversation (it shares this handle's fold)."""
-        validate_name(conversation, "conversation")
+        conversation = validate_name(conversation, "conversation")
         if self.conversation is not None and conversation != self.conversation:
             raise InvalidInput(
                 f"this handle is scoped to conversation {shown(self.conversation)}; "
@@ -1135,7 +1135,7 @@ class MemoryHandle:
 
     def _conversation(self, conversation: str | None) -> str | None:
         if conversation is not None:
-            validate_name(conversation, "conversation")
+            conversation = validate_name(conversation, "conversation")
         if self.conversation is None:
             return conversation
         if conversation is not None and conversation != self.conversation:

@@ -518,5 +518,9 @@ def test_names_and_texts_whose_own_methods_raise_are_taken_as_their_text(tmp_pat
             assert (await notes.fetch("motto")).text == "carpe diem"
             await notes.forget(R(str(fixed)), conversation=R("c1"))
             assert [i.text for i in await notes.recall(conversation="c1")] == []
+            await notes.scoped(R("c9")).remember("scoped")
+            assert [i.scope.conversation for i in await notes.recall(conversation="c9")] == ["c9"]
+            principal = lm.Principal("p", tenant=R("t1"))
+            assert type(principal.tenant) is str and principal.tenant == "t1"
 
     asyncio.run(go())

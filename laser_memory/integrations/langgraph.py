@@ -259,17 +259,25 @@ class _Listing:
     # column moves its rows as ``newest`` does, so the next search ranks as one over a
     # listing read anew would.
 
-    def replace(self, old: _Stored | None, new: _Stored | None) -> None:
-        """Take ``old`` out (if it is here) and put ``new`` in (if given), in order."""
+    def _keys(self) -> dict[str, _Stored]:
         if self.by_key is None:
             self.by_key = {s.named.key: s for s in self.newest}
-        if old is not None and self.by_key.get(old.named.key) is old:
+        return self.by_key
+
+    def stored(self, key: str) -> _Stored | None:
+        """The item this listing holds under a named key."""
+        return self._keys().get(key)
+
+    def replace(self, old: _Stored | None, new: _Stored | None) -> None:
+        """Take ``old`` (what `stored` gave) out and put ``new`` in, in order."""
+        by_key = self._keys()
+        if old is not None:
             time, partition, offset = self.columns_of_times()
             named = old.named
             [row] = np.flatnonzero((partition == named.source.partition)
                                    & (offset == named.source.offset))  # fmt: skip
             self._remove(int(row))
-            del self.by_key[named.key]
+            del by_key[named.key]
         if new is not None:
             time, partition, offset = self.columns_of_times()
             named = new.named
@@ -279,7 +287,7 @@ class _Listing:
                 (time > t) | ((time == t) & ((partition > p) | ((partition == p) & (offset > o))))
             ))  # fmt: skip
             self._insert(row, new)
-            self.by_key[named.key] = new
+            by_key[named.key] = new
 
     def _remove(self, row: int) -> None:
         del self.newest[row]
@@ -1095,9 +1103,7 @@ class LaserStore(BaseStore):
                 continue
             named = await self._memory.fetch(key, folded=folded, timeout=self._timeout)
             new = _read(named) if named is not None else None
-            if listing.by_key is None:
-                listing.by_key = {s.named.key: s for s in listing.newest}
-            old = listing.by_key.get(key)
+            old = listing.stored(key)
             if old is not None and new is not None and old.version == new.version:
                 continue
             listing.replace(old, new)
