@@ -35,6 +35,8 @@ from folders.service import ViewFolder
 from laser_memory.clock import SteppedClock
 from laser_memory.embedding import WordHashEmbedder
 from laser_memory.integrations.langgraph import InvalidStoreNamespace, LaserStore
+from laser_memory.log import OutgoingRecord
+from laser_memory.records import NamedSet, encode_record
 
 MINUTE = 60_000
 
@@ -332,8 +334,8 @@ async def test_a_kept_listing_takes_the_stores_own_writes_without_reading_again(
 ):
     # A store's own puts and deletes, when they are all that was folded since a
     # namespace was listed, change the kept listing in place (reading only their keys):
-    # reading 100k items again after every put took half a second. Anyone else's write
-    # in between, and the namespace is read again.
+    # reading 100k items again after every put took half a second. Another store's
+    # writes in between are read from the log (see the test below).
     store = vector_store(memory)
     reads = []
     named = type(memory).named
@@ -376,6 +378,97 @@ async def test_a_kept_listing_takes_the_stores_own_writes_without_reading_again(
         "theirs",
         "mine",
     }
+    assert reads == []
+
+
+async def test_a_kept_listing_takes_other_writers_records_from_the_log(memory, monkeypatch):
+    # Another store's puts, patches and removes since a namespace was listed are read
+    # from the log and patched into the kept listing, so a search after them reads only
+    # their keys, and finds what a fresh store finds. Records of another tenant or
+    # namespace (even with the same keys), and a record no fold can read, change
+    # nothing. More records than it pays to read, or a log that no longer holds them
+    # all, and the namespace is read again.
+    import laser_memory.integrations.langgraph as store_module
+
+    laser = memory._laser
+    store = vector_store(memory)
+    other = vector_store(laser.memory(memory.namespace), ttl={"refresh_on_read": True})
+    elsewhere = [
+        vector_store(laser.memory(memory.namespace, tenant="globex")),
+        vector_store(laser.memory(memory.namespace + "-x")),
+    ]
+    reads = []
+    named = type(memory).named
+
+    async def counted(handle, prefix, **kwargs):
+        if handle is memory:  # this store's reads, not the others'
+            reads.append(prefix)
+        return await named(handle, prefix, **kwargs)
+
+    monkeypatch.setattr(type(memory), "named", counted)
+
+    async def same_as_a_fresh_store() -> None:
+        # Another writer's records are in the view once its own search saw them.
+        await other.asearch(("docs",))
+        oracle = _RankedTheLongWay(
+            laser.memory(memory.namespace), index={"dims": 128, "embed": TrigramEmbeddings()}
+        )
+        for query in ("alpha", "beta", "secret", None):
+            got = await store.asearch(("docs",), query=query, limit=50)
+            want = await oracle.asearch(("docs",), query=query, limit=50)
+            assert [(i.key, i.value, i.score) for i in got] == [
+                (i.key, i.value, i.score) for i in want
+            ], query
+
+    await other.abatch([PutOp(("docs",), str(n), {"text": f"note {n} alpha"}) for n in range(20)])
+    await same_as_a_fresh_store()
+    assert len(reads) == 1
+    reads.clear()
+    await other.aput(("docs",), "3", {"text": "beta now"}, ttl=5)
+    await other.adelete(("docs",), "4")
+    await other.aget(("docs",), "3")  # a patch of its expiry (refresh on read)
+    await store.aput(("docs",), "5", {"text": "mine beta"})
+    await other.aput(("docs",), "new", {"text": "alpha beta"})
+    for outsider in elsewhere:
+        await outsider.aput(("docs",), "6", {"text": "secret"})
+        await outsider.aput(("docs",), "outside", {"text": "secret alpha"})
+    await laser.log.append(laser.memory_topic_name, OutgoingRecord(b"\xc1 no record", key=b"docs"))
+    # A record no writer could send, whose key (a control character in it) a fetch
+    # would refuse: the fold sets it aside, and so it changed nothing here either.
+    bad = encode_record(
+        NamedSet(ns=memory.namespace, scope=memory._scope(), key="docs..\x01", body=b"{}")
+    )
+    await laser.log.append(
+        laser.memory_topic_name, OutgoingRecord(bad.value, key=bad.key, headers=bad.headers)
+    )
+    await same_as_a_fresh_store()
+    assert reads == []
+    assert "outside" not in {i.key for i in await store.asearch(("docs",), limit=50)}
+
+    # More records since than the store reads from the log: the namespace is read again.
+    monkeypatch.setattr(store_module, "_FOREIGN_READ_LEAST", 2)
+    await other.abatch([PutOp(("docs",), f"more{n}", {"text": "alpha"}) for n in range(3)])
+    await same_as_a_fresh_store()
+    assert len(reads) == 1
+    monkeypatch.setattr(store_module, "_FOREIGN_READ_LEAST", 1000)
+
+    # The log holds fewer of them than the positions say (as after retention): the
+    # records read cannot tell what changed, so the namespace is read again.
+    reads.clear()
+    records = store._log_records
+
+    async def losing_one(first, end):
+        lost = False
+        async for batch in records(first, end):
+            if not lost:
+                lost, batch = True, batch[1:]
+            if batch:
+                yield batch
+
+    await other.aput(("docs",), "7", {"text": "beta again"})
+    await other.aput(("docs",), "8", {"text": "beta again"})
+    monkeypatch.setattr(store, "_log_records", losing_one)
+    await same_as_a_fresh_store()
     assert len(reads) == 1
 
 

@@ -37,7 +37,7 @@ import functools
 import math
 import warnings
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,12 +71,19 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra(__name__, "langgraph", exc) from exc
 
 from ..embedding import Embedder, cosine_similarities, embed_texts, to_vector
-from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, shown
+from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, LaserError, shown
 from ..items import NamedItem
-from ..log import Appended
+from ..log import Appended, LogRecord
 from ..memory import MemoryHandle
 from ..named import MAX_JSON_DEPTH, dump_json, json_depth, load_json, validate_key
-from ..records import MAX_DIMENSIONS, NamedPatch, NamedRemove, NamedSet
+from ..records import (
+    MAX_DIMENSIONS,
+    NAMED_RECORDS,
+    NamedPatch,
+    NamedRemove,
+    NamedSet,
+    decode_record,
+)
 from ..scoring import TermStatistics, bm25, bm25_postings
 from ..terms import term_counts, terms
 from ..text_ranking import Columns, rank_by_text
@@ -104,11 +111,16 @@ def _split_key(name: str) -> tuple[tuple[str, ...], str]:
 
 #: How many key prefixes' listings a store keeps parsed (see `LaserStore._listing`).
 _LISTINGS_KEPT = 64
-#: Positions of a store's own writes it keeps, to tell that nothing but they was folded
-#: since a listing was read (`LaserStore._own_since`).
+#: Positions of a store's own writes it keeps, to know the keys they changed without
+#: reading them from the log (`LaserStore._changed_since`).
 _OWN_KEPT = 100_000
 #: Keys a kept listing is patched with at most; more and it is read again.
 _PATCHED_MOST = 1_000
+#: Records written by others since a listing was read that are read from the log to
+#: find the keys they changed, at least; more than this and than a tenth of the
+#: listing's items, and the listing is read again (a record read and decoded costs less
+#: than half of an item listed: see `LaserStore._changed_since`).
+_FOREIGN_READ_LEAST = 1_000
 
 
 def _prefix_key(namespace: tuple[str, ...]) -> str:
@@ -1044,7 +1056,7 @@ class LaserStore(BaseStore):
         token = await self._memory._read_token(folded=folded, timeout=self._timeout)
         listing = self._listings.pop(prefix, None)
         if listing is not None and listing.token != token:
-            keys = self._own_since(listing.token, token)
+            keys = await self._changed_since(listing.token, token, len(listing.newest))
             if keys is not None:
                 await self._patched(listing, prefix, keys, folded)
                 listing.token = token
@@ -1077,23 +1089,71 @@ class LaserStore(BaseStore):
             del self._listings[next(iter(self._listings))]  # the least recently listed
         return listing
 
-    def _own_since(self, before: tuple, after: tuple) -> set[str] | None:
-        """The keys this store wrote, if its writes are all that was folded between two
-        read tokens (the same view or fold, gone on only by records at positions of
-        this store's writes); else None."""
+    async def _changed_since(self, before: tuple, after: tuple, items: int) -> set[str] | None:
+        """The named keys of this namespace written between two read tokens of the same
+        view or fold (gone on only by records), if few enough were written; else None.
+        This store's own writes are known by their receipts; for anyone else's the
+        records are read from the log, when there are at most `_FOREIGN_READ_LEAST` of
+        them or a tenth of the listing's ``items`` (reading 100k items again after
+        every write of another store took half a second)."""
         if before[0] not in ("view", "fold") or before[:-1] != after[:-1]:
             return None
         start, end = dict(before[-1]), dict(after[-1])
         if not start.keys() <= end.keys():
             return None
         keys: set[str] = set()
+        # Each partition's first record this store did not write: the log is read from
+        # there (its own records after it come along, and are known anyway).
+        foreign: dict[int, int] = {}
         for partition, last in end.items():
             for offset in range(start.get(partition, 0), last):
                 key = self._own.get((partition, offset))
-                if key is None or len(keys) > _PATCHED_MOST:
-                    return None
+                if key is None:
+                    foreign[partition] = offset
+                    break
                 keys.add(key)
-        return keys
+                if len(keys) > _PATCHED_MOST:
+                    return None
+        if sum(end[p] - first for p, first in foreign.items()) > max(
+            _FOREIGN_READ_LEAST, items // 10
+        ):
+            return None
+        if foreign and not await self._foreign_keys(foreign, end, keys):
+            return None
+        return keys if len(keys) <= _PATCHED_MOST else None
+
+    async def _foreign_keys(
+        self, first: dict[int, int], end: dict[int, int], keys: set[str]
+    ) -> bool:
+        """Add to ``keys`` the named keys of this namespace that the records from
+        ``first`` to ``end`` of each partition set, patch or remove. False if the log
+        no longer holds all of them (retention took some, or a broker's offsets skip
+        some): what they changed is unknown then."""
+        namespace = self._memory.namespace
+        read = {p: 0 for p in first}
+        async for batch in self._log_records(first, end):
+            for log_record in batch:
+                read[log_record.partition] += 1
+                try:
+                    record = decode_record(log_record.value, log_record.headers)
+                    if type(record) not in NAMED_RECORDS or record.ns != namespace:
+                        continue
+                    key = validate_key(record.key)
+                except LaserError:
+                    continue  # set aside by the fold: it changed nothing
+                keys.add(key)
+                if len(keys) > _PATCHED_MOST:
+                    return False
+        return all(read[p] == end[p] - first[p] for p in first)
+
+    def _log_records(
+        self, first: dict[int, int], end: dict[int, int]
+    ) -> AsyncIterator[list[LogRecord]]:
+        """The memory topic's records from ``first`` to ``end`` of each partition."""
+        memory = self._memory
+        return memory._laser.log.read(
+            memory.topic, first, partitions=sorted(first), until={p: end[p] for p in first}
+        )
 
     async def _patched(self, listing: _Listing, prefix: str, keys: set[str], folded: bool) -> None:
         """Bring a kept listing up to date with this store's own writes of ``keys``:
