@@ -1099,8 +1099,8 @@ class LaserStore(BaseStore):
         if before[0] not in ("view", "fold") or before[:-1] != after[:-1]:
             return None
         start, end = dict(before[-1]), dict(after[-1])
-        if not start.keys() <= end.keys():
-            return None
+        if not start.keys() <= end.keys() or any(end[p] < o for p, o in start.items()):
+            return None  # not the same positions gone on (a view rebuilt meanwhile)
         keys: set[str] = set()
         # Each partition's first record this store did not write: the log is read from
         # there (its own records after it come along, and are known anyway).
