@@ -91,7 +91,8 @@ async def summarize(call: Callable[[list[bytes]], Any], bodies: Sequence[bytes])
     except Exception as exc:  # whatever the user's code raises, nothing is written
         raise SummarizeFailed(f"the summarizer raised {type(exc).__name__}: {exc}") from exc
     if isinstance(body, str):
-        body = body.encode("utf-8", "surrogatepass")
+        # The text a str subclass holds: its own encode is the summarizer's code.
+        body = str.encode(body, "utf-8", "surrogatepass")
     if not isinstance(body, bytes | bytearray) or not body:
         raise SummarizeFailed(
             f"the summarizer returned {type(body).__name__} {body!r:.80}; it must return a "

@@ -158,7 +158,8 @@ class CustomMemory:
             # Tenancy is a hard boundary whatever the backend does: an item of another
             # tenant fails the read (a backend's bug must not leak, nor pass unseen).
             tenant = entry.scope.tenant if isinstance(entry.scope, MemoryScope) else None
-            if tenant != scope.tenant:
+            # Compared as plain text: a str subclass's own __ne__ is the backend's code.
+            if not isinstance(tenant, str) or str.__str__(tenant) != scope.tenant:
                 raise BackendFailed(
                     f"the backend's recall returned an item of tenant {shown(tenant)} to a read "
                     f"of tenant {shown(scope.tenant)}; nothing was returned"
@@ -172,7 +173,7 @@ class CustomMemory:
         try:
             payload = entry["payload"]
             if isinstance(payload, str):
-                body = payload.encode()
+                body = str.encode(payload)
             elif isinstance(payload, bytes | bytearray | memoryview):
                 body = bytes(payload)
             else:
@@ -187,8 +188,11 @@ class CustomMemory:
             item_scope = MemoryScope(
                 stream=scope.stream, tenant=scope.tenant, conversation=conversation
             ).validated()
-        except (LaserError, TypeError, ValueError) as exc:
-            raise BackendFailed(f"the backend's recall returned a bad item: {exc}") from None
+        except Exception as exc:  # what the backend returned runs its own code (a
+            # mapping's get, a number's __float__): whatever that raises, a bad item
+            raise BackendFailed(
+                f"the backend's recall returned a bad item: {type(exc).__name__}: {exc}"
+            ) from None
         return MemoryItem(
             id=mid,
             kind=kind,

@@ -12,6 +12,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import msgspec
 import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
@@ -417,7 +418,7 @@ class _RaisingText(str):
     def _raise(self, *args, **kwargs):
         raise ZeroDivisionError("a hostile method")
 
-    __hash__ = __eq__ = encode = lower = strip = __len__ = _raise  # type: ignore[assignment]
+    __hash__ = __eq__ = __ne__ = encode = lower = strip = __len__ = _raise  # type: ignore[assignment]
 
 
 class _RaisingHash:
@@ -522,5 +523,68 @@ def test_names_and_texts_whose_own_methods_raise_are_taken_as_their_text(tmp_pat
             assert [i.scope.conversation for i in await notes.recall(conversation="c9")] == ["c9"]
             principal = lm.Principal("p", tenant=R("t1"))
             assert type(principal.tenant) is str and principal.tenant == "t1"
+
+    asyncio.run(go())
+
+
+class _RaisingNumber(float):
+    def __float__(self):
+        raise ZeroDivisionError("a hostile number")
+
+
+class _RaisingMapping(dict):
+    def get(self, *args):
+        raise ZeroDivisionError("a hostile mapping")
+
+
+def test_what_user_code_returns_runs_no_code_that_escapes(tmp_path):
+    # A custom backend's recall and a summarizer return objects whose own methods are
+    # the user's code: a payload or summary as text whose encode raises is taken as the
+    # text it holds; an item whose score or mapping raises is a BackendFailed naming
+    # what was wrong. Never a raw exception.
+    class Backend:
+        def __init__(self, found):
+            self.found = found
+
+        def remember(self, scope, payload):
+            return None
+
+        def recall(self, scope, query):
+            return self.found
+
+        def improve(self, scope, feedback):
+            return None
+
+        def forget(self, scope, id):
+            return None
+
+    async def go() -> None:
+        async with lm.connect(f"local://{tmp_path}") as laser:
+            backend = Backend([{"payload": _RaisingText("held text")}])
+            [item] = await laser.memory_custom(backend).recall()
+            assert item.body == b"held text"
+            foreign = lm.MemoryScope(stream="", tenant=_RaisingText("t1"))
+            for found, wrong in (
+                ([{"payload": "p", "score": _RaisingNumber(1.0)}], "ZeroDivisionError"),
+                ([_RaisingMapping(payload="p")], "ZeroDivisionError"),
+                ([{"payload": "p", "kind": _RaisingText("fact")}], "bad item"),
+            ):
+                backend.found = found
+                with pytest.raises(lm.BackendFailed, match=wrong):
+                    await laser.memory_custom(backend).recall()
+            async with lm.connect(f"local://{tmp_path}") as other:
+                [theirs] = await other.memory_custom(Backend([{"payload": "x"}])).recall()
+            backend.found = [msgspec.structs.replace(theirs, scope=foreign)]
+            with pytest.raises(lm.BackendFailed, match="tenant"):
+                await laser.memory_custom(backend).recall()
+            memory = laser.memory("notes")
+            for n in range(3):
+                await memory.remember(f"message {n}", kind="message", conversation="c1")
+            report = await memory.consolidate(
+                1, conversation="c1", summarizer=lambda bodies: _RaisingText("the summary")
+            )
+            assert report.summarized == 3
+            texts = [i.text for i in await memory.recall(conversation="c1", kind="summary")]
+            assert texts == ["the summary"]
 
     asyncio.run(go())
