@@ -471,6 +471,25 @@ async def test_a_kept_listing_takes_other_writers_records_from_the_log(memory, m
     await same_as_a_fresh_store()
     assert len(reads) == 1
 
+    # A log it cannot reach, or not soon: the namespace read again, not a failed search
+    # (a reader of the managed view needs no broker).
+    async def unreachable(first, end):
+        raise lm.LogUnavailable("no broker")
+        yield
+
+    async def slow(first, end):
+        await asyncio.Event().wait()  # never answers
+        yield []
+
+    monkeypatch.setattr(store_module, "_FOREIGN_READ_S", 0.2)
+    for failing in (unreachable, slow):
+        reads.clear()
+        await other.aput(("docs",), "9", {"text": f"beta {failing.__name__}"})
+        monkeypatch.setattr(store, "_log_records", failing)
+        async with asyncio.timeout(30):
+            await same_as_a_fresh_store()
+        assert len(reads) == 1
+
 
 async def test_a_store_whose_principal_may_not_read_searches_nothing(memory):
     # A store keeps listings between searches; none is ever served to a handle that

@@ -121,6 +121,9 @@ _PATCHED_MOST = 1_000
 #: listing's items, and the listing is read again (a record read and decoded costs less
 #: than half of an item listed: see `LaserStore._changed_since`).
 _FOREIGN_READ_LEAST = 1_000
+#: How long a search waits for those records before it reads the listing again instead
+#: (at 100k items that read takes about half a second).
+_FOREIGN_READ_S = 1.0
 
 
 def _prefix_key(namespace: tuple[str, ...]) -> str:
@@ -1128,23 +1131,38 @@ class LaserStore(BaseStore):
         """Add to ``keys`` the named keys of this namespace that the records from
         ``first`` to ``end`` of each partition set, patch or remove. False if the log
         no longer holds all of them (retention took some, or a broker's offsets skip
-        some): what they changed is unknown then."""
+        some), or cannot give them within `_FOREIGN_READ_S`: what they changed is
+        unknown then."""
         namespace = self._memory.namespace
         read = {p: 0 for p in first}
-        async for batch in self._log_records(first, end):
-            for log_record in batch:
-                read[log_record.partition] += 1
-                try:
-                    record = decode_record(log_record.value, log_record.headers)
-                    if type(record) not in NAMED_RECORDS or record.ns != namespace:
-                        continue
-                    key = validate_key(record.key)
-                except LaserError:
-                    continue  # set aside by the fold: it changed nothing
-                keys.add(key)
-                if len(keys) > _PATCHED_MOST:
-                    return False
+        try:
+            # Read to the end (a bounded range) rather than left part read: a read
+            # left open holds its consumer until collected.
+            async with asyncio.timeout(_FOREIGN_READ_S):
+                async for batch in self._log_records(first, end):
+                    self._take_keys(batch, namespace, read, keys)
+        except (LaserError, TimeoutError):
+            # A reader of the managed view needs no broker: one it cannot reach (or
+            # not soon) costs it the namespace read again, never a failed search.
+            return False
         return all(read[p] == end[p] - first[p] for p in first)
+
+    @staticmethod
+    def _take_keys(
+        batch: Sequence[LogRecord], namespace: str, read: dict[int, int], keys: set[str]
+    ) -> None:
+        """Count ``batch``'s records by partition in ``read``; add to ``keys`` the key of
+        each named record of ``namespace`` among them that a fold would fold."""
+        for log_record in batch:
+            read[log_record.partition] += 1
+            try:
+                record = decode_record(log_record.value, log_record.headers)
+                if type(record) not in NAMED_RECORDS or record.ns != namespace:
+                    continue
+                key = validate_key(record.key)
+            except LaserError:
+                continue  # set aside by the fold: it changed nothing
+            keys.add(key)
 
     def _log_records(
         self, first: dict[int, int], end: dict[int, int]
