@@ -1174,7 +1174,7 @@ class LaserStore(BaseStore):
         )
 
     async def _patched(self, listing: _Listing, prefix: str, keys: set[str], folded: bool) -> None:
-        """Bring a kept listing up to date with this store's own writes of ``keys``:
+        """Bring a kept listing up to date with the writes of ``keys`` folded since:
         each key's item as it is now, in place of the one the listing holds."""
         for key in sorted(keys):
             if not key.startswith(prefix):
