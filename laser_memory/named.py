@@ -28,6 +28,7 @@ __all__ = [
     "encode_body",
     "encode_patch",
     "json_depth",
+    "json_too_deep",
     "load_json",
     "merge_patch",
     "validate_key",
@@ -71,6 +72,14 @@ def json_depth(data: bytes) -> int:
     return int(np.cumsum(steps).max(initial=0))
 
 
+def json_too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON text nests more than ``limit`` levels (`json_depth`). Text with at
+    most ``limit`` brackets that open cannot: counting them costs a sixtieth of
+    measuring the depth (0.24 against 14 us for a store's item), which every named
+    item read and written paid."""
+    return data.count(b"[") + data.count(b"{") > limit and json_depth(data) > limit
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -79,9 +88,10 @@ def load_json(data: bytes | str, what: str = "the body") -> Any:
     """Parse strict JSON; raises `InvalidBody` for text that is not JSON, too deep, or
     holding NaN or Infinity."""
     raw = str.encode(data, "utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    depth = json_depth(raw)
-    if depth > MAX_JSON_DEPTH:
-        raise InvalidBody(f"{what} nests {depth} levels deep; at most {MAX_JSON_DEPTH} are allowed")
+    if json_too_deep(raw):
+        raise InvalidBody(
+            f"{what} nests {json_depth(raw)} levels deep; at most {MAX_JSON_DEPTH} are allowed"
+        )
     try:
         return json.loads(raw, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -128,7 +138,7 @@ def encode_body(body: bytes | str | dict | list) -> bytes:
             f"a named item body is bytes, str, dict or list, got {type(body).__name__}"
         )
     # Text that looks like JSON is what a later patch parses: keep it within the depth.
-    if data.lstrip()[:1] in (b"{", b"[") and json_depth(data) > MAX_JSON_DEPTH:
+    if data.lstrip()[:1] in (b"{", b"[") and json_too_deep(data):
         raise InvalidBody(
             f"the body nests {json_depth(data)} levels deep; at most {MAX_JSON_DEPTH} are allowed"
         )
@@ -151,7 +161,7 @@ def encode_patch(patch: bytes | str | dict) -> bytes:
         )
     try:
         data = dump_json(parsed, "the patch")
-        if json_depth(data) > MAX_JSON_DEPTH:
+        if json_too_deep(data):
             raise InvalidBody(
                 f"the patch nests {json_depth(data)} levels deep; at most {MAX_JSON_DEPTH} "
                 "are allowed"
@@ -179,7 +189,7 @@ def apply_patch_bytes(current: bytes | None, patch: bytes) -> bytes:
     if not isinstance(parsed, dict):
         raise InvalidPatch(f"a merge patch is a JSON object, not {type(parsed).__name__}")
     merged = dump_json(merge_patch(target, parsed), "the merged body")
-    if json_depth(merged) > MAX_JSON_DEPTH:
+    if json_too_deep(merged):
         raise InvalidBody(
             f"the merged body would nest more than {MAX_JSON_DEPTH} levels; patch refused"
         )

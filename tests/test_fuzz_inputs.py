@@ -588,3 +588,19 @@ def test_what_user_code_returns_runs_no_code_that_escapes(tmp_path):
             assert texts == ["the summary"]
 
     asyncio.run(go())
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.text(alphabet='[]{}"\\ a,:', max_size=40).map(str.encode),
+    limit=st.integers(min_value=0, max_value=6),
+)
+@example(text=b"[[[]]]", limit=2)  # three openers, deep three
+@example(text=b'["[[[["]', limit=2)  # openers in a string count for the bound alone
+@example(text=b"[][][]", limit=2)  # more openers than the limit, one level deep
+def test_the_quick_depth_bound_says_what_the_measured_depth_says(text, limit):
+    # Named bodies and patches are refused past a nesting depth; the check counts the
+    # brackets that open first, and measures the depth only when they could go past it.
+    from laser_memory.named import json_depth, json_too_deep
+
+    assert json_too_deep(text, limit) == (json_depth(text) > limit)

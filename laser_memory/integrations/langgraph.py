@@ -75,7 +75,14 @@ from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, LaserE
 from ..items import NamedItem
 from ..log import Appended, LogRecord
 from ..memory import MemoryHandle
-from ..named import MAX_JSON_DEPTH, dump_json, json_depth, load_json, validate_key
+from ..named import (
+    MAX_JSON_DEPTH,
+    dump_json,
+    json_depth,
+    json_too_deep,
+    load_json,
+    validate_key,
+)
 from ..records import (
     MAX_DIMENSIONS,
     NAMED_RECORDS,
@@ -890,9 +897,9 @@ class LaserStore(BaseStore):
             body = memory._check_body(dump_json(envelope, "the store value"))
             # The value sits one level down in the stored object: what a fold cannot
             # parse back is refused here, never stored unreadable.
-            if (depth := json_depth(body)) > MAX_JSON_DEPTH:
+            if json_too_deep(body):
                 raise InvalidBody(
-                    f"the store value nests {depth - 1} levels deep; at most "
+                    f"the store value nests {json_depth(body) - 1} levels deep; at most "
                     f"{MAX_JSON_DEPTH - 1} are allowed"
                 )
             paths = self._paths(op)
