@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import (
@@ -1102,3 +1104,29 @@ async def test_stopping_the_sweeper_never_swallows_the_callers_cancel(memory):
         await stopping
     assert stopping.cancelled()
     assert await store.stop_ttl_sweeper() is False
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.dictionaries(st.sampled_from(["text", "a", "b", "x.y", "*"]), _JSON, max_size=4)
+    | _JSON,
+    path=st.sampled_from(["text", "a", "b", "x.y", "a.b", "*", "a[0]", "{a,b}", "$", "", "[*]"]),
+)
+def test_the_texts_a_store_indexes_are_langgraphs_for_every_path(value, path):
+    # A store reads the texts it counts terms of and embeds at each index path without
+    # LangGraph's path parser when the path is one field name: the same texts, in the
+    # same order, as LangGraph's own `get_text_at_path` for every path and value.
+    from langgraph.store.base import get_text_at_path
+
+    from laser_memory.integrations.langgraph import _texts_at
+
+    assert _texts_at(value, path) == get_text_at_path(value, path)
