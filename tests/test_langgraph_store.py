@@ -27,6 +27,7 @@ from langgraph.store.base import (
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
+    MatchCondition,
     PutOp,
     SearchOp,
 )
@@ -1130,3 +1131,52 @@ def test_the_texts_a_store_indexes_are_langgraphs_for_every_path(value, path):
     from laser_memory.integrations.langgraph import _texts_at
 
     assert _texts_at(value, path) == get_text_at_path(value, path)
+
+
+class _HostileText(str):
+    """Text whose own methods all raise: what it holds is all a store may use."""
+
+    def _raise(self, *args, **kwargs):
+        raise ZeroDivisionError("a hostile method")
+
+    __hash__ = __eq__ = __ne__ = encode = lower = strip = __len__ = startswith = _raise  # type: ignore[assignment]
+    split = __contains__ = __str__ = _raise  # type: ignore[assignment]
+
+
+async def test_names_paths_queries_and_filters_given_as_str_subclasses_are_their_text(memory):
+    # Labels, keys, index paths, queries, filters and match conditions given as str
+    # subclasses are taken as the text they hold, through the convenience methods
+    # (LangGraph checks a namespace before the store sees it) and through abatch; a
+    # value's text given so is indexed as the text it holds (what its JSON stores); a
+    # value whose text at an index path cannot be read (a number whose __str__ raises)
+    # is an InvalidBody, and nothing of its batch is written.
+    H = _HostileText
+    store = vector_store(memory, fields=["text"])
+    await store.aput((H("docs"), H("a")), H("k1"), {"text": "alpha beta"}, index=[H("text")])
+    await store.abatch([PutOp((H("docs"), H("a")), H("k2"), {"text": H("gamma")})])
+    got = await store.asearch((H("docs"),), query=H("gamma"), filter={"text": H("gamma")})
+    assert [(i.namespace, i.key, i.value) for i in got] == [
+        (("docs", "a"), "k2", {"text": "gamma"})
+    ]
+    assert type(got[0].key) is str and all(type(label) is str for label in got[0].namespace)
+    assert (await store.aget((H("docs"), H("a")), H("k1"))).value == {"text": "alpha beta"}
+    assert await store.alist_namespaces(prefix=(H("docs"),)) == [("docs", "a")]
+    [[listed]] = await store.abatch(
+        [ListNamespacesOp(match_conditions=(MatchCondition(H("suffix"), (H("a"),)),))]
+    )
+    assert listed == ("docs", "a")
+    await store.adelete((H("docs"), H("a")), H("k1"))
+    assert await store.aget(("docs", "a"), "k1") is None
+
+    class Unreadable(int):
+        def __str__(self):
+            raise ZeroDivisionError("a hostile __str__")
+
+    with pytest.raises(lm.InvalidBody, match=r"cannot be read.*nothing of the batch"):
+        await store.abatch(
+            [
+                PutOp(("docs",), "fine", {"text": "fine"}),
+                PutOp(("docs",), "bad", {"text": Unreadable(7)}),
+            ]
+        )
+    assert await store.aget(("docs",), "fine") is None

@@ -567,6 +567,45 @@ def _check_filter(wanted: Any, path: str = "filter") -> None:
             _check_filter(v, f"{path}.{k}")
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with each str subclass in it (in tuples, lists and dicts too) as the
+    plain text it holds: its own methods (equality, hash, ``startswith``) are the
+    caller's code, and no record can carry one (msgspec encodes no subclass)."""
+    if isinstance(value, str):
+        return value if type(value) is str else str.__str__(value)
+    if type(value) is tuple or type(value) is list:
+        return type(value)(_plain(v) for v in value)
+    if type(value) is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _plain_op(op: Any) -> Any:
+    """An operation with plain text for its names, paths, query and filter (`_plain`);
+    a put's value is left as it is (JSON takes a subclass as its text)."""
+    if isinstance(op, PutOp):
+        return op._replace(
+            namespace=_plain(op.namespace), key=_plain(op.key), index=_plain(op.index)
+        )
+    if isinstance(op, GetOp):
+        return op._replace(namespace=_plain(op.namespace), key=_plain(op.key))
+    if isinstance(op, SearchOp):
+        return op._replace(
+            namespace_prefix=_plain(op.namespace_prefix),
+            query=_plain(op.query),
+            filter=_plain(op.filter),
+        )
+    if isinstance(op, ListNamespacesOp) and isinstance(op.match_conditions, tuple | list):
+        conditions = [
+            c._replace(match_type=_plain(c.match_type), path=_plain(c.path))
+            if isinstance(c, MatchCondition)
+            else c
+            for c in op.match_conditions
+        ]
+        return op._replace(match_conditions=tuple(conditions))
+    return op
+
+
 def _check_namespace(op: Op) -> None:
     """Namespaces are tuples of strings: a bare string would be read label by letter."""
     if isinstance(op, GetOp | PutOp):
@@ -829,7 +868,7 @@ class LaserStore(BaseStore):
         """Run ``ops``: every read sees the store as it was before this batch's writes,
         and the writes (puts, deletes, TTL refreshes) go on the log as one batch."""
         self._bind_loop()
-        ops = list(ops)
+        ops = [_plain_op(op) for op in ops]
         for op in ops:
             if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
                 raise InvalidInput(f"unknown store operation {type(op).__name__}")
@@ -934,8 +973,18 @@ class LaserStore(BaseStore):
             paths = self._paths(op)
             start = len(texts)
             if self._documents is not None:
+                # The texts the stored JSON holds: a str subclass as its text (JSON
+                # stores that, not what its own __str__ says).
+                plain = _plain(value)
                 for path in paths:
-                    texts.extend(_texts_at(value, path))
+                    try:
+                        texts.extend(_texts_at(plain, path))
+                    except Exception as exc:  # the value's own __str__, the caller's code
+                        raise InvalidBody(
+                            f"the text at {shown(path)} of the value put at key "
+                            f"{shown(op.key)} cannot be read: {type(exc).__name__}: {exc}; "
+                            "nothing of the batch was written"
+                        ) from None
             spans.append((start, len(texts)))
             bodies.append((op, name, body, paths))
         vectors = (
@@ -1332,6 +1381,18 @@ class LaserStore(BaseStore):
             )
 
 
+def _plain_arguments(
+    name: str, args: tuple, kwargs: dict[str, Any]
+) -> tuple[tuple, dict[str, Any]]:
+    """The arguments of a convenience method (``aput``...) with plain text (`_plain`):
+    LangGraph checks its namespace before `abatch` sees it. A put's value (its third
+    argument) is left as it is."""
+    value = "put" in name
+    args = tuple(a if value and i == 2 else _plain(a) for i, a in enumerate(args))
+    kwargs = {k: v if k == "value" else _plain(v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def _namespace_refusals_as_laser_errors(name: str) -> Any:
     """``BaseStore.<name>``, its `InvalidNamespaceError` raised as `InvalidStoreNamespace`:
     LangGraph's convenience methods check the namespace before they reach `abatch`."""
@@ -1339,6 +1400,7 @@ def _namespace_refusals_as_laser_errors(name: str) -> Any:
     if asyncio.iscoroutinefunction(method):
 
         async def refusing(self: LaserStore, *args: Any, **kwargs: Any) -> Any:
+            args, kwargs = _plain_arguments(name, args, kwargs)
             try:
                 return await method(self, *args, **kwargs)
             except InvalidNamespaceError as exc:
@@ -1347,6 +1409,7 @@ def _namespace_refusals_as_laser_errors(name: str) -> Any:
     else:
 
         def refusing(self: LaserStore, *args: Any, **kwargs: Any) -> Any:
+            args, kwargs = _plain_arguments(name, args, kwargs)
             try:
                 return method(self, *args, **kwargs)
             except InvalidNamespaceError as exc:
