@@ -129,6 +129,10 @@ _PATCHED_MOST = 1_000
 #: listing's items, and the listing is read again (a record read and decoded costs less
 #: than half of an item listed: see `LaserStore._changed_since`).
 _FOREIGN_READ_LEAST = 1_000
+#: Listings of fewer items than this are read again after another writer's records
+#: rather than read those from the log: reading the listing costs a few milliseconds,
+#: about a log read's round trip (a broker's fetch).
+_FOREIGN_LISTING_LEAST = 1_000
 #: How long a search waits for those records before it reads the listing again instead
 #: (at 100k items that read takes about half a second).
 _FOREIGN_READ_S = 1.0
@@ -1181,9 +1185,10 @@ class LaserStore(BaseStore):
         """The named keys of this namespace written between two read tokens of the same
         view or fold (gone on only by records), if few enough were written; else None.
         This store's own writes are known by their receipts; for anyone else's the
-        records are read from the log, when there are at most `_FOREIGN_READ_LEAST` of
-        them or a tenth of the listing's ``items`` (reading 100k items again after
-        every write of another store took half a second)."""
+        records are read from the log, when the listing holds `_FOREIGN_LISTING_LEAST`
+        ``items`` or more and there are at most `_FOREIGN_READ_LEAST` of them or a tenth
+        of its items (reading 100k items again after every write of another store took
+        half a second)."""
         if before[0] not in ("view", "fold") or before[:-1] != after[:-1]:
             return None
         start, end = dict(before[-1]), dict(after[-1])
@@ -1202,8 +1207,10 @@ class LaserStore(BaseStore):
                 keys.add(key)
                 if len(keys) > _PATCHED_MOST:
                     return None
-        if sum(end[p] - first for p, first in foreign.items()) > max(
-            _FOREIGN_READ_LEAST, items // 10
+        if foreign and (
+            items < _FOREIGN_LISTING_LEAST
+            or sum(end[p] - first for p, first in foreign.items())
+            > max(_FOREIGN_READ_LEAST, items // 10)
         ):
             return None
         if foreign and not await self._foreign_keys(foreign, end, keys):
