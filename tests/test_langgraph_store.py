@@ -1171,6 +1171,14 @@ async def test_names_paths_queries_and_filters_given_as_str_subclasses_are_their
     assert listed == ("docs", "a")
     await store.adelete((H("docs"), H("a")), H("k1"))
     assert await store.aget(("docs", "a"), "k1") is None
+    # Nested too deeply to walk: taken as given, and refused or matched as before.
+    deep: Any = "x"
+    for _ in range(100_000):
+        deep = [deep]
+    assert await store.asearch(("docs",), filter={"text": deep}) == []
+    assert await store.abatch([SearchOp(("docs",), filter={"text": deep})]) == [[]]
+    with pytest.raises(lm.InvalidInput, match="index is False or a list"):
+        await store.aput(("docs",), "deep", {"text": "a"}, index=deep)
 
     class Unreadable(int):
         def __str__(self):

@@ -586,7 +586,15 @@ def _plain(value: Any) -> Any:
 
 def _plain_op(op: Any) -> Any:
     """An operation with plain text for its names, paths, query and filter (`_plain`);
-    a put's value is left as it is (JSON takes a subclass as its text)."""
+    a put's value is left as it is (JSON takes a subclass as its text). One nested too
+    deeply to walk is left as it is too: the checks after it say what is wrong."""
+    try:
+        return _plain_fields(op)
+    except RecursionError:
+        return op
+
+
+def _plain_fields(op: Any) -> Any:
     if isinstance(op, PutOp):
         return op._replace(
             namespace=_plain(op.namespace), key=_plain(op.key), index=_plain(op.index)
@@ -978,7 +986,8 @@ class LaserStore(BaseStore):
             start = len(texts)
             if self._documents is not None:
                 # The texts the stored JSON holds: a str subclass as its text (JSON
-                # stores that, not what its own __str__ says).
+                # stores that, not what its own __str__ says). A value too deep to walk
+                # was refused above (its JSON could not be written).
                 plain = _plain(value)
                 for path in paths:
                     try:
@@ -1395,9 +1404,12 @@ def _plain_arguments(
     LangGraph checks its namespace before `abatch` sees it. A put's value (its third
     argument) is left as it is."""
     value = "put" in name
-    args = tuple(a if value and i == 2 else _plain(a) for i, a in enumerate(args))
-    kwargs = {k: v if k == "value" else _plain(v) for k, v in kwargs.items()}
-    return args, kwargs
+    try:
+        plain_args = tuple(a if value and i == 2 else _plain(a) for i, a in enumerate(args))
+        plain_kwargs = {k: v if k == "value" else _plain(v) for k, v in kwargs.items()}
+    except RecursionError:  # nested too deeply to walk: as given, for the checks after
+        return args, kwargs
+    return plain_args, plain_kwargs
 
 
 def _namespace_refusals_as_laser_errors(name: str) -> Any:
