@@ -71,6 +71,8 @@ try:
 except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra(__name__, "langgraph", exc) from exc
 
+from folders.state import decode_for_fold
+
 from ..embedding import Embedder, cosine_similarities, embed_texts, to_vector
 from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, LaserError, shown
 from ..items import NamedItem
@@ -84,14 +86,7 @@ from ..named import (
     load_json,
     validate_key,
 )
-from ..records import (
-    MAX_DIMENSIONS,
-    NAMED_RECORDS,
-    NamedPatch,
-    NamedRemove,
-    NamedSet,
-    decode_record,
-)
+from ..records import MAX_DIMENSIONS, NAMED_RECORDS, NamedPatch, NamedRemove, NamedSet
 from ..scoring import TermStatistics, bm25, bm25_postings
 from ..terms import term_counts, terms
 from ..text_ranking import Columns, rank_by_text
@@ -578,6 +573,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str):
         return value if type(value) is str else str.__str__(value)
     if type(value) is tuple or type(value) is list:
+        if all(type(v) is str for v in value):  # a namespace, as it mostly comes
+            return value
         return type(value)(_plain(v) for v in value)
     if type(value) is dict:
         return {_plain(k): _plain(v) for k, v in value.items()}
@@ -1257,13 +1254,11 @@ class LaserStore(BaseStore):
         for log_record in batch:
             read[log_record.partition] += 1
             try:
-                record = decode_record(log_record.value, log_record.headers)
-                if type(record) not in NAMED_RECORDS or record.ns != namespace:
-                    continue
-                key = validate_key(record.key)
+                record = decode_for_fold(log_record)
             except LaserError:
                 continue  # set aside by the fold: it changed nothing
-            keys.add(key)
+            if type(record) in NAMED_RECORDS and record.ns == namespace:
+                keys.add(record.key)
 
     def _log_records(
         self, first: dict[int, int], end: dict[int, int]
