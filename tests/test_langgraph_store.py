@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
 from langgraph.graph import END, START, StateGraph
@@ -662,6 +662,94 @@ async def test_list_namespaces_by_prefix_suffix_depth_and_page(memory):
     for ns in namespaces:
         await store.adelete(ns, "dummy")
     assert await store.alist_namespaces() == []
+
+
+# LangGraph's own `InMemoryStore` is the reference for what a graph sees through the
+# store API, on random batches of puts, deletes, gets, filtered searches and namespace
+# listings. Where it is not kept as the reference: an order operator on a value that is
+# no number raises a raw `TypeError` there (here no match: that batch is not compared),
+# and it lists a namespace once anything was put or read in it, even when it holds
+# nothing now (here a listing shows the namespaces that hold items).
+_NAMESPACES = [("a",), ("a", "b"), ("a", "b", "c"), ("b",), ("b", "a"), ("c", "a", "b")]
+_VALUES = [
+    {"n": 1}, {"n": 2, "s": "x"}, {"s": "x"}, {"n": 1.5}, {"o": {"p": 1}}, {"n": True},
+    {"n": None}, {"l": [1, 2]}, {},
+]  # fmt: skip
+_FILTERS = [
+    None, {"n": 1}, {"s": "x"}, {"n": {"$gt": 1}}, {"n": {"$lte": 1}}, {"o": {"p": 1}},
+    {"n": {"$ne": 1}}, {"n": True}, {"n": None}, {"l": [1, 2]}, {"missing": None},
+]  # fmt: skip
+_store_ops = st.one_of(
+    st.builds(
+        PutOp,
+        st.sampled_from(_NAMESPACES),
+        st.sampled_from(["k1", "k2", "k3", "x.y", "k 4"]),
+        st.sampled_from([*_VALUES, None]),
+        index=st.just(False),
+        ttl=st.none(),
+    ),
+    st.builds(GetOp, st.sampled_from(_NAMESPACES), st.sampled_from(["k1", "k2", "x.y"])),
+    st.builds(
+        SearchOp,
+        st.sampled_from([(), ("a",), ("b",), ("a", "b"), ("c", "a")]),
+        filter=st.sampled_from(_FILTERS),
+        limit=st.just(100),
+        offset=st.just(0),
+        query=st.none(),
+    ),
+    st.builds(
+        ListNamespacesOp,
+        st.lists(
+            st.builds(
+                MatchCondition, st.just("prefix"), st.sampled_from([("a",), ("b", "a"), ("*", "b")])
+            )
+            | st.builds(
+                MatchCondition, st.just("suffix"), st.sampled_from([("a",), ("b",), ("c",)])
+            ),
+            max_size=2,
+        ).map(lambda conditions: tuple(conditions) or None),
+        max_depth=st.sampled_from([None, 1, 2]),
+        limit=st.integers(1, 3),
+        offset=st.integers(0, 2),
+    ),
+)
+
+
+def _seen(result: Any, op: Any) -> Any:
+    """What a graph reads of a result: items as (namespace, key, value), a search's as a
+    set (without a query the orders differ: newest first here, insertion order there)."""
+    if isinstance(op, GetOp):
+        return None if result is None else (result.namespace, result.key, result.value)
+    if isinstance(op, SearchOp):
+        return sorted((i.namespace, i.key, repr(i.value)) for i in result)
+    return result
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batches=st.lists(st.lists(_store_ops, min_size=1, max_size=4), min_size=1, max_size=15))
+async def test_a_store_reads_what_langgraphs_in_memory_store_reads(memory, batches):
+    from langgraph.store.memory import InMemoryStore, _does_match
+
+    store = LaserStore(memory._laser.memory(f"lg-{uuid.uuid4().hex[:8]}"))
+    reference, held = InMemoryStore(), set()
+    for batch in batches:
+        got = await store.abatch(batch)
+        try:
+            wanted = reference.batch(batch)
+        except TypeError:  # InMemoryStore's order operator met a value that is no number
+            reference.batch([op for op in batch if isinstance(op, PutOp)])
+            wanted = None
+        for position, op in enumerate(batch if wanted is not None else ()):
+            want = wanted[position]
+            if isinstance(op, ListNamespacesOp):
+                names = {
+                    ns for ns in held if all(_does_match(c, ns) for c in op.match_conditions or ())
+                }
+                want = sorted({ns[: op.max_depth] for ns in names} if op.max_depth else names)
+                want = want[op.offset : op.offset + op.limit]
+            assert _seen(got[position], op) == _seen(want, op), (batch, position)
+        reference_items = reference.search((), limit=1000)
+        held = {item.namespace for item in reference_items}
 
 
 # -- search with a query ------------------------------------------------------------------
