@@ -15,6 +15,7 @@ import json
 import re
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from .errors import InvalidBody, InvalidInput, InvalidPatch, shown
@@ -84,6 +85,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+#: JSON text parsed by msgspec first: 0.2 us for a store's item against 2.7 for
+#: ``json.loads`` with a ``parse_constant`` (which makes a decoder each call), and every
+#: named item read, patched or folded is parsed. What msgspec refuses goes to
+#: ``json.loads``, which has the last word: it also reads a UTF-8 BOM, UTF-16 and UTF-32
+#: text, lone surrogates (escaped or encoded), and a number past a float's range as
+#: infinity, so a body parses to the same value, or fails the same way, as it always has.
+_json_decoder = msgspec.json.Decoder()
+
+
 def load_json(data: bytes | str, what: str = "the body") -> Any:
     """Parse strict JSON; raises `InvalidBody` for text that is not JSON, too deep, or
     holding NaN or Infinity."""
@@ -92,6 +102,10 @@ def load_json(data: bytes | str, what: str = "the body") -> Any:
         raise InvalidBody(
             f"{what} nests {json_depth(raw)} levels deep; at most {MAX_JSON_DEPTH} are allowed"
         )
+    try:
+        return _json_decoder.decode(raw)
+    except msgspec.DecodeError:
+        pass  # json.loads takes it, or says what is wrong with it
     try:
         return json.loads(raw, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

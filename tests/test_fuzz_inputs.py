@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import tempfile
 import uuid
 from pathlib import Path
@@ -604,3 +605,63 @@ def test_the_quick_depth_bound_says_what_the_measured_depth_says(text, limit):
     from laser_memory.named import json_depth, json_too_deep
 
     assert json_too_deep(text, limit) == (json_depth(text) > limit)
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.floats(allow_nan=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _json_texts() -> st.SearchStrategy[bytes]:
+    """JSON text as writers make it (compact or indented, ASCII-escaped or not, in UTF-8,
+    UTF-16 or with a BOM), then cut, grown or with a byte changed."""
+    written = st.builds(
+        lambda value, indent, ascii_only, encoding: json.dumps(
+            value, indent=indent, ensure_ascii=ascii_only
+        ).encode(encoding, "surrogatepass"),
+        _JSON_VALUES,
+        st.sampled_from([None, 0, 2]),
+        st.booleans(),
+        st.sampled_from(["utf-8", "utf-8", "utf-8", "utf-8-sig", "utf-16"]),
+    )
+    damaged = st.tuples(written, st.integers(0, 200), st.binary(max_size=3), st.integers(0, 2)).map(
+        lambda t: t[0][: t[1]] + t[2] + t[0][t[1] + t[3] :]
+    )
+    return written | damaged | st.binary(max_size=30)
+
+
+def _same_json(a: object, b: object) -> bool:
+    """Equal as JSON values, with ints and floats told apart (and -0.0 from 0.0)."""
+    return type(a) is type(b) and json.dumps(a) == json.dumps(b)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=_json_texts())
+@example(text=b'["\\ud800", 1e400, -0.0, 17976931348623159e292]')  # json.loads alone reads it
+@example(text=b"\xef\xbb\xbf[1]")  # a UTF-8 byte-order mark
+@example(text=b'"\xed\xa0\x80"')  # an encoded lone surrogate
+@example(text=b"[NaN]")
+@example(text=b"[-0.0, 0.1, 5e-324, 9007199254740993, 1.7976931348623157e308]")
+@example(text=b"1" * 5000)  # past Python's digits for an int
+def test_named_bodies_parse_as_the_standard_library_parses_them(text):
+    # Named bodies and patches are parsed by msgspec, then by json.loads where msgspec
+    # refuses the text: every text must parse to the value json.loads gives, or fail
+    # where it fails (NaN and Infinity refused), as bodies on the log always have.
+    from laser_memory.named import _no_constant, load_json
+
+    try:
+        wanted = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        with pytest.raises(lm.InvalidBody):
+            load_json(text)
+    else:
+        assert _same_json(load_json(text), wanted)
