@@ -268,6 +268,14 @@ class ViewFolder:
                                 await asyncio.wait([commit])
                             except asyncio.CancelledError:
                                 continue
+                        if not commit.cancelled():
+                            # Its records are in the view: the last progress reported
+                            # (what `laser-memory fold` prints as it stops) counts them.
+                            # A commit that failed raises its failure here: the stop must
+                            # not hide it.
+                            folded += commit.result()
+                            if on_progress is not None:
+                                on_progress(folded, view.watermark())
                         raise
                     finally:
                         may_read.set()

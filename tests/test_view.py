@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -415,6 +416,54 @@ async def test_folder_run_flags_are_checked_before_it_folds(laser: lm.Laser, tmp
         await folder.run(until_caught_up=True, on_progress=5)
     assert not (tmp_path / "view").exists()
     assert await folder.run(until_caught_up=True) == 1
+
+
+async def test_a_folder_stopped_as_a_commit_ends_reports_what_it_committed(
+    laser: lm.Laser, tmp_path: Path, monkeypatch
+):
+    # A folder stopped (SIGTERM, Ctrl-C: its task cancelled) while a transaction commits
+    # waits the commit out. The records of that commit are folded and in the view, so
+    # what it last reports (what `laser-memory fold` prints when stopped) counts them:
+    # it reported the progress before them ("folded 0 records; watermark {}" over a view
+    # holding both items). A commit that failed is raised, not hidden by the stop.
+    memory = laser.memory("notes")
+    await memory.remember_many(["one", "two"])
+    topic = laser.memory_topic_name
+    loop = asyncio.get_running_loop()
+    apply = MemoryView.apply
+    running: list[asyncio.Task] = []
+
+    def apply_then_stop(self, *args, **kwargs):  # on the folder's writer thread
+        count = apply(self, *args, **kwargs)
+        loop.call_soon_threadsafe(running[0].cancel)
+        time.sleep(0.2)  # the cancel lands while the folder waits for this commit
+        return count
+
+    monkeypatch.setattr(MemoryView, "apply", apply_then_stop)
+    reports: list[tuple[int, dict[int, int]]] = []
+    folder = ViewFolder(laser.log, topic, tmp_path / "view")
+    running.append(asyncio.ensure_future(folder.run(on_progress=lambda *r: reports.append(r))))
+    with pytest.raises(asyncio.CancelledError):
+        await running[0]
+    monkeypatch.undo()
+    with MemoryView.open(tmp_path / "view") as view:
+        watermark, items = view.watermark(), view.stats().items
+    assert items == 2
+    assert reports and reports[-1] == (2, watermark)
+
+    # A commit that fails as the folder is stopped: the stop does not hide the failure.
+    def fail_then_stop(self, *args, **kwargs):
+        loop.call_soon_threadsafe(running[-1].cancel)
+        time.sleep(0.2)
+        raise lm.ViewMismatch("the commit failed")
+
+    await memory.remember("three")
+    monkeypatch.setattr(MemoryView, "apply", fail_then_stop)
+    running.append(asyncio.ensure_future(folder.run(on_progress=lambda *r: reports.append(r))))
+    with pytest.raises(lm.ViewMismatch, match="the commit failed"):
+        await running[-1]
+    monkeypatch.undo()
+    assert reports[-1] == (2, watermark)
 
 
 async def test_named_items_keep_every_version(viewed):
