@@ -198,10 +198,18 @@ class _Stored(msgspec.Struct, gc=False):
             self.cached_counts = term_counts("\n".join(texts).encode("utf-8", "surrogatepass"))
         return self.cached_counts
 
-    def matrix(self, label: str, dims: int) -> np.ndarray | None:
-        """The item's vectors, one row per indexed text, if they are that model's."""
+    def vector_bytes(self, label: str, dims: int) -> bytes | None:
+        """The record's bytes of the item's vectors, if they are model ``label``'s rows of
+        ``dims`` float32 values."""
         raw = self.named.vectors
         if self.named.embedder != label or not raw or len(raw) % (4 * dims):
+            return None
+        return raw
+
+    def matrix(self, label: str, dims: int) -> np.ndarray | None:
+        """The item's vectors, one row per indexed text, if they are that model's."""
+        raw = self.vector_bytes(label, dims)
+        if raw is None:
             return None
         if self.cached_matrix is None:
             self.cached_matrix = to_vector(raw).reshape(-1, dims)
@@ -434,18 +442,16 @@ def _stacked(
     # The records' bytes joined and read as one array (what `_Stored.matrix` accepts),
     # not an array made for each item and then copied: half the time at 100k items.
     rows, raws = [], []
-    width = 4 * dims
     for row, s in enumerate(items):
-        named = s.named
-        raw = named.vectors
-        if named.embedder == label and raw and not len(raw) % width:
+        raw = s.vector_bytes(label, dims)
+        if raw is not None:
             rows.append(row)
             raws.append(raw)
     if not rows:
         empty = np.zeros((0, dims), dtype=np.float32)
         return rows, empty, np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     stacked = to_vector(b"".join(raws)).reshape(-1, dims)  # read-only: `insert` copies it
-    starts = np.cumsum([0, *(len(raw) // width for raw in raws[:-1])])
+    starts = np.cumsum([0, *(len(raw) // (4 * dims) for raw in raws[:-1])])
     return rows, stacked, np.linalg.norm(stacked, axis=1), starts
 
 
