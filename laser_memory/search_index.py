@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 import numpy as np
 
-from .embedding import to_vector
+from .embedding import row_norms, to_vector
 from .errors import shown
 from .index_arrays import (
     CACHE_BYTES,
@@ -769,8 +769,7 @@ class SearchIndex:
 
     def _fresh_norms(self) -> np.ndarray:
         """Every vector's norm, those added since the last call computed now, together,
-        as np.linalg.norm(matrix, axis=1) computes a scan's (row by row, so the same
-        numbers)."""
+        as `row_norms` computes a scan's (row by row, so the same numbers)."""
         if self._unnormed:
             slots = np.unique(np.asarray(self._unnormed, dtype=np.int64))
             self._unnormed = []
@@ -780,7 +779,7 @@ class SearchIndex:
             # Each row's norm is its own reduction, so blocks give the same numbers.
             for start in range(0, len(slots), _NORM_BLOCK):
                 block = slots[start : start + _NORM_BLOCK]
-                self._norms[block] = np.linalg.norm(self._vectors[block], axis=1)
+                self._norms[block] = row_norms(self._vectors[block])
         return self._norms
 
     def _leaves_cluster(self, slot: int, item: MemoryItem) -> bool:

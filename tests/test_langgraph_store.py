@@ -511,6 +511,37 @@ async def test_a_store_whose_principal_may_not_read_searches_nothing(memory):
     assert refused._listings == {}
 
 
+@pytest.mark.parametrize("vocabulary", [50, 200_000])  # terms numbered in 16 bits or not
+def test_a_listings_posting_lists_hold_every_term_where_it_occurs(vocabulary):
+    """The posting lists a kept listing makes at once (`_inverted`) against a plain
+    reading of its items: for each term, the rows holding it in order and its count in
+    each. More than 65,536 distinct terms take another sort than fewer."""
+    import random
+
+    from laser_memory.integrations.langgraph import _inverted
+
+    rng = random.Random(vocabulary)
+    documents = [({}, 0)]  # an item with no terms
+    for _ in range(6000):
+        chosen = rng.choices(range(vocabulary), k=rng.randint(0, 40))
+        counts = dict(Counter(f"t{n}" for n in chosen))
+        documents.append((counts, sum(counts.values())))
+    numbers, rows, counts, bounds = _inverted(documents)
+    want: dict[str, list[tuple[int, float]]] = {}
+    for row, (of_item, _) in enumerate(documents):
+        for term, count in of_item.items():
+            want.setdefault(term, []).append((row, float(count)))
+    assert sorted(numbers) == sorted(want)
+    assert sorted(numbers.values()) == list(range(len(numbers)))
+    if vocabulary > 1 << 16:
+        assert len(numbers) > 1 << 16
+    assert rows.dtype == np.int64 and counts.dtype == np.float64
+    for term, number in numbers.items():
+        at, end = bounds[number], bounds[number + 1]
+        assert list(zip(rows[at:end].tolist(), counts[at:end].tolist(), strict=True)) == want[term]
+    assert _inverted([])[0] == {} and list(_inverted([])[3]) == [0]
+
+
 class _RankedTheLongWay(LaserStore):
     """A store that ranks every search from its candidates alone, as before listings
     were kept: the oracle for the columns a kept listing prepares."""

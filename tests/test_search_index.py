@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import laser_memory as lm
 from folders.service import ViewFolder
+from laser_memory.embedding import row_norms
 from laser_memory.ids import MemoryId
 from laser_memory.index_arrays import TermGroups
 from laser_memory.items import MemoryItem, Source
@@ -288,6 +289,29 @@ def test_cosines_of_real_sized_vectors_match_a_scan_to_the_bit(monkeypatch, norm
         assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
             (i.id.bytes, i.score, i.signals) for i in want
         ]
+
+
+@pytest.mark.parametrize("dims", [1, 3, 7, 64, 129, 384, 1536])
+def test_a_rows_norm_is_the_same_number_however_the_rows_are_taken(dims):
+    """`row_norms` is what every cosine divides by: a search index computes it a block
+    of rows at a time, a scan for the whole matrix, a LaserStore listing for a row
+    put alone, on arrays read from a record's bytes at any address. Each must give
+    every row the same number, or the same item scores differently by path."""
+    rng = np.random.default_rng(dims)
+    matrix = (rng.standard_normal((500, dims)) * rng.uniform(0.01, 100, (500, 1))).astype(
+        np.float32
+    )
+    whole = row_norms(matrix)
+    assert whole.dtype == np.float32
+    np.testing.assert_allclose(whole, np.linalg.norm(matrix, axis=1), rtol=2e-6)
+    for block in (1, 7, 499):
+        parts = [row_norms(matrix[at : at + block]) for at in range(0, 500, block)]
+        assert np.array_equal(np.concatenate(parts), whole)
+    picked = rng.permutation(500)[:50]
+    assert np.array_equal(row_norms(matrix[picked]), whole[picked])
+    unaligned = np.frombuffer(b"x" + matrix.tobytes(), dtype="<f4", offset=1).reshape(-1, dims)
+    assert np.array_equal(row_norms(unaligned), whole)
+    assert row_norms(np.zeros((0, dims), dtype=np.float32)).shape == (0,)
 
 
 async def test_a_fresh_handles_recall_without_text_tokenises_no_body(tmp_path, monkeypatch):
