@@ -310,6 +310,8 @@ def checked_for_fold(record: MemoryRecord) -> MemoryRecord:
             raise RecordDecodeError(
                 f"remember.embedding must be 1 to {MAX_DIMENSIONS} float32 values"
             )
+        if record.embedding is not None:
+            _check_finite(record.embedding, "remember.embedding")
         if record.embedder is not None:
             _check_label(record.embedder, "remember.embedder")
         if record.expires_at is not None and not 0 <= record.expires_at < 1 << 63:
@@ -360,7 +362,16 @@ def _check_embedded(record: Embedded) -> None:
         or len(record.embedding) > _MAX_EMBEDDING_BYTES
     ):
         raise RecordDecodeError(f"embedded.embedding must be 1 to {MAX_DIMENSIONS} float32 values")
+    _check_finite(record.embedding, "embedded.embedding")
     _check_label(record.embedder, "embedded.embedder")
+
+
+def _check_finite(raw: bytes, what: str) -> None:
+    """Refuse a vector holding NaN or an infinity: the API never writes one (it refuses
+    them), and folded, such a vector scored ``nan`` against every query, which hybrid
+    recall ranked first."""
+    if not np.isfinite(np.frombuffer(raw, dtype="<f4")).all():
+        raise RecordDecodeError(f"{what} holds a NaN or an infinite value")
 
 
 #: At most this many search paths, and this many bytes of vectors, on one named set.
@@ -381,6 +392,7 @@ def _check_named_index(record: NamedSet) -> None:
             )
         if record.embedder is None:
             raise RecordDecodeError("named.set.vectors came without the embedder's label")
+        _check_finite(record.vectors, "named.set.vectors")
     if record.embedder is not None:
         _check_label(record.embedder, "named.set.embedder")
 

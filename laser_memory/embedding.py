@@ -14,9 +14,10 @@ compares only vectors with its own label: two models are never mixed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import re
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -28,7 +29,11 @@ __all__ = [
     "Embedder",
     "WordHashEmbedder",
     "cosine_similarities",
+    "cosines_in_range",
     "embed_texts",
+    "finish_cosines",
+    "query_length",
+    "quiet_overflow",
     "row_norms",
     "to_vector",
 ]
@@ -131,29 +136,90 @@ def to_vector(raw: bytes) -> np.ndarray:
 
 
 def row_norms(matrix: np.ndarray) -> np.ndarray:
-    """Each row's Euclidean length, row by row: the same number for a row whether it is
-    computed alone, in a block of rows or with the whole matrix.
+    """Each row's Euclidean length in float64, row by row: the same number for a row
+    whether it is computed alone, in a block of rows or with the whole matrix, and
+    exact for every float32 row (squared in float32, a row past about 1.8e19 made
+    ``inf`` and one under about 1e-19 made 0).
 
     ``np.linalg.norm(matrix, axis=1)`` squares the whole matrix into a temporary
     first: at 100,000 rows of 384 its first call took 20x as long as this, most of it
     faulting in the temporary's pages.
 
-    >>> row_norms(np.array([[3.0, 4.0], [0.0, 0.0]]))
+    >>> row_norms(np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32))
     array([5., 0.])
     """
-    return np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+    return np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
 
 
 _row_norms = row_norms  # for `cosine_similarities`, whose argument has the same name
+
+#: A row whose length times the query's lies outside these is scored in float64
+#: (`finish_cosines`): its float32 products with the query could overflow float32
+#: (about 3.4e38) or fall below its normal numbers and lose their digits.
+_LONGEST = 2.0**100
+_SHORTEST = 2.0**-60
+
+
+def cosines_in_range(low: float, high: float) -> bool:
+    """Whether rows whose norms times the query's length run from ``low`` to ``high``
+    all multiply with the query in float32 without overflow or lost digits."""
+    return _SHORTEST <= low and high <= _LONGEST
+
+
+def query_length(query: np.ndarray) -> float:
+    """A float32 query's length, worked out in float64 (0.0 for a zero vector)."""
+    exact = np.asarray(query, dtype=np.float64)
+    return float(np.sqrt(np.einsum("i,i->", exact, exact)))
+
+
+def finish_cosines(
+    dots: np.ndarray,
+    norms: np.ndarray,
+    query: np.ndarray,
+    length: float,
+    rows_at: Callable[[np.ndarray], np.ndarray],
+    *,
+    within: bool = False,
+) -> np.ndarray:
+    """Cosine similarities (float64; 0 for a zero row or query) from each row's dot
+    product with the float32 ``query``, its `row_norms` and the query's `query_length`.
+    A row whose products with the query are too large or too small for float32 is
+    scored again from its values, fetched by ``rows_at(positions)``, in float64 with
+    both scaled to length 1: so every finite row scores as its direction says, never
+    ``nan`` or a spurious 0. The products themselves are numpy's, as they were, so
+    a row scores the same in every read that multiplies it the same way. ``within``:
+    the caller knows every row's norm times ``length`` is in range (`cosines_in_range`),
+    so none is looked for.
+    """
+    divisor = norms * length
+    similar = np.divide(dots, divisor, out=np.zeros(len(dots)), where=divisor > 0)
+    if within:
+        return similar
+    odd = np.flatnonzero((divisor > _LONGEST) | ((divisor < _SHORTEST) & (divisor > 0)))
+    if len(odd):
+        # One row at a time (einsum, as `row_norms`), so a row scores the same however
+        # many others are scored with it.
+        unit = np.asarray(query, dtype=np.float64) / length
+        scaled = rows_at(odd).astype(np.float64) / norms[odd, None]
+        similar[odd] = np.einsum("ij,j->i", scaled, unit)
+    return similar
 
 
 def cosine_similarities(
     query: np.ndarray, matrix: np.ndarray, row_norms: np.ndarray | None = None
 ) -> np.ndarray:
-    """Cosine similarity of one query vector with each row (0 for a zero vector).
-    ``row_norms``: the function `row_norms` of ``matrix``, for a caller that keeps it."""
+    """Cosine similarity (float64) of one query vector with each row (0 for a zero
+    vector). ``row_norms``: the function `row_norms` of ``matrix``, for a caller that
+    keeps it."""
     if row_norms is None:
         row_norms = _row_norms(matrix)
-    norms = row_norms * float(np.linalg.norm(query))
-    dots = matrix @ query
-    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+    with quiet_overflow():
+        dots = matrix @ query
+    return finish_cosines(dots, row_norms, query, query_length(query), matrix.__getitem__)
+
+
+def quiet_overflow() -> contextlib.AbstractContextManager:
+    """Around a float32 matrix's products with a query: a row too long for them
+    overflows, which `finish_cosines` scores again in float64, so numpy's warning
+    says nothing a caller should see."""
+    return np.errstate(over="ignore", invalid="ignore")

@@ -25,7 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 import numpy as np
 
-from .embedding import row_norms, to_vector
+from .embedding import (
+    cosines_in_range,
+    finish_cosines,
+    query_length,
+    quiet_overflow,
+    row_norms,
+    to_vector,
+)
 from .errors import shown
 from .index_arrays import (
     CACHE_BYTES,
@@ -96,7 +103,7 @@ def _member(key: _Key, slot: int) -> int:
 
 
 #: The layout of `SearchIndex.snapshot`; a snapshot of another is never read.
-INDEX_SNAPSHOT_FORMAT = 5
+INDEX_SNAPSHOT_FORMAT = 6  # 6: norms in float64 (`row_norms`)
 
 #: Dead term numbers (of removed entries) past which, once they are half the array,
 #: `SearchIndex._slot_terms` is compacted.
@@ -135,7 +142,7 @@ _COLUMNS = {
     "_generation": np.uint32, "_time": np.int64, "_partition": np.int64,
     "_offset": np.int64, "_weight": np.float64, "_length": np.float64,
     "_alive": np.bool_, "_has_vector": np.bool_, "_other_vector": np.bool_,
-    "_before": np.int64, "_after": np.int64, "_norms": np.float32,
+    "_before": np.int64, "_after": np.int64, "_norms": np.float64,
     "_run_start": np.int64, "_run_end": np.int64,
     "_agent": np.int32, "_user": np.int32, "_application": np.int32,
     "_kind": np.int32, "_irregular": np.bool_,
@@ -252,8 +259,12 @@ class SearchIndex:
         self._run_start = np.zeros(capacity, dtype=np.int64)
         self._run_end = np.zeros(capacity, dtype=np.int64)
         self._vectors: np.ndarray | None = None
-        self._norms = np.zeros(capacity, dtype=np.float32)
+        self._norms = np.zeros(capacity, dtype=np.float64)
         self._unnormed: list[int] = []  # slots whose vector's norm is not computed yet
+        # The least positive and the greatest norm any slot has had (None: not known,
+        # as after loading a snapshot): while both times a query's length lie within
+        # `finish_cosines`' range, no row needs scoring again in float64.
+        self._norm_range: tuple[float, float] | None = None
         self._vector_count = 0
         self._weighted = 0  # entries with feedback
         # Terms held by more entries than this are common: a query that also has rare
@@ -779,8 +790,26 @@ class SearchIndex:
             # Each row's norm is its own reduction, so blocks give the same numbers.
             for start in range(0, len(slots), _NORM_BLOCK):
                 block = slots[start : start + _NORM_BLOCK]
-                self._norms[block] = row_norms(self._vectors[block])
+                computed = self._norms[block] = row_norms(self._vectors[block])
+                positive = computed[computed > 0]
+                if self._norm_range is not None and len(positive):
+                    low, high = self._norm_range
+                    self._norm_range = (
+                        min(low, float(positive.min())),
+                        max(high, float(positive.max())),
+                    )
         return self._norms
+
+    def _norms_within(self, length: float) -> bool:
+        """Whether every slot's norm times ``length`` is within `finish_cosines`' range."""
+        if self._norm_range is None:
+            norms = self._fresh_norms()
+            positive = norms[norms > 0]
+            self._norm_range = (
+                (float(positive.min()), float(positive.max())) if len(positive) else (1.0, 1.0)
+            )
+        low, high = self._norm_range
+        return cosines_in_range(low * length, high * length)
 
     def _leaves_cluster(self, slot: int, item: MemoryItem) -> bool:
         if slot >= self._clustered_until or item.embedder != self.label or not item.embedding:
@@ -1023,7 +1052,7 @@ class SearchIndex:
             strategy == "semantic"
             and self._by_clusters(approximate)
             and query_vector is not None
-            and np.any(query_vector)
+            and query_length(query_vector.astype(np.float32)) > 0
         ):
             return self._approximate(
                 query_vector, approximate, min_similarity, limit, exclude, owner
@@ -1038,15 +1067,19 @@ class SearchIndex:
             if with_vectors:
                 # cosine_similarities, row by row, over every slot (empty ones are zeros).
                 vector = query_vector.astype(np.float32)
-                dots = self._vectors[:size] @ vector
-                norms = self._fresh_norms()[:size] * float(np.linalg.norm(vector))
-                similar = np.divide(dots, norms, out=dots, where=norms > 0)
-                similar[norms <= 0] = 0.0
+                vectors = self._vectors
+                with quiet_overflow():
+                    dots = vectors[:size] @ vector
+                length = query_length(vector)
+                similar = finish_cosines(
+                    dots, self._fresh_norms()[:size], vector, length, vectors.__getitem__,
+                    within=self._norms_within(length),
+                )  # fmt: skip
                 if with_vectors == size:  # every slot has one: no stand-in for the rest
-                    semantic = similar.astype(np.float64)
+                    semantic = similar
                 else:
                     low = float(similar[has_vector].min())
-                    semantic = np.where(has_vector, similar, low).astype(np.float64)
+                    semantic = np.where(has_vector, similar, low)
             elif strategy != "semantic":
                 semantic = has_vector = None
         columns = Columns(
@@ -1730,15 +1763,19 @@ class SearchIndex:
             self._cluster()
         size, clustered = len(self._ids), self._clustered_until
         vector = query_vector.astype(np.float32)
-        length = float(np.linalg.norm(vector))
-        ranges = self._clusters.probe(vector / length, config.probe_share)
+        length = query_length(vector)  # above 0: a zero query is searched exactly
+        ranges = self._clusters.probe((vector / length).astype(np.float32), config.probe_share)
         if clustered < size:
             ranges.append((clustered, size))
         rows = np.concatenate([np.arange(start, stop) for start, stop in ranges])
         # Each cluster is a contiguous block of the matrix: no rows are copied out.
-        dots = np.concatenate([self._vectors[start:stop] @ vector for start, stop in ranges])
-        norms = self._fresh_norms()[rows] * length
-        similar = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+        vectors = self._vectors
+        with quiet_overflow():
+            dots = np.concatenate([vectors[start:stop] @ vector for start, stop in ranges])
+        similar = finish_cosines(
+            dots, self._fresh_norms()[rows], vector, length, lambda at: vectors[rows[at]],
+            within=self._norms_within(length),
+        )  # fmt: skip
         if owner is not None:
             owned = self._owned(owner, rows)
             rows, similar = rows[owned], similar[owned]
@@ -1748,7 +1785,7 @@ class SearchIndex:
             allowed = ~np.isin(rows, excluded)
         columns = Columns(
             keyword=np.zeros(len(rows), dtype=np.float64),
-            semantic=similar.astype(np.float64),
+            semantic=similar,
             has_vector=self._has_vector[rows],
             weight=self._weight[rows],
             time=self._time[rows],

@@ -97,8 +97,10 @@ class VectorClusters:
             return np.zeros((1, vectors.shape[1]), dtype=np.float32)  # one cluster for all
         count = max(1, min(len(usable), round(math.sqrt(len(usable)))))
         take = min(len(usable), count * _SAMPLE_PER_CLUSTER)
-        sample = vectors[usable[np.sort(rng.choice(len(usable), take, replace=False))]]
-        sample = sample / np.linalg.norm(sample, axis=1, keepdims=True)
+        chosen = usable[np.sort(rng.choice(len(usable), take, replace=False))]
+        # Scaled by the norms given (`row_norms`, float64): a row's own float32 norm
+        # is 0 or inf for a row too short or too long to square in float32.
+        sample = (vectors[chosen] / norms[chosen, None]).astype(np.float32)
         centroids = sample[rng.choice(take, count, replace=False)].copy()
         for _ in range(_ROUNDS):
             nearest = np.argmax(sample @ centroids.T, axis=1)

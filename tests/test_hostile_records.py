@@ -20,6 +20,7 @@ from laser_memory.log import OutgoingRecord
 from laser_memory.records import (
     HEADER_NAMESPACE,
     HEADER_VERSION,
+    Embedded,
     Feedback,
     NamedPatch,
     NamedRemove,
@@ -30,6 +31,7 @@ from laser_memory.records import (
 from laser_memory.scope import MemoryScope
 
 DEEP = b"[" * 5000 + b"]" * 5000
+NAN, INF = b"\x00\x00\xc0\x7f", b"\x00\x00\x80\x7f"  # float32, little-endian
 
 
 def _outgoing(record) -> OutgoingRecord:
@@ -90,6 +92,9 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
             for bad in (
                 {"embedding": b"\x00\x00\x80", "embedder": "test/three"},  # not float32s
                 {"embedding": b"\x00\x00\x80?", "embedder": "no slash"},
+                # NaN and an infinity: a NaN vector outranked every item in hybrid recall.
+                {"embedding": NAN + b"\x00\x00\x80?", "embedder": "test/nan"},
+                {"embedding": b"\x00\x00\x80?" + INF, "embedder": "test/inf"},
                 {"expires_at": 1 << 63},
                 {"supersedes": b"\x01" * 15},
             )
@@ -101,11 +106,25 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
                 {"vectors": b"\x00\x00\x80", "embedder": "test/three"},  # not float32s
                 {"vectors": b"\x00\x00\x80?"},  # vectors without their model's label
                 {"vectors": b"\x00\x00\x80?", "embedder": "no slash"},
+                {"vectors": b"\x00\x00\x80?" + NAN, "embedder": "test/nan"},
                 {"index": ("ok", "")},  # an empty path
                 {"index": tuple(f"p{i}" for i in range(65))},  # too many paths
             )
         ),
         (_outgoing(NamedRemove(ns=ns, scope=scope, key="vec", if_version=0)), True),
+        (
+            _outgoing(
+                Embedded(
+                    ns=ns,
+                    scope=scope,
+                    target=target,
+                    body_digest=bytes(16),
+                    embedding=b"\x00\x00\x80?" + INF,
+                    embedder="test/inf",
+                )
+            ),
+            True,
+        ),
         (_outgoing(NamedSet(ns=ns, scope=scope, key="deep", body=DEEP)), False),
         (_outgoing(NamedPatch(ns=ns, scope=scope, key="deep", patch=b'{"a":1}')), False),
         (

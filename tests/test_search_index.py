@@ -296,14 +296,17 @@ def test_a_rows_norm_is_the_same_number_however_the_rows_are_taken(dims):
     """`row_norms` is what every cosine divides by: a search index computes it a block
     of rows at a time, a scan for the whole matrix, a LaserStore listing for a row
     put alone, on arrays read from a record's bytes at any address. Each must give
-    every row the same number, or the same item scores differently by path."""
+    every row the same number, or the same item scores differently by path; and the
+    right one for rows too long or too short to square in float32."""
     rng = np.random.default_rng(dims)
     matrix = (rng.standard_normal((500, dims)) * rng.uniform(0.01, 100, (500, 1))).astype(
         np.float32
     )
+    matrix[:4] *= np.float32(1e30)  # past float32 once squared: exact in float64
+    matrix[4:8] *= np.float32(1e-30)
     whole = row_norms(matrix)
-    assert whole.dtype == np.float32
-    np.testing.assert_allclose(whole, np.linalg.norm(matrix, axis=1), rtol=2e-6)
+    assert whole.dtype == np.float64
+    np.testing.assert_allclose(whole, np.linalg.norm(matrix.astype(np.float64), axis=1), rtol=1e-12)
     for block in (1, 7, 499):
         parts = [row_norms(matrix[at : at + block]) for at in range(0, 500, block)]
         assert np.array_equal(np.concatenate(parts), whole)
@@ -312,6 +315,73 @@ def test_a_rows_norm_is_the_same_number_however_the_rows_are_taken(dims):
     unaligned = np.frombuffer(b"x" + matrix.tobytes(), dtype="<f4", offset=1).reshape(-1, dims)
     assert np.array_equal(row_norms(unaligned), whole)
     assert row_norms(np.zeros((0, dims), dtype=np.float32)).shape == (0,)
+
+
+@pytest.mark.parametrize("dims", [2, 8, 384])
+def test_every_finite_vector_scores_as_its_direction_says(dims):
+    """Cosines were float32 products over float32 norms: a vector past about 1.8e19
+    (or its query) scored nan, or 0 once its norm overflowed, one under about 1e-19
+    scored 0 as a zero vector, and hybrid recall ranked the nan ones first. Every
+    finite vector now scores its direction's cosine, without a warning."""
+    import warnings
+
+    from laser_memory.embedding import cosine_similarities
+
+    rng = np.random.default_rng(dims)
+    direction = rng.standard_normal(dims)
+    direction /= np.linalg.norm(direction)
+    across = rng.standard_normal(dims)
+    across -= (across @ direction) * direction  # orthogonal to it
+    across /= np.linalg.norm(across)
+    scales = [1e-45, 1e-38, 1e-30, 1e-20, 1e-3, 1.0, 1e3, 1e20, 1e30, 1e37, 3.0e38 / dims]
+    rows, want = [], []
+    for scale in scales:
+        for sign, towards in ((1, direction), (-1, direction), (0, across)):
+            row = (sign or 1) * towards * scale
+            rows.append(row)
+            want.append(float(sign))
+    matrix = np.asarray(rows).astype(np.float32)
+    keep = np.any(matrix != 0, axis=1)  # a scale float32 rounds to zero is no test
+    matrix, want = matrix[keep], np.asarray(want)[keep]
+    assert len(matrix) >= 3 * len(scales) - 6
+    for query_scale in (1e-30, 1e-20, 1.0, 1e20, 1e38 / dims):
+        query = (direction * query_scale).astype(np.float32)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = cosine_similarities(query, matrix)
+        assert got.dtype == np.float64 and np.all(np.isfinite(got))
+        # The cosine of the float32 values themselves, worked out in float64.
+        exact = matrix.astype(np.float64) @ query.astype(np.float64)
+        exact /= np.linalg.norm(matrix.astype(np.float64), axis=1)
+        exact /= np.linalg.norm(query.astype(np.float64))
+        np.testing.assert_allclose(got, exact, atol=1e-6)
+        # And so the direction's: float32 holds one to about 1e-7 a component (two made
+        # orthogonal in float64 are 1e-5 from it), a denormal one far less well.
+        close = np.abs(matrix).max(axis=1) >= 1e-37
+        np.testing.assert_allclose(got[close], want[close], atol=2e-5)
+    assert not np.any(cosine_similarities(np.zeros(dims, dtype=np.float32), matrix))
+
+
+def test_an_index_scores_rows_too_long_or_short_for_float32_put_after_a_search():
+    """The index keeps the range of its rows' norms, so a search looks for rows to score
+    in float64 only when some row needs it; a row put after a search widens it."""
+    direction = np.array([1.0, 0.5, -0.25])
+    index = SearchIndex(LABEL)
+
+    def scores() -> list[float]:
+        found = index.search(
+            [], strategy="semantic", query_vector=direction.astype(np.float32),
+            min_similarity=None, limit=10, exclude=frozenset(),
+        )  # fmt: skip
+        return sorted(round(r.score, 4) for _, r in found)
+
+    index.put(b"\x01" * 16, _item(1, "alpha", None, 0.0, direction.tolist(), (1, 0, 1)))
+    assert scores() == [1.0]
+    # Products with the query past float32's range, and under its normal numbers.
+    for n, scale in ((2, 3e38), (3, -1e-40)):
+        item = _item(n, "alpha", None, 0.0, (scale * direction).tolist(), (n, 0, n))
+        index.put(bytes([n]) * 16, item)
+    assert scores() == [-1.0, 1.0, 1.0]
 
 
 async def test_a_fresh_handles_recall_without_text_tokenises_no_body(tmp_path, monkeypatch):

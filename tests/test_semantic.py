@@ -211,3 +211,48 @@ async def test_a_query_of_another_length_than_the_labels_vectors_is_refused(embe
             await reader.memory("notes").recall(text="rotate keys", strategy="semantic")
         [hit] = await reader.memory("notes").recall(text="rotate keys", strategy="keyword")
         assert hit.text == "rotate signing keys monthly"
+
+
+async def test_vectors_of_any_finite_size_rank_by_direction_folded_managed_and_served(
+    any_log_url: str, stream_name: str, tmp_path: Path
+):
+    """Vectors the handle accepts (finite float32) but too long or too short to square
+    in float32 scored nan or 0: hybrid recall put the nan ones first, and the HTTP
+    server answered 500 (nan is no JSON). Each now scores its direction's cosine."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from folders.http import ServerConfig, make_app
+    from folders.view import MemoryView
+
+    direction = np.array([3.0, -1.0, 2.0, 0.5, 0.0, 1.0, -2.0, 1.5])
+
+    class Fixed:
+        label, dimensions = "test/fixed", 8
+
+        def embed_many(self, texts):
+            return [direction.tolist() for _ in texts]
+
+    async with lm.connect(any_log_url, stream=stream_name, embedder=Fixed()) as laser:
+        await laser.bootstrap(partitions=2)
+        memory = laser.memory("notes")
+        want = {}
+        for scale in (1e-40, 1e-30, 1e-20, 1.0, 1e20, 1e30, 1e37):
+            for sign in (1, -1):
+                mid = await memory.remember(
+                    f"v {sign * scale:g}", embedding=(sign * scale * direction).tolist()
+                )
+                want[mid] = sign
+        items = await _both_ways(laser, tmp_path, text="anything", strategy="semantic")
+        assert {i.id: round(i.score, 4) for i in items} == {
+            mid: float(sign) for mid, sign in want.items()
+        }
+        hybrid = await _both_ways(laser, tmp_path, text="anything", strategy="hybrid")
+        assert {want[i.id] for i in hybrid[:7]} == {1}  # the same direction first
+        with MemoryView.open(tmp_path / "view", create=False) as view:
+            app = make_app(view, config=ServerConfig(embedder=Fixed()))
+            async with TestClient(TestServer(app)) as http:
+                for strategy in ("semantic", "hybrid"):
+                    query = {"namespace": memory.namespace, "text": "x", "strategy": strategy}
+                    response = await http.get("/v1/recall", params=query)
+                    assert response.status == 200, await response.text()
+                    assert len(await response.json()) == len(want)

@@ -447,7 +447,7 @@ def _stacked(
             raws.append(raw)
     if not rows:
         empty = np.zeros((0, dims), dtype=np.float32)
-        return rows, empty, np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+        return rows, empty, np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)
     stacked = to_vector(b"".join(raws)).reshape(-1, dims)  # read-only: `insert` copies it
     starts = np.cumsum([0, *(len(raw) // (4 * dims) for raw in raws[:-1])])
     return rows, stacked, row_norms(stacked), starts
