@@ -827,7 +827,11 @@ class KafkaLog(LogLifecycle):
             try:
                 await asyncio.shield(starting)
             except asyncio.CancelledError:
-                if not starting.done():
+                if starting.done():
+                    # The start ended in the loop turn the cancel came in: nothing else
+                    # will take the consumer in.
+                    self._adopt(consumer, starting)
+                else:
                     starting.add_done_callback(functools.partial(self._adopt, consumer))
                 raise
         self._busy_consumers.add(consumer)
