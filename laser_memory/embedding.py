@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import re
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -34,6 +36,7 @@ __all__ = [
     "finish_cosines",
     "query_length",
     "quiet_overflow",
+    "row_dots",
     "row_norms",
     "to_vector",
 ]
@@ -213,8 +216,7 @@ def cosine_similarities(
     keeps it."""
     if row_norms is None:
         row_norms = _row_norms(matrix)
-    with quiet_overflow():
-        dots = matrix @ query
+    dots = row_dots(matrix, query)
     return finish_cosines(dots, row_norms, query, query_length(query), matrix.__getitem__)
 
 
@@ -223,3 +225,61 @@ def quiet_overflow() -> contextlib.AbstractContextManager:
     overflows, which `finish_cosines` scores again in float64, so numpy's warning
     says nothing a caller should see."""
     return np.errstate(over="ignore", invalid="ignore")
+
+
+#: Rows from which `row_dots` shares the rows among threads (below, starting a thread
+#: cost more than it saved here), and how many threads.
+_SHARED_FROM_ROWS = 16_384
+_DOT_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+def row_dots(
+    matrix: np.ndarray, query: np.ndarray, ranges: Sequence[tuple[int, int]] | None = None
+) -> np.ndarray:
+    """Each row's dot product with ``query``, row by row: the same number for a row
+    whatever matrix holds it, at whatever row. ``ranges``: (start, stop) row ranges
+    of ``matrix``, whose rows' products come out one after the other (default: all).
+
+    numpy's matrix-vector product (BLAS) rounds a row's sum by where the row falls in
+    the matrix, and the fold's and the view's search indexes hold an item at different
+    rows: the same item scored differently in the last bit, folded and managed (one
+    query in 30 over 1,000 random 384-d vectors). `np.einsum` sums each row alone, and
+    lets go of the GIL: shared among up to four threads (the caller's among them) for
+    many rows, it took 5.7 ms at 100k rows of 384 where BLAS took 4.7 (two CPUs), and
+    the same at 1M; alone, 0.59 ms at 10k where BLAS took 0.26. Overflow is left to
+    `finish_cosines`, as with `quiet_overflow`.
+
+    >>> row_dots(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 1.0]))
+    array([3., 7.])
+    """
+    if ranges is None:
+        ranges = [(0, len(matrix))]
+    total = sum(stop - start for start, stop in ranges)
+    out = np.empty(total, dtype=np.result_type(matrix.dtype, query.dtype))
+    threads = max(1, min(_DOT_THREADS, total // (_SHARED_FROM_ROWS // 2)))
+    # Each thread's share of the output, as pieces (first row, last row + 1, where
+    # they go in ``out``), a range cut where a share ends.
+    share = -(-total // threads) if total else 0
+    shares: list[list[tuple[int, int, int]]] = [[] for _ in range(threads)]
+    at = 0
+    for start, stop in ranges:
+        while start < stop:
+            which = at // share
+            take = min(stop - start, (which + 1) * share - at)
+            shares[which].append((start, start + take, at))
+            start, at = start + take, at + take
+
+    def work(pieces: list[tuple[int, int, int]]) -> None:
+        with quiet_overflow():  # numpy's error state is each thread's own
+            for first, end, to in pieces:
+                np.einsum("ij,j->i", matrix[first:end], query, out=out[to : to + end - first])
+
+    helpers = [threading.Thread(target=work, args=(pieces,), daemon=True) for pieces in shares[1:]]
+    for helper in helpers:
+        helper.start()
+    try:
+        work(shares[0])
+    finally:
+        for helper in helpers:
+            helper.join()
+    return out

@@ -29,7 +29,7 @@ from .embedding import (
     cosines_in_range,
     finish_cosines,
     query_length,
-    quiet_overflow,
+    row_dots,
     row_norms,
     to_vector,
 )
@@ -1068,8 +1068,7 @@ class SearchIndex:
                 # cosine_similarities, row by row, over every slot (empty ones are zeros).
                 vector = query_vector.astype(np.float32)
                 vectors = self._vectors
-                with quiet_overflow():
-                    dots = vectors[:size] @ vector
+                dots = row_dots(vectors[:size], vector)
                 length = query_length(vector)
                 similar = finish_cosines(
                     dots, self._fresh_norms()[:size], vector, length, vectors.__getitem__,
@@ -1770,8 +1769,7 @@ class SearchIndex:
         rows = np.concatenate([np.arange(start, stop) for start, stop in ranges])
         # Each cluster is a contiguous block of the matrix: no rows are copied out.
         vectors = self._vectors
-        with quiet_overflow():
-            dots = np.concatenate([vectors[start:stop] @ vector for start, stop in ranges])
+        dots = row_dots(vectors, vector, ranges)
         similar = finish_cosines(
             dots, self._fresh_norms()[rows], vector, length, lambda at: vectors[rows[at]],
             within=self._norms_within(length),
