@@ -269,17 +269,22 @@ def row_dots(
             shares[which].append((start, start + take, at))
             start, at = start + take, at + take
 
+    failed: list[BaseException] = []
+
     def work(pieces: list[tuple[int, int, int]]) -> None:
-        with quiet_overflow():  # numpy's error state is each thread's own
-            for first, end, to in pieces:
-                np.einsum("ij,j->i", matrix[first:end], query, out=out[to : to + end - first])
+        try:
+            with quiet_overflow():  # numpy's error state is each thread's own
+                for first, end, to in pieces:
+                    np.einsum("ij,j->i", matrix[first:end], query, out=out[to : to + end - first])
+        except BaseException as exc:  # raised by the caller, not lost in a thread's hook
+            failed.append(exc)
 
     helpers = [threading.Thread(target=work, args=(pieces,), daemon=True) for pieces in shares[1:]]
     for helper in helpers:
         helper.start()
-    try:
-        work(shares[0])
-    finally:
-        for helper in helpers:
-            helper.join()
+    work(shares[0])
+    for helper in helpers:
+        helper.join()
+    if failed:
+        raise failed[0]
     return out

@@ -317,6 +317,44 @@ def test_a_rows_norm_is_the_same_number_however_the_rows_are_taken(dims):
     assert row_norms(np.zeros((0, dims), dtype=np.float32)).shape == (0,)
 
 
+@pytest.mark.parametrize("dims", [3, 64, 384])
+def test_a_rows_product_with_the_query_is_the_same_wherever_the_row_is(dims, monkeypatch):
+    """`row_dots` against one row at a time: any slice, any ranges, a copy, an odd
+    address, shared among threads or not; a thread's failure is raised, not lost."""
+    import threading
+
+    import laser_memory.embedding as embedding
+    from laser_memory.embedding import row_dots
+
+    rng = np.random.default_rng(dims)
+    matrix = rng.standard_normal((40_000, dims)).astype(np.float32)
+    query = rng.standard_normal(dims).astype(np.float32)
+    one_by_one = np.array([np.einsum("j,j->", row, query) for row in matrix[:2000]])
+    whole = row_dots(matrix, query)  # shared among threads
+    assert np.array_equal(whole[:2000], one_by_one)
+    for start, stop in ((0, 1), (5, 6), (3, 20), (100, 164), (7, 1999), (1, 40_000)):
+        assert np.array_equal(row_dots(matrix[start:stop], query), whole[start:stop])
+    ranges = [(5, 9), (100, 20_000), (20_000, 20_001), (30_000, 39_999), (3, 3)]
+    assert np.array_equal(
+        row_dots(matrix, query, ranges), np.concatenate([whole[a:b] for a, b in ranges])
+    )
+    picked = np.sort(rng.choice(40_000, 500, replace=False))
+    assert np.array_equal(row_dots(np.stack([matrix[i] for i in picked]), query), whole[picked])
+    odd = np.frombuffer(b"x" + matrix.tobytes(), dtype="<f4", offset=1).reshape(-1, dims)
+    assert np.array_equal(row_dots(odd, query), whole)
+
+    real = np.einsum
+
+    def failing_in_helpers(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            raise MemoryError("a helper thread failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(embedding.np, "einsum", failing_in_helpers)
+    with pytest.raises(MemoryError, match="a helper thread failed"):
+        row_dots(matrix, query)
+
+
 @pytest.mark.parametrize("dims", [2, 8, 384])
 def test_every_finite_vector_scores_as_its_direction_says(dims):
     """Cosines were float32 products over float32 norms: a vector past about 1.8e19
