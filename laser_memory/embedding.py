@@ -280,10 +280,16 @@ def row_dots(
             failed.append(exc)
 
     helpers = [threading.Thread(target=work, args=(pieces,), daemon=True) for pieces in shares[1:]]
-    for helper in helpers:
-        helper.start()
+    started = []
+    for helper, pieces in zip(helpers, shares[1:], strict=True):
+        try:
+            helper.start()
+        except RuntimeError:  # no thread to be had (the process is at its limit)
+            work(pieces)
+        else:
+            started.append(helper)
     work(shares[0])
-    for helper in helpers:
+    for helper in started:
         helper.join()
     if failed:
         raise failed[0]

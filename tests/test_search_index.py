@@ -320,7 +320,8 @@ def test_a_rows_norm_is_the_same_number_however_the_rows_are_taken(dims):
 @pytest.mark.parametrize("dims", [3, 64, 384])
 def test_a_rows_product_with_the_query_is_the_same_wherever_the_row_is(dims, monkeypatch):
     """`row_dots` against one row at a time: any slice, any ranges, a copy, an odd
-    address, shared among threads or not; a thread's failure is raised, not lost."""
+    address, shared among threads or not (or no thread to be had); a thread's failure
+    is raised, not lost."""
     import threading
 
     import laser_memory.embedding as embedding
@@ -342,6 +343,13 @@ def test_a_rows_product_with_the_query_is_the_same_wherever_the_row_is(dims, mon
     assert np.array_equal(row_dots(np.stack([matrix[i] for i in picked]), query), whole[picked])
     odd = np.frombuffer(b"x" + matrix.tobytes(), dtype="<f4", offset=1).reshape(-1, dims)
     assert np.array_equal(row_dots(odd, query), whole)
+
+    def no_thread(self) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:  # no thread to be had: all done by the caller
+        patched.setattr(threading.Thread, "start", no_thread)
+        assert np.array_equal(row_dots(matrix, query), whole)
 
     real = np.einsum
 
