@@ -37,6 +37,10 @@ _ROUNDS = 10
 _SAMPLE_PER_CLUSTER = 32
 #: Vectors scored against the centroids at a time (bounds the scores matrix).
 _CHUNK = 65_536
+#: Rows whose largest value lies outside these are scaled before `assign` multiplies
+#: them: their float32 products with a centroid could overflow or lose their digits.
+_LARGEST = 2.0**60
+_SMALLEST = 2.0**-60
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +133,18 @@ class VectorClusters:
         the rows a block at a time, never copying the matrix."""
         out = np.empty(len(vectors), dtype=np.int64)
         for start in range(0, len(vectors), _CHUNK):
-            out[start : start + _CHUNK] = np.argmax(
-                vectors[start : start + _CHUNK] @ centroids.T, axis=1
-            )
+            block = vectors[start : start + _CHUNK]
+            with np.errstate(over="ignore", invalid="ignore"):  # rescaled just below
+                products = block @ centroids.T
+            # A row too long or too short for float32 products (they overflow, or all
+            # round to about 0) is scaled to a largest value of 1 first: any positive
+            # scale keeps its nearest centroid.
+            largest = np.abs(block).max(axis=1) if len(block) else np.zeros(0)
+            odd = np.flatnonzero((largest > _LARGEST) | ((largest < _SMALLEST) & (largest > 0)))
+            if len(odd):
+                scaled = block[odd].astype(np.float64) / largest[odd, None]
+                products[odd] = scaled @ centroids.T.astype(np.float64)
+            out[start : start + _CHUNK] = np.argmax(products, axis=1)
         return out
 
     def probe(self, unit_query: np.ndarray, share: float) -> list[tuple[int, int]]:

@@ -220,3 +220,28 @@ def test_rows_without_a_norm_are_left_out_and_training_is_deterministic():
     assert np.array_equal(first, VectorClusters.train(vectors, rows, norms))
     nothing = VectorClusters.train(np.zeros((5, 8), np.float32), np.arange(5), np.zeros(5))
     assert nothing.shape == (1, 8)
+
+
+def test_rows_too_long_or_short_for_float32_go_to_their_directions_cluster():
+    """Products of a vector of 1e38s (or 1e-40s) with the centroids overflowed (or all
+    rounded to about 0) in float32, so the row went to whichever cluster came first
+    (and numpy warned). Scaled first, it goes where its direction does; training on
+    such rows stays finite."""
+    import warnings
+
+    from laser_memory.embedding import row_norms
+
+    rng = np.random.default_rng(5)
+    directions = rng.standard_normal((30, 16)).astype(np.float32)
+    centroids = directions / np.linalg.norm(directions, axis=1, keepdims=True)
+    want = VectorClusters.assign(directions, centroids)
+    for scale in (3e38, 1e38, 1e30, 1e-30, 1e-40):
+        scaled = (directions.astype(np.float64) * scale / np.abs(directions).max()).astype(
+            np.float32
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = VectorClusters.assign(scaled, centroids)
+            trained = VectorClusters.train(scaled, np.arange(30), row_norms(scaled))
+        assert np.array_equal(got, want), scale
+        assert np.all(np.isfinite(trained))
