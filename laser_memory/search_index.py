@@ -1811,7 +1811,9 @@ class SearchIndex:
             )
         ]
         centroids = VectorClusters.train(self._vectors, with_vector, self._fresh_norms())
-        nearest = VectorClusters.assign(self._vectors[:size], centroids)[with_vector]
+        nearest = VectorClusters.assign(
+            self._vectors[:size], centroids, self._fresh_norms()[:size]
+        )[with_vector]
         by_cluster = np.argsort(nearest, kind="stable")
         without = np.flatnonzero(self._alive[:size] & ~self._has_vector[:size])
         self._reorder(np.concatenate([with_vector[by_cluster], without]))

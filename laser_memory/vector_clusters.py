@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .embedding import row_norms
 from .errors import ConfigError, shown
 
 __all__ = ["ApproximateSearch", "VectorClusters"]
@@ -37,10 +38,10 @@ _ROUNDS = 10
 _SAMPLE_PER_CLUSTER = 32
 #: Vectors scored against the centroids at a time (bounds the scores matrix).
 _CHUNK = 65_536
-#: Rows whose largest value lies outside these are scaled before `assign` multiplies
-#: them: their float32 products with a centroid could overflow or lose their digits.
-_LARGEST = 2.0**60
-_SMALLEST = 2.0**-60
+#: Rows whose length lies outside these are scaled before `assign` multiplies them:
+#: their float32 products with a unit centroid could overflow or lose their digits.
+_LONGEST = 2.0**100
+_SHORTEST = 2.0**-60
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,22 +128,25 @@ class VectorClusters:
         return centroids
 
     @staticmethod
-    def assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    def assign(
+        vectors: np.ndarray, centroids: np.ndarray, norms: np.ndarray | None = None
+    ) -> np.ndarray:
         """The nearest centroid of each row (by cosine: the rows need no normalising,
         as the argmax over centroids is the same for any positive row scale). Reads
-        the rows a block at a time, never copying the matrix."""
+        the rows a block at a time, never copying the matrix. ``norms``: each row's
+        `row_norms`, if known (else computed a block at a time)."""
         out = np.empty(len(vectors), dtype=np.int64)
         for start in range(0, len(vectors), _CHUNK):
             block = vectors[start : start + _CHUNK]
             with np.errstate(over="ignore", invalid="ignore"):  # rescaled just below
                 products = block @ centroids.T
-            # A row too long or too short for float32 products (they overflow, or all
-            # round to about 0) is scaled to a largest value of 1 first: any positive
-            # scale keeps its nearest centroid.
-            largest = np.abs(block).max(axis=1) if len(block) else np.zeros(0)
-            odd = np.flatnonzero((largest > _LARGEST) | ((largest < _SMALLEST) & (largest > 0)))
+            # A row too long or too short for float32 products with a unit centroid
+            # (they overflow, or lose their digits) is scaled to length 1 first: any
+            # positive scale keeps its nearest centroid.
+            lengths = norms[start : start + _CHUNK] if norms is not None else row_norms(block)
+            odd = np.flatnonzero((lengths > _LONGEST) | ((lengths < _SHORTEST) & (lengths > 0)))
             if len(odd):
-                scaled = block[odd].astype(np.float64) / largest[odd, None]
+                scaled = block[odd].astype(np.float64) / lengths[odd, None]
                 products[odd] = scaled @ centroids.T.astype(np.float64)
             out[start : start + _CHUNK] = np.argmax(products, axis=1)
         return out
