@@ -30,6 +30,7 @@ from .records import MAX_DIMENSIONS
 __all__ = [
     "Embedder",
     "WordHashEmbedder",
+    "beyond_float32",
     "cosine_similarities",
     "cosines_in_range",
     "embed_texts",
@@ -163,6 +164,13 @@ _LONGEST = 2.0**100
 _SHORTEST = 2.0**-60
 
 
+def beyond_float32(lengths: np.ndarray) -> np.ndarray:
+    """The positions of ``lengths`` (each row's norm times its partner's: the query's,
+    or 1 for a unit centroid) whose float32 products could overflow or lose their
+    digits: those rows are to be scaled to length 1 and multiplied in float64."""
+    return np.flatnonzero((lengths > _LONGEST) | ((lengths < _SHORTEST) & (lengths > 0)))
+
+
 def cosines_in_range(low: float, high: float) -> bool:
     """Whether rows whose norms times the query's length run from ``low`` to ``high``
     all multiply with the query in float32 without overflow or lost digits."""
@@ -198,7 +206,7 @@ def finish_cosines(
     similar = np.divide(dots, divisor, out=np.zeros(len(dots)), where=divisor > 0)
     if within:
         return similar
-    odd = np.flatnonzero((divisor > _LONGEST) | ((divisor < _SHORTEST) & (divisor > 0)))
+    odd = beyond_float32(divisor)
     if len(odd):
         # One row at a time (einsum, as `row_norms`), so a row scores the same however
         # many others are scored with it.

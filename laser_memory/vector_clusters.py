@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .embedding import row_norms
+from .embedding import beyond_float32, row_norms
 from .errors import ConfigError, shown
 
 __all__ = ["ApproximateSearch", "VectorClusters"]
@@ -38,10 +38,6 @@ _ROUNDS = 10
 _SAMPLE_PER_CLUSTER = 32
 #: Vectors scored against the centroids at a time (bounds the scores matrix).
 _CHUNK = 65_536
-#: Rows whose length lies outside these are scaled before `assign` multiplies them:
-#: their float32 products with a unit centroid could overflow or lose their digits.
-_LONGEST = 2.0**100
-_SHORTEST = 2.0**-60
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +140,7 @@ class VectorClusters:
             # (they overflow, or lose their digits) is scaled to length 1 first: any
             # positive scale keeps its nearest centroid.
             lengths = norms[start : start + _CHUNK] if norms is not None else row_norms(block)
-            odd = np.flatnonzero((lengths > _LONGEST) | ((lengths < _SHORTEST) & (lengths > 0)))
+            odd = beyond_float32(lengths)  # the centroids have length 1
             if len(odd):
                 scaled = block[odd].astype(np.float64) / lengths[odd, None]
                 products[odd] = scaled @ centroids.T.astype(np.float64)
