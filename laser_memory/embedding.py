@@ -39,6 +39,7 @@ __all__ = [
     "quiet_overflow",
     "row_dots",
     "row_norms",
+    "start_row_dots",
     "to_vector",
 ]
 
@@ -267,9 +268,28 @@ def row_dots(
     threads (the caller's among them) for many rows, it took 5.0 ms at 100k rows of 384
     where the matrix-vector product took 4.4 (two CPUs; einsum 6.8); alone, 0.55 ms at
     10k where it took 0.30. Overflow is left to `finish_cosines`, as with
-    `quiet_overflow`.
+    `quiet_overflow`. (`start_row_dots` starts them and lets the caller work meanwhile.)
 
     >>> row_dots(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 1.0]))
+    array([3., 7.])
+    """
+    return start_row_dots(matrix, query, ranges)()
+
+
+def start_row_dots(
+    matrix: np.ndarray, query: np.ndarray, ranges: Sequence[tuple[int, int]] | None = None
+) -> Callable[[], np.ndarray]:
+    """`row_dots`, begun by helper threads (when the rows are many enough to share);
+    call what this returns for the products. Calling it lends the caller's thread to
+    the rows no helper has taken and waits for the helpers; until then the caller may
+    do other work, such as the keyword half of a hybrid search. Call it once, whatever
+    happens meanwhile: it is what joins the helpers.
+
+    The rows go in chunks to whichever thread asks next, so a caller busy meanwhile
+    (or a helper started late) leaves the others more, not a share that waits for it.
+
+    >>> finish = start_row_dots(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 1.0]))
+    >>> finish()
     array([3., 7.])
     """
     if ranges is None:
@@ -280,40 +300,49 @@ def row_dots(
     if _vecdot is not None and matrix.dtype == query.dtype and matrix.dtype in _BLAS_DOT_TYPES:
         dot = _vecdot
     threads = max(1, min(_DOT_THREADS, total // (_SHARED_FROM_ROWS // 2)))
-    # Each thread's share of the output, as pieces (first row, last row + 1, where
-    # they go in ``out``), a range cut where a share ends.
-    share = -(-total // threads) if total else 0
-    shares: list[list[tuple[int, int, int]]] = [[] for _ in range(threads)]
+    # The chunks (first row, last row + 1, where they go in ``out``), a range cut where
+    # a chunk ends: about eight a thread, of at least 2,048 rows (a call of a few µs
+    # for each).
+    size = max(2048, -(-total // (threads * 8)))
+    chunks: list[tuple[int, int, int]] = []
     at = 0
     for start, stop in ranges:
         while start < stop:
-            which = at // share
-            take = min(stop - start, (which + 1) * share - at)
-            shares[which].append((start, start + take, at))
+            take = min(stop - start, size - at % size)
+            chunks.append((start, start + take, at))
             start, at = start + take, at + take
-
+    taking = iter(chunks)
+    lock = threading.Lock()
     failed: list[BaseException] = []
 
-    def work(pieces: list[tuple[int, int, int]]) -> None:
+    def work() -> None:
         try:
             with quiet_overflow():  # numpy's error state is each thread's own
-                for first, end, to in pieces:
+                while True:
+                    with lock:  # one chunk to one thread, with or without a GIL
+                        chunk = next(taking, None)
+                    if chunk is None:
+                        return
+                    first, end, to = chunk
                     dot(matrix[first:end], query, out=out[to : to + end - first])
         except BaseException as exc:  # raised by the caller, not lost in a thread's hook
             failed.append(exc)
 
-    helpers = [threading.Thread(target=work, args=(pieces,), daemon=True) for pieces in shares[1:]]
     started = []
-    for helper, pieces in zip(helpers, shares[1:], strict=True):
+    for _ in range(threads - 1):
+        helper = threading.Thread(target=work, daemon=True)
         try:
             helper.start()
         except RuntimeError:  # no thread to be had (the process is at its limit)
-            work(pieces)
-        else:
-            started.append(helper)
-    work(shares[0])
-    for helper in started:
-        helper.join()
-    if failed:
-        raise failed[0]
-    return out
+            break  # the caller takes what the helpers would have
+        started.append(helper)
+
+    def finish() -> np.ndarray:
+        work()
+        for helper in started:
+            helper.join()
+        if failed:
+            raise failed[0]
+        return out
+
+    return finish

@@ -291,6 +291,50 @@ def test_cosines_of_real_sized_vectors_match_a_scan_to_the_bit(monkeypatch, norm
         ]
 
 
+def test_a_hybrid_search_scoring_words_while_threads_take_the_products_ranks_as_a_scan(
+    monkeypatch,
+):
+    """Over enough rows to share (20,000), a hybrid search scores the words while helper
+    threads take the vectors' products: its ids, scores and signals are the scan's to
+    the bit; and when scoring the words fails, the failure is raised and no helper is
+    left running."""
+    import threading
+
+    rng = np.random.default_rng(11)
+    index = SearchIndex(LABEL)
+    items = []
+    for n in range(20_000):
+        words = " ".join(rng.choice(WORDS, size=3))
+        vector = rng.standard_normal(3).astype(np.float32)
+        item = _item(n, words, f"c{n % 7}", 0.0, vector, (n // 9, n % 3, n))
+        items.append(item)
+    for item in items:
+        index.put(item.id.bytes, item)
+    query = rng.standard_normal(3).astype(np.float32)
+    want = rank(
+        items, strategy="hybrid", text="gamma keys", limit=20, query_vector=query, embedder=LABEL
+    )
+
+    def search():
+        return index.search(
+            terms("gamma keys"), strategy="hybrid", query_vector=query, min_similarity=None,
+            limit=20, exclude=frozenset(),
+        )  # fmt: skip
+
+    assert [(raw_id, r.score, r.signals) for raw_id, r in search()] == [
+        (i.id.bytes, i.score, i.signals) for i in want
+    ]
+
+    def failing(*args):
+        raise MemoryError("no room for the scores")
+
+    before = threading.active_count()
+    monkeypatch.setattr(SearchIndex, "_keyword_scores", failing)
+    with pytest.raises(MemoryError, match="no room for the scores"):
+        search()
+    assert threading.active_count() == before
+
+
 @pytest.mark.parametrize("dims", [1, 3, 7, 64, 129, 384, 1536])
 def test_a_rows_norm_is_the_same_number_however_the_rows_are_taken(dims):
     """`row_norms` is what every cosine divides by: a search index computes it a block
