@@ -238,7 +238,7 @@ def quiet_overflow() -> contextlib.AbstractContextManager:
 
 #: Rows from which `row_dots` shares the rows among threads (below, starting a thread
 #: cost more than it saved here), and how many threads.
-_SHARED_FROM_ROWS = 16384
+_SHARED_FROM_ROWS = 16_384
 _DOT_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
