@@ -521,6 +521,23 @@ class LogConformance:
         with pytest.raises(LogClosed):
             await log.start()
 
+    async def test_reads_under_way_when_the_log_stops_end_with_log_closed(
+        self, log_url: str, topic_name: str
+    ):
+        # On Kafka a follow read raised aiokafka's own ConsumerStoppedError when the log
+        # stopped under it, where the embedded log raised LogClosed.
+        log = connect_log(log_url)
+        await log.start()
+        try:
+            await log.create_topic(topic_name, partitions=2)
+            await log.append_batch(topic_name, [OutgoingRecord(b"a", partition=0)])
+            reader, seen = await following(log, topic_name)
+            assert seen == [b"a"]
+        finally:
+            await log.stop()
+        with pytest.raises(LogClosed, match="stopped"):
+            await asyncio.wait_for(reader, 20)
+
     async def test_read_until_beyond_the_end_stops_at_the_end(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=2)
         await log.append(topic_name, OutgoingRecord(b"only", partition=0))

@@ -196,3 +196,49 @@ async def test_a_read_cancelled_in_the_turn_its_consumer_started_leaves_nothing_
         gc.collect()
         await asyncio.sleep(0.1)
     assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []
+
+
+async def test_a_log_stopped_while_a_reads_consumer_starts_closes_it_and_says_so(
+    kafka_bootstrap, topic_name, monkeypatch
+):
+    # The log stops while a read's new consumer is starting: the read ends with LogClosed
+    # (it raised aiokafka's ConsumerStoppedError), and the consumer is stopped with the
+    # log, not left open.
+    import asyncio
+    import gc
+    import warnings
+
+    from laser_memory.errors import LogClosed
+    from laser_memory.log import connect_log
+    from laser_memory.log.kafka import KafkaLog
+
+    real_start = KafkaLog._start_consumer
+    started: list = []
+    starting = asyncio.Event()
+
+    async def recorded_start(consumer) -> None:
+        started.append(consumer)
+        starting.set()
+        await real_start(consumer)
+
+    async def follow(log) -> None:
+        async for _ in log.read(topic_name, follow=True):
+            pass
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        log = connect_log(f"kafka://{kafka_bootstrap}")
+        await log.start()
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"x"))
+        monkeypatch.setattr(KafkaLog, "_start_consumer", staticmethod(recorded_start))
+        reader = asyncio.create_task(follow(log))
+        await starting.wait()
+        await log.stop()
+        with pytest.raises(LogClosed, match="stopped"):
+            await asyncio.wait_for(reader, 20)
+        assert len(started) == 1 and started[0]._closed
+        del reader
+        gc.collect()
+        await asyncio.sleep(0.1)
+    assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []

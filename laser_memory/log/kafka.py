@@ -42,6 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
+    ConsumerStoppedError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -571,7 +572,8 @@ class KafkaLog(LogLifecycle):
         try:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
             ends = await consumer.end_offsets(tps)
-        except KafkaError as exc:
+        except (KafkaError, ConsumerStoppedError) as exc:
+            self._check_started()  # the log stopped meanwhile: LogClosed
             raise LogUnavailable(
                 f"Kafka could not list end offsets of {shown(topic)}: {exc}"
             ) from exc
@@ -900,7 +902,10 @@ class KafkaLog(LogLifecycle):
                         timeout_ms=int(self._config.fetch_wait_s * 1000) or 1,
                         max_records=max_batch,
                     )
-                except KafkaError as exc:
+                except (KafkaError, ConsumerStoppedError) as exc:
+                    # The log stopped under the read (its stop stops every consumer):
+                    # LogClosed, as on the embedded log, not aiokafka's own error.
+                    self._check_started()
                     raise LogUnavailable(f"Kafka read of {shown(topic)} failed: {exc}") from exc
                 for tp, messages in fetched.items():
                     limit = None if until is None else until.get(tp.partition, 0)
@@ -924,7 +929,11 @@ class KafkaLog(LogLifecycle):
                     # Nothing came: is the topic still there? Deleted, aiokafka waits for
                     # it without end; created again, it would go on reading the new one;
                     # given partitions, a follow read would never read the new ones.
-                    await self._check_same_topic(topic, generation, count if follow else None)
+                    try:
+                        await self._check_same_topic(topic, generation, count if follow else None)
+                    except Exception:
+                        self._check_started()  # stopped meanwhile: LogClosed
+                        raise
                     checked = time.monotonic()
                 if until is not None:
                     for p in list(pending):
