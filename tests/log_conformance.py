@@ -538,6 +538,41 @@ class LogConformance:
         with pytest.raises(LogClosed, match="stopped"):
             await asyncio.wait_for(reader, 20)
 
+    async def test_appends_and_reads_begun_as_the_log_stops_end_cleanly(
+        self, log: Log, log_url: str, topic_name: str
+    ):
+        # A stop at each loop turn of a first append (or read) to a topic on a second log:
+        # on Kafka, the stop closed the clients under the append's lookup of the topic,
+        # which raised a CancelledError no one had asked for, or a connection error,
+        # and left its task and a connection pending. An append under way is drained (it
+        # lands); one the stop came before is LogClosed; a read ends with LogClosed.
+        import gc
+        import warnings
+
+        await log.create_topic(topic_name, partitions=2)
+        landed = 0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            for turns in range(12):
+                other = connect_log(log_url)
+                await other.start()
+                append = asyncio.create_task(other.append(topic_name, OutgoingRecord(b"x")))
+                read = asyncio.create_task(read_all(other, topic_name, follow=True))
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                await other.stop()
+                try:
+                    await asyncio.wait_for(append, 20)
+                    landed += 1
+                except LogClosed:
+                    pass
+                with pytest.raises(LogClosed):
+                    await asyncio.wait_for(read, 20)
+            gc.collect()
+            await asyncio.sleep(0.1)
+        assert [str(w.message) for w in caught if "nclosed" in str(w.message)] == []
+        assert sum((await log.end_offsets(topic_name)).values()) == landed > 0
+
     async def test_read_until_beyond_the_end_stops_at_the_end(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=2)
         await log.append(topic_name, OutgoingRecord(b"only", partition=0))

@@ -292,6 +292,10 @@ class KafkaLog(LogLifecycle):
         self._busy_consumers: set[AIOKafkaConsumer] = set()
         # Starts of new consumers under way (see `_acquire_consumer`).
         self._starting: set[asyncio.Future[None]] = set()
+        # Appends under way, and whether there are none (see `_close`).
+        self._appending = 0
+        self._appends_done = asyncio.Event()
+        self._appends_done.set()
         self._topics: dict[str, _TopicSettings] = {}
         self._describing: dict[str, asyncio.Future[_TopicSettings]] = {}
         # The last record batch of our own sent to each (topic, partition): see `_send`.
@@ -361,8 +365,19 @@ class KafkaLog(LogLifecycle):
                 await failed.stop()
 
     async def _close(self) -> None:
-        """Flush pending appends and close every connection."""
+        """Finish the appends under way and the topic lookups reads began, then flush
+        pending appends and close every connection."""
         try:
+            # Writes made before the stop are drained, including those still learning
+            # their topic; and a lookup a read began ends before its clients close.
+            # Closed under them, their requests were cut: the caller got a CancelledError
+            # no one had asked for (or a connection error for a log it had stopped), the
+            # lookup's task and its connection were left pending, and an append that
+            # resumed after the producer stopped could start another one.
+            await self._appends_done.wait()
+            while self._describing:
+                await asyncio.wait(list(self._describing.values()))
+                await asyncio.sleep(0)  # their done callbacks
             await self._close_clients()
         finally:
             if self._deadlines is not None:
@@ -674,6 +689,17 @@ class KafkaLog(LogLifecycle):
         check_topic_type(topic)
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
+        # Counted until it ends: a stop waits for the appends under way (see `_close`).
+        self._appending += 1
+        self._appends_done.clear()
+        try:
+            return await self._append_batch(topic, records)
+        finally:
+            self._appending -= 1
+            if not self._appending:
+                self._appends_done.set()
+
+    async def _append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
         # A topic's settings are known after its first append: no coroutine to read them.
         settings = self._topics.get(topic) or await self._settings(topic)
         if (
