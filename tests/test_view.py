@@ -1167,3 +1167,39 @@ def test_anonymous_memory_is_read_from_the_process():
     assert holding - before >= size // 2
     pages.close()
     assert holding - anonymous_bytes() >= size // 2
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.05])
+async def test_a_folder_whose_connection_stops_ends_with_log_closed_leaving_nothing_open(
+    any_log_url, stream_name, tmp_path, delay
+):
+    # On Kafka the stop closed the admin client under a folder's check of its topic: the
+    # folder ended with a connection error for a log its caller had stopped, and left a
+    # connection open ("Unclosed AIOKafkaConnection"). The stop now waits for the
+    # requests under way; the folder ends with LogClosed.
+    import gc
+    import warnings
+
+    from laser_memory.errors import LogClosed
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        laser = lm.connect(any_log_url, stream=stream_name)
+        await laser.start()
+        try:
+            await laser.bootstrap(partitions=4)
+            memory = laser.memory("notes")
+            for first in range(0, 3000, 1000):
+                await memory.remember_many([f"fact {n}" for n in range(first, first + 1000)])
+            folder = asyncio.create_task(
+                ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run()
+            )
+            await asyncio.sleep(delay)
+        finally:
+            await laser.stop()
+        with pytest.raises(LogClosed, match="stopped"):
+            await asyncio.wait_for(folder, 30)
+        del folder
+        gc.collect()
+        await asyncio.sleep(0.1)
+    assert [str(w.message) for w in caught if "nclosed" in str(w.message)] == []

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,10 +292,10 @@ class KafkaLog(LogLifecycle):
         self._busy_consumers: set[AIOKafkaConsumer] = set()
         # Starts of new consumers under way (see `_acquire_consumer`).
         self._starting: set[asyncio.Future[None]] = set()
-        # Appends under way, and whether there are none (see `_close`).
-        self._appending = 0
-        self._appends_done = asyncio.Event()
-        self._appends_done.set()
+        # Appends and requests under way, and whether there are none (see `_close`).
+        self._under_way = 0
+        self._none_under_way = asyncio.Event()
+        self._none_under_way.set()
         self._topics: dict[str, _TopicSettings] = {}
         self._describing: dict[str, asyncio.Future[_TopicSettings]] = {}
         # The last record batch of our own sent to each (topic, partition): see `_send`.
@@ -369,12 +369,13 @@ class KafkaLog(LogLifecycle):
         pending appends and close every connection."""
         try:
             # Writes made before the stop are drained, including those still learning
-            # their topic; and a lookup a read began ends before its clients close.
+            # their topic, and the requests under way (a lookup a read began, a folder's
+            # check of its topic, a topic made or described) end before the clients close.
             # Closed under them, their requests were cut: the caller got a CancelledError
             # no one had asked for (or a connection error for a log it had stopped), the
             # lookup's task and its connection were left pending, and an append that
             # resumed after the producer stopped could start another one.
-            await self._appends_done.wait()
+            await self._none_under_way.wait()
             while self._describing:
                 await asyncio.wait(list(self._describing.values()))
                 await asyncio.sleep(0)  # their done callbacks
@@ -407,7 +408,8 @@ class KafkaLog(LogLifecycle):
         assert self._admin is not None
         client = self._admin._client
         try:
-            response = await client.send(client.get_random_node(), TopicIdsRequest([topic]))
+            with self._counted():
+                response = await client.send(client.get_random_node(), TopicIdsRequest([topic]))
         except KafkaError as exc:
             raise LogUnavailable(f"Kafka metadata request failed: {exc}") from exc
         error_code, topic_id, partitions = topic_ids_from(response)[topic]
@@ -432,7 +434,8 @@ class KafkaLog(LogLifecycle):
         replication = self._config.replication_factor
         if replication is None:
             try:
-                cluster = await self._admin.describe_cluster()
+                with self._counted():
+                    cluster = await self._admin.describe_cluster()
             except KafkaError as exc:
                 raise LogUnavailable(f"Kafka could not describe the cluster: {exc}") from exc
             replication = min(3, max(1, len(cluster.get("brokers", []))))
@@ -454,9 +457,10 @@ class KafkaLog(LogLifecycle):
         deadline = time.monotonic() + self._config.request_timeout_s
         while True:
             try:
-                response = await self._admin.create_topics(
-                    [NewTopic(topic, partitions, replication, topic_configs=configs)]
-                )
+                with self._counted():
+                    response = await self._admin.create_topics(
+                        [NewTopic(topic, partitions, replication, topic_configs=configs)]
+                    )
             except TopicAlreadyExistsError:
                 error_code = _TOPIC_ALREADY_EXISTS
             except KafkaError as exc:
@@ -512,7 +516,8 @@ class KafkaLog(LogLifecycle):
         assert self._admin is not None
         await self._topic_metadata(topic)
         try:
-            await self._admin.delete_topics([topic])
+            with self._counted():
+                await self._admin.delete_topics([topic])
         except UnknownTopicOrPartitionError as exc:
             raise UnknownTopic(f"topic {shown(topic)} does not exist") from exc
         except KafkaError as exc:
@@ -556,9 +561,10 @@ class KafkaLog(LogLifecycle):
         )
         values: dict[str, str | None] = dict.fromkeys(wanted)
         try:
-            [described] = await self._admin.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(wanted))]
-            )
+            with self._counted():
+                [described] = await self._admin.describe_configs(
+                    [ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(wanted))]
+                )
             for resource in described.resources:
                 for entry in resource[4]:
                     if entry[0] in values:
@@ -586,7 +592,8 @@ class KafkaLog(LogLifecycle):
         consumer = await self._acquire_consumer()
         try:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
-            ends = await consumer.end_offsets(tps)
+            with self._counted():
+                ends = await consumer.end_offsets(tps)
         except (KafkaError, ConsumerStoppedError) as exc:
             self._check_started()  # the log stopped meanwhile: LogClosed
             raise LogUnavailable(
@@ -689,15 +696,20 @@ class KafkaLog(LogLifecycle):
         check_topic_type(topic)
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
-        # Counted until it ends: a stop waits for the appends under way (see `_close`).
-        self._appending += 1
-        self._appends_done.clear()
-        try:
+        with self._counted():  # a stop waits for the appends under way (see `_close`)
             return await self._append_batch(topic, records)
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """An append or a request under way: the log's stop waits until none is."""
+        self._under_way += 1
+        self._none_under_way.clear()
+        try:
+            yield
         finally:
-            self._appending -= 1
-            if not self._appending:
-                self._appends_done.set()
+            self._under_way -= 1
+            if not self._under_way:
+                self._none_under_way.set()
 
     async def _append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
         # A topic's settings are known after its first append: no coroutine to read them.
