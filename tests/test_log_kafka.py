@@ -242,3 +242,22 @@ async def test_a_log_stopped_while_a_reads_consumer_starts_closes_it_and_says_so
         gc.collect()
         await asyncio.sleep(0.1)
     assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []
+
+
+async def test_a_request_begun_after_the_stop_closed_the_clients_is_log_closed_at_once(
+    kafka_bootstrap, topic_name
+):
+    # An operation under way at the stop that went on to its next request after the
+    # clients closed (a folder checking its topic) waited out aiokafka's request timeout,
+    # 30 s, on the closed admin client: its folder ended half a minute after the stop.
+    import asyncio
+
+    from laser_memory.errors import LogClosed
+    from laser_memory.log import connect_log
+
+    log = connect_log(f"kafka://{kafka_bootstrap}")
+    await log.start()
+    await log.create_topic(topic_name, partitions=1)
+    await log.stop()
+    with pytest.raises(LogClosed, match="stopped"):
+        await asyncio.wait_for(log._topic_metadata(topic_name), 10)

@@ -53,6 +53,7 @@ from aiokafka.errors import (
 from ..errors import (
     ConfigError,
     InvalidRecord,
+    LogClosed,
     LogUnavailable,
     TopicConflict,
     UnknownTopic,
@@ -296,6 +297,7 @@ class KafkaLog(LogLifecycle):
         self._under_way = 0
         self._none_under_way = asyncio.Event()
         self._none_under_way.set()
+        self._clients_closing = False
         self._topics: dict[str, _TopicSettings] = {}
         self._describing: dict[str, asyncio.Future[_TopicSettings]] = {}
         # The last record batch of our own sent to each (topic, partition): see `_send`.
@@ -375,16 +377,18 @@ class KafkaLog(LogLifecycle):
             # no one had asked for (or a connection error for a log it had stopped), the
             # lookup's task and its connection were left pending, and an append that
             # resumed after the producer stopped could start another one.
-            await self._none_under_way.wait()
-            while self._describing:
-                await asyncio.wait(list(self._describing.values()))
-                await asyncio.sleep(0)  # their done callbacks
+            while self._under_way or self._describing:
+                await self._none_under_way.wait()
+                if self._describing:
+                    await asyncio.wait(list(self._describing.values()))
+                    await asyncio.sleep(0)  # their done callbacks
             await self._close_clients()
         finally:
             if self._deadlines is not None:
                 self._deadlines.close()
 
     async def _close_clients(self) -> None:
+        self._clients_closing = True
         # Consumers still starting land among the idle ones first (`_adopt`).
         while self._starting:
             await asyncio.wait(list(self._starting))
@@ -701,7 +705,11 @@ class KafkaLog(LogLifecycle):
 
     @contextlib.contextmanager
     def _counted(self) -> Iterator[None]:
-        """An append or a request under way: the log's stop waits until none is."""
+        """An append or a request under way: the log's stop waits until none is. Once
+        the stop closes the clients, none begins: `LogClosed` (a request to a closed
+        aiokafka client waited out its request timeout, 30 s, before failing)."""
+        if self._clients_closing:
+            raise LogClosed("the log is stopped; open a new one")
         self._under_way += 1
         self._none_under_way.clear()
         try:
