@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .embedding import beyond_float32, row_norms
+from .embedding import beyond_float32, quiet_overflow, row_norms
 from .errors import ConfigError, shown
 
 __all__ = ["ApproximateSearch", "VectorClusters"]
@@ -134,7 +134,7 @@ class VectorClusters:
         out = np.empty(len(vectors), dtype=np.int64)
         for start in range(0, len(vectors), _CHUNK):
             block = vectors[start : start + _CHUNK]
-            with np.errstate(over="ignore", invalid="ignore"):  # rescaled just below
+            with quiet_overflow():  # rescaled just below
                 products = block @ centroids.T
             # A row too long or too short for float32 products with a unit centroid
             # (they overflow, or lose their digits) is scaled to length 1 first: any

@@ -598,8 +598,7 @@ class KafkaLog(LogLifecycle):
             tps = [TopicPartition(topic, p) for p in range(partitions)]
             with self._counted():
                 ends = await consumer.end_offsets(tps)
-        except (KafkaError, ConsumerStoppedError) as exc:
-            self._check_started()  # the log stopped meanwhile: LogClosed
+        except KafkaError as exc:
             raise LogUnavailable(
                 f"Kafka could not list end offsets of {shown(topic)}: {exc}"
             ) from exc
@@ -975,11 +974,9 @@ class KafkaLog(LogLifecycle):
                     # Nothing came: is the topic still there? Deleted, aiokafka waits for
                     # it without end; created again, it would go on reading the new one;
                     # given partitions, a follow read would never read the new ones.
-                    try:
-                        await self._check_same_topic(topic, generation, count if follow else None)
-                    except Exception:
-                        self._check_started()  # stopped meanwhile: LogClosed
-                        raise
+                    # (A stop under way lets its request finish; once the clients
+                    # close, it is `LogClosed` at once: see `_counted`.)
+                    await self._check_same_topic(topic, generation, count if follow else None)
                     checked = time.monotonic()
                 if until is not None:
                     for p in list(pending):
