@@ -117,7 +117,17 @@ def dump_json(value: Any, what: str = "the body") -> bytes:
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return text.encode("utf-8")
-    except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+    except ValueError as exc:
+        if "Out of range float" not in str(exc):
+            raise InvalidBody(f"{what} cannot be written as JSON: {exc}") from None
+        # NaN and infinities, or a number past a double's range (``1e400``) that a
+        # stored body held and was read as infinity: JSON has no way to write them.
+        raise InvalidBody(
+            f"{what} cannot be written as JSON: it holds NaN, an infinity or a number past "
+            "a 64-bit float's range (such as 1e400, read as infinity); write such numbers "
+            "as strings"
+        ) from None
+    except (TypeError, RecursionError, UnicodeEncodeError) as exc:
         raise InvalidBody(f"{what} cannot be written as JSON: {exc}") from None
 
 

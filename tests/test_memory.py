@@ -641,6 +641,23 @@ async def test_named_items_set_update_remove(laser: lm.Laser):
     assert (await memory.fetch_folded("plain")).json() == {"now": "json"}
 
 
+async def test_an_update_that_cannot_write_a_stored_huge_number_back_says_why(laser: lm.Laser):
+    # JSON allows 1e400 and a stored body keeps it as written, but it reads as infinity,
+    # which no JSON can hold: an update over it (or a patch holding one) is refused with
+    # the reason and what to do, and nothing is written.
+    memory = laser.memory("notes")
+    await memory.set("big", '{"a": 1e400, "b": 1}')
+    for patch, error in (({"c": 2}, lm.InvalidBody), ('{"c": -1e400}', lm.InvalidPatch)):
+        with pytest.raises(error, match=r"past a 64-bit float's range .*write such numbers"):
+            await memory.update("big", patch)
+    item = await memory.fetch_folded("big")
+    assert (item.version, item.body) == (1, b'{"a": 1e400, "b": 1}')
+    with pytest.raises(lm.InvalidBody, match="NaN, an infinity"):
+        await memory.set("nan", {"a": float("inf")})
+    with pytest.raises(lm.InvalidBody, match="not JSON serializable"):
+        await memory.set("obj", {"a": object()})
+
+
 async def test_two_writers_updating_one_key_both_apply(laser: lm.Laser):
     async with lm.connect(laser.log.url, stream=laser.stream) as other:
         first, second = laser.memory("notes"), other.memory("notes")
