@@ -117,18 +117,16 @@ def dump_json(value: Any, what: str = "the body") -> bytes:
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return text.encode("utf-8")
-    except ValueError as exc:
-        if "Out of range float" not in str(exc):
-            raise InvalidBody(f"{what} cannot be written as JSON: {exc}") from None
-        # NaN and infinities, or a number past a double's range (``1e400``) that a
-        # stored body held and was read as infinity: JSON has no way to write them.
-        raise InvalidBody(
-            f"{what} cannot be written as JSON: it holds NaN, an infinity or a number past "
-            "a 64-bit float's range (such as 1e400, read as infinity); write such numbers "
-            "as strings"
-        ) from None
-    except (TypeError, RecursionError, UnicodeEncodeError) as exc:
-        raise InvalidBody(f"{what} cannot be written as JSON: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError too
+        reason: object = exc
+        if type(exc) is ValueError and "Out of range float" in str(exc):
+            # NaN and infinities, or a number past a double's range (``1e400``) that a
+            # stored body held and was read as infinity: JSON has no way to write them.
+            reason = (
+                "it holds NaN, an infinity or a number past a 64-bit float's range (such "
+                "as 1e400, read as infinity); write such numbers as strings"
+            )
+        raise InvalidBody(f"{what} cannot be written as JSON: {reason}") from None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
