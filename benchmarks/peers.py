@@ -14,6 +14,9 @@ with the same embedder on the same machine, each in its own process.
 - **LangGraph** `InMemoryStore` with an index (``dims``, ``embed``, ``fields``):
   `batch` of `PutOp` s in batches of 1,000 (in memory, not durable), `search` with a
   query.
+- Both stores' items also hold ``half`` (0 or 1, in turn), and each is searched with a
+  query and the filter ``{"half": 1}`` too (filtered search p50), after one such search
+  apart.
 - **mem0** `Memory` with ``infer=False`` (no LLM call), embedded Qdrant on disk,
   telemetry off, a dummy API key it never uses, and the same embedder in place of its
   model: `add` one item at a time (mem0 has no batch add), `search`.
@@ -142,6 +145,26 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
+#: The filter of the stores' filtered searches: half their items.
+HALF = {"half": 1}
+
+
+def _value(texts: list[str], n: int) -> dict:
+    """The value of a LangGraph store's item ``n``."""
+    return {"text": texts[n], "half": n % 2}
+
+
+async def _timed_searches_async(search, texts: list[str]) -> float:
+    """The p50 of ``await search(text)`` for each text, after one apart."""
+    await search(texts[0])
+    samples = []
+    for text in texts:
+        started = time.perf_counter()
+        await search(text)
+        samples.append((time.perf_counter() - started) * 1000)
+    return _percentiles(samples)[0]
+
+
 def _timed_searches(search, texts: list[str]) -> tuple[float, float]:
     found = search(texts[0])  # warm: first-use costs (an index build) are not a search's
     found = found["results"] if isinstance(found, dict) else found
@@ -222,7 +245,7 @@ def run_laserstore(size: int, path: str) -> dict:
             for first in range(0, size, 1000):
                 await store.abatch(
                     [
-                        PutOp(("bench",), str(n), {"text": texts[n]})
+                        PutOp(("bench",), str(n), _value(texts, n))
                         for n in range(first, min(size, first + 1000))
                     ]
                 )
@@ -236,8 +259,12 @@ def run_laserstore(size: int, path: str) -> dict:
                 started = time.perf_counter()
                 await store.asearch(("bench",), query=text, limit=10)
                 samples.append((time.perf_counter() - started) * 1000)
+            filtered = await _timed_searches_async(
+                lambda q: store.asearch(("bench",), query=q, limit=10, filter=HALF), asked
+            )
         p50, p99 = _percentiles(samples)
         out = {"add items/s": add, "semantic p50 ms": p50, "semantic p99 ms": p99}
+        out["filtered search p50 ms"] = filtered
         # The store keeps a namespace's listing while nothing is folded, and takes its
         # own writes into it, and another store's (read from the log). All on the
         # in-process fold, where a put is seen at once (the view above has no folder
@@ -282,13 +309,21 @@ def run_langgraph(size: int, path: str) -> dict:
     for first in range(0, size, 1000):
         store.batch(
             [
-                PutOp(("bench",), str(n), {"text": texts[n]})
+                PutOp(("bench",), str(n), _value(texts, n))
                 for n in range(first, min(size, first + 1000))
             ]
         )
     add = size / (time.perf_counter() - started)
     p50, p99 = _timed_searches(lambda q: store.search(("bench",), query=q, limit=10), asked)
-    return {"add items/s": add, "semantic p50 ms": p50, "semantic p99 ms": p99}
+    filtered, _ = _timed_searches(
+        lambda q: store.search(("bench",), query=q, limit=10, filter=HALF), asked
+    )
+    return {
+        "add items/s": add,
+        "semantic p50 ms": p50,
+        "semantic p99 ms": p99,
+        "filtered search p50 ms": filtered,
+    }
 
 
 def mem0_memory(path: str, collection: str, dimensions: int, embedder):
@@ -459,11 +494,23 @@ def figures_of(results: dict[tuple[str, int], dict]):
                         ratio=after / values["folded search p50 ms"],
                     )
                 )
+        if store == "laserstore" and values.get("filtered search p50 ms"):
+            # What a filter keeping half the items costs a search.
+            out.append(
+                Figure(
+                    benchmark="peers",
+                    name=f"laserstore filtered search p50 @{size} vs without",
+                    value=values["filtered search p50 ms"],
+                    unit="ms",
+                    baseline=f"laserstore semantic p50 ms @{size}",
+                    ratio=values["filtered search p50 ms"] / values["semantic p50 ms"],
+                )
+            )
         same_api = results.get(("laserstore", size), {})
         if store == "langgraph":
             # LangGraph's store against laser-memory behind the same API: what a
             # LangGraph user gains by swapping the store, recall's index aside.
-            for name in ("add items/s", "semantic p50 ms"):
+            for name in ("add items/s", "semantic p50 ms", "filtered search p50 ms"):
                 if values.get(name) is not None and same_api.get(name):
                     out.append(
                         Figure(
@@ -504,7 +551,10 @@ def main() -> None:
         child(args.child[0], int(args.child[1]))
         return
     results = measure(sorted(args.sizes), args.peers_python, args.mem0_max)
-    names = ["add items/s", "semantic p50 ms", "semantic p99 ms", "hybrid p50 ms", "peak RSS MB"]
+    names = [
+        "add items/s", "semantic p50 ms", "semantic p99 ms", "hybrid p50 ms",
+        "filtered search p50 ms", "peak RSS MB",
+    ]  # fmt: skip
     print(f"{'store':14} {'size':>7} " + " ".join(f"{n:>16}" for n in names))
     for (store, size), values in results.items():
         if "error" in values:

@@ -546,13 +546,18 @@ class _RankedTheLongWay(LaserStore):
     """A store that ranks every search from its candidates alone, as before listings
     were kept: the oracle for the columns a kept listing prepares."""
 
-    async def _rank(self, query, candidates, limit, whole):
-        return await super()._rank(query, candidates, limit, None)
+    @staticmethod
+    def _ranks_from_listing(listing, picked):
+        return False
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("scanned", [0, 1000])  # posting lists all at once, or by scans
-async def test_a_kept_listing_searches_as_a_fresh_store_does(memory, seed, scanned, monkeypatch):
+# A filtered search ranked from the listing's columns cut to its rows, or from its own.
+@pytest.mark.parametrize("shared_from", [1 << 30, 1])
+async def test_a_kept_listing_searches_as_a_fresh_store_does(
+    memory, seed, scanned, shared_from, monkeypatch
+):
     # A store keeps each prefix's listing, its newest-first order, term postings and
     # stacked vectors while nothing is folded, and reads again after any write. Between
     # random puts, deletes and searches, each search must give what a new store that
@@ -562,6 +567,7 @@ async def test_a_kept_listing_searches_as_a_fresh_store_does(memory, seed, scann
     import laser_memory.integrations.langgraph as store_module
 
     monkeypatch.setattr(store_module, "_SCANNED_TERMS", scanned)
+    monkeypatch.setattr(store_module, "_SHARED_COLUMNS_FROM", shared_from)
     rng = random.Random(seed)
     # With an index a query ranks by words and vectors, fused by rank; without one, by
     # words alone, scored by BM25 itself.
@@ -657,6 +663,59 @@ async def test_filters_compare_like_langgraph(memory):
     assert await keys({"missing": 1}) == []
     with pytest.raises(lm.InvalidInput, match=r"\$regex"):
         await store.asearch(("f",), filter={"color": {"$regex": "r.*"}})
+
+
+async def test_plain_value_filters_match_by_equality_on_a_kept_listing(memory):
+    # A filter's plain values (text, numbers, true/false, null) are looked up in columns
+    # the kept listing makes of each field, and patches with the store's own puts and
+    # deletes. They must keep Python's equality, which LangGraph's filters use: 1, 1.0
+    # and true are equal, "1" is not, null matches a missing field, and a list or an
+    # object equals no plain value. The reference compares every item with ``==``.
+    store = LaserStore(memory)
+    values = [1, 1.0, True, False, 0, "1", None, [1], {"n": 1}, 2.5, "x", -0.0]
+    held: dict[str, dict] = {}
+
+    async def put(key: str, value: dict) -> None:
+        await store.aput(("f",), key, value)
+        held[key] = value
+
+    for i, n in enumerate(values):
+        await put(f"k{i}", {"n": n, "m": i % 3})
+    await put("bare", {"m": 1})
+    filters = [
+        {"n": 1}, {"n": True}, {"n": False}, {"n": "1"}, {"n": None}, {"n": 0}, {"n": 2.5},
+        {"n": "x"}, {"n": 1, "m": 0}, {"n": 1, "m": {"$gt": 0}}, {"m": 1}, {"n": [1]},
+        {"n": {"n": 1}}, {"absent": None}, {"absent": 1},
+    ]  # fmt: skip
+
+    async def check(when: str) -> None:
+        for flt in filters:
+            got = sorted(i.key for i in await store.asearch(("f",), filter=flt, limit=100))
+            want = sorted(
+                key
+                for key, value in held.items()
+                if all(_matches_like_langgraph(value.get(k), v) for k, v in flt.items())
+            )
+            assert got == want, (when, flt)
+
+    await check("first")
+    for step, (key, value) in enumerate(
+        [("k0", {"n": "1", "m": 0}), ("new", {"n": 1.0, "m": 0}), ("k6", {"n": [1]})]
+    ):
+        await put(key, value)
+        await check(f"after put {step}")
+    for key in ("k2", "bare"):
+        await store.adelete(("f",), key)
+        del held[key]
+        await check(f"after deleting {key}")
+
+
+def _matches_like_langgraph(value: object, wanted: object) -> bool:
+    if isinstance(wanted, dict):
+        if all(k.startswith("$") for k in wanted):
+            return all(value is not None and value > operand for operand in wanted.values())
+        return isinstance(value, dict) and all(value.get(k) == v for k, v in wanted.items())
+    return value == wanted
 
 
 async def test_list_namespaces_by_prefix_suffix_depth_and_page(memory):
@@ -1064,15 +1123,22 @@ async def test_omit_expired_hides_what_is_not_yet_swept(memory, clock):
     await store.aput(("omit", "expired"), "e", {"data": "gone"})
     await store.aput(("omit", "control"), "c", {"data": "keep"}, ttl=None)
     for key in "abc":
-        await store.aput(("page",), key, {"k": key}, ttl=None)
-    await store.aput(("page",), "x", {"k": "x"})
+        await store.aput(("page",), key, {"k": key, "g": key != "a"}, ttl=None)
+    await store.aput(("page",), "x", {"k": "x", "g": True})
     # Searched before they expire: the store keeps these listings, and must leave out
     # what expires while nothing new is folded.
     assert [i.key for i in await store.asearch(("omit", "expired"))] == ["e"]
     found = await store.asearch(("page",), query="x")
     assert [i.key for i in found][:1] == ["x"] and len(found) == 4
+    assert sorted(i.key for i in await store.asearch(("page",), filter={"g": True})) == [
+        "b", "c", "x",
+    ]  # fmt: skip
     clock.step(6 * MINUTE)
     assert sorted(i.key for i in await store.asearch(("page",), query="x")) == ["a", "b", "c"]
+    # A filter's plain value and the expiry together.
+    for query in (None, "x"):
+        found = await store.asearch(("page",), query=query, filter={"g": True})
+        assert sorted(i.key for i in found) == ["b", "c"]
     assert await store.aget(("omit", "expired"), "e") is None
     assert await store.aget(("omit", "control"), "c") is not None
     assert await store.asearch(("omit", "expired")) == []

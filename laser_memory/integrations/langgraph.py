@@ -234,8 +234,8 @@ class _Listing:
     and preparing these again)."""
 
     __slots__ = (
-        "by_key", "inverted", "keyword", "lengths", "newest", "postings", "scanned", "semantic",
-        "times", "token",
+        "by_key", "fields", "inverted", "keyword", "lengths", "newest", "postings", "scanned",
+        "semantic", "times", "token",
     )  # fmt: skip
 
     def __init__(self, token: tuple, newest: list[_Stored]) -> None:
@@ -257,6 +257,26 @@ class _Listing:
         self.semantic: dict[tuple, _Vectors] = {}
         #: Position keys (time, partition, offset) as columns, in ``newest`` order.
         self.times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        #: Per value field a filter asked for a plain value of: the plain values met
+        #: there, numbered, and each item's number, in ``newest`` order (`_code`).
+        self.fields: dict[str, tuple[dict[Any, int], np.ndarray]] = {}
+
+    def equal_to(self, field: str, wanted: Any) -> np.ndarray:
+        """Which items' value ``field`` equals ``wanted`` (a plain value, `_PLAIN`), as
+        `_matches` decides, from a column of the field made on its first such filter:
+        a filter compared every item's value in Python, 70 ms at 100k items."""
+        found = self.fields.get(field)
+        if found is None:
+            codes: dict[Any, int] = {}
+            column = np.fromiter(
+                (_code(codes, s.value.get(field)) for s in self.newest),
+                dtype=np.int64,
+                count=len(self.newest),
+            )
+            found = self.fields[field] = (codes, column)
+        codes, column = found
+        code = codes.get(wanted)
+        return np.zeros(len(column), dtype=bool) if code is None else column == code
 
     def columns_of_times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.times is None:
@@ -268,9 +288,11 @@ class _Listing:
             self.keyword = [s.counts() for s in self.newest]
         return self.keyword
 
-    def bm25(self, query_terms: Sequence[str]) -> np.ndarray:
+    def bm25(self, query_terms: Sequence[str], picked: np.ndarray | None = None) -> np.ndarray:
         """`bm25` of every item for the query, from posting lists made for each term
-        the first time it is asked for: the same numbers, to the bit."""
+        the first time it is asked for: the same numbers, to the bit. ``picked``: the
+        rows of the items searched (a filter's), ascending; scored, in that order, as
+        a collection of their own, as `bm25` of those items alone scores them."""
         documents = self.documents()
         if self.lengths is None:
             self.lengths = np.fromiter((n for _, n in documents), dtype=np.float64)
@@ -294,12 +316,29 @@ class _Listing:
                 np.array(found, dtype=np.int64),
                 np.array([documents[row][0][term] for row in found], dtype=np.float64),
             )
+        if picked is None:
+            stats = TermStatistics(
+                len(documents),
+                int(self.lengths.sum()),
+                {term: len(self.postings[term][0]) for term in set(query_terms)},
+            )
+            return bm25_postings(query_terms, self.postings.__getitem__, self.lengths, stats)
+        # Each posting list cut to the picked rows, renumbered to their places.
+        place = np.full(len(documents), -1, dtype=np.int64)
+        place[picked] = np.arange(len(picked))
+        postings = {}
+        for term in set(query_terms):
+            rows, counts = self.postings[term]
+            at = place[rows]
+            kept = at >= 0
+            postings[term] = (at[kept], counts[kept])
+        lengths = self.lengths[picked]
         stats = TermStatistics(
-            len(documents),
-            int(self.lengths.sum()),
-            {term: len(self.postings[term][0]) for term in set(query_terms)},
+            len(picked),
+            int(lengths.sum()),
+            {term: len(rows) for term, (rows, _) in postings.items()},
         )
-        return bm25_postings(query_terms, self.postings.__getitem__, self.lengths, stats)
+        return bm25_postings(query_terms, postings.__getitem__, lengths, stats)
 
     def vectors(self, label: str, dims: int) -> _Vectors:
         found = self.semantic.get((label, dims))
@@ -343,6 +382,8 @@ class _Listing:
 
     def _remove(self, row: int) -> None:
         del self.newest[row]
+        for field, (codes, column) in self.fields.items():
+            self.fields[field] = (codes, np.delete(column, row))
         if self.times is not None:
             self.times = tuple(np.delete(column, row) for column in self.times)  # type: ignore[assignment]
         if self.keyword is not None:
@@ -359,6 +400,9 @@ class _Listing:
 
     def _insert(self, row: int, stored: _Stored) -> None:
         self.newest.insert(row, stored)
+        for field, (codes, column) in self.fields.items():
+            code = _code(codes, stored.value.get(field))
+            self.fields[field] = (codes, np.insert(column, row, code))
         named = stored.named
         if self.times is not None:
             self.times = tuple(
@@ -391,6 +435,28 @@ class _Listing:
 #: (`_inverted`) about 16 times that, so a listing searched a few times (writes in
 #: between) scans and one searched often makes the lists.
 _SCANNED_TERMS = 10
+#: A search of at least this share of a listing's items (1/n of them: a filter's, or
+#: those not expired) ranks them from the listing's columns; of fewer, from their own.
+_SHARED_COLUMNS_FROM = 8
+#: The values a filter's plain value is looked up among (`_Listing.equal_to`): JSON's
+#: scalars. A list or an object equals none of them, and `_matches` compares with
+#: ``==``, as a dict looks up its keys (so 1, 1.0 and True are one value, as they are
+#: equal).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _rows_mask(rows: list[int], count: int) -> np.ndarray:
+    mask = np.zeros(count, dtype=bool)
+    mask[rows] = True
+    return mask
+
+
+def _code(codes: dict[Any, int], value: Any) -> int:
+    """``value``'s number among ``codes`` (numbered on first sight); -1 for a value
+    that is not plain, which no plain value equals."""
+    return codes.setdefault(value, len(codes)) if type(value) in _PLAIN else -1
+
+
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_COUNTS = np.zeros(0, dtype=np.float64)
 
@@ -1291,25 +1357,38 @@ class LaserStore(BaseStore):
     ) -> list[tuple[_Stored, float | None]]:
         """``op`` over ``listing``, the items under its namespace (`_listed` of its
         `_prefix_key`), as they are at ``now``."""
-        candidates = (
-            [s for s in listing.newest if self._alive(s, now)]
-            if (self.ttl_config or {}).get("omit_expired")
-            else listing.newest
-        )
+        newest = listing.newest
+        # The rows of ``newest`` searched: None for all of them.
+        picked: list[int] | None = None
+        if (self.ttl_config or {}).get("omit_expired"):
+            picked = [row for row, s in enumerate(newest) if self._alive(s, now)]
         if op.filter:
-            candidates = [
-                s
-                for s in candidates
-                if all(_matches(s.value.get(k), v) for k, v in op.filter.items())
-            ]
+            # Fields asked for a plain value, from the listing's columns of them; the
+            # rest (operators, objects, lists) item by item, on the rows left.
+            plain = [(k, v) for k, v in op.filter.items() if type(v) in _PLAIN]
+            others = [(k, v) for k, v in op.filter.items() if type(v) not in _PLAIN]
+            if plain:
+                keep = np.ones(len(newest), dtype=bool) if picked is None else _rows_mask(
+                    picked, len(newest)
+                )
+                for k, v in plain:
+                    keep &= listing.equal_to(k, v)
+                picked = np.flatnonzero(keep).tolist()
+            if others or picked is None:
+                picked = [
+                    row
+                    for row in (range(len(newest)) if picked is None else picked)
+                    if all(_matches(newest[row].value.get(k), v) for k, v in others)
+                ]
+        if picked is not None and len(picked) == len(newest):
+            picked = None
+        candidates = newest if picked is None else [newest[row] for row in picked]
         # Newest first (the order without a query, and among equal scores), as the
         # listing is.
         wanted = op.offset + op.limit
         if not (op.query and op.query.strip()) or not candidates:
             return [(s, None) for s in candidates[op.offset : wanted]]
-        # Every item of the listing: its prepared columns serve as they are.
-        whole = listing if len(candidates) == len(listing.newest) else None
-        ranked = await self._rank(op.query, candidates, wanted, whole)
+        ranked = await self._rank(op.query, candidates, wanted, listing, picked)
         if len(ranked) >= wanted:
             return ranked[op.offset : wanted]
         chosen = {id(s) for s, _ in ranked}
@@ -1320,13 +1399,26 @@ class LaserStore(BaseStore):
         return [*ranked, *rest][op.offset : wanted]
 
     async def _rank(
-        self, query: str, candidates: list[_Stored], limit: int, whole: _Listing | None
+        self,
+        query: str,
+        candidates: list[_Stored],
+        limit: int,
+        listing: _Listing,
+        picked: list[int] | None,
     ) -> list[tuple[_Stored, float]]:
-        """``candidates`` ranked for ``query``; ``whole``: they are every item of that
-        listing, whose prepared columns are used instead of making them."""
+        """``candidates`` ranked for ``query``: the items of ``listing`` at rows
+        ``picked`` (None: all of them). All of them, or a share of them at least
+        1/`_SHARED_COLUMNS_FROM`, are ranked from the listing's prepared columns, cut to
+        the rows; fewer, from columns made of them alone. The same numbers either way:
+        a filter keeping half of 100k items took 25 times an unfiltered search, its
+        terms counted and its vectors stacked anew each time."""
         query_terms = terms(query)
+        whole = cut = None
+        if self._ranks_from_listing(listing, picked):
+            whole = listing
+            cut = None if picked is None else np.asarray(picked, dtype=np.int64)
         if whole is not None:
-            keyword = whole.bm25(query_terms)
+            keyword = whole.bm25(query_terms, cut)
         else:
             documents = [s.counts() for s in candidates]
             keyword = bm25(query_terms, documents, TermStatistics.of(documents, query_terms))
@@ -1337,8 +1429,10 @@ class LaserStore(BaseStore):
             has_vector = np.zeros(len(candidates), dtype=bool)
             if whole is not None:
                 semantic, has_vector = whole.vectors(self._label, self._dims).similar(
-                    q, len(candidates)
+                    q, len(whole.newest)
                 )
+                if cut is not None:
+                    semantic, has_vector = semantic[cut], has_vector[cut]
             else:
                 rows, stacked, norms, starts = _stacked(candidates, self._label, self._dims)
                 if rows:
@@ -1350,6 +1444,8 @@ class LaserStore(BaseStore):
         time, partition, offset = (
             whole.columns_of_times() if whole is not None else _times(candidates)
         )
+        if cut is not None:
+            time, partition, offset = time[cut], partition[cut], offset[cut]
         columns = Columns(
             keyword=keyword,
             semantic=semantic,
@@ -1367,6 +1463,12 @@ class LaserStore(BaseStore):
             columns, hybrid=semantic is not None, min_similarity=None, limit=limit
         )
         return [(candidates[r.row], r.score) for r in ranked]
+
+    @staticmethod
+    def _ranks_from_listing(listing: _Listing, picked: list[int] | None) -> bool:
+        """Whether a search of ``listing``'s items at rows ``picked`` ranks them from
+        the listing's columns (see `_rank`)."""
+        return picked is None or len(picked) * _SHARED_COLUMNS_FROM >= len(listing.newest)
 
     @staticmethod
     def _namespaces(op: ListNamespacesOp, listing: list[_Stored]) -> list[tuple[str, ...]]:
