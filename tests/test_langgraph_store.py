@@ -708,6 +708,16 @@ async def test_plain_value_filters_match_by_equality_on_a_kept_listing(memory):
         await store.adelete(("f",), key)
         del held[key]
         await check(f"after deleting {key}")
+    # A filter naming a new field each time leaves the listing a bounded number of
+    # columns (each is a number an item), and every answer right.
+    import laser_memory.integrations.langgraph as store_module
+
+    for n in range(3 * store_module._FIELDS_KEPT):
+        found = await store.asearch(("f",), filter={f"field-{n}": None}, limit=100)
+        assert len(found) == len(held)
+        listing = next(iter(store._listings.values()))
+        assert len(listing.fields) <= store_module._FIELDS_KEPT
+    await check("after many fields")
 
 
 def _matches_like_langgraph(value: object, wanted: object) -> bool:

@@ -267,6 +267,10 @@ class _Listing:
         a filter compared every item's value in Python, 70 ms at 100k items."""
         found = self.fields.get(field)
         if found is None:
+            if len(self.fields) >= _FIELDS_KEPT:
+                # A bound on what filters can make a listing keep (a caller naming a
+                # new field in each filter would otherwise grow it without end).
+                del self.fields[next(iter(self.fields))]
             codes: dict[Any, int] = {}
             column = np.fromiter(
                 (_code(codes, s.value.get(field)) for s in self.newest),
@@ -443,6 +447,8 @@ _SHARED_COLUMNS_FROM = 8
 #: ``==``, as a dict looks up its keys (so 1, 1.0 and True are one value, as they are
 #: equal).
 _PLAIN = frozenset({str, int, float, bool, type(None)})
+#: Field columns a listing keeps at most (`_Listing.equal_to`), the oldest dropped.
+_FIELDS_KEPT = 8
 
 
 def _rows_mask(rows: list[int], count: int) -> np.ndarray:
