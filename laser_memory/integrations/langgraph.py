@@ -465,12 +465,6 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 _FIELDS_KEPT = 8
 
 
-def _rows_mask(rows: list[int], count: int) -> np.ndarray:
-    mask = np.zeros(count, dtype=bool)
-    mask[rows] = True
-    return mask
-
-
 def _code(codes: dict[Any, int], value: Any) -> int:
     """``value``'s number among ``codes`` (numbered on first sight); -1 for a value
     that is not plain, which no plain value equals."""
@@ -1405,31 +1399,31 @@ class LaserStore(BaseStore):
         """``op`` over ``listing``, the items under its namespace (`_listed` of its
         `_prefix_key`), as they are at ``now``."""
         newest = listing.newest
-        # The rows of ``newest`` searched: None for all of them.
-        picked: list[int] | None = None
+        # The rows of ``newest`` searched, ascending: None for all of them.
+        keep = None
         if (self.ttl_config or {}).get("omit_expired"):
-            picked = [row for row, s in enumerate(newest) if self._alive(s, now)]
-        if op.filter:
-            # Fields asked for a plain value, from the listing's columns of them; the
-            # rest (operators, objects, lists) item by item, on the rows left.
-            plain = [(k, v) for k, v in op.filter.items() if type(v) in _PLAIN]
-            others = [(k, v) for k, v in op.filter.items() if type(v) not in _PLAIN]
-            if plain:
-                keep = np.ones(len(newest), dtype=bool) if picked is None else _rows_mask(
-                    picked, len(newest)
-                )
-                for k, v in plain:
-                    keep &= listing.equal_to(k, v)
-                picked = np.flatnonzero(keep).tolist()
-            if others or picked is None:
-                picked = [
+            keep = np.fromiter((self._alive(s, now) for s in newest), dtype=bool, count=len(newest))
+        others = []
+        for k, v in (op.filter or {}).items():
+            if type(v) in _PLAIN:
+                # From the listing's column of the field.
+                equal = listing.equal_to(k, v)
+                keep = equal if keep is None else keep & equal
+            else:
+                others.append((k, v))  # operators, objects, lists: item by item, below
+        picked = None if keep is None else np.flatnonzero(keep)
+        if others:
+            picked = np.array(
+                [
                     row
-                    for row in (range(len(newest)) if picked is None else picked)
+                    for row in (range(len(newest)) if picked is None else picked.tolist())
                     if all(_matches(newest[row].value.get(k), v) for k, v in others)
-                ]
+                ],
+                dtype=np.int64,
+            )
         if picked is not None and len(picked) == len(newest):
             picked = None
-        candidates = newest if picked is None else [newest[row] for row in picked]
+        candidates = newest if picked is None else [newest[row] for row in picked.tolist()]
         # Newest first (the order without a query, and among equal scores), as the
         # listing is.
         wanted = op.offset + op.limit
@@ -1451,7 +1445,7 @@ class LaserStore(BaseStore):
         candidates: list[_Stored],
         limit: int,
         listing: _Listing,
-        picked: list[int] | None,
+        picked: np.ndarray | None,
     ) -> list[tuple[_Stored, float]]:
         """``candidates`` ranked for ``query``: the items of ``listing`` at rows
         ``picked`` (None: all of them). All of them, or a share of them at least
@@ -1463,7 +1457,7 @@ class LaserStore(BaseStore):
         whole = cut = None
         if self._ranks_from_listing(listing, picked):
             whole = listing
-            cut = None if picked is None else np.asarray(picked, dtype=np.int64)
+            cut = picked
         if whole is not None:
             keyword = whole.bm25(query_terms, cut)
         else:
@@ -1485,7 +1479,7 @@ class LaserStore(BaseStore):
             ) is not None:
                 # The listing holds its items' vectors (and they no longer do).
                 semantic, has_vector = kept.similar_among(
-                    q, np.asarray(picked, dtype=np.int64), len(listing.newest)
+                    q, picked, len(listing.newest)
                 )
             else:
                 rows, stacked, norms, starts = _stacked(candidates, self._label, self._dims)
@@ -1519,7 +1513,7 @@ class LaserStore(BaseStore):
         return [(candidates[r.row], r.score) for r in ranked]
 
     @staticmethod
-    def _ranks_from_listing(listing: _Listing, picked: list[int] | None) -> bool:
+    def _ranks_from_listing(listing: _Listing, picked: np.ndarray | None) -> bool:
         """Whether a search of ``listing``'s items at rows ``picked`` ranks them from
         the listing's columns (see `_rank`)."""
         return picked is None or len(picked) * _SHARED_COLUMNS_FROM >= len(listing.newest)
