@@ -533,6 +533,20 @@ def _stacked(
     return rows, stacked, row_norms(stacked), starts
 
 
+def _nearest(
+    similar: np.ndarray, owner: np.ndarray, items: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``items`` items' similarity, that of its nearest row (``owner``: each
+    row's item; 0 for an item with none), and whether it has a row."""
+    best = np.full(items, -np.inf, dtype=similar.dtype)
+    np.maximum.at(best, owner, similar)
+    has_vector = np.zeros(items, dtype=bool)
+    has_vector[owner] = True
+    semantic = np.zeros(items, dtype=np.float64)
+    semantic[has_vector] = best[has_vector]
+    return semantic, has_vector
+
+
 class _Vectors:
     """A listing's vectors of one model, for every item that has any: rows in no
     order, each with its item's row in ``newest`` (``owner``; -1 once the item left),
@@ -559,17 +573,10 @@ class _Vectors:
         place[picked] = np.arange(len(picked))
         at = np.where(owner >= 0, place[np.maximum(owner, 0)], -1)
         chosen = np.flatnonzero(at >= 0)
-        semantic = np.zeros(len(picked), dtype=np.float64)
-        has_vector = np.zeros(len(picked), dtype=bool)
         if not len(chosen):
-            return semantic, has_vector
+            return np.zeros(len(picked), dtype=np.float64), np.zeros(len(picked), dtype=bool)
         similar = cosine_similarities(query, self.matrix[chosen], self.norms[chosen])
-        at = at[chosen]
-        best = np.full(len(picked), -np.inf, dtype=similar.dtype)
-        np.maximum.at(best, at, similar)
-        has_vector[at] = True
-        semantic[has_vector] = best[has_vector]
-        return semantic, has_vector
+        return _nearest(similar, at[chosen], len(picked))
 
     def similar(self, query: np.ndarray, items: int) -> tuple[np.ndarray, np.ndarray]:
         """Each item's similarity to ``query`` (that of its nearest text; 0 for an item
@@ -578,14 +585,7 @@ class _Vectors:
         similar = cosine_similarities(query, self.matrix[:count], self.norms[:count])
         owner = self.owner[:count]
         live = owner >= 0
-        owner, similar = owner[live], similar[live]
-        best = np.full(items, -np.inf, dtype=similar.dtype)
-        np.maximum.at(best, owner, similar)
-        has_vector = np.zeros(items, dtype=bool)
-        has_vector[owner] = True
-        semantic = np.zeros(items, dtype=np.float64)
-        semantic[has_vector] = best[has_vector]
-        return semantic, has_vector
+        return _nearest(similar[live], owner[live], items)
 
     def remove(self, row: int) -> None:
         owner = self.owner[: self.count]
