@@ -8,6 +8,8 @@ operations whatever order their rows are in. The rules are those of
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import numpy as np
 
@@ -55,6 +57,30 @@ class Ranked(msgspec.Struct, frozen=True):
     signals: tuple[Signal, ...]
 
 
+#: Rows from which `_kth_largest` looks at blocks' maxima first, and their size.
+_BLOCKS_FROM = 8192
+_BLOCK = 256
+
+
+def _kth_largest(values: np.ndarray, k: int) -> Any:
+    """The ``k``-th largest of ``values`` (1 <= k < len), as
+    ``np.partition(values, len - k)[len - k]`` gives it. Many values: only those at or
+    above the ``k``-th largest of their blocks' maxima are partitioned (at least ``k``
+    blocks hold a value that high, so every one of the ``k`` largest is among them): a
+    partition of 100k scores took 1.0 ms of a 10 ms search, the maxima 0.05."""
+    count = len(values)
+    if count >= _BLOCKS_FROM and k * _BLOCK * 4 <= count:
+        whole = count - count % _BLOCK
+        maxima = values[:whole].reshape(-1, _BLOCK).max(axis=1)
+        # A NaN (which a partition puts last, as if the largest) makes no cut: the long
+        # way. A block's maximum is NaN when the block holds one.
+        if not (np.isnan(maxima).any() or np.isnan(values[whole:]).any()):
+            floor = np.partition(maxima, len(maxima) - k)[len(maxima) - k]
+            near = values[values >= floor]
+            return np.partition(near, len(near) - k)[len(near) - k]
+    return np.partition(values, count - k)[count - k]
+
+
 def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.ndarray:
     """The kept rows, best first, equal scores newest first; at most ``limit``."""
     every = bool(keep.all())
@@ -70,7 +96,7 @@ def _order(final: np.ndarray, keep: np.ndarray, c: Columns, limit: int) -> np.nd
         # the best score alone fills the limit, it is the cut.
         top = values >= values.max()
         if np.count_nonzero(top) < limit:
-            top = values >= np.partition(values, count - limit)[count - limit]
+            top = values >= _kth_largest(values, limit)
         rows = np.flatnonzero(top) if every else rows[top]
         if len(rows) > 4 * limit + 64:
             # Many rows tie at the cut (a recency read: every score is 0): of the tied
@@ -101,7 +127,7 @@ def _newest(keep: np.ndarray, c: Columns, limit: int) -> np.ndarray:
         # slowest: when the newest millisecond alone fills the limit, it is the cut.
         top = times >= times.max()
         if np.count_nonzero(top) < limit:
-            top = times >= np.partition(times, len(rows) - limit)[len(rows) - limit]
+            top = times >= _kth_largest(times, limit)
         rows = rows[top]
     order = np.lexsort((-c.offset[rows], -c.partition[rows], -c.time[rows]))
     return rows[order][:limit]
@@ -192,7 +218,12 @@ def rank_by_text(
         if min_similarity is not None:
             keep &= (c.semantic >= min_similarity) | (c.keyword > 0)
     keep &= c.alive & c.allowed
-    final = spread + FEEDBACK_SHARE * np.tanh(c.weight)
+    # Only rows with feedback move (x + FEEDBACK_SHARE * tanh(0) is x): most have none,
+    # and a tanh of every row was 0.3 ms of a search at 100k.
+    final = spread + 0.0
+    moved = np.flatnonzero(c.weight)
+    if len(moved):
+        final[moved] = spread[moved] + FEEDBACK_SHARE * np.tanh(c.weight[moved])
     chosen = _order(final, keep, c, limit)
     label = "hybrid" if hybrid else "keyword"
     matched = c.alive & (c.keyword > 0)

@@ -220,3 +220,76 @@ def test_a_chosen_rows_rank_is_its_place_in_a_plain_sort(rows, data):
     chosen = data.draw(st.lists(st.sampled_from(masked), unique=True) if masked else st.just([]))
     plain = sorted(masked, key=lambda i: (-scores[i], -time[i], -partition[i], -i))
     assert _ranks_of(scores, mask, chosen, columns) == [plain.index(i) for i in chosen]
+
+
+def _many_values(seed: int, size: int, shape: str):
+    """``size`` scores shaped to trouble a cut made from blocks' maxima."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if shape == "few values":  # ties across and within blocks
+        return rng.choice([0.0, 0.25, 0.5, 1.0, 2.0], size=size, p=[0.6, 0.2, 0.1, 0.07, 0.03])
+    if shape == "ascending":  # the best all in the last blocks, or the unblocked tail
+        return np.sort(rng.random(size))
+    if shape == "one block":  # the best all in one block
+        values = rng.random(size) * 0.5
+        start = int(rng.integers(0, size - 300))
+        values[start : start + 300] += 1.0
+        return values
+    if shape == "nan":  # a NaN, which a partition puts last, as if the largest
+        values = rng.random(size)
+        values[rng.integers(0, size, int(rng.integers(1, 30)))] = np.nan
+        return values
+    if shape == "nan last":  # in the rows after the last whole block, mostly
+        values = rng.random(size)
+        values[-1] = np.nan
+        return values
+    if shape == "times":  # integer times, many in one millisecond
+        return rng.integers(0, 50, size=size).astype(np.int64) * 1000
+    return rng.standard_normal(size)
+
+
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(8192, 30_000),
+    st.sampled_from(["normal", "few values", "ascending", "one block", "nan", "nan last", "times"]),
+    st.sampled_from([1, 2, 10, 25, 100, 1000]),
+)
+def test_the_kth_largest_of_many_scores_is_the_partitions(seed, size, shape, k):
+    """A search's cut (`_kth_largest`, which partitions only the scores at or above the
+    blocks' k-th largest maximum when there are many) is the value a partition of every
+    score gives, whatever the scores: ties, the best in one block or the tail, NaN."""
+    import numpy as np
+
+    from laser_memory.text_ranking import _kth_largest
+
+    values = _many_values(seed, size, shape)
+    expected = np.partition(values, size - k)[size - k]
+    found = _kth_largest(values, k)
+    assert found == expected or (np.isnan(found) and np.isnan(expected))
+
+
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(8192, 20_000),
+    st.sampled_from(["normal", "few values", "ascending", "one block"]),
+    st.sampled_from([1, 10, 50]),
+)
+def test_many_rows_are_chosen_as_a_plain_sort_chooses(seed, size, shape, limit):
+    """Over many rows (where the cut comes from blocks' maxima) the best rows, ties newest
+    first, and the newest rows, are those of a plain sort."""
+    import numpy as np
+
+    from laser_memory.text_ranking import _newest, _order
+
+    rng = np.random.default_rng(seed)
+    scores = _many_values(seed, size, shape)
+    time = rng.integers(0, 40, size=size).astype(np.int64)
+    partition = rng.integers(0, 3, size=size).astype(np.int64)
+    keep = rng.random(size) < rng.choice([1.0, 0.9, 0.5])
+    columns = _plain_columns(time, partition, keep, keyword=scores)
+    kept = np.flatnonzero(keep).tolist()
+    best = sorted(kept, key=lambda i: (-scores[i], -time[i], -partition[i], -i))
+    assert _order(scores, keep, columns, limit).tolist() == best[:limit]
+    newest = sorted(kept, key=lambda i: (-time[i], -partition[i], -i))
+    assert _newest(keep, columns, limit).tolist() == newest[:limit]
