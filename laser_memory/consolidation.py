@@ -90,12 +90,16 @@ async def summarize(call: Callable[[list[bytes]], Any], bodies: Sequence[bytes])
             body = await body
     except Exception as exc:  # whatever the user's code raises, nothing is written
         raise SummarizeFailed(f"the summarizer raised {type(exc).__name__}: {exc}") from exc
+    returned = body
     if isinstance(body, str):
         # The text a str subclass holds: its own encode is the summarizer's code.
         body = str.encode(body, "utf-8", "surrogatepass")
-    if not isinstance(body, bytes | bytearray) or not body:
+    elif isinstance(body, bytes | bytearray):
+        body = bytes(body)
+    if not isinstance(body, bytes) or not body:
+        # Named as returned: an empty str is "str ''", not the bytes it encodes to.
         raise SummarizeFailed(
-            f"the summarizer returned {type(body).__name__} {body!r:.80}; it must return a "
-            "non-empty str or bytes"
+            f"the summarizer returned {type(returned).__name__} {shown(returned):.80}; it "
+            "must return a non-empty str or bytes"
         )
-    return bytes(body)
+    return body

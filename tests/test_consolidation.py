@@ -5,6 +5,7 @@ Over both logs."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -88,6 +89,19 @@ async def test_a_failing_summarizer_writes_nothing(laser: lm.Laser, summarizer, 
     with pytest.raises(error):
         await memory.consolidate(1, summarizer=summarizer)
     assert await laser.log.end_offsets(memory.topic) == ends
+
+
+@pytest.mark.parametrize(
+    "returned, named",
+    [("", "str ''"), (bytearray(), "bytearray bytearray(b'')"), (None, "NoneType None")],
+)
+async def test_a_summarizers_empty_body_is_named_as_it_returned_it(
+    laser: lm.Laser, returned, named
+):
+    memory = laser.memory("notes")
+    await _turns(memory, "c1", 3)
+    with pytest.raises(lm.SummarizeFailed, match=f"returned {re.escape(named)};"):
+        await memory.consolidate(1, summarizer=lambda bodies: returned)
 
 
 @pytest.mark.parametrize("max_items", [-1, 2.5, True, "10"])
