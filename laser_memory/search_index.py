@@ -1633,6 +1633,11 @@ class SearchIndex:
                 scores = self._scores_at_length(new, held, statistics, known, groups.lengths[group])
                 scores_out.append(scores)
                 found += len(new)
+                if len(top) >= wanted:
+                    # A score at or under the ``wanted``-th best cannot change it: only
+                    # the few above it are partitioned (partitioning every score of each
+                    # new group was a third of such a query at a million entries).
+                    scores = scores[scores > top.min()]
                 top = np.concatenate([top, scores])
                 if len(top) > wanted:
                     top = np.partition(top, len(top) - wanted)[len(top) - wanted :]
