@@ -605,6 +605,48 @@ async def test_a_kept_listing_searches_as_a_fresh_store_does(
     assert searched > 5
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("added_kept", [1024, 3])  # kept through every put, or made again
+async def test_posting_lists_made_at_once_follow_the_listings_writes(
+    memory, seed, added_kept, monkeypatch
+):
+    # Once a listing makes every term's posting list at once, it keeps them through its
+    # puts and deletes (where each old row went, and the items put since). Each search
+    # asks a word no search asked before, so each is found through those lists as they
+    # stand after the writes: it must rank as a store reading everything anew does.
+    import random
+
+    import laser_memory.integrations.langgraph as store_module
+
+    monkeypatch.setattr(store_module, "_SCANNED_TERMS", 0)
+    monkeypatch.setattr(store_module, "_ADDED_KEPT", added_kept)
+    rng = random.Random(seed)
+    words = [f"w{n}" for n in range(40)]
+    store = LaserStore(memory)
+    for key in range(12):
+        await store.aput(("docs",), str(key), {"text": " ".join(rng.choices(words, k=4))})
+    await store.asearch(("docs",), query="w0")  # the lists are made here
+    asked = {"w0"}
+    for step in range(30):
+        for _ in range(rng.randint(1, 3)):
+            key = str(rng.randrange(16))
+            if rng.random() < 0.3:
+                await store.adelete(("docs",), key)
+            else:
+                text = " ".join(rng.choices(words, k=rng.randint(1, 4)))
+                await store.aput(("docs",), key, {"text": text})
+        fresh = [w for w in words if w not in asked]
+        if not fresh:
+            break
+        word = rng.choice(fresh)
+        asked.add(word)
+        got = await store.asearch(("docs",), query=word, limit=20)
+        want = await _RankedTheLongWay(memory).asearch(("docs",), query=word, limit=20)
+        assert [(i.key, i.value, i.score) for i in got] == [
+            (i.key, i.value, i.score) for i in want
+        ], (step, word)
+
+
 async def test_a_kept_listing_holds_each_items_vectors_once(memory):
     # The listing stacks its items' vectors for the products, and the items then let go
     # of their records' bytes of them: held twice, they were 150 MB of a store of 100k

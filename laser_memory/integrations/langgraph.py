@@ -246,8 +246,8 @@ class _Listing:
     and preparing these again)."""
 
     __slots__ = (
-        "by_key", "fields", "inverted", "keyword", "lengths", "newest", "postings", "scanned",
-        "semantic", "times", "token",
+        "added", "added_rows", "by_key", "fields", "inverted", "inverted_rows", "keyword",
+        "lengths", "newest", "postings", "scanned", "semantic", "times", "token",
     )  # fmt: skip
 
     def __init__(self, token: tuple, newest: list[_Stored]) -> None:
@@ -261,9 +261,14 @@ class _Listing:
         self.lengths: np.ndarray | None = None
         self.postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         #: Every term's posting list at once (`_inverted`), once searches have asked
-        #: for more than `_SCANNED_TERMS` terms (``scanned``, since the listing was
-        #: made or last patched): until then each is found by a scan.
+        #: for more than `_SCANNED_TERMS` terms (``scanned``): until then each is found
+        #: by a scan. Kept through the listing's patches: ``inverted_rows`` is where each
+        #: row it was made of is now (-1: gone), ``added`` the items put since (at most
+        #: `_ADDED_KEPT`) and ``added_rows`` where they are.
         self.inverted: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.inverted_rows = _NO_ROWS
+        self.added: list[_Stored] = []
+        self.added_rows = _NO_ROWS
         self.scanned = 0
         #: The items' vectors, by (label, dimensions).
         self.semantic: dict[tuple, _Vectors] = {}
@@ -315,16 +320,11 @@ class _Listing:
         missing = set(query_terms) - self.postings.keys()
         if self.inverted is None and self.scanned + len(missing) > _SCANNED_TERMS:
             self.inverted = _inverted(documents)
+            self.inverted_rows = np.arange(len(documents), dtype=np.int64)
+            self.added, self.added_rows = [], _NO_ROWS
         for term in missing:
             if self.inverted is not None:
-                numbers, rows, counts, bounds = self.inverted
-                number = numbers.get(term)
-                self.postings[term] = (
-                    (_NO_ROWS, _NO_COUNTS)
-                    if number is None
-                    else (rows[bounds[number] : bounds[number + 1]],
-                          counts[bounds[number] : bounds[number + 1]])
-                )  # fmt: skip
+                self.postings[term] = self._inverted_posting(term)
                 continue
             self.scanned += 1
             found = [row for row, (counts, _) in enumerate(documents) if term in counts]
@@ -355,6 +355,32 @@ class _Listing:
             {term: len(rows) for term, (rows, _) in postings.items()},
         )
         return bm25_postings(query_terms, postings.__getitem__, lengths, stats)
+
+    def _inverted_posting(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """A term's rows and counts from the posting lists made at once, as they are
+        now: their rows where those items went (the gone left out), and the items put
+        since that hold the term, in row order."""
+        assert self.inverted is not None
+        numbers, rows, counts, bounds = self.inverted
+        number = numbers.get(term)
+        if number is None:
+            found, found_counts = _NO_ROWS, _NO_COUNTS
+        else:
+            # Rows keep their order through puts and deletes: still ascending.
+            now = self.inverted_rows[rows[bounds[number] : bounds[number + 1]]]
+            kept = now >= 0
+            found, found_counts = now[kept], counts[bounds[number] : bounds[number + 1]][kept]
+        holding = [
+            (int(row), float(stored.counts()[0][term]))
+            for stored, row in zip(self.added, self.added_rows, strict=True)
+            if term in stored.counts()[0]
+        ]
+        if not holding:
+            return found, found_counts
+        rows = np.concatenate((found, np.array([row for row, _ in holding], dtype=np.int64)))
+        counts = np.concatenate((found_counts, np.array([n for _, n in holding])))
+        order = np.argsort(rows, kind="stable")
+        return rows[order], counts[order]
 
     def vectors(self, label: str, dims: int) -> _Vectors:
         found = self.semantic.get((label, dims))
@@ -410,7 +436,17 @@ class _Listing:
             kept = rows != row
             rows, counts = rows[kept], counts[kept]
             self.postings[term] = (rows - (rows > row), counts)
-        self.inverted, self.scanned = None, 0
+        if self.inverted is not None:
+            moved = self.inverted_rows
+            moved[moved == row] = -1
+            moved[moved > row] -= 1
+            added = self.added_rows
+            if len(added):
+                gone = np.flatnonzero(added == row)
+                for at in gone.tolist()[::-1]:
+                    del self.added[at]
+                added = np.delete(added, gone)
+                self.added_rows = added - (added > row)
         for vectors in self.semantic.values():
             vectors.remove(row)
 
@@ -441,7 +477,17 @@ class _Listing:
                     rows = np.insert(rows, at, row)
                     counts = np.insert(counts, at, float(counts_of[term]))
                 self.postings[term] = (rows, counts)
-        self.inverted, self.scanned = None, 0
+        if self.inverted is not None:
+            if len(self.added) >= _ADDED_KEPT:
+                # Each put since is looked at for each new term: past a bound the lists
+                # are made again, on the next search that needs them.
+                self.inverted, self.added, self.added_rows = None, [], _NO_ROWS
+            else:
+                moved = self.inverted_rows
+                moved[moved >= row] += 1
+                added = self.added_rows
+                self.added_rows = np.append(added + (added >= row), row)
+                self.added.append(stored)
         for (label, dims), vectors in self.semantic.items():
             vectors.insert(row, stored.matrix(label, dims))
         if self.semantic:
@@ -450,9 +496,13 @@ class _Listing:
 
 #: Terms a kept listing finds by scanning its items, one scan a term, before it makes
 #: every term's posting list in one pass: a scan of 100k items took 12 ms, the pass
-#: (`_inverted`) about 16 times that, so a listing searched a few times (writes in
-#: between) scans and one searched often makes the lists.
+#: (`_inverted`) about 16 times that, so a listing searched a few times scans and one
+#: searched often makes the lists (and keeps them through its writes: dropped at each,
+#: a search after a write scanned again for each new term, 43 ms at 100k against 8).
 _SCANNED_TERMS = 10
+#: Items put into a listing since its posting lists were made at once that the lists
+#: are kept through (`_Listing._inverted_posting` looks at each for a new term).
+_ADDED_KEPT = 1024
 #: A search of at least this share of a listing's items (1/n of them: a filter's, or
 #: those not expired) ranks them from the listing's columns; of fewer, from their own.
 _SHARED_COLUMNS_FROM = 8
