@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 
 import Stemmer
 
@@ -51,19 +50,39 @@ def terms(text: str) -> list[str]:
                 stem = stems.get(token)
                 out.append(stem if stem is not None else _word(token))
             continue
-        parts = _PART.findall(token)
-        if len(parts) > 1:
-            out.append(token)
-            out.extend(_word(part) for part in parts if part not in STOP_WORDS)
-        elif token not in STOP_WORDS:
-            out.append(_word(token))
+        joined = _JOINED.get(token)
+        if joined is None:
+            joined = _joined(token)
+        out.extend(joined)
     return out
 
 
+def _joined(token: str) -> tuple[str, ...]:
+    """The terms of a token that is not one plain word (an identifier such as
+    ``node-7``: itself, then its parts), kept for the next time it is met: identifiers
+    repeat, and splitting and stemming one again was a fifth of splitting a text."""
+    parts = _PART.findall(token)
+    if len(parts) > 1:
+        joined = (token, *(_word(part) for part in parts if part not in STOP_WORDS))
+    elif token not in STOP_WORDS:
+        joined = (_word(token),)
+    else:
+        joined = ()
+    if len(_JOINED) >= _MAX_JOINED:
+        _JOINED.clear()
+    _JOINED[token] = joined
+    return joined
+
+
 #: Words already stemmed (a vocabulary is far smaller than the text it makes): stemming
-#: was most of the cost of splitting text into terms. Bounded by clearing.
+#: was most of the cost of splitting text into terms. Bounded by clearing. Every term
+#: comes from here or `_JOINED`, interned as it goes in: so a term held by a million
+#: items is one string, with no `sys.intern` for each of its occurrences.
 _STEMS: dict[str, str] = {}
 _MAX_STEMS = 1 << 18
+#: Tokens that are not one plain word, and their terms (`_joined`). Bounded by clearing.
+_JOINED: dict[str, tuple[str, ...]] = {}
+_MAX_JOINED = 1 << 16
 
 
 def forget_stems() -> None:
@@ -71,6 +90,7 @@ def forget_stems() -> None:
     it reads; a reader that saved the index and loads it back empties it, so the build's
     word strings (and the heap pages they hold) do not outlive the build."""
     _STEMS.clear()
+    _JOINED.clear()
 
 
 def _word(word: str) -> str:
@@ -89,9 +109,9 @@ def count_terms(body: bytes) -> tuple[dict[str, int], int]:
     and keeps what it needs of it)."""
     counts: dict[str, int] = {}
     found = terms(body.decode("utf-8", "replace"))
+    # The terms are interned already (`_STEMS`, `_JOINED`): a term held by a million
+    # items is one string, not a million.
     for term in found:
-        # Interned: a term held by a million items is one string, not a million.
-        term = sys.intern(term)
         counts[term] = counts.get(term, 0) + 1
     return counts, len(found)
 
