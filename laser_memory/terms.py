@@ -82,7 +82,7 @@ _STEMS: dict[str, str] = {}
 _MAX_STEMS = 1 << 18
 #: Tokens that are not one plain word, and their terms (`_joined`). Bounded by clearing.
 _JOINED: dict[str, tuple[str, ...]] = {}
-_MAX_JOINED = 1 << 16
+_MAX_JOINED = 1 << 14  # a few MB at most: the stems are most of what a text repeats
 
 
 def forget_stems() -> None:
