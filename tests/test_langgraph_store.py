@@ -702,7 +702,10 @@ async def test_a_searched_store_keeps_one_tracked_object_an_item(memory):
         assert len(await store.asearch(("docs",), query="note 7", limit=5)) == 5
         grown = _tracked_of_ours() - before
         if round_:  # the first search also makes what any search keeps once
-            assert {kind for kind, count in grown.items() if count >= 500} == {"Source"}, grown
+            # No type but `Source` grows by an object an item. How many Sources this
+            # search makes depends on whether the listing took the puts in before it
+            # (with a Kafka folder, as its transactions happen to fall): not asserted.
+            assert {kind for kind, count in grown.items() if count >= 500} <= {"Source"}, grown
 
 
 def _tracked_of_ours() -> Counter[str]:
