@@ -76,8 +76,8 @@ def _joined(token: str) -> tuple[str, ...]:
 
 #: Words already stemmed (a vocabulary is far smaller than the text it makes): stemming
 #: was most of the cost of splitting text into terms. Bounded by clearing. Every term
-#: comes from here or `_JOINED`, interned as it goes in: so a term held by a million
-#: items is one string, with no `sys.intern` for each of its occurrences.
+#: comes from here or `_JOINED`, so a term held by a million items is one string while
+#: it stays here (interning each occurrence cost a tenth of counting a body's terms).
 _STEMS: dict[str, str] = {}
 _MAX_STEMS = 1 << 18
 #: Tokens that are not one plain word, and their terms (`_joined`). Bounded by clearing.
@@ -109,7 +109,7 @@ def count_terms(body: bytes) -> tuple[dict[str, int], int]:
     and keeps what it needs of it)."""
     counts: dict[str, int] = {}
     found = terms(body.decode("utf-8", "replace"))
-    # The terms are interned already (`_STEMS`, `_JOINED`): a term held by a million
+    # The terms come from the caches (`_STEMS`, `_JOINED`): a term held by a million
     # items is one string, not a million.
     for term in found:
         counts[term] = counts.get(term, 0) + 1

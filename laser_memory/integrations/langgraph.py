@@ -371,9 +371,9 @@ class _Listing:
             kept = now >= 0
             found, found_counts = now[kept], counts[bounds[number] : bounds[number + 1]][kept]
         holding = [
-            (int(row), float(stored.counts()[0][term]))
+            (int(row), float(counts_of[term]))
             for stored, row in zip(self.added, self.added_rows, strict=True)
-            if term in stored.counts()[0]
+            if term in (counts_of := stored.counts()[0])
         ]
         if not holding:
             return found, found_counts
