@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
+import string
 
 import Stemmer
 
@@ -24,6 +25,9 @@ __all__ = ["STOP_WORDS", "count_terms", "forget_stems", "term_counts", "terms"]
 
 _TOKEN = re.compile(r"[^\W_]+(?:[-_.:/@][^\W_]+)*")
 _PART = re.compile(r"[^\W_]+")
+# ASCII punctuation: no token starts or ends with any of it (``_`` is a word character,
+# but the pattern takes it only as a joiner, as it takes ``-``).
+_PUNCTUATION = string.punctuation
 _stemmer = Stemmer.Stemmer("english")
 
 #: Words that are never terms: pronouns, articles, auxiliaries, prepositions.
@@ -42,18 +46,32 @@ STOP_WORDS = frozenset(
 def terms(text: str) -> list[str]:
     """The terms of a text, in order, repeats kept."""
     out: list[str] = []
-    stems = _STEMS
-    for token in _TOKEN.findall(text.casefold()):
-        # Most tokens are one plain word: letters and digits only, no joiner to split at.
-        if token.isalnum():
-            if token not in STOP_WORDS:
-                stem = stems.get(token)
-                out.append(stem if stem is not None else _word(token))
-            continue
-        joined = _JOINED.get(token)
-        if joined is None:
-            joined = _joined(token)
-        out.extend(joined)
+    stems, stop_words = _STEMS, STOP_WORDS
+    # Split at whitespace first (no term holds any) and run the token pattern only over
+    # the pieces that are not one plain word: most pieces are a word, or a word with
+    # ASCII punctuation around it, and splitting so took about two thirds of the time
+    # of running the pattern over the whole text.
+    for piece in text.casefold().split():
+        if not piece.isalnum():
+            # Stripped of the punctuation at its ends, a piece that is letters and
+            # digits is exactly the one token the pattern would find in it.
+            bare = piece.strip(_PUNCTUATION)
+            if not bare.isalnum():
+                for token in _TOKEN.findall(piece):
+                    if token.isalnum():
+                        if token not in stop_words:
+                            stem = stems.get(token)
+                            out.append(stem if stem is not None else _word(token))
+                        continue
+                    joined = _JOINED.get(token)
+                    if joined is None:
+                        joined = _joined(token)
+                    out.extend(joined)
+                continue
+            piece = bare
+        if piece not in stop_words:
+            stem = stems.get(piece)
+            out.append(stem if stem is not None else _word(piece))
     return out
 
 

@@ -37,7 +37,8 @@ def _plain_terms(text: str) -> list[str]:
 _PIECES = st.sampled_from(
     ["node", "7", "ERR", "4021", "the", "did", "painting", "Painted", "eu", "west", "db",
      "a", "s", "Ünïcode", "ǅemal", "x\u0301", "٣", "_", "__", "-", ".", ":", "/", "@", " ",
-     "\n", "-the-", "adopted", "what"]
+     "\n", "-the-", "adopted", "what", "!", ",", "'", "(", ")", "?", "#", '"', "\t",
+     "\u00a0", "\u2003", "\x1c", "\u2028", "…", "«"]
 )  # fmt: skip
 
 
