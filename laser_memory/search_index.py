@@ -831,6 +831,17 @@ class SearchIndex:
         self._ids.bind(raw_id, slot)
         return slot
 
+    def reserve(self, count: int) -> None:
+        """Make room for ``count`` entries in all, and an eighth more. A build that
+        knows how many entries it will put grows its columns once instead of doubling
+        them as it goes (each doubling copied every column, the vectors too); the eighth
+        is room for the entries put after it, which a snapshot keeps (a reader that
+        loads one puts new entries there, in its mapped arrays, rather than copying
+        them all). Never shrinks."""
+        wanted = count + count // 8
+        if wanted > len(self._time):
+            self._grow(wanted)
+
     def _grow(self, capacity: int) -> None:
         for name in (
             "_time", "_partition", "_offset", "_weight", "_length", "_alive",

@@ -466,3 +466,46 @@ async def test_a_cancelled_recall_stops_the_child_building_its_index(tmp_path: P
                 await recall
             assert children[0].returncode is not None  # killed and reaped
             reader.managed_view().close()
+
+
+async def test_a_built_index_has_room_for_an_eighth_more_than_its_reads_items(tmp_path: Path):
+    # A build makes room for its read's items at once (it used to double its columns
+    # as it went, copying them, vectors too, and a snapshot kept between none and all
+    # of them again as spare rows): an eighth more, for the puts after it, whatever
+    # other tenants hold. A reader that loads the snapshot and then takes in more new
+    # items than that room answers as a full build does.
+    view = tmp_path / "view"
+    always = lm.MemoryConfig(index_snapshots_from=1)
+    never = lm.MemoryConfig(index_snapshots_from=None)
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        folder = ViewFolder(laser.log, memory.topic, view)
+        await memory.remember_many(
+            [{"body": f"rotate signing keys on node-{i}", "conversation": "c1"} for i in range(200)]
+            + [{"body": f"other tenant's keys {i}", "tenant": "b"} for i in range(500)]
+        )
+        await folder.run(until_caught_up=True)
+        first = await answers(laser.log.url, view, always)
+        opened = view_module.MemoryView.open(view)
+        try:
+            # The read of the queries over every conversation of tenant "".
+            read = ("", memory.namespace, None, lm.WordHashEmbedder().label, False)
+            with opened._read() as txn:
+                saved = opened.snapshots.load(read, opened._changes(txn)[1])
+        finally:
+            opened.close()
+        assert saved is not None
+        index: SearchIndex = saved[0]
+        assert len(index) == 200
+        assert index.snapshot()[1]["_time"].shape[0] == 200 + 200 // 8  # doubling: 256
+        assert first == await answers(laser.log.url, view, never)
+
+        await memory.remember_many(
+            [{"body": f"keys rotate weekly on node-{i}", "conversation": "c2"} for i in range(30)]
+        )
+        await folder.run(until_caught_up=True)
+        assert await answers(laser.log.url, view, always) == await answers(
+            laser.log.url, view, never
+        )

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
+import laser_memory.search_index as search_index_module
 from folders.service import ViewFolder
 from laser_memory.embedding import row_norms
 from laser_memory.ids import MemoryId
@@ -1320,15 +1321,44 @@ def _answers_or_error(index: SearchIndex, now_ms: int) -> list | str:
 
 def _compare_put_many(first, then, query_between, now_ms) -> None:
     one, many = SearchIndex(LABEL, common_from=2), SearchIndex(LABEL, common_from=2)
+    # A build that reserves room for its first entries (as a view's build does) grows
+    # once, not by doubling: the same index but for its spare rows.
+    reserved = SearchIndex(LABEL, common_from=2)
+    reserved.reserve(len(first) * 40)
+    capacity = len(first) * 40 + len(first) * 40 // 8
     for ops, start in ((first, 0), (then, 1_000)):
         entries = _entries(ops, iter(range(start, start + 1_000)))
         for raw_id, item, irregular in entries:
             one.put(raw_id, item, irregular=irregular)
         many.put_many(entries)
+        reserved.put_many(entries)
         if query_between:
             assert _answers_or_error(many, now_ms) == _answers_or_error(one, now_ms)
+            assert _answers_or_error(reserved, now_ms) == _answers_or_error(one, now_ms)
     assert _answers_or_error(many, now_ms) == _answers_or_error(one, now_ms)
     assert _snapshot_of(many) == _snapshot_of(one)
+    assert _answers_or_error(reserved, now_ms) == _answers_or_error(one, now_ms)
+    assert _used_snapshot_of(reserved) == _used_snapshot_of(one)
+    assert reserved.snapshot()[1]["_time"].shape[0] >= capacity
+
+
+def _used_snapshot_of(index: SearchIndex) -> tuple:
+    """`_snapshot_of` without the spare rows past the slots in use, which must hold
+    each column's empty value; and the snapshot's data without its capacity."""
+    data, arrays = index.snapshot()
+    fields = msgspec.msgpack.decode(data)
+    size, capacity = fields[12], fields[3]
+    assert size <= capacity
+    used = {}
+    for name, a in arrays.items():
+        if name in search_index_module._COLUMNS or name == "vectors":  # a row a slot
+            spare = a[size:]
+            empty = -1 if name in ("_before", "_after") else 0
+            assert (spare == empty).all(), name
+            a = a[:size]
+        used[name] = (a.dtype.str, a.shape, a.tobytes())
+    del fields[3]
+    return fields, used
 
 
 def _group_entries(large: bool):
