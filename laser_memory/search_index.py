@@ -150,6 +150,12 @@ _COLUMNS = {
 }  # fmt: skip
 
 
+def _room_for(count: int) -> int:
+    """Slots for ``count`` entries and a quarter more: what a build or a clustering
+    leaves for the entries put after it (at least the 64 a new index starts with)."""
+    return max(64, count + count // 4)
+
+
 class SnapshotError(ValueError):
     """Bytes that are no snapshot of this format: the caller builds the index anew."""
 
@@ -832,13 +838,13 @@ class SearchIndex:
         return slot
 
     def reserve(self, count: int) -> None:
-        """Make room for ``count`` entries in all, and an eighth more. A build that
-        knows how many entries it will put grows its columns once instead of doubling
-        them as it goes (each doubling copied every column, the vectors too); the eighth
-        is room for the entries put after it, which a snapshot keeps (a reader that
-        loads one puts new entries there, in its mapped arrays, rather than copying
-        them all). Never shrinks."""
-        wanted = count + count // 8
+        """Make room for ``count`` entries in all, and a quarter more, as clustering
+        leaves (`_room_for`). A build that knows how many entries it will put grows its
+        columns once instead of doubling them as it goes; the quarter is room for the
+        entries put after it, which a snapshot keeps (a reader that loads one puts new
+        entries there, in its mapped arrays, rather than copying them all), where
+        doubling left anywhere from none to as many again. Never shrinks."""
+        wanted = _room_for(count)
         if wanted > len(self._time):
             self._grow(wanted)
 
@@ -1867,7 +1873,7 @@ class SearchIndex:
             posting.generations = array(GENERATION, bytes(4 * len(slots)))
         self._arrays.clear()
         self._dense.clear()
-        capacity = max(64, count + count // 4)
+        capacity = _room_for(count)
         for name in (
             "_time", "_partition", "_offset", "_weight", "_length", "_alive",
             "_has_vector", "_other_vector", "_norms", "_run_start", "_run_end", *_OWNER_COLUMNS,

@@ -246,7 +246,7 @@ async def test_keyword_and_hybrid_recalls_of_a_handle_share_one_search_index(tmp
         f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
     ) as laser:
         memory = laser.memory("notes")
-        await memory.remember_many([f"rotate the keys of node-{i}" for i in range(30)])
+        await memory.remember_many([f"rotate the keys of node-{i}" for i in range(80)])
         await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
     query = {"text": "keys node-7", "limit": 5}
     async with lm.connect(
@@ -468,12 +468,12 @@ async def test_a_cancelled_recall_stops_the_child_building_its_index(tmp_path: P
             reader.managed_view().close()
 
 
-async def test_a_built_index_has_room_for_an_eighth_more_than_its_reads_items(tmp_path: Path):
+async def test_a_built_index_has_room_for_a_quarter_more_than_its_reads_items(tmp_path: Path):
     # A build makes room for its read's items at once (it used to double its columns
-    # as it went, copying them, vectors too, and a snapshot kept between none and all
-    # of them again as spare rows): an eighth more, for the puts after it, whatever
-    # other tenants hold. A reader that loads the snapshot and then takes in more new
-    # items than that room answers as a full build does.
+    # as it went, and a snapshot kept anywhere from none to as many again as spare
+    # rows): a quarter more, for the puts after it, whatever other tenants hold. A
+    # reader that loads the snapshot and then takes in more new items than that room
+    # answers as a full build does.
     view = tmp_path / "view"
     always = lm.MemoryConfig(index_snapshots_from=1)
     never = lm.MemoryConfig(index_snapshots_from=None)
@@ -483,7 +483,7 @@ async def test_a_built_index_has_room_for_an_eighth_more_than_its_reads_items(tm
         memory = laser.memory("notes")
         folder = ViewFolder(laser.log, memory.topic, view)
         await memory.remember_many(
-            [{"body": f"rotate signing keys on node-{i}", "conversation": "c1"} for i in range(200)]
+            [{"body": f"rotate signing keys on node-{i}", "conversation": "c1"} for i in range(300)]
             + [{"body": f"other tenant's keys {i}", "tenant": "b"} for i in range(500)]
         )
         await folder.run(until_caught_up=True)
@@ -498,12 +498,12 @@ async def test_a_built_index_has_room_for_an_eighth_more_than_its_reads_items(tm
             opened.close()
         assert saved is not None
         index: SearchIndex = saved[0]
-        assert len(index) == 200
-        assert index.snapshot()[1]["_time"].shape[0] == 200 + 200 // 8  # doubling: 256
+        assert len(index) == 300
+        assert index.snapshot()[1]["_time"].shape[0] == 300 + 300 // 4  # doubling: 512
         assert first == await answers(laser.log.url, view, never)
 
         await memory.remember_many(
-            [{"body": f"keys rotate weekly on node-{i}", "conversation": "c2"} for i in range(30)]
+            [{"body": f"keys rotate weekly on node-{i}", "conversation": "c2"} for i in range(80)]
         )
         await folder.run(until_caught_up=True)
         assert await answers(laser.log.url, view, always) == await answers(
