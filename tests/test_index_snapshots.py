@@ -74,15 +74,26 @@ async def folded(tmp_path: Path, entries: list[dict]) -> AsyncIterator[tuple]:
         yield laser, memory
 
 
-async def test_a_new_reader_starts_from_the_snapshot_and_catches_up(tmp_path: Path, built):
-    view = tmp_path / "view"
-    always = lm.MemoryConfig(index_snapshots_from=1)
-    never = lm.MemoryConfig(index_snapshots_from=None)
+#: Readers that save a snapshot of every index they build, and readers that never do.
+ALWAYS = lm.MemoryConfig(index_snapshots_from=1)
+NEVER = lm.MemoryConfig(index_snapshots_from=None)
+
+
+@contextlib.asynccontextmanager
+async def writing(tmp_path: Path) -> AsyncIterator[tuple]:
+    """A connection to a new log at ``tmp_path/log``, a handle on namespace notes, and a
+    folder of its topic into the view at ``tmp_path/view``: (laser, memory, folder)."""
     async with lm.connect(
         f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
     ) as laser:
         memory = laser.memory("notes")
-        folder = ViewFolder(laser.log, memory.topic, view)
+        yield laser, memory, ViewFolder(laser.log, memory.topic, tmp_path / "view")
+
+
+async def test_a_new_reader_starts_from_the_snapshot_and_catches_up(tmp_path: Path, built):
+    view = tmp_path / "view"
+    always, never = ALWAYS, NEVER
+    async with writing(tmp_path) as (laser, memory, folder):
         items = await memory.remember_many(
             [
                 {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
@@ -475,13 +486,8 @@ async def test_a_built_index_has_room_for_a_quarter_more_than_its_reads_items(tm
     # reader that loads the snapshot and then takes in more new items than that room
     # answers as a full build does.
     view = tmp_path / "view"
-    always = lm.MemoryConfig(index_snapshots_from=1)
-    never = lm.MemoryConfig(index_snapshots_from=None)
-    async with lm.connect(
-        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
-    ) as laser:
-        memory = laser.memory("notes")
-        folder = ViewFolder(laser.log, memory.topic, view)
+    always, never = ALWAYS, NEVER
+    async with writing(tmp_path) as (laser, memory, folder):
         await memory.remember_many(
             [{"body": f"rotate signing keys on node-{i}", "conversation": "c1"} for i in range(300)]
             + [{"body": f"other tenant's keys {i}", "tenant": "b"} for i in range(500)]
