@@ -1234,7 +1234,10 @@ class MemoryView:
     def _built(self, txn, embedder: str | None, scope: bytes, base: ItemFilter) -> SearchIndex:
         """A read's search index built from every item of the view in ``scope``."""
         index = SearchIndex(embedder)
-        index.reserve(_count_prefixed(txn.cursor(db=self._dbs["items"]), scope))
+        if base.conversation is None:
+            # Room for every item of the scope at once. Not for a conversation's read,
+            # which takes only its own few of them (and a snapshot keeps the room).
+            index.reserve(_count_prefixed(txn.cursor(db=self._dbs["items"]), scope))
         index.put_many(
             self._entry(txn, raw, key[len(scope) :], base)
             for key, raw in _prefixed(txn.cursor(db=self._dbs["items"]), scope)

@@ -490,22 +490,29 @@ async def test_a_built_index_has_room_for_a_quarter_more_than_its_reads_items(tm
     async with writing(tmp_path) as (laser, memory, folder):
         await memory.remember_many(
             [{"body": f"rotate signing keys on node-{i}", "conversation": "c1"} for i in range(300)]
-            + [{"body": f"other tenant's keys {i}", "tenant": "b"} for i in range(500)]
+            + [{"body": f"keys of c2, {i}", "conversation": "c2"} for i in range(200)]
+            + [{"body": f"other tenant's keys {i}", "tenant": "b"} for i in range(700)]
         )
         await folder.run(until_caught_up=True)
         first = await answers(laser.log.url, view, always)
         opened = view_module.MemoryView.open(view)
         try:
-            # The read of the queries over every conversation of tenant "".
-            read = ("", memory.namespace, None, lm.WordHashEmbedder().label, False)
             with opened._read() as txn:
-                saved = opened.snapshots.load(read, opened._changes(txn)[1])
+                epoch = opened._changes(txn)[1]
+            # The reads of the queries: every conversation of tenant "", and c1's.
+            label = lm.WordHashEmbedder().label
+            [everything, c1] = [
+                opened.snapshots.load(("", memory.namespace, conversation, label, False), epoch)
+                for conversation in (None, "c1")
+            ]
         finally:
             opened.close()
-        assert saved is not None
-        index: SearchIndex = saved[0]
-        assert len(index) == 300
-        assert index.snapshot()[1]["_time"].shape[0] == 300 + 300 // 4  # doubling: 512
+        assert everything is not None and c1 is not None
+        assert len(everything[0]) == 500
+        assert everything[0].snapshot()[1]["_time"].shape[0] == 500 + 500 // 4  # doubling: 512
+        # c1's read goes through the namespace's 500 items for its 300: no room for all.
+        assert len(c1[0]) == 300
+        assert c1[0].snapshot()[1]["_time"].shape[0] < 2 * 300
         assert first == await answers(laser.log.url, view, never)
 
         await memory.remember_many(
