@@ -382,18 +382,6 @@ def _keys_at_least(cursor: lmdb.Cursor, prefix: bytes, count: int) -> bool:
     return False
 
 
-def _count_prefixed(cursor: lmdb.Cursor, prefix: bytes) -> int:
-    """How many keys start with ``prefix`` (keys only: no value is read)."""
-    if not cursor.set_range(prefix):
-        return 0
-    count = 0
-    for key in cursor.iternext(keys=True, values=False):
-        if not key.startswith(prefix):
-            break
-        count += 1
-    return count
-
-
 def _prefixed_from(cursor: lmdb.Cursor, start: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Every entry from ``start`` on."""
     if not cursor.set_range(start):
@@ -1234,10 +1222,6 @@ class MemoryView:
     def _built(self, txn, embedder: str | None, scope: bytes, base: ItemFilter) -> SearchIndex:
         """A read's search index built from every item of the view in ``scope``."""
         index = SearchIndex(embedder)
-        if base.conversation is None:
-            # Room for every item of the scope at once. Not for a conversation's read,
-            # which takes only its own few of them (and a snapshot keeps the room).
-            index.reserve(_count_prefixed(txn.cursor(db=self._dbs["items"]), scope))
         index.put_many(
             self._entry(txn, raw, key[len(scope) :], base)
             for key, raw in _prefixed(txn.cursor(db=self._dbs["items"]), scope)

@@ -151,8 +151,9 @@ _COLUMNS = {
 
 
 def _room_for(count: int) -> int:
-    """Slots for ``count`` entries and a quarter more: what a build or a clustering
-    leaves for the entries put after it (at least the 64 a new index starts with)."""
+    """Slots for ``count`` entries and a quarter more: what a clustering leaves, and a
+    snapshot keeps at most, for the entries put after it (at least the 64 a new index
+    starts with)."""
     return max(64, count + count // 4)
 
 
@@ -345,7 +346,12 @@ class SearchIndex:
         empty = Posting()
         postings = [self._postings.get(t, empty) for t in table]
         entries = [p.entries() for p in postings]
-        size, capacity = len(self._ids), len(self._time)
+        # The rows past ``size`` are spare: a snapshot keeps at most a quarter more than
+        # the slots in use (room for a reader's later puts), where an index grown by
+        # doubling may hold as many again (170 MB of zeroed vectors at 150k items of
+        # 384 dimensions, on disk and mapped).
+        size = len(self._ids)
+        capacity = min(len(self._time), _room_for(size))
         ids = self._ids.arrays()
         starts, ends = self._run_start[:size], self._run_end[:size]
         lengths = ends - starts
@@ -355,14 +361,14 @@ class SearchIndex:
         at = np.repeat(starts - packed[:size], lengths) + np.arange(int(lengths.sum()))
         packed_ends = packed.copy()
         packed_ends[:size] += lengths
-        arrays = {name: getattr(self, name) for name in _COLUMNS}
+        arrays = {name: getattr(self, name)[:capacity] for name in _COLUMNS}
         arrays["_run_start"], arrays["_run_end"] = packed, packed_ends
         arrays["slot_terms"] = self._slot_terms.gather(at)
         for field, (name, dtype) in enumerate(POSTING_ARRAYS.items()):
             parts = [e[field] for e in entries]
             arrays[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
         if self._vectors is not None:
-            arrays["vectors"] = self._vectors
+            arrays["vectors"] = self._vectors[:capacity]
         arrays.update(ids)
         group_names = list(self._groups)
         group_number = {g: i for i, g in enumerate(group_names)}
@@ -836,17 +842,6 @@ class SearchIndex:
                 self._grow(2 * len(self._time))
         self._ids.bind(raw_id, slot)
         return slot
-
-    def reserve(self, count: int) -> None:
-        """Make room for ``count`` entries in all, and a quarter more, as clustering
-        leaves (`_room_for`). A build that knows how many entries it will put grows its
-        columns once instead of doubling them as it goes; the quarter is room for the
-        entries put after it, which a snapshot keeps (a reader that loads one puts new
-        entries there, in its mapped arrays, rather than copying them all), where
-        doubling left anywhere from none to as many again. Never shrinks."""
-        wanted = _room_for(count)
-        if wanted > len(self._time):
-            self._grow(wanted)
 
     def _grow(self, capacity: int) -> None:
         for name in (

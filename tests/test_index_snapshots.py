@@ -479,12 +479,11 @@ async def test_a_cancelled_recall_stops_the_child_building_its_index(tmp_path: P
             reader.managed_view().close()
 
 
-async def test_a_built_index_has_room_for_a_quarter_more_than_its_reads_items(tmp_path: Path):
-    # A build makes room for its read's items at once (it used to double its columns
-    # as it went, and a snapshot kept anywhere from none to as many again as spare
-    # rows): a quarter more, for the puts after it, whatever other tenants hold. A
-    # reader that loads the snapshot and then takes in more new items than that room
-    # answers as a full build does.
+async def test_a_snapshot_has_room_for_at_most_a_quarter_more_than_its_items(tmp_path: Path):
+    # An index grows by doubling, so it may hold as many spare rows as items; its
+    # snapshot keeps at most a quarter more (room for a reader's later puts), whatever
+    # other tenants hold. A reader that loads it and then takes in more new items than
+    # that room answers as a full build does.
     view = tmp_path / "view"
     always, never = ALWAYS, NEVER
     async with writing(tmp_path) as (laser, memory, folder):
@@ -509,10 +508,9 @@ async def test_a_built_index_has_room_for_a_quarter_more_than_its_reads_items(tm
             opened.close()
         assert everything is not None and c1 is not None
         assert len(everything[0]) == 500
-        assert everything[0].snapshot()[1]["_time"].shape[0] == 500 + 500 // 4  # doubling: 512
-        # c1's read goes through the namespace's 500 items for its 300: no room for all.
+        assert everything[0].snapshot()[1]["_time"].shape[0] <= 500 + 500 // 4
         assert len(c1[0]) == 300
-        assert c1[0].snapshot()[1]["_time"].shape[0] < 2 * 300
+        assert c1[0].snapshot()[1]["_time"].shape[0] == 300 + 300 // 4  # built: 512
         assert first == await answers(laser.log.url, view, never)
 
         await memory.remember_many(
