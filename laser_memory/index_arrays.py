@@ -37,6 +37,7 @@ __all__ = [
     "TermGroups",
     "TermRuns",
     "generations_of",
+    "joined_postings",
 ]
 
 # A posting entry is 12 bytes: int32 slot, uint32 count, uint32 generation (a slot's
@@ -57,6 +58,35 @@ def generations_of(generation: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """The current generation of ``slots`` (the index keeps them as uint32 too, so
     this is a plain gather)."""
     return generation[slots]
+
+
+def joined_postings(
+    postings: Sequence[Posting],
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """Every posting's entries (slots, counts, generations), posting after posting, as
+    `Posting.entries` gives each, and where each posting's entries end. Copied into
+    one buffer a field, not made into three arrays a posting and then joined: a
+    snapshot of an index of 10,000 items (as many terms) spent most of its time so."""
+    slots, counts, generations = array(SLOT), array(COUNT), array(GENERATION)
+    ends = array("q")
+    for posting in postings:
+        if posting.base is not None:
+            (base_slots, base_counts, base_generations), start, end = posting.base
+            slots.frombytes(base_slots[start:end].view(np.uint8))
+            counts.frombytes(base_counts[start:end].view(np.uint8))
+            generations.frombytes(base_generations[start:end].view(np.uint8))
+        slots.extend(posting.slots)
+        counts.extend(posting.counts)
+        generations.extend(posting.generations)
+        ends.append(len(slots))
+    return (
+        (
+            np.frombuffer(slots, dtype=SLOT_DTYPE),
+            np.frombuffer(counts, dtype=COUNT_DTYPE),
+            np.frombuffer(generations, dtype=GENERATION_DTYPE),
+        ),
+        np.frombuffer(ends, dtype=np.int64),
+    )
 
 
 class Posting:

@@ -53,6 +53,7 @@ from .index_arrays import (
     TermGroups,
     TermRuns,
     generations_of,
+    joined_postings,
 )
 from .items import MemoryItem
 from .recall import dimensions_mismatch
@@ -345,7 +346,7 @@ class SearchIndex:
         table = self._term_table
         empty = Posting()
         postings = [self._postings.get(t, empty) for t in table]
-        entries = [p.entries() for p in postings]
+        joined, posting_ends = joined_postings(postings)
         # The rows past ``size`` are spare: a snapshot keeps at most a quarter more than
         # the slots in use (room for a reader's later puts), where an index grown by
         # doubling may hold as many again (170 MB of zeroed vectors at 150k items of
@@ -364,9 +365,7 @@ class SearchIndex:
         arrays = {name: getattr(self, name)[:capacity] for name in _COLUMNS}
         arrays["_run_start"], arrays["_run_end"] = packed, packed_ends
         arrays["slot_terms"] = self._slot_terms.gather(at)
-        for field, (name, dtype) in enumerate(POSTING_ARRAYS.items()):
-            parts = [e[field] for e in entries]
-            arrays[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        arrays.update(zip(POSTING_ARRAYS, joined, strict=True))
         if self._vectors is not None:
             arrays["vectors"] = self._vectors[:capacity]
         arrays.update(ids)
@@ -393,7 +392,7 @@ class SearchIndex:
             size=size,
             free=list(self._free),
             terms=list(table),
-            posting_ends=np.cumsum([len(e[0]) for e in entries], dtype=np.int64).tobytes(),
+            posting_ends=posting_ends.tobytes(),
             posting_live=_ints([p.live for p in postings]),
             posting_max_count=_ints([p.max_count for p in postings]),
             posting_min_length=_ints([p.min_length for p in postings]),

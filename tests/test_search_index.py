@@ -1222,7 +1222,9 @@ def test_an_index_from_its_snapshot_answers_as_the_index_does(
     before, after, common_from, cluster, now_ms
 ):
     """A reader that starts from a snapshot must rank exactly as the index it was taken
-    from, then and after the same later changes."""
+    from, then and after the same later changes; and so must the next reader, starting
+    from the snapshot that reader saves (its posting lists the restored ones and the
+    entries added since)."""
     index = SearchIndex(LABEL, common_from=common_from)
     offsets = iter(range(10_000))
     _apply(index, before, offsets)
@@ -1236,6 +1238,9 @@ def test_an_index_from_its_snapshot_answers_as_the_index_does(
     later = iter(range(20_000, 30_000))
     _apply(restored, after, later)
     assert _answers(restored, now_ms + 5) == _answers(index, now_ms + 5)
+    data, arrays = restored.snapshot()
+    again = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
+    assert _answers(again, now_ms + 5) == _answers(index, now_ms + 5)
 
 
 def test_bytes_that_are_no_snapshot_are_refused():
