@@ -522,14 +522,9 @@ class SearchIndex:
             if live[i] == 0:  # a term no entry holds any more: no posting list
                 start = end
                 continue
-            posting = Posting()
-            posting.base = (posting_arrays, start, end)
-            posting.live, posting.max_count, posting.min_length = (
-                live[i],
-                max_count[i],
-                min_length[i],
+            index._postings[term] = Posting.restored(
+                (posting_arrays, start, end), live[i], max_count[i], min_length[i]
             )
-            index._postings[term] = posting
             start = end
         group_of = np.frombuffer(snap.group_of, dtype=np.int32).tolist()
         if len(group_of) != size:
@@ -760,9 +755,11 @@ class SearchIndex:
             if posting is None:
                 posting = postings[term] = Posting()
             first, last = bounds[i], bounds[i + 1]
-            posting.slots.frombytes(entry_slots[first:last].tobytes())
-            posting.counts.frombytes(entry_counts[first:last].tobytes())
-            posting.generations.frombytes(entry_generations[first:last].tobytes())
+            posting.extend(
+                entry_slots[first:last].tobytes(),
+                entry_counts[first:last].tobytes(),
+                entry_generations[first:last].tobytes(),
+            )
             posting.live += last - first
             if most[i] > posting.max_count:
                 posting.max_count = most[i]

@@ -1243,6 +1243,29 @@ def test_an_index_from_its_snapshot_answers_as_the_index_does(
     assert _answers(again, now_ms + 5) == _answers(index, now_ms + 5)
 
 
+def test_indexes_restored_from_one_snapshot_keep_their_later_entries_apart():
+    """Restored posting lists start with nothing added and share that nothing until
+    their first addition: two readers restored from one snapshot, one adding entries
+    one at a time (`put`), the other as a catch-up does (`put_many`, a block at a
+    time), each rank their own items and never the other's."""
+    index = SearchIndex(LABEL)
+    items = [_item(n, f"alpha beta w{n}", None, 0.0, None, (n, 0, n)) for n in range(20)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    data, arrays = index.snapshot()
+    one = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
+    two = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
+    added_one = [_item(100 + n, "alpha alpha beta", None, 0.0, None, (50 + n, 0, 50 + n))
+                 for n in range(3)]  # fmt: skip
+    added_two = [_item(200, "beta w3 alpha", None, 0.0, None, (60, 0, 60))]
+    for item in added_one:
+        one.put(item.id.bytes, item)
+    two.put_many((item.id.bytes, item, False) for item in added_two)
+    for text in ("alpha", "beta", "alpha beta", "w3"):
+        _assert_keyword_as_scan(one, [*items, *added_one], text, 30)
+        _assert_keyword_as_scan(two, [*items, *added_two], text, 30)
+
+
 def test_bytes_that_are_no_snapshot_are_refused():
     index = SearchIndex(LABEL)
     index.put(b"\x01" * 16, _item(1, "alpha", None, 0.0, [1.0, 0.0, 0.0], (1, 0, 0)))
