@@ -509,46 +509,46 @@ def figures_of(results: dict[tuple[str, int], dict]):
                     ratio=ratio,
                 )
             )
-        for whose in ("a put", "another store's put"):
-            after = values.get(f"folded search after {whose} p50 ms")
-            if store == "laserstore" and after and values.get("folded search p50 ms"):
-                # What a search pays for a write since the last one.
+        # A store's figure against another of its own (value, baseline, named as):
+        # what a search pays for a write since the last one, what a filter keeping
+        # half the items costs a search, and what a snapshot saves the next reading
+        # process (below the size snapshots start at, it builds the index anew).
+        own_ratios = {
+            "laserstore": [
+                *(
+                    (
+                        f"folded search after {whose} p50 ms",
+                        "folded search p50 ms",
+                        f"folded search after {whose} p50 @{size} vs without",
+                    )
+                    for whose in ("a put", "another store's put")
+                ),
+                (
+                    "filtered search p50 ms",
+                    "semantic p50 ms",
+                    f"filtered search p50 @{size} vs without",
+                ),
+            ],
+            "laser-memory": [
+                (
+                    "next reader first search ms",
+                    "first search ms",
+                    f"next reader first search @{size} vs the first",
+                ),
+            ],
+        }
+        for name, baseline, named in own_ratios.get(store, []):
+            if values.get(name) and values.get(baseline):
                 out.append(
                     Figure(
                         benchmark="peers",
-                        name=f"laserstore folded search after {whose} p50 @{size} vs without",
-                        value=after,
+                        name=f"{store} {named}",
+                        value=values[name],
                         unit="ms",
-                        baseline=f"laserstore folded search p50 ms @{size}",
-                        ratio=after / values["folded search p50 ms"],
+                        baseline=f"{store} {baseline} @{size}",
+                        ratio=values[name] / values[baseline],
                     )
                 )
-        next_first = values.get("next reader first search ms")
-        if store == "laser-memory" and next_first and values.get("first search ms"):
-            # What a snapshot saves a later process (below the size snapshots start
-            # at, each process builds the index anew).
-            out.append(
-                Figure(
-                    benchmark="peers",
-                    name=f"laser-memory next reader first search @{size} vs the first",
-                    value=next_first,
-                    unit="ms",
-                    baseline=f"laser-memory first search ms @{size}",
-                    ratio=next_first / values["first search ms"],
-                )
-            )
-        if store == "laserstore" and values.get("filtered search p50 ms"):
-            # What a filter keeping half the items costs a search.
-            out.append(
-                Figure(
-                    benchmark="peers",
-                    name=f"laserstore filtered search p50 @{size} vs without",
-                    value=values["filtered search p50 ms"],
-                    unit="ms",
-                    baseline=f"laserstore semantic p50 ms @{size}",
-                    ratio=values["filtered search p50 ms"] / values["semantic p50 ms"],
-                )
-            )
         same_api = results.get(("laserstore", size), {})
         if store == "langgraph":
             # LangGraph's store against laser-memory behind the same API: what a
