@@ -441,6 +441,8 @@ class SearchIndex:
                 raise SnapshotError(f"array {name} is missing or not {np.dtype(dtype)}")
             if not array_.flags.writeable:  # the index writes its columns in place
                 raise SnapshotError(f"array {name} is read-only")
+            if not array_.flags.c_contiguous:  # a posting list's run is read as bytes
+                raise SnapshotError(f"array {name} is not contiguous")
             if length is not None and len(array_) != length:
                 raise SnapshotError(f"array {name} has {len(array_)} rows, not {length}")
             return array_

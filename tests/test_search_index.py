@@ -1273,6 +1273,7 @@ def test_bytes_that_are_no_snapshot_are_refused():
     arrays = {k: a.copy() for k, a in arrays.items()}
     without = {k: a for k, a in arrays.items() if k != "vectors"}
     read_only = {**arrays, "_time": np.frombuffer(arrays["_time"].tobytes(), dtype=np.int64)}
+    strided = np.repeat(arrays["_time"], 2)[::2]  # the same values, read every other one
     for bad, handed in (
         (b"not msgpack", arrays),
         (data[: len(data) // 2], arrays),
@@ -1284,6 +1285,7 @@ def test_bytes_that_are_no_snapshot_are_refused():
         (data, {**arrays, "posting_slots": arrays["posting_slots"].astype(np.int64)}),
         (data, {k: a for k, a in arrays.items() if k != "posting_counts"}),
         (data, read_only),
+        (data, {**arrays, "_time": strided}),
     ):
         with pytest.raises(SnapshotError):
             SearchIndex.from_snapshot(bad, handed)
