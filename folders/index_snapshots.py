@@ -14,7 +14,13 @@ epoch and change number it reflects, the name and layout of its array file) and
 nearly all of it) one after another, 64-byte aligned, which a reader maps
 copy-on-write instead of holding copies: only pages it changes take memory of its own.
 Each file is written under a temporary name, synced and renamed, so a reader sees a
-whole snapshot or the one before.
+whole snapshot or the one before. One process at a time saves a read's snapshot: it
+holds ``<read>.lock``, and another waits for it (up to `SAVE_WAIT_S`, then leaves its
+snapshot unsaved rather than hang a recall on a stuck process). A save removes the
+read's older array files once its index names its own, and two processes saving at once
+removed each other's, leaving an index that named a file no longer there. A reader that
+finds its array file gone (a save replaced it between the reader's two opens) reads the
+index again, once.
 
 A snapshot is a cache. One that cannot be used (another format, another epoch of the
 view, a torn or foreign file, a clock set back) is passed over and the index is built
@@ -24,11 +30,16 @@ read as it was. Both are counted in `IndexSnapshots.errors` with the reason.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import mmap
 import os
+import stat
 import threading
+import time
 from collections import deque
+from collections.abc import Iterator
 
 import msgspec
 import numpy as np
@@ -36,7 +47,7 @@ import numpy as np
 from laser_memory.errors import shown
 from laser_memory.search_index import SearchIndex, SnapshotError
 
-__all__ = ["SNAPSHOTS_FROM", "IndexSnapshots"]
+__all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots"]
 
 #: Indexes with fewer entries than this are not saved. From here up a process that
 #: loads a snapshot starts searching several times sooner than one that builds the
@@ -46,6 +57,10 @@ __all__ = ["SNAPSHOTS_FROM", "IndexSnapshots"]
 SNAPSHOTS_FROM = 5_000
 
 _FORMAT = 2
+
+#: How long a save waits for another process's save of the same read (a million-item
+#: snapshot writes about 2 GB) before it gives up and leaves its own unsaved.
+SAVE_WAIT_S = 120.0
 
 # The dtypes an index's arrays have; a layout naming another is refused.
 _DTYPES = frozenset({"|u1", "<i4", "<u4", "<i8", "<u8", "<f4", "<f8", "|b1"})
@@ -90,16 +105,21 @@ class IndexSnapshots:
     def load(self, read: tuple, epoch: bytes | None) -> tuple[SearchIndex, int] | None:
         """The saved index of ``read`` for this epoch of the view, and the change number
         it reflects; None when there is none that can be used."""
-        saved = self._file(read, epoch)
-        if saved is None:
-            return None
         _, name = self._names(read)
-        try:
-            arrays = self._map(name, saved)
-            return SearchIndex.from_snapshot(saved.index, arrays), saved.seq
-        except (OSError, ValueError, TypeError) as exc:  # SnapshotError is a ValueError
-            self.errors.append(f"snapshot {name} unusable: {exc}")
-            return None
+        for attempt in range(2):
+            saved = self._file(read, epoch)
+            if saved is None:
+                return None
+            try:
+                arrays = self._map(name, saved)
+                return SearchIndex.from_snapshot(saved.index, arrays), saved.seq
+            except FileNotFoundError as exc:
+                if attempt:  # replaced twice while it was read: passed over
+                    self.errors.append(f"snapshot {name} unusable: {exc}")
+            except (OSError, ValueError, TypeError) as exc:  # SnapshotError: ValueError
+                self.errors.append(f"snapshot {name} unusable: {exc}")
+                return None
+        return None
 
     def writable(self) -> bool:
         """Whether a snapshot could be saved here: the folder (or the view's, before it
@@ -167,9 +187,15 @@ class IndexSnapshots:
                 file.write(memoryview(array_.reshape(-1).view(np.uint8)))
                 offset += array_.nbytes
 
-        with self._lock:
+        with self._lock, contextlib.ExitStack() as held:
             try:
                 os.makedirs(self.path, exist_ok=True)
+                if not held.enter_context(self._saving(name)):
+                    self.errors.append(
+                        f"snapshot {name} not saved: another process held its lock for "
+                        f"{SAVE_WAIT_S:g} s"
+                    )
+                    return False
                 arrays_name = f"{name}-{os.urandom(8).hex()}.arrays"
                 self._write(arrays_name, write_arrays)
                 file = _SnapshotFile(_FORMAT, key, epoch, seq, arrays_name, layout, data)
@@ -177,7 +203,8 @@ class IndexSnapshots:
             except OSError as exc:
                 self.errors.append(f"snapshot {name} not saved: {exc}")
                 return False
-            # Older array files of this read: a reader that opened one keeps its map.
+            # Older array files of this read (no other save is under way): a reader that
+            # opened one keeps its map.
             for other in os.listdir(self.path):
                 if (
                     other.startswith(f"{name}-")
@@ -189,6 +216,33 @@ class IndexSnapshots:
                     except OSError as exc:
                         self.errors.append(f"old snapshot file {other} not removed: {exc}")
         return True
+
+    @contextlib.contextmanager
+    def _saving(self, name: str) -> Iterator[bool]:
+        """Hold the lock on saving this read's snapshot: True once held, False if
+        another process held it for `SAVE_WAIT_S`. Never through a link: a lock file
+        planted as one must not open its target."""
+        fd = os.open(
+            os.path.join(self.path, f"{name}.lock"),
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+        )
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"the lock file {name}.lock is not a regular file")
+            deadline = time.monotonic() + SAVE_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        yield False
+                        return
+                    time.sleep(0.05)
+            yield True
+        finally:
+            os.close(fd)  # which lets go of the lock
 
     def remove_all(self) -> list[str]:
         """Remove every snapshot (the view was emptied); a reader that mapped one keeps
@@ -203,6 +257,8 @@ class IndexSnapshots:
             return [self.path]
         kept = []
         for name in names:
+            if name.endswith(".lock"):  # a saver may hold it: the file must stay the one locked
+                continue
             try:
                 os.unlink(os.path.join(self.path, name))
             except FileNotFoundError:

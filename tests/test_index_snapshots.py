@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+import folders.index_snapshots as index_snapshots
 import folders.view as view_module
 import laser_memory as lm
+from folders.index_snapshots import IndexSnapshots
 from folders.service import ViewFolder
+from laser_memory.items import Source
 from laser_memory.search_index import SearchIndex
 
 QUERIES = [
@@ -155,7 +160,9 @@ async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
         assert await answers(laser.log.url, view, always) == want
         await memory.forget((await memory.recall(text="node-3", strategy="keyword"))[0].id)
         await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True, rebuild=True)
-        assert os.listdir(search) == []  # a rebuild removes the old view's snapshots
+        # A rebuild removes the old view's snapshots (their lock files stay: a saver may
+        # hold one, and a new file would let another save beside it).
+        assert [name for name in os.listdir(search) if not name.endswith(".lock")] == []
         rebuilt = await answers(laser.log.url, view, always)
         assert rebuilt == await answers(
             laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None)
@@ -520,3 +527,87 @@ async def test_a_snapshot_has_room_for_at_most_a_quarter_more_than_its_items(tmp
         assert await answers(laser.log.url, view, always) == await answers(
             laser.log.url, view, never
         )
+
+
+def _small_index(words: str) -> SearchIndex:
+    index = SearchIndex(None)
+    for n in range(40):
+        item = lm.MemoryItem(
+            id=lm.MemoryId(n.to_bytes(16, "big")),
+            kind=lm.MemoryKind.FACT,
+            body=f"{words} {n}".encode(),
+            scope=lm.MemoryScope(),
+            lifetime="session",
+            append_time_ms=n,
+            source=Source("", "t", 0, n, "", None),
+        )
+        index.put(item.id.bytes, item)
+    return index
+
+
+READ = ("", "stream:s/notes", None, None, False)
+
+
+def test_processes_saving_one_read_at_once_leave_a_snapshot_that_loads(tmp_path, monkeypatch):
+    # A save removes the read's older array files once its index names its own. Another
+    # process saving the same read in the middle of a save used to remove the first's
+    # array file, whose index then named a file no longer there (seen with six readers
+    # starting at once): now the second waits for the first's lock.
+    first = IndexSnapshots(str(tmp_path), keep_from=1)
+    second = IndexSnapshots(str(tmp_path), keep_from=1)  # another process's
+    real_write = IndexSnapshots._write
+    others: list[threading.Thread] = []
+
+    def interleaved(self, name, write):
+        real_write(self, name, write)
+        if self is first and name.endswith(".arrays") and not others:
+            others.append(
+                threading.Thread(target=second.save, args=(READ, b"e", 2, _small_index("beta")))
+            )
+            others[0].start()
+            others[0].join(timeout=0.5)  # it waits for this save's lock
+
+    monkeypatch.setattr(IndexSnapshots, "_write", interleaved)
+    assert first.save(READ, b"e", 1, _small_index("alpha"))
+    others[0].join()
+    loaded = IndexSnapshots(str(tmp_path)).load(READ, b"e")
+    assert loaded is not None and loaded[1] == 2, first.errors
+    arrays = [name for name in os.listdir(tmp_path / "search") if name.endswith(".arrays")]
+    assert len(arrays) == 1
+
+
+def test_a_reader_whose_array_file_was_replaced_reads_the_index_again(tmp_path, monkeypatch):
+    snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
+    assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
+    stale = snapshots._file(READ, b"e")
+    assert snapshots.save(READ, b"e", 2, _small_index("beta"))  # removes the first's arrays
+    real_file, calls = IndexSnapshots._file, []
+
+    def first_stale(self, read, epoch):
+        calls.append(read)
+        return stale if len(calls) == 1 else real_file(self, read, epoch)
+
+    monkeypatch.setattr(IndexSnapshots, "_file", first_stale)
+    loaded = snapshots.load(READ, b"e")
+    assert loaded is not None and loaded[1] == 2
+    assert len(calls) == 2
+
+
+def test_a_save_gives_up_on_a_lock_another_process_keeps(tmp_path, monkeypatch):
+    monkeypatch.setattr(index_snapshots, "SAVE_WAIT_S", 0.2)
+    snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
+    assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
+    [lock] = [name for name in os.listdir(tmp_path / "search") if name.endswith(".lock")]
+    holder = os.open(tmp_path / "search" / lock, os.O_RDWR)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        assert not snapshots.save(READ, b"e", 2, _small_index("beta"))
+        assert "another process held its lock" in snapshots.errors[-1]
+        assert snapshots.load(READ, b"e")[1] == 1  # the one before stands
+    finally:
+        os.close(holder)
+    assert snapshots.save(READ, b"e", 2, _small_index("beta"))
+    assert snapshots.load(READ, b"e")[1] == 2
+    assert lock in os.listdir(tmp_path / "search")
+    assert snapshots.remove_all() == []
+    assert os.listdir(tmp_path / "search") == [lock]  # a saver may hold it
