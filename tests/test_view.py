@@ -946,6 +946,19 @@ async def test_a_view_item_keeps_every_field_of_its_remember(viewed):
 
 
 _names = st.text(alphabet="abcxyz-", min_size=1, max_size=8)
+#: The fields of a remember that may differ between two remembers of one owner.
+_own_fields = st.fixed_dictionaries(
+    {
+        "body": st.binary(min_size=1, max_size=40),
+        "lifetime": st.sampled_from(["session", "durable"]),
+        "embedding": st.one_of(st.none(), st.binary(min_size=4, max_size=4).map(lambda b: b * 3)),
+        "expires_at": st.one_of(st.none(), st.integers(0, 2**62)),
+        "supersedes": st.one_of(st.none(), st.binary(min_size=16, max_size=16)),
+        "origin": st.booleans(),
+        "producer": st.one_of(st.none(), _names),
+    }
+)
+_keys = st.tuples(st.integers(0, 2**50), st.integers(0, 63), st.integers(0, 2**40))
 
 
 @settings(max_examples=200, deadline=None)
@@ -953,53 +966,91 @@ _names = st.text(alphabet="abcxyz-", min_size=1, max_size=8)
     conversation=st.one_of(st.none(), _names),
     agent=st.one_of(st.none(), _names),
     tenant=st.sampled_from(["", "acme"]),
-    body=st.binary(min_size=1, max_size=40),
     kind=st.integers(1, 5),
-    embedding=st.one_of(st.none(), st.binary(min_size=4, max_size=4).map(lambda b: b * 3)),
-    expires_at=st.one_of(st.none(), st.integers(0, 2**62)),
-    supersedes=st.one_of(st.none(), st.binary(min_size=16, max_size=16)),
-    origin=st.booleans(),
-    key=st.tuples(st.integers(0, 2**50), st.integers(0, 63), st.integers(0, 2**40)),
+    own=st.lists(_own_fields, min_size=2, max_size=2),
+    keys=st.lists(_keys, min_size=2, max_size=2),
 )
 def test_a_new_items_stored_state_decodes_as_its_item_state(
-    conversation, agent, tenant, body, kind, embedding, expires_at, supersedes, origin, key
+    conversation, agent, tenant, kind, own, keys
 ):
-    """The fold writes a new item's state without making its structs: the bytes must
-    decode to the very state the structs would have encoded, and an item read from them
-    names its source from the item's key and the view's binding. Bytes written by
-    earlier builds, whose kept remembers carried a third element (a source, always
-    nil), decode to the same state."""
-    from folders.state import _KEPT_FIELDS, ItemFilter, ItemState, Remembered, _conv, kept
-    from folders.view import _encoder, _item_decoder, _new_state_encoder, new_item_state
-    from laser_memory.items import Source
-    from laser_memory.records import Origin
+    """The fold writes a new item's state without making its structs, from pieces it
+    encodes once for the item's owner: the bytes of two new items of one owner, folded
+    by a view, must be `new_item_state`'s, which decode to the very state the structs
+    would have encoded, and an item read from them names its source from the item's key
+    and the view's binding. Bytes written by earlier builds, whose kept remembers
+    carried a third element (a source, always nil), decode to the same state."""
+    import tempfile
 
-    record = Remember(
-        ns="stream:s/notes",
-        scope=MemoryScope(stream="s", tenant=tenant, agent=agent, conversation=conversation),
-        id=b"\x01" * 16,
-        kind=kind,
-        body=body,
-        origin=Origin(stream="s", topic="t", partition=1, offset=2) if origin else None,
-        embedding=embedding,
-        embedder="test/three" if embedding else None,
-        expires_at=expires_at,
-        supersedes=supersedes,
+    from folders.state import (
+        _KEPT_FIELDS,
+        ItemFilter,
+        ItemState,
+        KeptRemember,
+        Remembered,
+        _conv,
+        kept,
     )
+    from folders.view import (
+        _KEPT_ORDER,
+        _encoder,
+        _item_decoder,
+        _new_state_encoder,
+        new_item_state,
+    )
+    from laser_memory.items import Source
+    from laser_memory.log.port import LogRecord
+    from laser_memory.records import Origin, Producer, record_headers
+
+    # The order the fold writes a kept remember's fields in is the struct's.
+    assert _KEPT_ORDER == KeptRemember.__struct_fields__
+    scope = MemoryScope(stream="s", tenant=tenant, agent=agent, conversation=conversation)
+    records = [
+        Remember(
+            ns="stream:s/notes",
+            scope=scope,
+            id=bytes([number + 1]) * 16,
+            kind=kind,
+            body=fields["body"],
+            lifetime=fields["lifetime"],
+            origin=Origin(stream="s", topic="t", partition=1, offset=2)
+            if fields["origin"]
+            else None,
+            producer=Producer(name=fields["producer"]) if fields["producer"] else None,
+            embedding=fields["embedding"],
+            embedder="test/three" if fields["embedding"] else None,
+            expires_at=fields["expires_at"],
+            supersedes=fields["supersedes"],
+        )
+        for number, fields in enumerate(own)
+    ]
     conv = _conv(conversation)
-    state = ItemState(remembers={conv: Remembered(key, kept(record))}, version=1, last=key)
-    stored = new_item_state(conv, key, kept(record))
-    assert _item_decoder.decode(stored) == state
-    # A state the fold changed is stored as it is, and reads back the same.
-    assert _item_decoder.decode(_encoder.encode(state)) == state
-    # The fold passes the kept fields as a tuple: the same bytes as the struct.
-    assert new_item_state(conv, key, _KEPT_FIELDS(record)) == stored
-    earlier = _new_state_encoder.encode(({conv: (key, _KEPT_FIELDS(record), None)}, 1, key))
-    assert _item_decoder.decode(earlier) == state
-    item = state.visible(b"\x01" * 16, ItemFilter(tenant=tenant, superseded=True), "t", "g")
-    assert item is not None
-    assert item.source == Source("s", "t", key[1], key[2], "g", conversation)
-    assert type(item.source) is Source
+    if keys[1][1] == keys[0][1] and keys[1][2] <= keys[0][2]:
+        keys[1] = (keys[1][0], keys[1][1], keys[0][2] + 1)  # a partition only goes on
+    log_records = [
+        LogRecord("t", key[1], key[2], key[0], None, encode_record(r).value, record_headers(r))
+        for r, key in zip(records, keys, strict=True)
+    ]
+    with tempfile.TemporaryDirectory() as path, MemoryView.open(path) as view:
+        view.bind("t", "g")
+        for log_record in log_records:
+            view.apply([[log_record]], "g")
+        folded = dict(view.dump()["items"])
+    for record, key in zip(records, keys, strict=True):
+        state = ItemState(remembers={conv: Remembered(key, kept(record))}, version=1, last=key)
+        stored = new_item_state(conv, key, kept(record))
+        [in_view] = [value for db_key, value in folded.items() if db_key.endswith(record.id)]
+        assert in_view == stored
+        assert _item_decoder.decode(stored) == state
+        # A state the fold changed is stored as it is, and reads back the same.
+        assert _item_decoder.decode(_encoder.encode(state)) == state
+        # The kept fields as a tuple make the same bytes as the struct.
+        assert new_item_state(conv, key, _KEPT_FIELDS(record)) == stored
+        earlier = _new_state_encoder.encode(({conv: (key, _KEPT_FIELDS(record), None)}, 1, key))
+        assert _item_decoder.decode(earlier) == state
+        item = state.visible(record.id, ItemFilter(tenant=tenant, superseded=True), "t", "g")
+        assert item is not None
+        assert item.source == Source("s", "t", key[1], key[2], "g", conversation)
+        assert type(item.source) is Source
 
 
 async def test_a_log_and_a_view_never_share_a_folder(tmp_path):
