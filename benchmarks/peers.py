@@ -37,7 +37,7 @@ is one noisy sample), which reports add throughput, search p50 and p99 (limit 10
 process that has not searched before: laser-memory's builds the view's search index
 (and saves its snapshot, which later readers load), LaserStore's reads the namespace.
 laser-memory's next reading process's first search is reported too, against the first:
-from 5,000 items it loads that snapshot.
+from 1,000 items it loads that snapshot.
 
 The peers are optional: install them in any interpreter (``make peers`` makes
 ``.peers-venv``) and pass it as ``--peers-python``; a peer that is not installed is

@@ -51,10 +51,12 @@ __all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots"]
 
 #: Indexes with fewer entries than this are not saved. From here up a process that
 #: loads a snapshot starts searching several times sooner than one that builds the
-#: index (at 5,000 items of 384 dimensions: 13-17 ms against 117-142), and the save
-#: costs the reader that builds it about half its build once; smaller indexes build
-#: in a few tens of milliseconds, not worth a file each.
-SNAPSHOTS_FROM = 5_000
+#: index (a fresh process's first semantic recall at 384 dimensions: 7 ms against
+#: 33-37 at 1,000 items, 8-11 against 73-86 at 2,000, 13-17 against 117-142 at
+#: 5,000), and saving and loading it back costs the reader that built it about two
+#: thirds of its build at 1,000 items, once. Smaller indexes build in less than
+#: that (about 3.5 ms a hundred items), not worth a file each.
+SNAPSHOTS_FROM = 1_000
 
 _FORMAT = 2
 
