@@ -131,13 +131,17 @@ class IndexSnapshots:
         parent = os.path.dirname(self.path)
         return not os.path.exists(self.path) and os.access(parent, os.W_OK | os.X_OK)
 
+    def file_of(self, read: tuple) -> str:
+        """The path of the index file of ``read``'s snapshot (it may not exist)."""
+        _, name = self._names(read)
+        return os.path.join(self.path, f"{name}.idx")
+
     def has(self, read: tuple) -> bool:
         """Whether a snapshot of ``read`` was saved (it may still be one `load` passes
         over: of an older epoch, torn). Reads no file: reading a large one only to learn
         this cost a reader its heap (a freed 14 MB buffer raised glibc's threshold for
         mapping large blocks apart, and the load's own buffers then stayed in the heap)."""
-        _, name = self._names(read)
-        return os.path.exists(os.path.join(self.path, f"{name}.idx"))
+        return os.path.exists(self.file_of(read))
 
     def _file(self, read: tuple, epoch: bytes | None) -> _SnapshotFile | None:
         key, name = self._names(read)

@@ -93,7 +93,7 @@ import msgspec
 import numpy as np
 
 from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch, shown
-from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
+from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, PreparedSearch
 from laser_memory.kinds import MemoryKind
 from laser_memory.lmdb_env import (
     SharedEnvironments,
@@ -1075,76 +1075,8 @@ class MemoryView:
         the ``changes`` log in the same read transaction; None when only a scan ranks
         it exactly (owner filters over items of several owners, vectors of several
         lengths)."""
-        owner, base = where.owner, where.of_index
-        slot = _slot(namespace, where)
-        seq, epoch = self._changes(txn)
-        scope = _scope(where.tenant, namespace)
-        items_db = self._dbs["items"]
         with self._search_lock:
-            index, seen, seen_epoch, saved = self._indexes.pop(slot, (None, 0, None, 0))
-            if (
-                index is None
-                or seen_epoch != epoch
-                or (base.now_ms is not None and index.went_back(base.now_ms))
-            ):
-                index = None
-                loaded = self.snapshots.load(slot, epoch) if self.snapshots else None
-                if loaded is not None:
-                    index, seen = loaded
-                    if seen > seq or (base.now_ms is not None and index.went_back(base.now_ms)):
-                        index = None
-                    saved = seen
-            if index is None:
-                index = self._built(txn, where.embedder, scope, base)
-                seen = seq
-                if self._save(slot, epoch, seq, index):
-                    saved = seq
-                    # The built index goes before its snapshot is loaded back, with the
-                    # words its build left in the stem cache: alive, they held pages of
-                    # the build's heap that the loaded index's objects then filled, and a
-                    # reader that built its index kept twice the heap of one that loaded
-                    # it (measured at 200,000 items). A snapshot that cannot be read back
-                    # is built again.
-                    index = None
-                    forget_stems()
-                    index = self._saved(slot, epoch, seq)
-                    if index is None:
-                        index = self._built(txn, where.embedder, scope, base)
-                    give_back_freed_memory()
-            elif seq > seen:
-                changed = {
-                    db_key
-                    for _, keys in _prefixed_from(
-                        txn.cursor(db=self._dbs["changes"]), (seen + 1).to_bytes(8, "big")
-                    )
-                    for db_key in _keys_decoder.decode(keys)
-                    if db_key.startswith(scope) and len(db_key) == len(scope) + 16
-                }
-                index.put_many(
-                    self._entry(txn, txn.get(db_key, db=items_db), db_key[len(scope) :], base)
-                    for db_key in changed
-                )
-            if base.now_ms is not None:
-                # Entries whose remember expired since: as this read sees them now.
-                for raw_id in index.due(base.now_ms):
-                    raw = txn.get(scope + raw_id, db=items_db)
-                    item, irregular = (
-                        index_entry(_decoded_state(raw), raw_id, base, *self._binding(txn))
-                        if raw is not None
-                        else (None, False)
-                    )
-                    index.put(raw_id, item, irregular=irregular)
-            # Many changes since the snapshot: save a new one, so the next process
-            # catches up from closer.
-            if seq - saved > max(1000, len(index) // 10) and self._save(slot, epoch, seq, index):
-                saved = seq
-                saved_index = self._saved(slot, epoch, seq)
-                if saved_index is not None:
-                    index = saved_index
-            index.cache_bytes = self.search_cache_bytes  # a loaded index has the default
-            self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
-            while len(self._indexes) > MAX_SEARCH_INDEXES:
-                del self._indexes[next(iter(self._indexes))]
+            index, slot, seq, epoch = self._current_index(txn, namespace, where)
             found = index.find(
                 text,
                 mode=mode,
@@ -1153,19 +1085,13 @@ class MemoryView:
                 limit=limit,
                 exclude=exclude,
                 approximate=approximate,
-                owner=owner,
+                owner=where.owner,
             )
             give_back_after_search(mode, len(index))
-            if index.reorganized and self._save(slot, epoch, seq, index):
-                # It made its vector clusters (moving every entry): the next reader
-                # starts from them, and this one serves from the map, not its copies,
-                # dropped before the map is loaded (as after a build, above). If the
-                # snapshot cannot be read back, the next read loads or builds one.
-                del self._indexes[slot], index
-                saved_index = self._saved(slot, epoch, seq)
-                if saved_index is not None:
-                    self._indexes[slot] = (saved_index, seq, epoch, seq)
-                give_back_freed_memory()
+            reorganized = index.reorganized
+            del index  # see `_save_reorganized`
+            if reorganized:
+                self._save_reorganized(slot, epoch, seq)
         if found is None:
             return None
         out = []
@@ -1174,6 +1100,99 @@ class MemoryView:
             if item is not None:
                 out.append(with_ranking(item, ranked))
         return out
+
+    def _current_index(
+        self, txn, namespace: str, where: ItemFilter
+    ) -> tuple[SearchIndex, tuple, int, bytes | None]:
+        """The search index of the read as of ``txn`` (this process's, caught up from
+        the ``changes`` log; else a snapshot's, caught up; else built and saved), kept
+        as this process's most recently used; with its slot, the change number and the
+        view epoch it reflects. The caller holds ``_search_lock``."""
+        base = where.of_index
+        slot = _slot(namespace, where)
+        seq, epoch = self._changes(txn)
+        scope = _scope(where.tenant, namespace)
+        items_db = self._dbs["items"]
+        index, seen, seen_epoch, saved = self._indexes.pop(slot, (None, 0, None, 0))
+        if (
+            index is None
+            or seen_epoch != epoch
+            or (base.now_ms is not None and index.went_back(base.now_ms))
+        ):
+            index = None
+            loaded = self.snapshots.load(slot, epoch) if self.snapshots else None
+            if loaded is not None:
+                index, seen = loaded
+                if seen > seq or (base.now_ms is not None and index.went_back(base.now_ms)):
+                    index = None
+                saved = seen
+        if index is None:
+            index = self._built(txn, where.embedder, scope, base)
+            seen = seq
+            if self._save(slot, epoch, seq, index):
+                saved = seq
+                # The built index goes before its snapshot is loaded back, with the
+                # words its build left in the stem cache: alive, they held pages of
+                # the build's heap that the loaded index's objects then filled, and a
+                # reader that built its index kept twice the heap of one that loaded
+                # it (measured at 200,000 items). A snapshot that cannot be read back
+                # is built again.
+                index = None
+                forget_stems()
+                index = self._saved(slot, epoch, seq)
+                if index is None:
+                    index = self._built(txn, where.embedder, scope, base)
+                give_back_freed_memory()
+        elif seq > seen:
+            changed = {
+                db_key
+                for _, keys in _prefixed_from(
+                    txn.cursor(db=self._dbs["changes"]), (seen + 1).to_bytes(8, "big")
+                )
+                for db_key in _keys_decoder.decode(keys)
+                if db_key.startswith(scope) and len(db_key) == len(scope) + 16
+            }
+            index.put_many(
+                self._entry(txn, txn.get(db_key, db=items_db), db_key[len(scope) :], base)
+                for db_key in changed
+            )
+        if base.now_ms is not None:
+            # Entries whose remember expired since: as this read sees them now.
+            for raw_id in index.due(base.now_ms):
+                raw = txn.get(scope + raw_id, db=items_db)
+                item, irregular = (
+                    index_entry(_decoded_state(raw), raw_id, base, *self._binding(txn))
+                    if raw is not None
+                    else (None, False)
+                )
+                index.put(raw_id, item, irregular=irregular)
+        # Many changes since the snapshot: save a new one, so the next process
+        # catches up from closer.
+        if seq - saved > max(1000, len(index) // 10) and self._save(slot, epoch, seq, index):
+            saved = seq
+            saved_index = self._saved(slot, epoch, seq)
+            if saved_index is not None:
+                index = saved_index
+        index.cache_bytes = self.search_cache_bytes  # a loaded index has the default
+        self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
+        while len(self._indexes) > MAX_SEARCH_INDEXES:
+            del self._indexes[next(iter(self._indexes))]
+        return index, slot, seq, epoch
+
+    def _save_reorganized(self, slot: tuple, epoch: bytes | None, seq: int) -> None:
+        """After the index of ``slot`` made its vector clusters (moving every entry):
+        save it, so the next reader starts from them, and serve from the map, not this
+        process's copies, which go before the map is loaded (as after a build) and so
+        must have no other reference left. If the snapshot cannot be read back, the
+        next read loads or builds one. The caller holds ``_search_lock``."""
+        index = self._indexes[slot][0]
+        if not self._save(slot, epoch, seq, index):
+            return
+        del self._indexes[slot], index
+        saved_index = self._saved(slot, epoch, seq)
+        if saved_index is not None:
+            self._indexes[slot] = (saved_index, seq, epoch, seq)
+        give_back_freed_memory()
 
     def _changes(self, txn) -> tuple[int, bytes | None]:
         """The view's change number and epoch, as ``txn`` sees them."""
@@ -1264,6 +1283,55 @@ class MemoryView:
             index = self._built(txn, base.embedder, _scope(base.tenant, namespace), base)
         index.cluster_for(approximate)
         return self.snapshots.save(_slot(namespace, base), epoch, seq, index)
+
+    def prepare_index(
+        self, namespace: str, where: ItemFilter, approximate: ApproximateSearch | None = None
+    ) -> PreparedSearch:
+        """Make ready the search index a text recall of ``namespace`` with ``where``
+        reads, as a first text recall would without a query: loaded from its snapshot or
+        built (by a child process when large, see `_build_apart`), caught up with the
+        view, with the vector clusters a semantic recall with ``approximate`` makes, and
+        saved as a snapshot if it holds enough entries. `MemoryHandle.prepare_search`
+        is the API (it makes ``where`` as its recalls do)."""
+        snapshots = self.snapshots
+        last_error = snapshots.errors[-1] if snapshots is not None and snapshots.errors else None
+        self._build_apart(namespace, where, approximate)
+        with self._read() as txn, self._search_lock:
+            index, slot, seq, epoch = self._current_index(txn, namespace, where)
+            entries = len(index)
+            index.cluster_for(approximate)
+            reorganized = index.reorganized
+            del index  # see `_save_reorganized`
+            if reorganized:
+                self._save_reorganized(slot, epoch, seq)
+        snapshot = reason = None
+        if snapshots is None or snapshots.keep_from is None:
+            reason = "search index snapshots are off (MemoryConfig.index_snapshots_from)"
+        elif entries < snapshots.keep_from:
+            reason = (
+                f"{entries} entries, fewer than index_snapshots_from ({snapshots.keep_from}): "
+                "each reading process builds an index this small in milliseconds"
+            )
+        else:
+            errors = list(snapshots.errors)
+            new = errors[next(
+                (at + 1 for at in range(len(errors) - 1, -1, -1) if errors[at] is last_error),
+                0,
+            ):]  # fmt: skip
+            if new or not snapshots.has(slot):
+                reason = "; ".join(new) or "the snapshot was not saved"
+            else:
+                snapshot = snapshots.file_of(slot)
+        return PreparedSearch(
+            namespace=namespace,
+            tenant=where.tenant,
+            conversation=where.conversation,
+            embedder=where.embedder,
+            entries=entries,
+            changes=seq,
+            snapshot=snapshot,
+            reason=reason,
+        )
 
     def _entry(self, txn, raw: bytes | None, raw_id: bytes, where: ItemFilter) -> tuple:
         """A search index entry ``(raw_id, item or None, irregular)`` from an item's

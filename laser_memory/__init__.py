@@ -51,7 +51,7 @@ from .errors import (
 )
 from .handler import MemoryHandler, Message
 from .ids import AgentId, ConversationId, MemoryId, memory_id_content
-from .items import HistoryEntry, MemoryItem, NamedItem, Signal, Source
+from .items import HistoryEntry, MemoryItem, NamedItem, PreparedSearch, Signal, Source
 from .kinds import MemoryClass, MemoryKind, memory_kind_class, memory_kind_code
 from .recall import fuse_reciprocal_rank, to_context_block
 from .records import Origin, Producer
@@ -159,6 +159,7 @@ __all__ = [
     "NoView",
     "Origin",
     "PolicyDenied",
+    "PreparedSearch",
     "Principal",
     "Producer",
     "ProposedWrite",

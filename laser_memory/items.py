@@ -1,4 +1,5 @@
-"""What recall and fetch return: memory items, their signals and sources, named items."""
+"""What recall and fetch return: memory items, their signals and sources, named items;
+and what preparing a search index reports."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .named import load_json
 from .records import Origin, Producer
 from .scope import Lifetime, MemoryScope
 
-__all__ = ["HistoryEntry", "MemoryItem", "NamedItem", "Signal", "Source"]
+__all__ = ["HistoryEntry", "MemoryItem", "NamedItem", "PreparedSearch", "Signal", "Source"]
 
 
 class Source(NamedTuple):
@@ -162,3 +163,21 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
         if self.body is not None:
             out["body"] = self.body.decode("utf-8", "replace")
         return out
+
+
+class PreparedSearch(msgspec.Struct, frozen=True, kw_only=True):
+    """What `MemoryHandle.prepare_search` made ready: the search index of one read of a
+    managed view, with ``entries`` items, as of the view's change ``changes``.
+    ``snapshot`` is where its snapshot is saved beside the view (the next reading
+    process loads it instead of building the index); None when none is (an index of
+    fewer entries than `MemoryConfig.index_snapshots_from`, which each process builds
+    in milliseconds, or snapshots off or unwritable: ``reason`` says which)."""
+
+    namespace: str
+    tenant: str
+    conversation: str | None
+    embedder: str | None
+    entries: int
+    changes: int
+    snapshot: str | None
+    reason: str | None = None

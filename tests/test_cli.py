@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -318,3 +319,38 @@ def test_serve_on_a_port_in_use_or_out_of_range_says_so(tmp_path):
     assert f"ConfigError: cannot serve on 127.0.0.1:{port}" in result.output
     result = CliRunner().invoke(main, ["serve", "--view", view, "--port", "80000"])
     assert result.exit_code == 2 and "80000 is not in the range" in result.output
+
+
+def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
+    """``laser-memory index`` saves the snapshot a later reader loads; without --view it
+    is a usage error, and a view that is not there is a clean error."""
+    import asyncio
+
+    import laser_memory as lm
+
+    url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
+
+    async def write() -> None:
+        async with lm.connect(url) as laser:
+            await laser.memory("notes").remember_many(
+                [f"fact {n} about the deploy of node-{n}" for n in range(1200)]
+            )
+
+    asyncio.run(write())
+    run("fold", "--url", url, "--view", view, "--exit-when-caught-up")
+    prepared = json.loads(run("index", "--url", url, "--view", view, "--json"))
+    assert prepared["entries"] == 1200 and prepared["embedder"] is None
+    assert prepared["reason"] is None
+    assert os.path.dirname(prepared["snapshot"]) == os.path.join(view, "search")
+    assert os.path.isfile(prepared["snapshot"])
+    shown = run("index", "--url", url, "--view", view, "--embedder", "word-hash")
+    assert "entries:    1200" in shown and "snapshot:   " in shown
+    assert "fewer than index_snapshots_from" in run(
+        "index", "--url", url, "--view", view, "--conversation", "c9"
+    )
+    found = json.loads(run("recall", "--url", url, "--view", view, "--text", "node-7", "--json"))
+    assert found[0]["body"] == "fact 7 about the deploy of node-7"
+    result = CliRunner().invoke(main, ["index", "--url", url])
+    assert result.exit_code == 2 and "give --view PATH" in result.output
+    assert "no view at" in run("index", "--url", url, "--view", str(tmp_path / "typo"), ok=False)
+    assert not (tmp_path / "typo").exists()

@@ -611,3 +611,96 @@ def test_a_save_gives_up_on_a_lock_another_process_keeps(tmp_path, monkeypatch):
     assert lock in os.listdir(tmp_path / "search")
     assert snapshots.remove_all() == []
     assert os.listdir(tmp_path / "search") == [lock]  # a saver may hold it
+
+
+async def test_prepare_search_saves_the_index_the_next_reader_loads(tmp_path: Path, built):
+    """`prepare_search` makes and saves the index of the reads it is given, so that a
+    later reading process's first text recalls of them build nothing and answer as a
+    reader without snapshots does; each tenant's index holds that tenant's items only."""
+    view = tmp_path / "view"
+    config = lm.MemoryConfig(index_snapshots_from=10)
+    entries = [
+        {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
+        for i in range(40)
+    ] + [{"body": "lunch is served at noon", "conversation": "c1"}]
+    async with folded(tmp_path, entries) as (laser, memory):
+        other = laser.memory("notes", tenant="acme")
+        await other.remember_many([{"body": f"acme keys {i}"} for i in range(12)])
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        url = laser.log.url
+    async with lm.connect(
+        url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
+    ) as operator:
+        notes = operator.memory("notes")
+        whole = await notes.prepare_search()
+        one = await notes.prepare_search(conversation="c1")
+        acme = await operator.memory("notes", tenant="acme").prepare_search()
+    assert (whole.entries, one.entries, acme.entries) == (41, 14, 12)
+    assert whole.embedder == lm.WordHashEmbedder().label and whole.tenant == ""
+    assert (one.conversation, acme.tenant) == ("c1", "acme")
+    saved = set(os.listdir(view / "search"))
+    for prepared in (whole, one, acme):
+        assert prepared.reason is None and prepared.changes == 41 + 12
+        assert prepared.snapshot is not None
+        assert Path(prepared.snapshot).parent == view / "search"
+        assert Path(prepared.snapshot).name in saved
+    reads = [q for q in QUERIES if q.get("conversation") in (None, "c1")]
+
+    async def answered(config: lm.MemoryConfig) -> list:
+        async with lm.connect(
+            url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
+        ) as reader:
+            memory, acme_memory = reader.memory("notes"), reader.memory("notes", tenant="acme")
+            got = [[(i.id, i.score) for i in await memory.recall(**q)] for q in reads]
+            got.append([i.text for i in await acme_memory.recall(text="keys", limit=50)])
+            reader.managed_view().close()
+            return got
+
+    built[0] = 0
+    loaded = await answered(config)
+    assert built[0] == 0  # every read started from its snapshot
+    assert loaded == await answered(NEVER)
+    assert built[0] >= 41 + 14 + 12
+    assert sorted(loaded[-1]) == sorted(f"acme keys {i}" for i in range(12))
+
+
+async def test_prepare_search_says_why_it_saved_no_snapshot(tmp_path: Path):
+    view = tmp_path / "view"
+    async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(30)]) as (laser, _):
+        url = laser.log.url
+    async with lm.connect(url, stream="s", view=view) as small:  # the default threshold
+        prepared = await small.memory("notes").prepare_search()
+    assert prepared.entries == 30 and prepared.snapshot is None and prepared.embedder is None
+    assert "fewer than index_snapshots_from (1000)" in prepared.reason
+    async with lm.connect(url, stream="s", view=view, config=NEVER) as off:
+        prepared = await off.memory("notes").prepare_search()
+    assert prepared.snapshot is None and "snapshots are off" in prepared.reason
+    assert not (view / "search").exists()
+    # A view no folder has written yet holds no index.
+    empty = tmp_path / "empty"
+    view_module.MemoryView.open(empty).close()
+    async with lm.connect(url, stream="s", view=empty, config=ALWAYS) as early:
+        prepared = await early.memory("notes").prepare_search()
+    assert prepared.entries == 0 and prepared.snapshot is None
+    assert "folded nothing" in prepared.reason
+
+
+async def test_prepare_search_refuses_bad_input_and_handles_without_a_view(tmp_path: Path):
+    async with folded(tmp_path, [{"body": "one fact"}]) as (laser, memory):
+        with pytest.raises(lm.NoView, match="view=PATH"):
+            await memory.prepare_search()
+        url = laser.log.url
+    async with lm.connect(url, stream="s", view=tmp_path / "view", config=ALWAYS) as reader:
+        notes = reader.memory("notes")
+        for kwargs, error in (
+            ({"include_superseded": "yes"}, lm.InvalidInput),
+            ({"tenant": "a\tb"}, lm.InvalidName),
+            ({"conversation": ""}, lm.InvalidName),
+            ({"conversation": 5}, lm.InvalidInput),
+        ):
+            with pytest.raises(error):
+                await notes.prepare_search(**kwargs)
+        with pytest.raises(lm.InvalidInput, match="scoped to conversation"):
+            await notes.scoped("c1").prepare_search(conversation="c2")
+    # Nothing was saved by the refused calls.
+    assert not (tmp_path / "view" / "search").exists()
