@@ -47,7 +47,7 @@ import numpy as np
 from laser_memory.errors import shown
 from laser_memory.search_index import SearchIndex, SnapshotError
 
-__all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots"]
+__all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots", "Read"]
 
 #: Indexes with fewer entries than this are not saved. From here up a process that
 #: loads a snapshot starts searching several times sooner than one that builds the
@@ -85,8 +85,21 @@ class _SnapshotFile(msgspec.Struct, array_like=True):
     index: bytes
 
 
+class _SnapshotHead(msgspec.Struct, array_like=True):
+    """The first fields of a `_SnapshotFile` (the rest are passed over unread)."""
+
+    format: int
+    read: bytes
+
+
+#: A read as its snapshot names it: (tenant, namespace, conversation, embedder label,
+#: superseded).
+Read = tuple[str, str, str | None, str | None, bool]
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_SnapshotFile)
+_head_decoder = msgspec.msgpack.Decoder(_SnapshotHead)
+_read_decoder = msgspec.msgpack.Decoder(Read)
 
 
 class IndexSnapshots:
@@ -130,6 +143,32 @@ class IndexSnapshots:
             return os.access(self.path, os.W_OK | os.X_OK)
         parent = os.path.dirname(self.path)
         return not os.path.exists(self.path) and os.access(parent, os.W_OK | os.X_OK)
+
+    def reads(self) -> list[Read]:
+        """The reads that have a snapshot here, of this format (of any view epoch: a
+        rebuild's snapshots are stale, and `laser-memory rebuild` lists them before it
+        empties the view, to make them again afterwards). A file that is no snapshot of
+        the read its name says is passed over, its reason in ``errors``."""
+        try:
+            names = sorted(name for name in os.listdir(self.path) if name.endswith(".idx"))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            self.errors.append(f"snapshots in {self.path} not listed: {exc}")
+            return []
+        found = []
+        for name in names:
+            try:
+                with open(os.path.join(self.path, name), "rb") as file:
+                    head = _head_decoder.decode(file.read())
+                read = _read_decoder.decode(head.read)
+            except (OSError, msgspec.DecodeError) as exc:
+                self.errors.append(f"snapshot {name} unreadable: {exc}")
+                continue
+            if head.format != _FORMAT or f"{self._names(read)[1]}.idx" != name:
+                continue  # another format's, or a file named for another read
+            found.append(read)
+        return found
 
     def file_of(self, read: tuple) -> str:
         """The path of the index file of ``read``'s snapshot (it may not exist)."""

@@ -23,11 +23,12 @@ from typing import Any
 import click
 import msgspec
 
+from folders.index_snapshots import IndexSnapshots, Read
 from folders.replay import replay as replay_log
 from folders.replay import to_millis
 from folders.service import FolderConfig, ViewFolder
-from folders.state import history_entry
-from folders.view import MemoryView
+from folders.state import ItemFilter, history_entry
+from folders.view import MemoryView, view_path_of
 
 from . import connect
 from .errors import ConfigError, LaserError, UnknownTopic, shown
@@ -39,6 +40,7 @@ from .memory import MemoryHandle, Receipt
 from .named import load_json
 from .recall import MAX_LIMIT, STRATEGIES
 from .records import Embedded, Feedback, Forget, Remember, Retrieved, Superseded
+from .vector_clusters import ApproximateSearch
 
 
 def _run(coro_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
@@ -590,11 +592,14 @@ async def _topic_exists(laser, topic: str) -> bool:
 @_map_size_option
 @_run
 async def rebuild(url, stream, topic, view, map_size) -> None:
-    """Empty the view at --view and fold the whole topic into it again, with progress."""
+    """Empty the view at --view and fold the whole topic into it again, with progress;
+    then make again the search index snapshots its readers had saved."""
     async with connect(url, stream=stream, create=False) as laser:
         topic = topic or laser.memory_topic_name
         if not await _topic_exists(laser, topic):
             raise click.ClickException(f"topic {shown(topic)} does not exist")
+        # Listed before the view is emptied, which removes them.
+        reads = IndexSnapshots(view_path_of(view)).reads()
         total = sum((await laser.log.end_offsets(topic)).values())
         with click.progressbar(length=total, label=f"rebuilding {view}", file=sys.stderr) as bar:
             done = 0
@@ -608,6 +613,42 @@ async def rebuild(url, stream, topic, view, map_size) -> None:
                 until_caught_up=True, rebuild=True, on_progress=progress
             )
         click.echo(f"rebuilt {view} from {folded} records", err=True)
+    if reads:
+        await asyncio.to_thread(_remake_snapshots, view, reads)
+
+
+def _remake_snapshots(view: str, reads: list[Read]) -> None:
+    """Make the search index of each read whose snapshot a rebuild removed, and save
+    it, so that no reader's first text recall builds it (as `laser-memory index`)."""
+    click.echo(f"making {len(reads)} search index snapshot(s) the readers had", err=True)
+    now_ms = time.time_ns() // 1_000_000
+    with MemoryView.open(view, create=False) as opened:
+        for tenant, namespace, conversation, embedder, superseded in reads:
+            where = ItemFilter(
+                tenant=tenant,
+                conversation=conversation,
+                embedder=embedder,
+                superseded=superseded,
+                now_ms=now_ms,
+            )
+            prepared = opened.prepare_index(namespace, where, ApproximateSearch())
+            read = ", ".join(
+                [
+                    f"{name} {shown(value)}"
+                    for name, value in (
+                        ("tenant", tenant),
+                        ("conversation", conversation),
+                        ("embedder", embedder),
+                    )
+                    if value
+                ]
+                + (["with superseded items"] if superseded else [])
+            )
+            done = "saved" if prepared.snapshot is not None else f"not saved: {prepared.reason}"
+            click.echo(
+                f"  {namespace}{f' ({read})' if read else ''}: {prepared.entries} entries, {done}",
+                err=True,
+            )
 
 
 @main.command()
@@ -701,8 +742,8 @@ def stats(view: str, url: str | None, as_json: bool) -> None:
 async def index_command(url, stream, namespace, as_json, view, tenant, conversation, embedder):
     """Make a managed view's search index for a namespace's text recalls and save its
     snapshot beside the view, so that no reader's first text recall builds it (about a
-    minute at a million items). Run it after a rebuild, or before readers start; give
-    the --embedder the readers use."""
+    minute at a million items). Run it before readers start ('rebuild' remakes the
+    snapshots readers had saved); give the --embedder the readers use."""
     if view is None:
         raise click.UsageError("index prepares a managed view's search index: give --view PATH")
     started = time.monotonic()

@@ -1120,7 +1120,8 @@ class MemoryHandle:
         with these filters read, and save its snapshot beside the view, so that neither
         this process's first text recall nor the next process's builds it (at a million
         items a build takes about a minute; loading the snapshot, under a second). Run
-        it after a rebuild, or when a reading service starts. The agent, user,
+        it when a reading service starts (``laser-memory rebuild`` remakes the snapshots
+        readers had saved). The agent, user,
         application and kind filters of a recall share their index with a recall
         without them, so they need no index of their own. Indexes smaller than
         `MemoryConfig.index_snapshots_from` are made but not saved (each process builds

@@ -704,3 +704,66 @@ async def test_prepare_search_refuses_bad_input_and_handles_without_a_view(tmp_p
             await notes.scoped("c1").prepare_search(conversation="c2")
     # Nothing was saved by the refused calls.
     assert not (tmp_path / "view" / "search").exists()
+
+
+def test_a_rebuild_makes_again_the_snapshots_its_readers_had(tmp_path: Path, built):
+    """``laser-memory rebuild`` empties the view, which removes its search snapshots (they
+    are of the old view); it then makes each again, so the readers' first text recalls
+    after it build nothing, and answer as readers without snapshots do."""
+    from click.testing import CliRunner
+
+    from laser_memory.cli import main
+
+    view = tmp_path / "view"
+    url = f"local://{tmp_path / 'log'}"
+    embedder = lm.WordHashEmbedder()
+
+    async def setup() -> None:
+        async with lm.connect(url, stream="s", embedder=embedder) as laser:
+            await laser.memory("notes").remember_many(
+                [
+                    {"body": f"rotate keys on node-{i}", "conversation": f"c{i % 3}"}
+                    for i in range(1100)
+                ]
+            )
+            await laser.memory("notes", tenant="acme").remember_many(
+                [f"acme keys {i}" for i in range(1050)]
+            )
+            await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+        # Readers save the snapshots of what they search: the handle's embedder's read,
+        # and another tenant's keyword read (no embedder).
+        async with lm.connect(url, stream="s", view=view, embedder=embedder) as reader:
+            await reader.memory("notes").recall(text="keys", strategy="hybrid")
+        async with lm.connect(url, stream="s", view=view) as reader:
+            await reader.memory("notes", tenant="acme").recall(text="keys", strategy="keyword")
+
+    async def answers(config: lm.MemoryConfig) -> list:
+        async with lm.connect(url, stream="s", view=view, embedder=embedder, config=config) as r:
+            got = [
+                [(i.id, i.score) for i in await r.memory("notes").recall(text=q, strategy=s)]
+                for q in ("keys node-7", "rotate")
+                for s in ("hybrid", "semantic", "keyword")
+            ]
+        async with lm.connect(url, stream="s", view=view, config=config) as r:
+            acme = r.memory("notes", tenant="acme")
+            got.append([(i.text, i.score) for i in await acme.recall(text="keys 7")])
+        return got
+
+    asyncio.run(setup())
+    saved = IndexSnapshots(str(view)).reads()
+    assert sorted(saved) == [
+        ("", "stream:s/notes", None, embedder.label, False),
+        ("acme", "stream:s/notes", None, None, False),
+    ]
+    result = CliRunner().invoke(
+        main, ["rebuild", "--url", url, "--stream", "s", "--view", str(view)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "making 2 search index snapshot(s)" in result.output
+    assert "stream:s/notes (tenant 'acme'): 1050 entries, saved" in result.output
+    assert sorted(IndexSnapshots(str(view)).reads()) == sorted(saved)
+    built[0] = 0
+    after = asyncio.run(answers(lm.MemoryConfig()))
+    assert built[0] == 0  # every read loaded the snapshot the rebuild made
+    assert after == asyncio.run(answers(NEVER))
+    assert all(text.startswith("acme keys") for text, _ in after[-1])
