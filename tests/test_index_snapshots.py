@@ -618,7 +618,9 @@ async def test_prepare_search_saves_the_index_the_next_reader_loads(tmp_path: Pa
     later reading process's first text recalls of them build nothing and answer as a
     reader without snapshots does; each tenant's index holds that tenant's items only."""
     view = tmp_path / "view"
-    config = lm.MemoryConfig(index_snapshots_from=10)
+    # The whole namespace (41 items) is built by a child process, as at 100,000 items
+    # by default; a conversation (14) in this one.
+    config = lm.MemoryConfig(index_snapshots_from=10, index_build_apart_from=20)
     entries = [
         {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
         for i in range(40)
@@ -632,9 +634,13 @@ async def test_prepare_search_saves_the_index_the_next_reader_loads(tmp_path: Pa
         url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
     ) as operator:
         notes = operator.memory("notes")
+        built[0] = 0
         whole = await notes.prepare_search()
+        assert built[0] == 0  # the child read the items
         one = await notes.prepare_search(conversation="c1")
         acme = await operator.memory("notes", tenant="acme").prepare_search()
+        # A conversation's build passes over its whole namespace (41), acme's holds 12.
+        assert built[0] == 41 + 12
     assert (whole.entries, one.entries, acme.entries) == (41, 14, 12)
     assert whole.embedder == lm.WordHashEmbedder().label and whole.tenant == ""
     assert (one.conversation, acme.tenant) == ("c1", "acme")
