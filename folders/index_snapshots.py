@@ -90,6 +90,8 @@ class _SnapshotHead(msgspec.Struct, array_like=True):
 
     format: int
     read: bytes
+    epoch: bytes | None
+    seq: int
 
 
 #: A read as its snapshot names it: (tenant, namespace, conversation, embedder label,
@@ -149,6 +151,11 @@ class IndexSnapshots:
         rebuild's snapshots are stale, and `laser-memory rebuild` lists them before it
         empties the view, to make them again afterwards). A file that is no snapshot of
         the read its name says is passed over, its reason in ``errors``."""
+        return [read for read, _, _ in self.saved()]
+
+    def saved(self) -> list[tuple[Read, bytes | None, int]]:
+        """Each snapshot here of this format: (its read, the view epoch and the change
+        number it reflects), by file name. See `reads`."""
         try:
             names = sorted(name for name in os.listdir(self.path) if name.endswith(".idx"))
         except FileNotFoundError:
@@ -167,7 +174,7 @@ class IndexSnapshots:
                 continue
             if head.format != _FORMAT or f"{self._names(read)[1]}.idx" != name:
                 continue  # another format's, or a file named for another read
-            found.append(read)
+            found.append((read, head.epoch, head.seq))
         return found
 
     def file_of(self, read: tuple) -> str:

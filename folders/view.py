@@ -143,7 +143,7 @@ from .state import (
     source_of,
 )
 
-__all__ = ["VIEW_FORMAT", "MemoryView", "ViewStats"]
+__all__ = ["VIEW_FORMAT", "MemoryView", "SearchSnapshot", "ViewStats"]
 
 #: The layout of the databases below; bumped whenever a key or value changes shape.
 VIEW_FORMAT = 10
@@ -182,6 +182,21 @@ class ViewStats(msgspec.Struct, frozen=True, kw_only=True):
     named_items: int
     set_aside: int
     set_aside_records: list[SetAside]
+
+
+class SearchSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A search index snapshot beside a view (``laser-memory stats`` lists them): the
+    read it serves, the view change it reflects, and how many changes the view has made
+    since (None: it is of an earlier view, made before a rebuild, and no reader uses it;
+    ``laser-memory index`` makes it again)."""
+
+    tenant: str
+    namespace: str
+    conversation: str | None
+    embedder: str | None
+    superseded: bool
+    changes: int
+    behind: int | None
 
 
 def _inv_key(key: SortKey) -> bytes:
@@ -1596,6 +1611,28 @@ class MemoryView:
             set_aside=len(aside),
             set_aside_records=aside[:aside_limit],
         )
+
+    def search_snapshots(self) -> list[SearchSnapshot]:
+        """The search index snapshots saved beside this view (none when snapshots are
+        off), with how far each is behind the view."""
+        if self.snapshots is None:
+            return []
+        with self._read() as txn:
+            seq, epoch = self._changes(txn)
+        return [
+            SearchSnapshot(
+                tenant=tenant,
+                namespace=namespace,
+                conversation=conversation,
+                embedder=embedder,
+                superseded=superseded,
+                changes=saved_seq,
+                behind=seq - saved_seq if saved_epoch == epoch and saved_seq <= seq else None,
+            )
+            for (tenant, namespace, conversation, embedder, superseded), saved_epoch, saved_seq in (
+                self.snapshots.saved()
+            )
+        ]
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every key and value of every database, for comparing two views: what the

@@ -632,23 +632,9 @@ def _remake_snapshots(view: str, reads: list[Read]) -> None:
                 now_ms=now_ms,
             )
             prepared = opened.prepare_index(namespace, where, ApproximateSearch())
-            read = ", ".join(
-                [
-                    f"{name} {shown(value)}"
-                    for name, value in (
-                        ("tenant", tenant),
-                        ("conversation", conversation),
-                        ("embedder", embedder),
-                    )
-                    if value
-                ]
-                + (["with superseded items"] if superseded else [])
-            )
+            read = _read_label(tenant, conversation, embedder, superseded)
             done = "saved" if prepared.snapshot is not None else f"not saved: {prepared.reason}"
-            click.echo(
-                f"  {namespace}{f' ({read})' if read else ''}: {prepared.entries} entries, {done}",
-                err=True,
-            )
+            click.echo(f"  {namespace}{read}: {prepared.entries} entries, {done}", err=True)
 
 
 @main.command()
@@ -698,10 +684,11 @@ async def reembed(url, stream, namespace, as_json, view, tenant, embedder, batch
 @click.option("--json", "as_json", is_flag=True)
 def stats(view: str, url: str | None, as_json: bool) -> None:
     """Show a view's watermark, item counts and set-aside records (with --url, how many
-    records of the log it has not folded yet)."""
+    records of the log it has not folded yet), and its search index snapshots."""
     try:
         with MemoryView.open(view, create=False) as opened:
             result = opened.stats()
+            snapshots = opened.search_snapshots()
         lag = asyncio.run(_view_lag(url, result)) if url is not None else None
     except LaserError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
@@ -709,6 +696,7 @@ def stats(view: str, url: str | None, as_json: bool) -> None:
         out = msgspec.to_builtins(result)
         if lag is not None:
             out["log"] = lag
+        out["search_snapshots"] = msgspec.to_builtins(snapshots)
         click.echo(json.dumps(out))
         return
     click.echo(f"view:       {result.path}")
@@ -731,6 +719,36 @@ def stats(view: str, url: str | None, as_json: bool) -> None:
     for aside in result.set_aside_records:
         position = aside.position
         click.echo(f"  partition {position.partition} offset {position.offset}: {aside.reason}")
+    click.echo(f"search:     {len(snapshots)} index snapshot(s)")
+    for snapshot in snapshots:
+        state = (
+            "of an earlier view (rebuilt since): 'laser-memory index' makes it again"
+            if snapshot.behind is None
+            else f"at change {snapshot.changes}, {snapshot.behind} change(s) behind"
+        )
+        read = _read_label(
+            snapshot.tenant, snapshot.conversation, snapshot.embedder, snapshot.superseded
+        )
+        click.echo(f"  {snapshot.namespace}{read}: {state}")
+
+
+def _read_label(
+    tenant: str, conversation: str | None, embedder: str | None, superseded: bool
+) -> str:
+    """What sets a search index's read apart besides its namespace, for a line of output
+    (empty for the namespace's plain read)."""
+    parts = [
+        f"{name} {shown(value)}"
+        for name, value in (
+            ("tenant", tenant),
+            ("conversation", conversation),
+            ("embedder", embedder),
+        )
+        if value
+    ]
+    if superseded:
+        parts.append("with superseded items")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 @main.command(name="index")

@@ -350,6 +350,29 @@ def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
     )
     found = json.loads(run("recall", "--url", url, "--view", view, "--text", "node-7", "--json"))
     assert found[0]["body"] == "fact 7 about the deploy of node-7"
+
+    # stats lists the snapshots, and how far each is behind the view.
+    def snapshots() -> list[dict]:
+        listed = json.loads(run("stats", "--view", view, "--json"))["search_snapshots"]
+        return sorted(listed, key=lambda snapshot: snapshot["embedder"] or "")
+
+    plain = {"tenant": "", "namespace": "notes", "conversation": None, "superseded": False}
+    assert snapshots() == [
+        {**plain, "embedder": None, "changes": 1200, "behind": 0},
+        {**plain, "embedder": "test/word-hash", "changes": 1200, "behind": 0},
+    ]
+    run("remember", "one more fact", "--url", url)
+    run("fold", "--url", url, "--view", view, "--exit-when-caught-up")
+    assert [s["behind"] for s in snapshots()] == [1, 1]
+    # A snapshot of the view before a rebuild (put back after it) is no reader's.
+    search = os.path.join(view, "search")
+    old = {name: (tmp_path / "view" / "search" / name).read_bytes() for name in os.listdir(search)}
+    run("rebuild", "--url", url, "--view", view)
+    assert [s["behind"] for s in snapshots()] == [0, 0]
+    for name, data in old.items():
+        (tmp_path / "view" / "search" / name).write_bytes(data)
+    assert [s["behind"] for s in snapshots()] == [None, None]
+    assert "of an earlier view" in run("stats", "--view", view)
     result = CliRunner().invoke(main, ["index", "--url", url])
     assert result.exit_code == 2 and "give --view PATH" in result.output
     assert "no view at" in run("index", "--url", url, "--view", str(tmp_path / "typo"), ok=False)
