@@ -166,7 +166,22 @@ class IndexSnapshots:
         found = []
         for name in names:
             try:
-                with open(os.path.join(self.path, name), "rb") as file:
+                # Every name in the folder, not one made from a read: one planted as a
+                # link, a device or a pipe must not be followed, read without end, or
+                # waited on.
+                fd = os.open(
+                    os.path.join(self.path, name),
+                    os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                )
+                try:
+                    regular = stat.S_ISREG(os.fstat(fd).st_mode)
+                except OSError:
+                    os.close(fd)
+                    raise
+                if not regular:
+                    os.close(fd)
+                    raise OSError("not a regular file")
+                with open(fd, "rb") as file:
                     head = _head_decoder.decode(file.read())
                 read = _read_decoder.decode(head.read)
             except (OSError, msgspec.DecodeError) as exc:

@@ -773,3 +773,30 @@ def test_a_rebuild_makes_again_the_snapshots_its_readers_had(tmp_path: Path, bui
     assert built[0] == 0  # every read loaded the snapshot the rebuild made
     assert after == asyncio.run(answers(NEVER))
     assert all(text.startswith("acme keys") for text, _ in after[-1])
+
+
+async def test_listing_snapshots_passes_over_files_planted_among_them(tmp_path: Path):
+    """`IndexSnapshots.reads` (what rebuild remakes, what stats lists) reads every
+    ``*.idx`` in the folder, not one named from a read: a link, a device, a pipe, a
+    directory or garbage there is passed over with its reason, never followed, read
+    without end or waited on."""
+    view = tmp_path / "view"
+    async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(20)]) as (laser, _):
+        await answers(laser.log.url, view, ALWAYS)
+    snapshots = IndexSnapshots(str(view))
+    real = snapshots.reads()
+    assert real  # the reader saved its reads
+    search = view / "search"
+    one = next(name for name in os.listdir(search) if name.endswith(".idx"))
+    (search / "garbage.idx").write_bytes(b"\x01\x02")
+    (search / "folder.idx").mkdir()
+    os.mkfifo(search / "pipe.idx")
+    os.symlink("/dev/zero", search / "zero.idx")
+    os.symlink(search / one, search / "copy.idx")
+    # A snapshot's bytes under a name that is not its read's.
+    (search / "renamed.idx").write_bytes((search / one).read_bytes())
+    listing = IndexSnapshots(str(view))
+    assert sorted(listing.reads()) == sorted(real)
+    reasons = "\n".join(listing.errors)
+    for name in ("garbage", "folder", "pipe", "zero", "copy"):
+        assert f"snapshot {name}.idx unreadable" in reasons, reasons
