@@ -40,6 +40,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import msgspec
 import numpy as np
@@ -104,6 +105,20 @@ _head_decoder = msgspec.msgpack.Decoder(_SnapshotHead)
 _read_decoder = msgspec.msgpack.Decoder(Read)
 
 
+def _open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file: never through a link, and a
+    device or a pipe is refused rather than read without end or waited on (a file
+    planted in the folder must not hang or mislead a reader). `OSError` otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{os.path.basename(path)} is not a regular file")
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class IndexSnapshots:
     """The snapshots of one view's search indexes, at ``<view>/search``. ``keep_from``:
     the fewest entries an index has for it to be saved (None: never save)."""
@@ -166,22 +181,7 @@ class IndexSnapshots:
         found = []
         for name in names:
             try:
-                # Every name in the folder, not one made from a read: one planted as a
-                # link, a device or a pipe must not be followed, read without end, or
-                # waited on.
-                fd = os.open(
-                    os.path.join(self.path, name),
-                    os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                )
-                try:
-                    regular = stat.S_ISREG(os.fstat(fd).st_mode)
-                except OSError:
-                    os.close(fd)
-                    raise
-                if not regular:
-                    os.close(fd)
-                    raise OSError("not a regular file")
-                with open(fd, "rb") as file:
+                with _open_regular(os.path.join(self.path, name)) as file:
                     head = _head_decoder.decode(file.read())
                 read = _read_decoder.decode(head.read)
             except (OSError, msgspec.DecodeError) as exc:
@@ -207,7 +207,7 @@ class IndexSnapshots:
     def _file(self, read: tuple, epoch: bytes | None) -> _SnapshotFile | None:
         key, name = self._names(read)
         try:
-            with open(os.path.join(self.path, f"{name}.idx"), "rb") as file:
+            with _open_regular(os.path.join(self.path, f"{name}.idx")) as file:
                 saved = _decoder.decode(file.read())
         except FileNotFoundError:
             return None
@@ -222,7 +222,7 @@ class IndexSnapshots:
         """The snapshot's arrays, views of its array file mapped copy-on-write."""
         if os.sep in saved.arrays or not saved.arrays.startswith(f"{name}-"):
             raise SnapshotError(f"array file {shown(saved.arrays)} is not this read's")
-        with open(os.path.join(self.path, saved.arrays), "rb") as file:
+        with _open_regular(os.path.join(self.path, saved.arrays)) as file:
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
         arrays = {}
         for at in saved.layout:

@@ -800,3 +800,30 @@ async def test_listing_snapshots_passes_over_files_planted_among_them(tmp_path: 
     reasons = "\n".join(listing.errors)
     for name in ("garbage", "folder", "pipe", "zero", "copy"):
         assert f"snapshot {name}.idx unreadable" in reasons, reasons
+
+
+async def test_a_reader_passes_over_a_snapshot_planted_as_a_link_or_a_pipe(tmp_path: Path):
+    """A reader opens ``<read>.idx`` and the array file it names as regular files only:
+    one replaced by a link (to ``/dev/zero``, read without end before) or by a pipe
+    (waited on before) is passed over with its reason, and the reader builds."""
+    view = tmp_path / "view"
+    entries = [{"body": f"fact {i} about keys", "conversation": f"c{i % 2}"} for i in range(20)]
+    async with folded(tmp_path, entries) as (laser, _):
+        url = laser.log.url
+        want = await answers(url, view, ALWAYS)
+    search = view / "search"
+    indexes = sorted(name for name in os.listdir(search) if name.endswith(".idx"))
+    arrays = sorted(name for name in os.listdir(search) if name.endswith(".arrays"))
+    assert len(indexes) == len(arrays) == 2  # the namespace's read and c1's
+    # One read's index file becomes a link, the other's array file a pipe.
+    os.unlink(search / indexes[0])
+    os.symlink("/dev/zero", search / indexes[0])
+    other = next(name for name in arrays if not name.startswith(indexes[0][: -len(".idx")]))
+    os.unlink(search / other)
+    os.mkfifo(search / other)
+    # Readers that load snapshots but save none, so the planted files stay.
+    got, errors = await answers_and_errors(url, view, lm.MemoryConfig(index_snapshots_from=10**9))
+    assert got == want
+    reasons = "\n".join(errors)
+    assert f"snapshot {indexes[0]} unreadable" in reasons, reasons
+    assert f"{other} is not a regular file" in reasons, reasons
