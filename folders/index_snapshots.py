@@ -339,7 +339,16 @@ class IndexSnapshots:
         final = os.path.join(self.path, name)
         temporary = f"{final}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            with open(temporary, "wb") as file:
+            # A new file of our own: one a crash left under this name goes first, and a
+            # link planted here is removed, never written through.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            fd = os.open(
+                temporary,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644,
+            )
+            with open(fd, "wb") as file:
                 write(file)
                 file.flush()
                 os.fsync(file.fileno())

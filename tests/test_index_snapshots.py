@@ -827,3 +827,18 @@ async def test_a_reader_passes_over_a_snapshot_planted_as_a_link_or_a_pipe(tmp_p
     reasons = "\n".join(errors)
     assert f"snapshot {indexes[0]} unreadable" in reasons, reasons
     assert f"{other} is not a regular file" in reasons, reasons
+
+
+def test_a_save_never_writes_through_a_link_planted_at_its_temporary_name(tmp_path: Path):
+    """A save writes each file under a temporary name first: a link planted there (to a
+    file elsewhere) is removed and the file made anew, its target left as it was."""
+    snapshots = IndexSnapshots(str(tmp_path / "view"))
+    os.makedirs(snapshots.path)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    final = os.path.join(snapshots.path, "x.idx")
+    temporary = f"{final}.{os.getpid()}.{threading.get_ident()}.tmp"
+    os.symlink(victim, temporary)
+    snapshots._write("x.idx", lambda file: file.write(b"snapshot"))
+    assert victim.read_text() == "precious"
+    assert Path(final).read_bytes() == b"snapshot" and not os.path.lexists(temporary)
