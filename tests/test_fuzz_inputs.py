@@ -129,6 +129,17 @@ call = st.one_of(
         ),
     ),
     st.tuples(st.just("fetch"), st.fixed_dictionaries({"key": text}, optional={"version": number})),
+    st.tuples(
+        st.just("prepare_search"),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "conversation": maybe(text),
+                "tenant": st.one_of(text, anything),
+                "include_superseded": anything,
+            },
+        ),
+    ),
 )
 
 
@@ -165,6 +176,8 @@ async def _apply(memory: lm.MemoryHandle, known: list[lm.MemoryId], name: str, a
     elif name == "consolidate":
         rest = dict(args)
         await memory.consolidate(rest.pop("max_items"), **rest)
+    elif name == "prepare_search":
+        await memory.prepare_search(**args)  # no view here: NoView, once the input passes
     else:
         await memory.fetch(args["key"], version=args.get("version"), folded=True)
 
@@ -228,6 +241,8 @@ cli_word = st.one_of(
             "fetch",
             "audit",
             "replay",
+            "index",
+            "stats",
         ]
     ),
     words=st.lists(cli_word, max_size=4),
