@@ -31,6 +31,13 @@ QUERIES = [
 ] + [{"text": "keys", "strategy": "hybrid", "limit": 2}]
 
 
+#: The items most tests fold: 40 about keys over conversations c0-c2, and one lunch in c1.
+ENTRIES = [
+    {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
+    for i in range(40)
+] + [{"body": "lunch is served at noon", "conversation": "c1"}]
+
+
 @pytest.fixture
 def built(monkeypatch) -> list[int]:
     """How many items the view's readers read to build or update their indexes."""
@@ -99,13 +106,7 @@ async def test_a_new_reader_starts_from_the_snapshot_and_catches_up(tmp_path: Pa
     view = tmp_path / "view"
     always, never = ALWAYS, NEVER
     async with writing(tmp_path) as (laser, memory, folder):
-        items = await memory.remember_many(
-            [
-                {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
-                for i in range(40)
-            ]
-            + [{"body": "lunch is served at noon", "conversation": "c1"}]
-        )
+        items = await memory.remember_many(ENTRIES)
         await folder.run(until_caught_up=True)
         first = await answers(laser.log.url, view, always)
         assert any(name.endswith(".idx") for name in os.listdir(view / "search"))
@@ -183,11 +184,7 @@ async def test_the_reader_that_saves_a_snapshot_serves_from_it_and_keeps_no_buil
 
     view = tmp_path / "view"
     always = lm.MemoryConfig(index_snapshots_from=1)
-    entries = [
-        {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
-        for i in range(40)
-    ]
-    async with folded(tmp_path, entries) as (laser, _):
+    async with folded(tmp_path, ENTRIES[:40]) as (laser, _):
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         terms.forget_stems()
         assert await answers(laser.log.url, view, always) == want
@@ -293,11 +290,7 @@ async def test_a_large_read_has_a_child_process_build_its_index(tmp_path: Path, 
     itself. A read of a conversation with fewer items is built here."""
     view = tmp_path / "view"
     apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=20)
-    entries = [
-        {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
-        for i in range(40)
-    ] + [{"body": "lunch is served at noon", "conversation": "c1"}]
-    async with folded(tmp_path, entries) as (laser, _):
+    async with folded(tmp_path, ENTRIES) as (laser, _):
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         assert built[0] > 0
         built[0] = 0
@@ -621,11 +614,7 @@ async def test_prepare_search_saves_the_index_the_next_reader_loads(tmp_path: Pa
     # The whole namespace (41 items) is built by a child process, as at 100,000 items
     # by default; a conversation (14) in this one.
     config = lm.MemoryConfig(index_snapshots_from=10, index_build_apart_from=20)
-    entries = [
-        {"body": f"rotate signing keys on node-{i} monthly", "conversation": f"c{i % 3}"}
-        for i in range(40)
-    ] + [{"body": "lunch is served at noon", "conversation": "c1"}]
-    async with folded(tmp_path, entries) as (laser, memory):
+    async with folded(tmp_path, ENTRIES) as (laser, memory):
         other = laser.memory("notes", tenant="acme")
         await other.remember_many([{"body": f"acme keys {i}"} for i in range(12)])
         await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
