@@ -108,6 +108,43 @@ def validate_embedder(embedder: object) -> Embedder:
     return embedder  # type: ignore[return-value]
 
 
+def float32_numbers(value: object) -> np.ndarray:
+    """``value`` (a vector, or rows of them) as a float32 array, refusing with
+    `TypeError` what is not real numbers: numpy alone reads ``"1"`` as 1.0 and ``True``
+    as 1.0, and drops a complex number's imaginary part with only a warning. A number
+    beyond float32's range becomes ``inf``, for the caller to refuse as not finite.
+
+    >>> float32_numbers([1, 2.5]).tolist()
+    [1.0, 2.5]
+    """
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        raise TypeError(f"got {type(value).__name__}, which is text, not numbers")
+    with np.errstate(over="ignore"):
+        given = np.asarray(value)
+        kind = given.dtype.kind
+        if kind == "O":
+            # Python ints past int64, or numbers numpy could not give one type.
+            for number in given.flat:
+                if isinstance(number, bool) or not isinstance(
+                    number, int | float | np.integer | np.floating
+                ):
+                    raise TypeError(f"{shown(number)} is not a number")
+        elif kind not in "iuf":
+            raise TypeError(f"the values are {_KIND_NAMES.get(kind, given.dtype)}, not numbers")
+        return given.astype(np.float32, copy=False)
+
+
+_KIND_NAMES = {
+    "b": "True/False",
+    "c": "complex numbers",
+    "U": "strings",
+    "S": "bytes",
+    "V": "raw bytes",
+    "M": "datetimes",
+    "m": "time spans",
+}
+
+
 async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """Embed texts in one call; a (len(texts), dimensions) float32 array. Whatever the
     model does wrong (raises, returns the wrong shape, NaN) is `EmbeddingFailed`."""
@@ -118,7 +155,7 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
             result = await asyncio.to_thread(embedder.embed_many, list(texts))
             if inspect.isawaitable(result):
                 result = await result
-        vectors = np.asarray(result, dtype=np.float32)
+        vectors = float32_numbers(result)
     except Exception as exc:
         raise EmbeddingFailed(
             f"the embedder {embedder.label} failed: {type(exc).__name__}: {exc}; nothing was "

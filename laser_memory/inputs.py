@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from .embedding import float32_numbers
 from .errors import BodyTooLarge, EmptyBody, InvalidBody, InvalidInput, InvalidWeight, shown
 from .ids import MemoryId, validate_name
 from .items import Source
@@ -135,7 +136,7 @@ def _origin_of(value: Any) -> Origin:
         if isinstance(value, Appended):
             return Origin(topic=value.topic, partition=value.partition, offset=value.offset)
         if isinstance(value, Mapping):
-            return msgspec.convert(dict(value), Origin)
+            return msgspec.convert(_known_keys(value, Origin, "origin"), Origin)
         if isinstance(value, tuple | list) and len(value) in (4, 5):
             stream, topic, partition, offset, *generation = value
             return Origin(
@@ -151,6 +152,20 @@ def _origin_of(value: Any) -> Origin:
         "origin is a Source, a receipt, a mapping with topic, partition and offset, or a "
         f"tuple (stream, topic, partition, offset[, generation]); got {shown(value)}"
     )
+
+
+def _known_keys(value: Mapping, struct: type[msgspec.Struct], what: str) -> dict:
+    """A mapping given for ``struct`` as a dict, refused if it has a key the struct
+    lacks: msgspec passes unknown fields over (records must, for schema evolution), so a
+    misspelt ``verison`` would be dropped without a word."""
+    given = dict(value)
+    unknown = [key for key in given if key not in struct.__struct_fields__]
+    if unknown:
+        raise InvalidInput(
+            f"{what} has no field {shown(unknown[0])}; its fields are "
+            f"{', '.join(struct.__struct_fields__)}"
+        )
+    return given
 
 
 def origin(value: Any) -> Origin:
@@ -194,8 +209,9 @@ def _producer_of(value: Any) -> Producer:
     if isinstance(value, str):
         return Producer(name=value)
     if isinstance(value, Mapping):
+        given = _known_keys(value, Producer, "producer")
         try:
-            return msgspec.convert(dict(value), Producer)
+            return msgspec.convert(given, Producer)
         except msgspec.ValidationError as exc:
             raise InvalidInput(
                 f"producer needs a 'name' and an optional 'version': {exc}"
@@ -228,9 +244,7 @@ def embedding(value: Any) -> bytes | None:
     if value is None:
         return None
     try:
-        # A number beyond float32 becomes inf, refused below as not finite.
-        with np.errstate(over="ignore"):
-            array = np.asarray(value, dtype=np.float32)
+        array = float32_numbers(value)  # beyond float32: inf, refused below as not finite
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidInput(f"an embedding is a list of numbers: {exc}") from None
     if array.ndim != 1 or array.size == 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import numpy as np
 import pytest
 
 import laser_memory as lm
@@ -820,6 +821,19 @@ for _ in range(5000):
         (lambda m: m.remember("x", tenant="t" * 300), lm.InvalidName),
         (lambda m: m.remember("x", origin="somewhere"), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1.0, float("nan")]), lm.InvalidInput),
+        # numpy alone read "1" as 1.0, True as 1.0 and dropped an imaginary part.
+        (lambda m: m.remember("x", embedding=["1", "2"]), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=[True, False]), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=[1 + 2j, 0.5]), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=[1.0, None]), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding="0.5"), lm.InvalidInput),
+        (lambda m: m.remember_many([{"body": "x", "embedding": ["0.5"]}]), lm.InvalidInput),
+        # A misspelt field was dropped without a word.
+        (lambda m: m.remember("x", producer={"name": "p", "verison": "2"}), lm.InvalidInput),
+        (
+            lambda m: m.remember("x", origin={"topic": "t", "partition": 0, "ofset": 3}),
+            lm.InvalidInput,
+        ),
         (lambda m: m.improve(lm.MemoryId.new(), float("inf")), lm.InvalidWeight),
         (lambda m: m.improve(lm.MemoryId.new(), float("nan")), lm.InvalidWeight),
         (lambda m: m.improve(lm.MemoryId.new(), True), lm.InvalidWeight),
@@ -873,6 +887,18 @@ async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call
         await call(memory)
     assert isinstance(info.value, lm.LaserError) and 0 < len(str(info.value)) < 2000
     assert await _end_offsets(laser) == before
+
+
+async def test_embeddings_of_any_real_number_type_are_taken(laser: lm.Laser):
+    """Ints, ints past int64, numpy scalars and float16 arrays are numbers: taken as
+    float32, as a list of floats is."""
+    memory = laser.memory("notes")
+    for given in ([1, 2**70, 3], [np.float64(0.5), np.int8(-2), 1.5], np.ones(4, np.float16)):
+        mid = await memory.remember("x", embedding=given)
+        [item] = [i for i in await memory.recall(folded=True, limit=100) if i.id == mid]
+        assert np.frombuffer(item.embedding, "<f4").tolist() == [
+            float(np.float32(v)) for v in given
+        ]
 
 
 async def test_input_at_the_limits_the_api_takes_folds(laser: lm.Laser, tmp_path):

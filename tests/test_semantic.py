@@ -146,6 +146,10 @@ async def test_vectors_of_another_model_are_never_compared(embedded, tmp_path):
         lambda texts: [[0.0] * 63 for _ in texts],
         lambda texts: [[float("nan")] * 64 for _ in texts],
         lambda texts: [[0.0] * 64],  # one vector for several texts
+        # numpy alone took these as vectors: strings parsed, imaginary parts dropped.
+        lambda texts: [["0.5"] * 64 for _ in texts],
+        lambda texts: [[0.5 + 1j] * 64 for _ in texts],
+        lambda texts: [[True] * 64 for _ in texts],
     ],
 )
 async def test_a_failing_embedder_writes_nothing(embedded: lm.Laser, embed):
