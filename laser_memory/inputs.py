@@ -136,7 +136,10 @@ def _origin_of(value: Any) -> Origin:
         if isinstance(value, Appended):
             return Origin(topic=value.topic, partition=value.partition, offset=value.offset)
         if isinstance(value, Mapping):
-            return msgspec.convert(_known_keys(value, Origin, "origin"), Origin)
+            # A `Source` as a mapping (``item.source._asdict()``) says its conversation too.
+            given = _known_keys(value, Origin, "origin", also=("conversation",))
+            given.pop("conversation", None)
+            return msgspec.convert(given, Origin)
         if isinstance(value, tuple | list) and len(value) in (4, 5):
             stream, topic, partition, offset, *generation = value
             return Origin(
@@ -154,12 +157,14 @@ def _origin_of(value: Any) -> Origin:
     )
 
 
-def _known_keys(value: Mapping, struct: type[msgspec.Struct], what: str) -> dict:
+def _known_keys(
+    value: Mapping, struct: type[msgspec.Struct], what: str, also: tuple[str, ...] = ()
+) -> dict:
     """A mapping given for ``struct`` as a dict, refused if it has a key the struct
-    lacks: msgspec passes unknown fields over (records must, for schema evolution), so a
-    misspelt ``verison`` would be dropped without a word."""
+    lacks (other than ``also``): msgspec passes unknown fields over (records must, for
+    schema evolution), so a misspelt ``verison`` would be dropped without a word."""
     given = dict(value)
-    unknown = [key for key in given if key not in struct.__struct_fields__]
+    unknown = [key for key in given if key not in struct.__struct_fields__ and key not in also]
     if unknown:
         raise InvalidInput(
             f"{what} has no field {shown(unknown[0])}; its fields are "

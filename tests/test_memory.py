@@ -522,6 +522,10 @@ async def test_lineage_is_stamped_never_filters_and_never_changes_ids(laser: lm.
     [x] = [i for i in await memory.recall() if i.id == one_off]
     assert x.origin.generation == item.source.generation and x.producer.name == "consolidator"
     assert len(await memory.recall()) == 3
+    # A source as a mapping (its conversation too) is an origin as well.
+    as_mapping = await memory.remember("y", origin=item.source._asdict())
+    [y] = [i for i in await memory.recall(folded=True, limit=100) if i.id == as_mapping]
+    assert (y.origin.topic, y.origin.offset) == (item.source.topic, item.source.offset)
 
 
 async def test_a_handles_lineage_stamps_every_entry_of_a_batch(laser: lm.Laser):
