@@ -72,6 +72,49 @@ async def test_an_agent_handles_remembers_links_and_records_retrievals(laser: lm
         await agent.stop()  # safe twice
 
 
+async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.Laser):
+    """`acting_on` a recalled item, a receipt or an `Origin`: what the linked memory
+    remembers then names that record, not the message; anything else is refused."""
+    memory = laser.memory("triage")
+    kb = await memory.remember("node-7 logins fail after the key rotation", conversation="kb")
+    other = await memory.remember("rotate keys on Mondays", conversation="kb")
+    refused: list[type] = []
+
+    async def answer(message: lm.AgentMessage) -> None:
+        [item] = await memory.recall(conversation="kb", text="node-7", strategy="keyword")
+        session = message.session
+        await session.acting_on(item).linked_memory().remember("from the item", conversation="a")
+        await (
+            session.acting_on(other.receipt)
+            .linked_memory()
+            .remember("from the receipt", conversation="a")
+        )
+        given = lm.Origin(topic=kb.receipt.topic, partition=kb.receipt.partition, offset=7)
+        await session.acting_on(given).linked_memory().remember("given", conversation="a")
+        for bad in ("a string", kb, None):
+            try:
+                session.acting_on(bad)
+            except lm.InvalidInput:
+                refused.append(type(bad))
+
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lm.MemoryHandler(answer, memory))
+    try:
+        await laser.send_to_agent("triage", "what about node-7?", conversation="t-1")
+        await agent.drain(timeout=20)
+        assert agent.failures == [] and agent.handled == 1
+    finally:
+        await agent.stop()
+    assert refused == [str, lm.MemoryId, type(None)]
+    by_text = {i.text: i.origin for i in await memory.recall(conversation="a")}
+    where = {text: (o.topic, o.partition, o.offset) for text, o in by_text.items()}
+    assert where == {
+        "from the item": (kb.receipt.topic, kb.receipt.partition, kb.receipt.offset),
+        "from the receipt": (other.receipt.topic, other.receipt.partition, other.receipt.offset),
+        "given": (kb.receipt.topic, kb.receipt.partition, 7),
+    }
+    assert by_text["from the item"].generation != ""  # an item's source names its topic's
+
+
 async def test_an_agent_consolidates_on_a_timer(laser: lm.Laser):
     memory = laser.memory("triage")
     for n in range(5):
