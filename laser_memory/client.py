@@ -134,6 +134,8 @@ class Laser:
 
         >>> scratch = await laser.memory_with("runbooks", "vector", embedder=e)  # doctest: +SKIP
         """
+        if not isinstance(backend, str):
+            raise InvalidInput(f"a memory backend is 'log' or 'vector', got {shown(backend)}")
         if backend == "log":
             return self.memory(namespace, embedder=embedder)
         if backend != "vector":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
+import sys
 from typing import Any
 
 from .consolidation import ConsolidationReport, Consolidator
@@ -30,7 +30,7 @@ class PeriodicPass:
     def __init__(self, *, every: float) -> None:
         if isinstance(every, bool) or not isinstance(every, int | float) or not every > 0:
             raise ConfigError(f"every is a positive number of seconds, got {shown(every)}")
-        if not math.isfinite(every):
+        if not every <= sys.float_info.max:  # compared: an int past float's range raised
             raise ConfigError(f"every is a finite number of seconds, got {shown(every)}")
         self.every = float(every)
         self.passes = 0

@@ -369,6 +369,27 @@ class LogConformance:
         with pytest.raises(TopicConflict, match="retention 3600s"):
             await log.create_topic(topic_name, partitions=3, retention_s=None)
 
+    @pytest.mark.parametrize(
+        "retention_s",
+        # Past 64 bits (it failed to encode after the checks) or float's range (a raw
+        # OverflowError); True is no number of seconds.
+        [
+            0,
+            -1.0,
+            float("nan"),
+            float("inf"),
+            True,
+            2**64,
+            pytest.param(10**400, id="1e400"),
+            "3600",
+        ],
+    )
+    async def test_a_bad_retention_makes_no_topic(self, log: Log, topic_name: str, retention_s):
+        with pytest.raises(InvalidInput, match="retention"):
+            await log.create_topic(topic_name, partitions=1, retention_s=retention_s)
+        with pytest.raises(UnknownTopic):
+            await log.describe_topic(topic_name)
+
     async def test_the_largest_record_is_taken_a_larger_one_writes_nothing(
         self, log: Log, topic_name: str
     ):

@@ -156,6 +156,9 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
         ({"consolidate_every": 0, "consolidator": Compact()}, "positive"),
         ({"consolidate_every": -1.0, "consolidator": Compact()}, "positive"),
         ({"consolidate_every_ms": 0, "consolidator": Compact()}, "positive"),
+        # Past float's range: a raw OverflowError before.
+        ({"consolidate_every": 10**400, "consolidator": Compact()}, "finite"),
+        ({"consolidate_every": float("inf"), "consolidator": Compact()}, "finite"),
         (
             {"consolidate_every": 1.0, "consolidate_every_ms": 1000, "consolidator": Compact()},
             "not both",

@@ -249,6 +249,8 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.aput(("t",), "k", {"ok": 1}, ttl=-1)
     with pytest.raises(lm.InvalidInput, match="ttl"):
         await store.aput(("t",), "k", {"ok": 1}, ttl=1e300)
+    with pytest.raises(lm.InvalidInput, match="ttl"):  # past float: a raw OverflowError
+        await store.aput(("t",), "k", {"ok": 1}, ttl=10**400)
     # Deeper than a fold parses back: refused, never stored unreadable.
     deep: Any = "leaf"
     for _ in range(150):
@@ -1305,8 +1307,11 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 LaserStore(memory, index={"dims": 0, "embed": TrigramEmbeddings()})
             with pytest.raises(lm.ConfigError, match="embed"):
                 LaserStore(memory, index={"dims": 8})
-            with pytest.raises(lm.ConfigError, match="default_ttl"):
-                LaserStore(memory, ttl={"default_ttl": -1})
+            for bad in (-1, float("inf"), 10**400):
+                with pytest.raises(lm.ConfigError, match="default_ttl"):
+                    LaserStore(memory, ttl={"default_ttl": bad})
+                with pytest.raises(lm.ConfigError, match="sweep_interval_minutes"):
+                    LaserStore(memory, ttl={"sweep_interval_minutes": bad})
             with pytest.raises(lm.ConfigError, match="unknown"):
                 LaserStore(memory, ttl={"default_tll": 1})
             with pytest.raises(lm.ConfigError, match="memory handle"):

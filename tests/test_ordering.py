@@ -191,7 +191,7 @@ async def test_a_long_lived_handle_follows_a_recreated_longer_topic(laser: lm.La
     assert [i.text for i in await memory.recall(strategy="recent")] == ["new 2", "new 1", "new 0"]
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), True])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), True, pytest.param(10**400, id="1e400")])
 def test_a_bad_write_deadline_is_refused(tmp_path, bad):
     # By the config itself, as its other settings are (it was InvalidInput, raised only
     # when a log was made with it).

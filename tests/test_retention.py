@@ -146,7 +146,14 @@ async def test_a_retention_driver_purges_on_a_timer_and_stops(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "options",
-    [{"every": 0}, {"every": -1.0}, {"every": float("inf")}, {"every": "1h"}, {"limit": 0}],
+    [
+        {"every": 0},
+        {"every": -1.0},
+        {"every": float("inf")},
+        {"every": 10**400},  # past float's range: a raw OverflowError before
+        {"every": "1h"},
+        {"limit": 0},
+    ],
 )
 async def test_a_retention_driver_refuses_bad_settings(tmp_path: Path, options):
     async with lm.connect(f"local://{tmp_path / 'log'}") as laser:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import numpy as np
 import pytest
 
 import laser_memory as lm
@@ -50,4 +51,8 @@ async def test_vector_backend_needs_an_embedder(laser: lm.Laser):
         await laser.memory_with("runbooks", "vector")
     with pytest.raises(lm.InvalidInput, match="unknown memory backend"):
         await laser.memory_with("runbooks", "graph")
+    # Compared with "log" it raised numpy's own ValueError (an array has no one truth).
+    for bad in (np.array(["log", "vector"]), None, 5):
+        with pytest.raises(lm.InvalidInput, match="'log' or 'vector'"):
+            await laser.memory_with("runbooks", bad)
     assert (await laser.memory_with("runbooks")).namespace == laser.memory("runbooks").namespace

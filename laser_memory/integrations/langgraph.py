@@ -36,7 +36,7 @@ import contextlib
 import functools
 import itertools
 import json
-import math
+import sys
 import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -917,9 +917,13 @@ class LaserStore(BaseStore):
         for name in ("default_ttl", "sweep_interval_minutes"):
             value = ttl.get(name)
             if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value <= sys.float_info.max
             ):
-                raise ConfigError(f"ttl {name} is a number of minutes above 0, got {shown(value)}")
+                raise ConfigError(
+                    f"ttl {name} is a finite number of minutes above 0, got {shown(value)}"
+                )
 
     def _configure_index(self, index: IndexConfig, label: str | None) -> None:
         dims = index.get("dims")
@@ -1120,7 +1124,8 @@ class LaserStore(BaseStore):
                 if (
                     isinstance(op.ttl, bool)
                     or not isinstance(op.ttl, int | float)
-                    or not (op.ttl > 0 and math.isfinite(op.ttl))
+                    # Compared, not converted: an int past float's range raised.
+                    or not 0 < op.ttl <= sys.float_info.max
                 ):
                     raise InvalidInput(f"ttl is a number of minutes above 0, got {shown(op.ttl)}")
                 envelope["ttl"] = op.ttl

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 
 from ..errors import (
@@ -91,7 +91,8 @@ def check_settings(
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
-                or not math.isfinite(value)
+                # Compared, not converted: an int past float's range raised OverflowError.
+                or not abs(value) <= sys.float_info.max
                 or value < 0
                 or (value == 0 and names is not seconds)
             ):
@@ -111,6 +112,10 @@ def check_topic_type(topic: object) -> None:
         raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {shown(topic)}")
 
 
+#: The longest retention, in seconds: Kafka's ``retention.ms`` is a signed 64-bit count.
+MAX_RETENTION_S = ((1 << 63) - 1) // 1000
+
+
 def validate_partitions(partitions: int, retention_s: float | None) -> None:
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise InvalidInput(f"a topic needs at least one partition, got {shown(partitions)}")
@@ -119,13 +124,15 @@ def validate_partitions(partitions: int, retention_s: float | None) -> None:
             f"{partitions} partitions is more than the {MAX_PARTITIONS} laser-memory allows"
         )
     if retention_s is not None and (
-        not isinstance(retention_s, int | float)
-        or not math.isfinite(retention_s)
-        or retention_s <= 0
+        isinstance(retention_s, bool)
+        or not isinstance(retention_s, int | float)
+        # Compared, not converted: an int past float's range raised OverflowError, and
+        # one past 64 bits could not be stored. NaN compares False, so it is refused.
+        or not 0 < retention_s <= MAX_RETENTION_S
     ):
         raise InvalidInput(
-            f"retention must be a positive number of seconds or None (keep forever), "
-            f"got {shown(retention_s)}"
+            f"retention must be a positive number of seconds up to {MAX_RETENTION_S} "
+            f"(Kafka's longest), or None (keep forever); got {shown(retention_s)}"
         )
 
 
