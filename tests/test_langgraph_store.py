@@ -747,6 +747,10 @@ async def test_filters_compare_like_langgraph(memory):
     assert await keys({"score": {"$lte": 4.0}}) == ["b", "c"]
     assert await keys({"score": {"$gt": 3.0, "$lt": 4.4}}) == ["c"]
     assert await keys({"score": {"$gte": 4.0}, "color": "green"}) == ["c"]
+    # An int past float's range (float() raised OverflowError) compares exactly.
+    assert await keys({"score": {"$lt": 10**400}}) == ["a", "b", "c"]
+    assert await keys({"score": {"$gt": -(10**400)}}) == ["a", "b", "c"]
+    assert await keys({"score": {"$gt": 10**400}}) == []
     assert await keys({"meta": {"lang": "en"}}) == ["a"]
     assert await keys({"missing": 1}) == []
     with pytest.raises(lm.InvalidInput, match=r"\$regex"):

@@ -700,9 +700,8 @@ def _operator(value: Any, op: str, operand: Any) -> bool:
         return value == operand
     if op == "$ne":
         return value != operand
-    try:
-        left, right = float(value), float(operand)
-    except (TypeError, ValueError):
+    left, right = _compared(value), _compared(operand)
+    if left is None or right is None:
         return False
     if op == "$gt":
         return left > right
@@ -711,6 +710,18 @@ def _operator(value: Any, op: str, operand: Any) -> bool:
     if op == "$lt":
         return left < right
     return left <= right
+
+
+def _compared(value: Any) -> float | int | None:
+    """A value as the range operators compare it: ``float(value)`` as LangGraph's store
+    does, but an int past float's range as itself (Python compares it exactly with a
+    float; ``float`` raised OverflowError); None for what is no number."""
+    try:
+        return float(value)
+    except OverflowError:
+        return value if isinstance(value, int) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _check_filter(wanted: Any, path: str = "filter") -> None:
