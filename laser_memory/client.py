@@ -69,10 +69,7 @@ class Laser:
         governor: Governor | None = None,
         tenant: str | None = None,
     ):
-        if stream is not None:
-            if not isinstance(stream, str):
-                raise InvalidName(f"a stream name is a str, got {type(stream).__name__}")
-            validate_topic(stream)
+        _check_stream(stream)
         if config is not None and not isinstance(config, MemoryConfig):
             raise ConfigError(f"config is a MemoryConfig or None, got {type(config).__name__}")
         clock = validate_clock(clock)
@@ -318,6 +315,7 @@ class Laser:
     def memory_on_topic(self, topic: str, stream: str | None = None) -> MemoryHandle:
         """A handle on an existing topic, using the topic name as the namespace."""
         validate_topic(topic)
+        _check_stream(stream)
         return MemoryHandle(
             self,
             namespace=topic,
@@ -440,6 +438,14 @@ class ConversationContext:
 
     def memory(self, namespace: str) -> MemoryHandle:
         return self._laser.memory(namespace).scoped(self.conversation)
+
+
+def _check_stream(stream: object) -> None:
+    """Refuse a stream name that is neither None nor a topic-safe str."""
+    if stream is not None:
+        if not isinstance(stream, str):
+            raise InvalidName(f"a stream name is a str, got {type(stream).__name__}")
+        validate_topic(stream)
 
 
 def connect(

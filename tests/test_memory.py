@@ -418,6 +418,10 @@ async def test_memory_topic_and_memory_on_topic(laser: lm.Laser):
     assert await texts(again) == ["custom topic fact"]
     info = await laser.log.describe_topic(topic)
     assert (info.partitions, info.retention_s) == (2, 3600)
+    # A stream is checked as the connection's is (an array raised numpy's own error).
+    for bad in (np.array(["a", "b"]), "a\x00b", 5):
+        with pytest.raises(lm.InvalidName):
+            laser.memory_on_topic(topic, bad)
 
 
 async def test_each_id_remember_many_returns_carries_its_own_records_receipt(
