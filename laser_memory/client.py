@@ -384,7 +384,7 @@ class Laser:
         >>> agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, handler)
         ... # doctest: +SKIP
         """
-        if listen_on != AgentTopic.SESSIONS:
+        if not isinstance(listen_on, AgentTopic) or listen_on != AgentTopic.SESSIONS:
             raise ConfigError(f"agents listen on AgentTopic.SESSIONS, got {shown(listen_on)}")
         if consolidate_every is not None and consolidate_every_ms is not None:
             raise ConfigError("give consolidate_every (seconds) or consolidate_every_ms, not both")

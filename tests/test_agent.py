@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 import laser_memory as lm
@@ -168,6 +169,9 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
             await laser.spawn_agent("triage", AgentTopic.SESSIONS, print, **kwargs)
     with pytest.raises(lm.ConfigError):
         await laser.spawn_agent("triage", AgentTopic.SESSIONS, "not callable")
+    # Compared with the topic, an array raised numpy's truth-value ValueError.
+    with pytest.raises(lm.ConfigError, match=r"AgentTopic\.SESSIONS"):
+        await laser.spawn_agent("triage", np.array(["sessions", "x"]), print)
     with pytest.raises(lm.InvalidName):
         await laser.spawn_agent("", AgentTopic.SESSIONS, print)
     with pytest.raises(lm.InvalidInput):

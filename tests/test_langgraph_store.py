@@ -234,6 +234,11 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         (("a.b",), "periods", ("aput", "aget", "asearch", "adelete")),
         (("a", ""), "empty strings", ("aput", "aget", "asearch", "adelete")),
         (("langgraph", "x"), "langgraph", ("aput",)),
+        # No tuple at all: LangGraph's checks raised TypeError (an int), KeyError (a
+        # dict) or numpy's ValueError (an array) before the store saw it.
+        (5, "tuple of strings", ("aput", "aget", "asearch", "adelete")),
+        ({"a": 1}, "tuple of strings", ("aput", "aget", "asearch", "adelete")),
+        (np.array(["a", "b"]), "tuple of strings", ("aput", "aget", "asearch", "adelete")),
     ]:
         for name in calls:
             rest = {"aput": ("k", {"ok": 1}), "asearch": ()}.get(name, ("k",))
@@ -242,6 +247,10 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
                 await call
             assert type(refused.value) is InvalidStoreNamespace
             assert isinstance(refused.value, InvalidNamespaceError)
+    with pytest.raises(InvalidStoreNamespace, match="prefix is a tuple"):
+        await store.alist_namespaces(prefix=5)  # type: ignore[arg-type]
+    with pytest.raises(lm.InvalidInput, match="list of store operations"):
+        await store.abatch(5)  # type: ignore[arg-type]
     # A number, not a list of paths: a raw TypeError before.
     with pytest.raises(lm.InvalidInput, match="index is False or a list of JSON paths"):
         await store.aput(("t",), "k", {"ok": 1}, index=5)  # type: ignore[arg-type]
@@ -1318,6 +1327,11 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                     LaserStore(memory, ttl={"sweep_interval_minutes": bad})
             with pytest.raises(lm.ConfigError, match="unknown"):
                 LaserStore(memory, ttl={"default_tll": 1})
+            # Not dicts at all: a raw TypeError and AttributeError before.
+            with pytest.raises(lm.ConfigError, match="TTLConfig"):
+                LaserStore(memory, ttl=5)  # type: ignore[arg-type]
+            with pytest.raises(lm.ConfigError, match="IndexConfig"):
+                LaserStore(memory, index=5)  # type: ignore[arg-type]
             with pytest.raises(lm.ConfigError, match="memory handle"):
                 LaserStore("notes")
 

@@ -917,6 +917,8 @@ class LaserStore(BaseStore):
     def _check_ttl_config(ttl: TTLConfig | None) -> None:
         if ttl is None:
             return
+        if not isinstance(ttl, Mapping):
+            raise ConfigError(f"ttl is LangGraph's TTLConfig (a dict), got {shown(ttl)}")
         unknown = set(ttl) - {
             "refresh_on_read",
             "omit_expired",
@@ -937,6 +939,8 @@ class LaserStore(BaseStore):
                 )
 
     def _configure_index(self, index: IndexConfig, label: str | None) -> None:
+        if not isinstance(index, Mapping):
+            raise ConfigError(f"index is LangGraph's IndexConfig (a dict), got {shown(index)}")
         dims = index.get("dims")
         if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= MAX_DIMENSIONS:
             raise ConfigError(
@@ -1050,6 +1054,8 @@ class LaserStore(BaseStore):
         """Run ``ops``: every read sees the store as it was before this batch's writes,
         and the writes (puts, deletes, TTL refreshes) go on the log as one batch."""
         self._bind_loop()
+        if not isinstance(ops, Iterable):
+            raise InvalidInput(f"abatch takes a list of store operations, got {shown(ops)}")
         ops = [_plain_op(op) for op in ops]
         for op in ops:
             if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
@@ -1627,6 +1633,26 @@ def _plain_arguments(
     return plain_args, plain_kwargs
 
 
+#: The arguments of LangGraph's convenience methods that name a namespace.
+_NAMESPACE_ARGUMENTS = ("namespace", "namespace_prefix", "prefix", "suffix")
+
+
+def _check_namespace_shapes(name: str, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Refuse a namespace argument that is no tuple (or list) of labels before LangGraph's
+    own checks meet it: they iterate it (an int raised TypeError), index it (a dict raised
+    KeyError) or test its truth (an array raised numpy's ValueError)."""
+    given = [(key, kwargs[key]) for key in _NAMESPACE_ARGUMENTS if key in kwargs]
+    if args and "list_namespaces" not in name:
+        given.append(("namespace", args[0]))
+    for key, value in given:
+        if value is None and key in ("prefix", "suffix"):
+            continue
+        if not isinstance(value, tuple | list):
+            raise InvalidStoreNamespace(
+                f"{key} is a tuple of strings such as ('users', 'u1'), got {shown(value)}"
+            )
+
+
 def _namespace_refusals_as_laser_errors(name: str) -> Any:
     """``BaseStore.<name>``, its `InvalidNamespaceError` raised as `InvalidStoreNamespace`:
     LangGraph's convenience methods check the namespace before they reach `abatch`."""
@@ -1635,6 +1661,7 @@ def _namespace_refusals_as_laser_errors(name: str) -> Any:
 
         async def refusing(self: LaserStore, *args: Any, **kwargs: Any) -> Any:
             args, kwargs = _plain_arguments(name, args, kwargs)
+            _check_namespace_shapes(name, args, kwargs)
             try:
                 return await method(self, *args, **kwargs)
             except InvalidNamespaceError as exc:
@@ -1644,6 +1671,7 @@ def _namespace_refusals_as_laser_errors(name: str) -> Any:
 
         def refusing(self: LaserStore, *args: Any, **kwargs: Any) -> Any:
             args, kwargs = _plain_arguments(name, args, kwargs)
+            _check_namespace_shapes(name, args, kwargs)
             try:
                 return method(self, *args, **kwargs)
             except InvalidNamespaceError as exc:
