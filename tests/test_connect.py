@@ -131,6 +131,15 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
         ),
         (lambda: KafkaLogConfig("h:1", replication_factor=0), "replication_factor"),
         (lambda: KafkaLogConfig("h:1", max_batch_bytes=0.5), "max_batch_bytes"),
+        # Past Kafka's int32 sizes: a topic's creation failed at the broker, at the first
+        # write; a request too small for a record was an InvalidRecord from KafkaLog.
+        (lambda: KafkaLogConfig("h:1", max_batch_bytes=2**31), "max_batch_bytes is at most"),
+        (lambda: KafkaLogConfig("h:1", max_record_bytes=2**64), "max_record_bytes is at most"),
+        (lambda: KafkaLogConfig("h:1", max_request_bytes=2**31), "max_request_bytes is at most"),
+        (
+            lambda: KafkaLogConfig("h:1", max_record_bytes=8 << 20),
+            "max_request_bytes .* must exceed max_record_bytes",
+        ),
         (lambda: KafkaLogConfig("h:1", extra_topic_configs={"a": 1}), "extra_topic_configs"),
         (
             lambda: KafkaLogConfig("h:1", extra_topic_configs={"cleanup.policy": "compact"}),

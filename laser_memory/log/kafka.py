@@ -197,6 +197,25 @@ class KafkaLogConfig:
                 f"write_timeout_s ({shown(self.write_timeout_s)}s): a lone append waits out "
                 "the linger before it is sent"
             )
+        # Kafka's sizes are int32: a topic's max.message.bytes (the larger of a record and
+        # a batch, with a batch's overhead) and a request's. Past them a topic's creation
+        # failed at the broker, at the first write.
+        for name, most in (
+            ("max_batch_bytes", _INT32_MAX - _BATCH_OVERHEAD),
+            ("max_record_bytes", _INT32_MAX - _BATCH_OVERHEAD),
+            ("max_request_bytes", _INT32_MAX),
+        ):
+            if getattr(self, name) > most:
+                raise ConfigError(
+                    f"KafkaLogConfig.{name} is at most {most} (Kafka's sizes are 32-bit), got "
+                    f"{shown(getattr(self, name))}"
+                )
+        if self.max_request_bytes < self.max_record_bytes + _BATCH_OVERHEAD:
+            raise ConfigError(
+                f"KafkaLogConfig.max_request_bytes ({self.max_request_bytes}) must exceed "
+                f"max_record_bytes ({self.max_record_bytes}) by at least {_BATCH_OVERHEAD}: "
+                "a request carries a batch of at least one record"
+            )
         factor = self.replication_factor
         if factor is not None and (
             isinstance(factor, bool) or not isinstance(factor, int) or not 1 <= factor <= 32767
@@ -280,11 +299,6 @@ class KafkaLog(LogLifecycle):
             raise ConfigError(
                 "a KafkaLog takes a KafkaLogConfig, such as KafkaLogConfig('127.0.0.1:9092'); "
                 f"got {type(config).__name__}"
-            )
-        if config.max_request_bytes < config.max_record_bytes + _BATCH_OVERHEAD:
-            raise InvalidRecord(
-                f"max_request_bytes ({config.max_request_bytes}) must exceed max_record_bytes "
-                f"({config.max_record_bytes}) by at least {_BATCH_OVERHEAD}"
             )
         self._config = config
         self._admin: AIOKafkaAdminClient | None = None
