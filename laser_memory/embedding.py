@@ -108,13 +108,13 @@ def validate_embedder(embedder: object) -> Embedder:
     return embedder  # type: ignore[return-value]
 
 
-def float32_numbers(value: object) -> np.ndarray:
-    """``value`` (a vector, or rows of them) as a float32 array, refusing with
+def real_numbers(value: object, dtype: type[np.floating] = np.float32) -> np.ndarray:
+    """``value`` (a vector, or rows of them) as an array of ``dtype``, refusing with
     `TypeError` what is not real numbers: numpy alone reads ``"1"`` as 1.0 and ``True``
     as 1.0, and drops a complex number's imaginary part with only a warning. A number
-    beyond float32's range becomes ``inf``, for the caller to refuse as not finite.
+    beyond the type's range becomes ``inf``, for the caller to refuse as not finite.
 
-    >>> float32_numbers([1, 2.5]).tolist()
+    >>> real_numbers([1, 2.5]).tolist()
     [1.0, 2.5]
     """
     if isinstance(value, str | bytes | bytearray | memoryview):
@@ -131,7 +131,7 @@ def float32_numbers(value: object) -> np.ndarray:
                     raise TypeError(f"{shown(number)} is not a number")
         elif kind not in "iuf":
             raise TypeError(f"the values are {_KIND_NAMES.get(kind, given.dtype)}, not numbers")
-        return given.astype(np.float32, copy=False)
+        return given.astype(dtype, copy=False)
 
 
 _KIND_NAMES = {
@@ -155,7 +155,7 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
             result = await asyncio.to_thread(embedder.embed_many, list(texts))
             if inspect.isawaitable(result):
                 result = await result
-        vectors = float32_numbers(result)
+        vectors = real_numbers(result)
     except Exception as exc:
         raise EmbeddingFailed(
             f"the embedder {embedder.label} failed: {type(exc).__name__}: {exc}; nothing was "

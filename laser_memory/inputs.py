@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .embedding import float32_numbers
+from .embedding import real_numbers
 from .errors import BodyTooLarge, EmptyBody, InvalidBody, InvalidInput, InvalidWeight, shown
 from .ids import MemoryId, validate_name
 from .items import Source
@@ -249,7 +249,7 @@ def embedding(value: Any) -> bytes | None:
     if value is None:
         return None
     try:
-        array = float32_numbers(value)  # beyond float32: inf, refused below as not finite
+        array = real_numbers(value)  # beyond float32: inf, refused below as not finite
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidInput(f"an embedding is a list of numbers: {exc}") from None
     if array.ndim != 1 or array.size == 0:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_chec
 import msgspec
 import numpy as np
 
+from .embedding import real_numbers
 from .errors import InvalidInput, RerankFailed, shown
 from .items import MemoryItem, Signal
 from .recall import MAX_LIMIT, to_context_block, validate_limit
@@ -157,7 +158,7 @@ async def _scores(reranker: Reranker, query: str, texts: list[str]) -> np.ndarra
             result = await asyncio.to_thread(reranker.rerank, query, texts)
             if inspect.isawaitable(result):
                 result = await result
-        scores = np.asarray(result, dtype=np.float64)
+        scores = real_numbers(result, np.float64)  # not strings or True: no scores
     except Exception as exc:
         raise RerankFailed(f"the reranker {label} failed: {type(exc).__name__}: {exc}") from exc
     if scores.shape != (len(texts),) or not np.all(np.isfinite(scores)):

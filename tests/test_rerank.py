@@ -72,7 +72,15 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
         def rerank(self, query, texts):
             return self.answer(texts)
 
-    for answer in (lambda t: 1 / 0, lambda t: [1.0], lambda t: [float("nan")] * len(t)):
+    for answer in (
+        lambda t: 1 / 0,
+        lambda t: [1.0],
+        lambda t: [float("nan")] * len(t),
+        # numpy alone read these as scores: "1" as 1.0, True as 1.0.
+        lambda t: ["1"] * len(t),
+        lambda t: [True] * len(t),
+        lambda t: [10**400] * len(t),
+    ):
         with pytest.raises(lm.RerankFailed, match="test/broken"):
             await memory.reranker(Broken(answer)).recall(text="keys", strategy="keyword")
 
