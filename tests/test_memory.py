@@ -534,14 +534,22 @@ async def test_lineage_is_stamped_never_filters_and_never_changes_ids(laser: lm.
 
 async def test_a_handles_lineage_stamps_every_entry_of_a_batch(laser: lm.Laser):
     """Plain entries (a body, a body and owner) take the handle's origin and producer,
-    as entries with other options do."""
+    as entries with other options do: the first of an owner and the later ones, which
+    a batch makes on a path of their own."""
     source = await laser.memory("notes").remember("the message", kind="message")
     facts = laser.memory("notes").with_lineage(origin=source.receipt, producer="extractor")
+    bodies = [b"plain", b"plain again", b"owned", b"owned again", b"durable"]
     ids = await facts.remember_many(
-        ["plain", {"body": "owned", "agent": "a1"}, {"body": "durable", "durable": True}]
+        [
+            "plain",
+            "plain again",
+            {"body": "owned", "agent": "a1"},
+            {"body": "owned again", "agent": "a1"},
+            {"body": "durable", "durable": True},
+        ]
     )
     items = {i.id: i for i in await laser.memory("notes").recall(kind="fact")}
-    assert [items[i].body for i in ids] == [b"plain", b"owned", b"durable"]
+    assert [items[i].body for i in ids] == bodies
     for mid in ids:
         assert items[mid].producer == lm.Producer(name="extractor")
         assert (items[mid].origin.partition, items[mid].origin.offset) == (
@@ -853,6 +861,16 @@ for _ in range(5000):
         (lambda m: m.set("k", ""), lm.EmptyBody),
         (lambda m: m.remember_many(["ok", {"body": "ok", "kind": "nope"}]), lm.UnknownKind),
         (lambda m: m.remember_many(["ok", ""]), lm.EmptyBody),
+        # Bodies after the first of their owner take a batch's path of its own: checked
+        # there too.
+        (lambda m: m.remember_many(["ok", "x" * ((1 << 20) + 1)]), lm.BodyTooLarge),
+        (
+            lambda m: m.remember_many(
+                [{"body": "ok", "agent": "a"}, {"body": "x" * ((1 << 20) + 1), "agent": "a"}]
+            ),
+            lm.BodyTooLarge,
+        ),
+        (lambda m: m.remember_many(["ok", "lone \ud800"]), lm.InvalidBody),
         (lambda m: m.remember_many([{"body": "x", "colour": "red"}]), lm.InvalidInput),
         # Owner fields that cannot even be hashed (a list, a dict) are no names either.
         (lambda m: m.remember("x", tenant=["acme"]), lm.InvalidName),
