@@ -572,6 +572,7 @@ async def test_typed_append_keeps_the_given_id_and_kind(laser: lm.Laser):
 async def test_every_write_returns_its_receipt(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember("x")
+    assert memory.last_receipt == mid.receipt  # a plain remember's own path too
     receipts = [
         mid.receipt,
         await memory.improve(mid, 1),
@@ -585,6 +586,49 @@ async def test_every_write_returns_its_receipt(laser: lm.Laser):
     records = await read_all(laser.log, laser.memory_topic_name)
     positions = {(r.partition, r.offset) for r in records}
     assert {(r.partition, r.offset) for r in receipts} <= positions
+
+
+async def test_each_record_carries_its_own_key_and_headers(laser: lm.Laser):
+    """A handle makes a scope's key and headers once and reuses them: every record on
+    the log must still carry its own operation, namespace, tenant and schema version,
+    and a named item's key its own name, whichever kind of record came first."""
+    from laser_memory.records import (
+        HEADER_NAMESPACE,
+        HEADER_OPERATION,
+        HEADER_TENANT,
+        HEADER_VERSION,
+        SCHEMA_VERSION,
+        decode_record,
+        partition_key,
+    )
+
+    for tenant in ("", "acme"):
+        memory = laser.memory("notes", tenant=tenant or None)
+        for _ in range(2):  # the second round meets what the first made
+            mid = await memory.remember("plain", conversation="c1")
+            await memory.remember("durable", conversation="c1", durable=True)
+            await memory.remember_many(["a", "b", {"body": "c", "conversation": "c1"}])
+            await memory.improve(mid, 1.0, conversation="c1")
+            await memory.forget(mid, conversation="c1")
+            await memory.remember("new", conversation="c1", supersedes=mid)
+            for key in ("k1", "k2"):
+                await memory.set(key, {"v": 1})
+                await memory.update(key, {"w": 2})
+            await memory.remove("k1")
+    records = await read_all(laser.log, laser.memory_topic_name)
+    operations = set()
+    for log_record in records:
+        record = decode_record(log_record.value, log_record.headers)
+        headers = dict(log_record.headers)
+        operation = type(record).__struct_config__.tag
+        operations.add(operation)
+        assert headers[HEADER_OPERATION] == operation.encode()
+        assert headers[HEADER_NAMESPACE] == record.ns.encode()
+        assert headers[HEADER_TENANT] == record.scope.tenant.encode()
+        assert headers[HEADER_VERSION] == str(SCHEMA_VERSION).encode()
+        assert log_record.key == partition_key(record)
+    kinds = {"remember", "feedback", "forget", "superseded", "named.set", "named.patch"}
+    assert kinds | {"named.remove"} <= operations, operations
 
 
 async def test_remember_many_writes_one_batch(laser: lm.Laser):
