@@ -831,3 +831,89 @@ def test_a_save_never_writes_through_a_link_planted_at_its_temporary_name(tmp_pa
     snapshots._write("x.idx", lambda file: file.write(b"snapshot"))
     assert victim.read_text() == "precious"
     assert Path(final).read_bytes() == b"snapshot" and not os.path.lexists(temporary)
+
+
+async def _answers_of(memory: lm.MemoryHandle) -> list[list]:
+    return [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
+
+
+async def test_a_reader_that_kept_its_index_across_a_rebuild_answers_from_the_new_view(
+    tmp_path: Path,
+):
+    """A serving reader (an HTTP server) keeps its search index while `rebuild` empties
+    and folds the view again in place: its next recalls answer from the rebuilt view (a
+    new epoch), never from the old view's index, even where the rebuilt view has made
+    fewer changes than the old one had."""
+    view = tmp_path / "view"
+    async with writing(tmp_path) as (laser, memory, folder):
+        items = await memory.remember_many(ENTRIES)
+        await folder.run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
+        ) as serving:
+            kept = serving.memory("notes")
+            before = await _answers_of(kept)
+            # Each forget folds in a transaction of its own: the old view's changes
+            # outnumber the rebuild's, which folds all in one.
+            for mid in items[:10]:
+                await memory.forget(mid)
+                await folder.run(until_caught_up=True)
+            await folder.run(until_caught_up=True, rebuild=True)
+            after = await _answers_of(kept)
+        assert after == await answers(laser.log.url, view, NEVER)
+        assert after != before
+
+
+async def test_a_readers_index_takes_in_no_other_tenants_changes(tmp_path: Path):
+    """The changes a reader catches up from name every tenant's items: its index takes
+    its own tenant's only, so another tenant's better matches never take the places of
+    its own answers."""
+    view = tmp_path / "view"
+    async with writing(tmp_path) as (laser, memory, folder):
+        await memory.remember_many(ENTRIES)
+        await folder.run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
+        ) as serving:
+            kept = serving.memory("notes")
+            await _answers_of(kept)  # its index, built before the other tenant writes
+            # Tenant names as long as the reader's ("" against "b" would differ in
+            # length): their items' keys are as long as the reader's.
+            mine = laser.memory("notes", tenant="a")
+            theirs = laser.memory("notes", tenant="b")
+            await mine.remember_many(ENTRIES)
+            await folder.run(until_caught_up=True)
+            reading = serving.memory("notes", tenant="a")
+            await _answers_of(reading)
+            await theirs.remember_many(
+                [{"body": f"signing keys node-7 noon lunch keys {i}"} for i in range(30)]
+            )
+            await folder.run(until_caught_up=True)
+            got = await _answers_of(reading)
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
+        ) as fresh:
+            assert got == await _answers_of(fresh.memory("notes", tenant="a"))
+        assert all(len(answer) > 0 for answer in got)
+
+
+async def test_a_snapshot_ahead_of_a_restored_view_is_passed_over(tmp_path: Path):
+    """A view restored from an older copy (same epoch, fewer changes) beside snapshots
+    saved later: a reader must not start from a snapshot of changes the view no longer
+    holds."""
+    import shutil
+
+    view = tmp_path / "view"
+    async with writing(tmp_path) as (laser, memory, folder):
+        items = await memory.remember_many(ENTRIES)
+        await folder.run(until_caught_up=True)
+        shutil.copy(view / "data.mdb", tmp_path / "older.mdb")
+        await memory.forget(items[0])
+        await memory.remember("keys rotate every week on node-7", conversation="c1")
+        await folder.run(until_caught_up=True)
+        await answers(laser.log.url, view, ALWAYS)  # saves snapshots of the newer view
+        assert any(name.endswith(".idx") for name in os.listdir(view / "search"))
+        shutil.copy(tmp_path / "older.mdb", view / "data.mdb")
+        restored = await answers(laser.log.url, view, ALWAYS)
+        assert restored == await answers(laser.log.url, view, NEVER)
+        assert items[0] in {mid for answer in restored for mid, _, _ in answer}
