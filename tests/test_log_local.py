@@ -195,6 +195,65 @@ async def test_a_batch_whose_sending_is_cancelled_cancels_its_callers(tmp_path):
         assert receipt.offset == 1
 
 
+async def test_a_cancelled_batch_leaves_the_next_turn_a_batch_of_its_own(tmp_path):
+    """Without ``at_once`` every append joins a turn's batch: a batch whose sending was
+    cancelled must not be joined by the next turn's appends (they would wait for ever)."""
+    from laser_memory.log.batcher import AppendBatcher
+
+    async with LocalLog(tmp_path) as log:
+        await log.create_topic("t", partitions=1)
+        batcher = AppendBatcher(log, at_once=False)
+        waits = [
+            asyncio.ensure_future(batcher.append_batch("t", [OutgoingRecord(b"%d" % i)]))
+            for i in range(3)
+        ]
+        for sending in list(batcher._sending):
+            sending.cancel()
+        results = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 10)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results)
+        await batcher.drain()
+        [receipt] = await asyncio.wait_for(batcher.append_batch("t", [OutgoingRecord(b"x")]), 10)
+        assert receipt.offset == 0
+        assert [r.value for r in await read_all(log, "t")] == [b"x"]
+
+
+@pytest.mark.parametrize("at_once", [True, False])
+async def test_a_batch_that_may_have_landed_is_never_sent_again(tmp_path, at_once: bool):
+    """Only a refusal of the input (nothing written) sends a batch's callers apart: a
+    batch that timed out may have landed, and sent again it would be written twice. Its
+    callers all get the log's error."""
+    from laser_memory.errors import WriteTimeout
+    from laser_memory.log.batcher import AppendBatcher
+
+    class TimingOutOnce(LocalLog):
+        """The embedded log, its first append of several records timing out as a
+        stalled disk's would."""
+
+        calls = 0
+        timed_out = False
+
+        async def append_batch(self, topic, records):
+            TimingOutOnce.calls += 1
+            if len(records) > 1 and not self.timed_out:
+                self.timed_out = True
+                raise WriteTimeout("the append did not finish in time")
+            return await super().append_batch(topic, records)
+
+    async with TimingOutOnce(tmp_path) as log:
+        await log.create_topic("t", partitions=1)
+        batcher = AppendBatcher(log, at_once=at_once)
+        results = await asyncio.gather(
+            *(batcher.append_batch("t", [OutgoingRecord(b"%d" % i)]) for i in range(4)),
+            return_exceptions=True,
+        )
+        # With at_once the first call went alone (nothing was under way), the rest
+        # as one batch.
+        batched = results[1:] if at_once else results
+        assert [type(r) for r in batched] == [WriteTimeout] * len(batched)
+        assert TimingOutOnce.calls == 1 + at_once  # nothing sent again
+        assert [r.value for r in await read_all(log, "t")] == ([b"0"] if at_once else [])
+
+
 async def test_a_full_log_refuses_the_write_whole_and_a_larger_map_takes_it(tmp_path):
     from laser_memory.errors import LogFull
     from laser_memory.log.local import LocalLogConfig
