@@ -106,6 +106,17 @@ class LogConformance:
         assert (first.offset, second.offset) == (receipt.offset, empty.offset)
         assert first.append_time_ms == receipt.append_time_ms
 
+    async def test_each_record_of_a_batch_keeps_its_own_headers(self, log: Log, topic_name: str):
+        # A batch's records mostly share one headers tuple, which a log may encode once:
+        # the ones that do not must still read back with their own.
+        await log.create_topic(topic_name, partitions=1)
+        shared = (("lm-op", b"remember"),)
+        sets = [shared, shared, (("lm-op", b"forget"),), shared, (), (("a", b"1"), ("b", b""))]
+        await log.append_batch(
+            topic_name, [OutgoingRecord(b"%d" % i, headers=h) for i, h in enumerate(sets)]
+        )
+        assert [r.headers for r in await read_all(log, topic_name)] == sets
+
     async def test_read_from_any_position_and_until(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=2)
         receipts = await log.append_batch(
