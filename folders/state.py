@@ -287,7 +287,37 @@ def _valid_namespace(namespace: str) -> None:
 
 def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
     """Decode a record and check what the fold relies on; raises `LaserError`."""
-    return checked_for_fold(decode_record(log_record.value, log_record.headers))
+    record = checked_for_fold(decode_record(log_record.value, log_record.headers))
+    check_namespace_header(log_record.headers, record)
+    return record
+
+
+#: The last headers tuple met, and the namespace its header names (None: no header). A
+#: log read hands out one tuple per distinct set of headers, so most records skip the
+#: scan. One tuple, replaced whole: the view's fold and an in-process one may run on
+#: two threads.
+_last_namespace_header: tuple[object, str | None] = ((), None)
+
+
+def check_namespace_header(headers: Sequence[tuple[str, bytes]], record: MemoryRecord) -> None:
+    """Refuse (`RecordDecodeError`) a record whose namespace header names another
+    namespace than the record's own. An in-process fold passes over the records of other
+    namespaces by that header alone, unread: folded as the record says, such a record
+    would show in the managed view's recall of its namespace and not in a folded one."""
+    global _last_namespace_header
+    last = _last_namespace_header
+    if last[0] is not headers:
+        raw = header_value(headers, HEADER_NAMESPACE)
+        last = _last_namespace_header = (
+            headers,
+            None if raw is None else raw.decode("utf-8", "replace"),
+        )
+    named = last[1]
+    if named is not None and named != record.ns:
+        raise RecordDecodeError(
+            f"its namespace header says {shown(named)}, but it is a record of namespace "
+            f"{shown(record.ns)}: the folds of either namespace would read it differently"
+        )
 
 
 def checked_for_fold(record: MemoryRecord) -> MemoryRecord:

@@ -133,6 +133,7 @@ from .state import (
     _conv,
     _reason,
     apply_named,
+    check_namespace_header,
     checked_for_fold,
     history_entry,
     index_entry,
@@ -873,6 +874,7 @@ class MemoryView:
         # storage's own errors (lmdb.Error) stop the batch.
         try:
             record = decode_record(log_record.value, log_record.headers)
+            check_namespace_header(log_record.headers, record)
             key = (log_record.append_time_ms, log_record.partition, log_record.offset)
             is_remember = type(record) is Remember
             if is_remember:

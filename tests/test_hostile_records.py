@@ -100,6 +100,19 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
             )
         ),
         (_outgoing(Remember(ns=ns, scope=scope, id=b"\x01" * 15, kind=1, body=b"v")), True),
+        # Another namespace's remember under this namespace's header.
+        (
+            OutgoingRecord(
+                _outgoing(
+                    Remember(
+                        ns=ns + "-other", scope=scope, id=lm.MemoryId.new().bytes, kind=1, body=b"v"
+                    )
+                ).value,
+                key=b"x",
+                headers=((HEADER_NAMESPACE, ns.encode()),),
+            ),
+            True,
+        ),
         *(
             (_outgoing(NamedSet(ns=ns, scope=scope, key="vec", body=b"{}", **bad)), True)
             for bad in (
@@ -213,6 +226,46 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
         (r.log_record.partition, r.log_record.offset) for r in every if r.error is not None
     } == {p for p in aside if p not in _set_aside_by_fold_only(hostile, receipts)}
     assert all(r.record is not None for r in await replay(log, topic, namespace=ns, tenant=""))
+
+
+async def test_a_record_under_another_namespaces_header_shows_in_no_read(
+    laser: lm.Laser, tmp_path: Path
+):
+    """A fold in process passes over the records of other namespaces by their namespace
+    header, unread: a record whose header names another namespace than its own must then
+    show in no read of its own namespace either, folded or managed. The view sets it
+    aside with its position."""
+    memory = laser.memory("notes")
+    ns, topic, log = memory.namespace, memory.topic, laser.log
+    kept = await memory.remember("an ordinary fact")
+    lying = await log.append(
+        topic,
+        OutgoingRecord(
+            _outgoing(
+                Remember(
+                    ns=ns,
+                    scope=MemoryScope(stream=laser.stream),
+                    id=lm.MemoryId.new().bytes,
+                    kind=1,
+                    body=b"under another header",
+                )
+            ).value,
+            key=b"x",
+            headers=((HEADER_NAMESPACE, b"elsewhere"),),
+        ),
+    )
+    folded = laser.memory("notes")
+    assert [i.id for i in await folded.recall(folded=True)] == [kept]
+    await ViewFolder(log, topic, tmp_path / "view").run(until_caught_up=True)
+    with MemoryView.open(tmp_path / "view") as view:
+        [aside] = view.stats().set_aside_records
+        assert (aside.position.partition, aside.position.offset) == (
+            lying.partition,
+            lying.offset,
+        )
+        assert "namespace header says 'elsewhere'" in aside.reason
+    async with lm.connect(log.url, stream=laser.stream, view=tmp_path / "view") as reader:
+        assert [i.id for i in await reader.memory("notes").recall()] == [kept]
 
 
 def _set_aside_by_fold_only(hostile, receipts) -> set[tuple[int, int]]:
