@@ -80,6 +80,7 @@ from laser_memory.named import MAX_VERSION, apply_patch_bytes
 from laser_memory.recall import rank, search_mode, with_ranking
 from laser_memory.records import (
     HEADER_NAMESPACE,
+    HEADER_TENANT,
     MAX_DIMENSIONS,
     MAX_WEIGHT,
     NAMED_RECORDS,
@@ -288,35 +289,47 @@ def _valid_namespace(namespace: str) -> None:
 def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
     """Decode a record and check what the fold relies on; raises `LaserError`."""
     record = checked_for_fold(decode_record(log_record.value, log_record.headers))
-    check_namespace_header(log_record.headers, record)
+    check_owner_headers(log_record.headers, record)
     return record
 
 
-#: The last headers tuple met, and the namespace its header names (None: no header). A
-#: log read hands out one tuple per distinct set of headers, so most records skip the
-#: scan. One tuple, replaced whole: the view's fold and an in-process one may run on
-#: two threads.
-_last_namespace_header: tuple[object, str | None] = ((), None)
+#: The last headers tuple met, and the namespace and tenant its headers name (None: no
+#: such header). A log read hands out one tuple per distinct set of headers, so most
+#: records skip the scan. One tuple, replaced whole: the view's fold and an in-process
+#: one may run on two threads.
+_last_owner_headers: tuple[object, str | None, str | None] = ((), None, None)
 
 
-def check_namespace_header(headers: Sequence[tuple[str, bytes]], record: MemoryRecord) -> None:
-    """Refuse (`RecordDecodeError`) a record whose namespace header names another
-    namespace than the record's own. An in-process fold passes over the records of other
-    namespaces by that header alone, unread: folded as the record says, such a record
-    would show in the managed view's recall of its namespace and not in a folded one."""
-    global _last_namespace_header
-    last = _last_namespace_header
+def _header_text(headers: Sequence[tuple[str, bytes]], name: str) -> str | None:
+    raw = header_value(headers, name)
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def check_owner_headers(headers: Sequence[tuple[str, bytes]], record: MemoryRecord) -> None:
+    """Refuse (`RecordDecodeError`) a record whose namespace or tenant header names
+    another than the record's own. Reads pass over records by these headers, unread (a
+    fold in process those of other namespaces, a replay for one tenant those of others):
+    folded as the record says, such a record would show in the managed view's recall
+    and not in a folded one, or in a tenant's recall and not in its audit."""
+    global _last_owner_headers
+    last = _last_owner_headers
     if last[0] is not headers:
-        raw = header_value(headers, HEADER_NAMESPACE)
-        last = _last_namespace_header = (
+        last = _last_owner_headers = (
             headers,
-            None if raw is None else raw.decode("utf-8", "replace"),
+            _header_text(headers, HEADER_NAMESPACE),
+            _header_text(headers, HEADER_TENANT),
         )
-    named = last[1]
-    if named is not None and named != record.ns:
+    _, namespace, tenant = last
+    if namespace is not None and namespace != record.ns:
         raise RecordDecodeError(
-            f"its namespace header says {shown(named)}, but it is a record of namespace "
-            f"{shown(record.ns)}: the folds of either namespace would read it differently"
+            f"its namespace header says {shown(namespace)}, but it is a record of namespace "
+            f"{shown(record.ns)}: reads that pass over records by that header would miss it"
+        )
+    if tenant is not None and tenant != record.scope.tenant:
+        # Neither tenant is named: the reason is listed to every tenant's fold.
+        raise RecordDecodeError(
+            "its tenant header names another tenant than the record's own: reads that pass "
+            "over records by that header would miss it"
         )
 
 

@@ -133,7 +133,7 @@ from .state import (
     _conv,
     _reason,
     apply_named,
-    check_namespace_header,
+    check_owner_headers,
     checked_for_fold,
     history_entry,
     index_entry,
@@ -874,7 +874,7 @@ class MemoryView:
         # storage's own errors (lmdb.Error) stop the batch.
         try:
             record = decode_record(log_record.value, log_record.headers)
-            check_namespace_header(log_record.headers, record)
+            check_owner_headers(log_record.headers, record)
             key = (log_record.append_time_ms, log_record.partition, log_record.offset)
             is_remember = type(record) is Remember
             if is_remember:

@@ -19,6 +19,7 @@ from laser_memory.clock import SteppedClock
 from laser_memory.log import OutgoingRecord
 from laser_memory.records import (
     HEADER_NAMESPACE,
+    HEADER_TENANT,
     HEADER_VERSION,
     Embedded,
     Feedback,
@@ -266,6 +267,46 @@ async def test_a_record_under_another_namespaces_header_shows_in_no_read(
         assert "namespace header says 'elsewhere'" in aside.reason
     async with lm.connect(log.url, stream=laser.stream, view=tmp_path / "view") as reader:
         assert [i.id for i in await reader.memory("notes").recall()] == [kept]
+
+
+async def test_a_record_under_another_tenants_header_shows_in_no_read(
+    laser: lm.Laser, tmp_path: Path
+):
+    """A replay for one tenant (an audit) passes over the records of others by their
+    tenant header, unread: a record whose header names another tenant than its own must
+    show in no recall either, or a tenant would recall what its audit never shows. The
+    reason names neither tenant: every tenant's fold lists it."""
+    memory = laser.memory("notes", tenant="acme")
+    ns, topic, log = memory.namespace, memory.topic, laser.log
+    kept = await memory.remember("an ordinary fact")
+    wire = _outgoing(
+        Remember(
+            ns=ns,
+            scope=MemoryScope(stream=laser.stream, tenant="acme"),
+            id=lm.MemoryId.new().bytes,
+            kind=1,
+            body=b"under another tenant's header",
+        )
+    )
+    headers = tuple((k, b"globex" if k == HEADER_TENANT else v) for k, v in wire.headers)
+    lying = await log.append(topic, OutgoingRecord(wire.value, key=wire.key, headers=headers))
+    audit = await replay(log, topic, namespace=ns, tenant="acme")
+    assert [r.log_record.offset for r in audit] == [kept.receipt.offset]
+    for tenant in ("acme", "globex"):
+        folded = laser.memory("notes", tenant=tenant)
+        got = await folded.recall(folded=True)
+        assert [i.id for i in got] == ([kept] if tenant == "acme" else [])
+        [aside] = folded.set_aside
+        assert (aside.position.partition, aside.position.offset) == (
+            lying.partition,
+            lying.offset,
+        )
+        assert "acme" not in aside.reason and "globex" not in aside.reason
+    await ViewFolder(log, topic, tmp_path / "view").run(until_caught_up=True)
+    with MemoryView.open(tmp_path / "view") as view:
+        assert view.stats().set_aside == 1
+    async with lm.connect(log.url, stream=laser.stream, view=tmp_path / "view") as reader:
+        assert [i.id for i in await reader.memory("notes", tenant="acme").recall()] == [kept]
 
 
 def _set_aside_by_fold_only(hostile, receipts) -> set[tuple[int, int]]:
