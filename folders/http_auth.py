@@ -26,6 +26,7 @@ import hmac
 import ipaddress
 import os
 import secrets
+import stat
 import tomllib
 
 from aiohttp import web
@@ -73,14 +74,40 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: An auth file holds a table per principal: a few hundred bytes each.
+MAX_AUTH_FILE_BYTES = 16 << 20
+
+
+def _auth_text(path: str | os.PathLike[str]) -> str:
+    """The auth file's text, read only from a regular file of at most
+    `MAX_AUTH_FILE_BYTES`: a path naming a pipe waited for a writer at start, and one
+    naming a device such as /dev/zero was read until memory ran out. (Links are
+    followed: mounted secrets are often links.)"""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("it is not a regular file (a pipe, a device or a directory)")
+        if info.st_size > MAX_AUTH_FILE_BYTES:
+            raise ValueError(
+                f"it is {info.st_size} bytes, more than an auth file's {MAX_AUTH_FILE_BYTES}"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            raw = file.read(MAX_AUTH_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_AUTH_FILE_BYTES:  # it grew while it was read
+        raise ValueError(f"it is more than an auth file's {MAX_AUTH_FILE_BYTES} bytes")
+    return raw.decode("utf-8")
+
+
 def load_principals(path: str | os.PathLike[str]) -> dict[str, Principal]:
     """The auth file's principals by token hash. Any mistake in the file is a
     `ConfigError` naming the entry: a server never starts with half its principals."""
     if not isinstance(path, str | os.PathLike):
         raise ConfigError(f"the auth file's path is a str or os.PathLike, got {shown(path)}")
     try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
+        data = tomllib.loads(_auth_text(path))
     except tomllib.TOMLDecodeError as exc:  # a ValueError too: caught first
         raise ConfigError(f"the auth file {shown(os.fspath(path))} is not TOML: {exc}") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -374,6 +375,21 @@ def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path)
         load_principals(f"{path}\x00")
     with pytest.raises(lm.ConfigError, match="path is a str or os"):
         load_principals(None)
+    # A pipe waited for a writer at start; a device was read until memory ran out.
+    pipe = tmp_path / "auth.pipe"
+    os.mkfifo(pipe)
+    for odd in (pipe, "/dev/zero", tmp_path):
+        with pytest.raises(lm.ConfigError, match="not a regular file"):
+            load_principals(odd)
+    path.write_text(result.stdout)
+    os.truncate(path, (16 << 20) + 1)
+    with pytest.raises(lm.ConfigError, match="more than an auth file's"):
+        load_principals(path)
+    # A link to a good file is followed (mounted secrets are links).
+    good, link = tmp_path / "good.toml", tmp_path / "link.toml"
+    good.write_text(result.stdout)
+    link.symlink_to(good)
+    assert list(load_principals(link).values()) == [principal]
     bad = CliRunner().invoke(main, ["token", "bot", "--grant", "everything"])
     assert bad.exit_code != 0 and "unknown grant" in bad.output
 
