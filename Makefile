@@ -55,7 +55,7 @@ bench: $(VENV)/.dev
 ## Recall quality on LoCoMo: make locomo LOCOMO=../shared/data/locomo-dev
 LOCOMO ?= ../shared/data/locomo-dev
 locomo: $(VENV)/.model
-	$(BIN)/python -m benchmarks.locomo $(LOCOMO)
+	$(BIN)/python -m benchmarks.recall_quality $(LOCOMO)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis laser-data

@@ -24,11 +24,11 @@ from . import (
     fold,
     kafka_remember,
     keyword_scale,
-    locomo,
     log_append,
     memory,
     peers,
     recall,
+    recall_quality,
     search,
 )
 from .figures import Figure, NotMeasured
@@ -43,7 +43,7 @@ BENCHMARKS = {
     "approximate": approximate.run,
     "peers": peers.run,
     "memory": memory.run,
-    "locomo": locomo.run,
+    "locomo": recall_quality.run,  # LoCoMo, read from --locomo PATH
 }
 
 

@@ -69,7 +69,7 @@ def _sentences(count: int, seed: int = 3) -> list[str]:
 
 def _source_texts(locomo: str | None) -> tuple[list[str], str]:
     if locomo:
-        from .locomo import load, turns_of
+        from .recall_quality import load, turns_of
 
         texts = [text for _, c in load(Path(locomo)) for _, text in turns_of(c)][:1000]
         return texts, f"LoCoMo turns in {locomo}"

@@ -305,12 +305,8 @@ def _header_text(headers: Sequence[tuple[str, bytes]], name: str) -> str | None:
     return None if raw is None else raw.decode("utf-8", "replace")
 
 
-def check_owner_headers(headers: Sequence[tuple[str, bytes]], record: MemoryRecord) -> None:
-    """Refuse (`RecordDecodeError`) a record whose namespace or tenant header names
-    another than the record's own. Reads pass over records by these headers, unread (a
-    fold in process those of other namespaces, a replay for one tenant those of others):
-    folded as the record says, such a record would show in the managed view's recall
-    and not in a folded one, or in a tenant's recall and not in its audit."""
+def owner_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[str | None, str | None]:
+    """The namespace and tenant a record's headers name (None: no such header)."""
     global _last_owner_headers
     last = _last_owner_headers
     if last[0] is not headers:
@@ -319,7 +315,16 @@ def check_owner_headers(headers: Sequence[tuple[str, bytes]], record: MemoryReco
             _header_text(headers, HEADER_NAMESPACE),
             _header_text(headers, HEADER_TENANT),
         )
-    _, namespace, tenant = last
+    return last[1], last[2]
+
+
+def check_owner_headers(headers: Sequence[tuple[str, bytes]], record: MemoryRecord) -> None:
+    """Refuse (`RecordDecodeError`) a record whose namespace or tenant header names
+    another than the record's own. Reads pass over records by these headers, unread (a
+    fold in process those of other namespaces, a replay for one tenant those of others):
+    folded as the record says, such a record would show in the managed view's recall
+    and not in a folded one, or in a tenant's recall and not in its audit."""
+    namespace, tenant = owner_headers(headers)
     if namespace is not None and namespace != record.ns:
         raise RecordDecodeError(
             f"its namespace header says {shown(namespace)}, but it is a record of namespace "
@@ -876,7 +881,6 @@ class MemoryState:
         self.topic = topic
         self.search_cache_bytes = search_cache_bytes
         self.generation = generation
-        self._encoded_namespace = namespace.encode()
         self._items: dict[tuple[str, bytes], ItemState] = {}
         self._named: dict[tuple[str, str], NamedState] = {}
         self.set_aside: list[SetAside] = []
@@ -892,8 +896,9 @@ class MemoryState:
 
     def apply(self, log_record: LogRecord) -> None:
         """Fold one log record; records of other namespaces are skipped by header."""
-        header = header_value(log_record.headers, HEADER_NAMESPACE)
-        if header is not None and header != self._encoded_namespace:
+        # The headers' reading is kept for `decode_for_fold`'s check of them.
+        named, _ = owner_headers(log_record.headers)
+        if named is not None and named != self.namespace:
             return
         # Whatever one record raises, it is set aside and the fold goes on; nothing
         # changes before the record has been fully checked.

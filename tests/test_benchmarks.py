@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import kafka_remember, locomo
+from benchmarks import kafka_remember, recall_quality
 from benchmarks.figures import NO_BROKER, NotMeasured
 from benchmarks.models import minilm_or_reason
 from benchmarks.peers import figures_of
@@ -115,7 +115,7 @@ def test_a_run_without_a_broker_or_data_says_what_it_did_not_measure():
     assert kafka_remember.run(quick=True, kafka=None) == [
         NotMeasured(benchmark="kafka_remember", name="remember on Kafka", reason=NO_BROKER)
     ]
-    [missing] = locomo.run(quick=True, locomo=None)
+    [missing] = recall_quality.run(quick=True, locomo=None)
     assert missing.benchmark == "locomo" and "--locomo PATH" in missing.reason
 
 

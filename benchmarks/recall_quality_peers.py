@@ -1,5 +1,5 @@
 """LoCoMo recall of the stores agent builders use today, on the same turns and questions
-with the same vectors as laser-memory's (`benchmarks.locomo --peers`).
+with the same vectors as laser-memory's (`benchmarks.recall_quality --peers`).
 
 The parent embeds every turn and question once with laser-memory's embedder and writes
 them to a folder: ``data.json`` (per conversation its turns and its questions with

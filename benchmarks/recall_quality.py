@@ -1,6 +1,6 @@
 """Recall quality on LoCoMo, through the public API.
 
-    python -m benchmarks.locomo PATH [--embedder minilm|word-hash|none] [--view]
+    python -m benchmarks.recall_quality PATH [--embedder minilm|word-hash|none] [--view]
 
 For each conversation file in PATH (LoCoMo's JSON, one conversation a file; the data
 set is for evaluation only and never copied into this repository), a fresh embedded
@@ -15,7 +15,7 @@ the process; the figures must be the same.
 
 ``--peers`` also runs LangGraph's ``InMemoryStore`` and mem0 (from ``make peers``, or the
 interpreter ``--peers-python`` names) and laser-memory's own LangGraph store on the same
-turns and questions with the very same vectors (see `benchmarks.locomo_peers`), so the
+turns and questions with the very same vectors (see `benchmarks.recall_quality_peers`), so the
 table shows them side by side.
 
 Reference figures over all ten LoCoMo conversations (categories 1-4, turns prefixed
@@ -134,7 +134,7 @@ def compare_peers(
     a peer did not run."""
     import numpy as np
 
-    from . import locomo_peers
+    from . import recall_quality_peers
 
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as folder:
@@ -163,7 +163,7 @@ def compare_peers(
             python = sys.executable if store == "laser-store" else peers_python
             print(f"  {store} ...", file=sys.stderr)
             done = subprocess.run(
-                [python, "-m", locomo_peers.__name__, store, folder],
+                [python, "-m", recall_quality_peers.__name__, store, folder],
                 cwd=root,
                 capture_output=True,
                 text=True,
