@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -293,3 +294,121 @@ def test_many_rows_are_chosen_as_a_plain_sort_chooses(seed, size, shape, limit):
     assert _order(scores, keep, columns, limit).tolist() == best[:limit]
     newest = sorted(kept, key=lambda i: (-time[i], -partition[i], -i))
     assert _newest(keep, columns, limit).tolist() == newest[:limit]
+
+
+def _text_reference(rows, *, hybrid: bool, with_semantic: bool, min_similarity, limit: int):
+    """Text recall's score as the README's recall section states it, row by row: BM25
+    over the best; with meaning, that and the cosine (negatives as 0) over the best
+    candidate's, averaged; in hybrid recall plus 0.3 of the neighbours' scores; kept if
+    it has a vector or scores above 0 (and, with ``min_similarity``, matches a word or is
+    that similar); plus 0.1 x tanh(feedback); best first, ties newest first."""
+    import math
+
+    n = len(rows)
+    best = max((r["keyword"] for r in rows), default=0.0)
+    words = [r["keyword"] / best if best > 0 else 0.0 for r in rows]
+    if with_semantic:
+        high = max((max(r["semantic"], 0.0) for r in rows if r["alive"]), default=0.0)
+        meaning = [max(r["semantic"], 0.0) / high if high > 0 else 0.0 for r in rows]
+        fused = [words[i] * 0.5 + meaning[i] * 0.5 for i in range(n)]
+    else:
+        fused = words
+    spread = list(fused)
+    if hybrid:
+        for i, r in enumerate(rows):
+            for neighbour in (r["before"], r["after"]):
+                spread[i] += 0.3 * (fused[neighbour] if neighbour >= 0 else 0.0)
+    kept = []
+    for i, r in enumerate(rows):
+        if not (r["alive"] and r["allowed"]):
+            continue
+        if with_semantic:
+            if not (r["has_vector"] or spread[i] > 0):
+                continue
+            if min_similarity is not None and not (
+                r["semantic"] >= min_similarity or r["keyword"] > 0
+            ):
+                continue
+        elif not spread[i] > 0:
+            continue
+        final = spread[i] + (0.1 * math.tanh(r["weight"]) if r["weight"] else 0.0)
+        kept.append((i, final))
+    # The same operations in the same order as the arrays': equal scores are equal bits.
+    kept.sort(key=lambda c: (-c[1], -rows[c[0]]["time"], -rows[c[0]]["partition"], -c[0]))
+    return kept[:limit]
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "keyword": st.sampled_from([0.0, 0.0, 0.0, 0.5, 1.0, 1.5, 3.0]),
+                "semantic": st.sampled_from([-0.5, 0.0, 0.25, 0.5, 0.75, 1.0]),
+                "has_vector": st.booleans(),
+                "weight": st.sampled_from([0.0, 0.0, 0.0, -1.0, 0.5, 2.0]),
+                "time": st.integers(0, 3),
+                "partition": st.integers(0, 1),
+                "conversation": st.sampled_from(["a", "b", "c"]),
+                "alive": st.sampled_from([True, True, True, False]),
+                "allowed": st.sampled_from([True, True, True, False]),
+            }
+        ),
+        max_size=40,
+    ),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([None, None, 0.0, 0.3, 0.6]),
+    st.integers(0, 45),
+)
+def test_text_ranking_is_the_readmes_formula(rows, hybrid, with_semantic, min_similarity, limit):
+    """`rank_by_text` (every keyword and hybrid recall, folded or managed) chooses and
+    scores rows as the README's formula says, checked against a row-by-row reading of it:
+    the keyword and meaning halves weigh the same, neighbours add 0.3 of theirs, feedback
+    0.1 x tanh(weight), ties go to the newest."""
+    import numpy as np
+
+    from laser_memory.text_ranking import Columns, rank_by_text
+
+    n = len(rows)
+    for r in rows:
+        if not r["alive"]:
+            r["keyword"] = 0.0  # an empty slot matches no word
+    # Neighbours: the live rows of a conversation in position order (offset = row).
+    before, after = [-1] * n, [-1] * n
+    for conversation in ("a", "b", "c"):
+        run = sorted(
+            (i for i, r in enumerate(rows) if r["alive"] and r["conversation"] == conversation),
+            key=lambda i: (rows[i]["time"], rows[i]["partition"], i),
+        )
+        for earlier, later in itertools.pairwise(run):
+            after[earlier], before[later] = later, earlier
+    for i, r in enumerate(rows):
+        r["before"], r["after"] = before[i], after[i]
+
+    def column(name, dtype):
+        return np.array([r[name] for r in rows], dtype=dtype)
+
+    columns = Columns(
+        keyword=column("keyword", np.float64),
+        semantic=column("semantic", np.float64) if with_semantic else None,
+        has_vector=column("has_vector", bool) if with_semantic else None,
+        weight=column("weight", np.float64),
+        time=column("time", np.int64),
+        partition=column("partition", np.int64),
+        offset=np.arange(n, dtype=np.int64),
+        before=np.array(before, dtype=np.int64),
+        after=np.array(after, dtype=np.int64),
+        alive=column("alive", bool),
+        allowed=column("allowed", bool),
+    )
+    got = rank_by_text(columns, hybrid=hybrid, min_similarity=min_similarity, limit=limit)
+    want = _text_reference(
+        rows, hybrid=hybrid, with_semantic=with_semantic, min_similarity=min_similarity,
+        limit=limit,
+    )  # fmt: skip
+    assert [r.row for r in got] == [row for row, _ in want]
+    assert [r.score for r in got] == pytest.approx([score for _, score in want], rel=1e-12)
+    label = "hybrid" if hybrid else "keyword"
+    assert [(r.signals[0].strategy, r.signals[0].rank) for r in got] == [
+        (label, i) for i in range(len(got))
+    ]
