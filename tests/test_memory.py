@@ -873,6 +873,8 @@ for _ in range(5000):
         (lambda m: m.as_of(float("nan")), lm.InvalidInput),
         (lambda m: m.as_of(float("inf")), lm.InvalidInput),
         (lambda m: m.as_of(10**30), lm.InvalidInput),
+        (lambda m: m.as_of(10**400), lm.InvalidInput),  # past float's range
+        (lambda m: m.as_of(-1), lm.InvalidInput),
         (lambda m: m.recall(limit=10**12), lm.InvalidInput),
         (lambda m: m.remember(42), lm.InvalidBody),
         (lambda m: m.remember("x", kind="facts"), lm.UnknownKind),

@@ -499,6 +499,40 @@ async def test_named_items_keep_every_version(viewed):
         await memory.fetch("profile", version=0)
 
 
+def test_named_versions_follow_the_partition_when_append_times_go_back(tmp_path: Path):
+    """Kafka stamps records with the broker's clock, which can step back. A named item's
+    writes share a partition, and its versions are those writes in offset order: in the
+    view, and in an audit by replay (which reads in append-time order) alike."""
+    from folders.replay import LoggedRecord, named_history
+    from laser_memory.log.port import LogRecord
+    from laser_memory.records import NamedPatch, NamedSet, decode_record
+
+    scope = MemoryScope(stream="s")
+    writes = [
+        NamedSet(ns="notes", scope=scope, key="k", body=b'{"a": 1}'),
+        NamedPatch(ns="notes", scope=scope, key="k", patch=b'{"b": 2}'),
+        NamedSet(ns="notes", scope=scope, key="k", body=b'"plain"'),
+    ]
+    times = [5_000, 3_000, 4_000]  # the clock stepped back after the first write
+    logged = [
+        LogRecord("t", 0, offset, at, wire.key, wire.value, wire.headers)
+        for offset, (at, wire) in enumerate(zip(times, map(encode_record, writes), strict=True))
+    ]
+    replayed = sorted(logged, key=lambda r: (r.append_time_ms, r.partition, r.offset))
+    audit = named_history(
+        [LoggedRecord(r, decode_record(r.value, r.headers), None) for r in replayed], "k"
+    )
+    assert [(h.op, h.offset, h.version) for h in audit] == [
+        ("named.set", 0, 1),
+        ("named.patch", 1, 2),
+        ("named.set", 2, 3),
+    ]
+    with MemoryView.open(tmp_path / "view") as view:
+        view.bind("t", "g")
+        view.apply([logged], "g")
+        assert view.named_history("notes", "k") == audit
+
+
 async def test_audit_history_of_an_item(viewed):
     laser, view = viewed
     memory = laser.memory("notes")
