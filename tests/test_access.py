@@ -171,8 +171,11 @@ def test_principals_and_grants_are_checked_when_made():
         Principal("p", grants={"kv:read:a*b"})
     with pytest.raises(lm.ConfigError, match="name"):
         Principal("")
-    with pytest.raises(lm.ConfigError):
-        Principal("p", grants="kv:read:*")
+    with pytest.raises(lm.ConfigError, match="grants is a set"):
+        Principal("p", grants="kv:read:*")  # a string is no set of grants
+    for empty in ("kv:read:", "publish:"):  # a family with no name after it
+        with pytest.raises(lm.ConfigError, match="unknown grant"):
+            Principal("p", grants={empty})
     with pytest.raises(lm.ConfigError):
         Principal("p", tenant="a\x00b")
     p = Principal("p", grants=["kv:read:team-*", "publish:t", "view:stats"])
