@@ -533,6 +533,35 @@ def test_named_versions_follow_the_partition_when_append_times_go_back(tmp_path:
         assert view.named_history("notes", "k") == audit
 
 
+def test_an_items_history_from_an_operators_replay_keeps_to_its_tenant():
+    """`item_history` over a replay of every tenant (an operator's audit) gives the one
+    tenant's records of the id, never another tenant's records of the same id."""
+    from folders.replay import LoggedRecord, item_history
+    from laser_memory.log.port import LogRecord
+    from laser_memory.records import Feedback, decode_record
+
+    raw = MemoryId.new().bytes
+    writes = [
+        Remember(ns="notes", scope=MemoryScope(tenant="acme"), id=raw, kind=1, body=b"ours"),
+        Remember(ns="notes", scope=MemoryScope(tenant="globex"), id=raw, kind=1, body=b"theirs"),
+        Feedback(ns="notes", scope=MemoryScope(tenant="globex"), target=raw, weight=1.0),
+        Feedback(ns="notes", scope=MemoryScope(tenant="acme"), target=raw, weight=2.0),
+    ]
+    replayed = [
+        LoggedRecord(LogRecord("t", 0, offset, 1_000, w.key, w.value, w.headers), record, None)
+        for offset, (w, record) in enumerate(
+            (w, decode_record(w.value, w.headers)) for w in map(encode_record, writes)
+        )
+    ]
+    acme = item_history(replayed, raw, tenant="acme")
+    assert [(h.op, h.offset, h.tenant, h.version) for h in acme] == [
+        ("remember", 0, "acme", 1),
+        ("feedback", 3, "acme", 2),
+    ]
+    assert [h.offset for h in item_history(replayed, raw, tenant="globex")] == [1, 2]
+    assert item_history(replayed, raw) == []  # the untenanted scope holds none of them
+
+
 async def test_audit_history_of_an_item(viewed):
     laser, view = viewed
     memory = laser.memory("notes")
