@@ -233,6 +233,18 @@ def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
     assert bodies("--tenant", "acme") == ["ours"]
     assert bodies("--all-tenants") == ["ours", "theirs", "default"]
     run("replay", *common, "--tenant", "acme", "--all-tenants", ok=False)
+    # --since and --until take the records appended at the moments they name.
+    every = [
+        json.loads(line) for line in run("replay", *common, "--json", "--all-tenants").splitlines()
+    ]
+    middle = every[1]["append_time_ms"]
+    assert bodies("--all-tenants", "--since", str(middle)) == [
+        e["body"] for e in every if e["append_time_ms"] >= middle
+    ]
+    assert bodies("--all-tenants", "--until", str(middle)) == [
+        e["body"] for e in every if e["append_time_ms"] <= middle
+    ]
+    assert "theirs" in bodies("--all-tenants", "--since", str(middle), "--until", str(middle))
 
 
 def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
