@@ -198,7 +198,12 @@ def named_history(records: list[LoggedRecord], key: str, *, tenant: str = "") ->
 
 
 class MemorySnapshot:
-    """A namespace's memory as it stood at a past moment (see `MemoryHandle.as_of`)."""
+    """A namespace's memory as it stood at a past moment (see `MemoryHandle.as_of`).
+
+    ``positions`` maps each partition it read to the first offset it did not fold (what
+    an auditor cites as "the log up to here"); ``as_of_ms`` is the moment asked for, or
+    None for positions.
+    """
 
     def __init__(
         self,

@@ -617,6 +617,11 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
     assert now.fetch("profile").json() == {"v": 2}
     by_position = await memory.as_of({first.receipt.partition: first.receipt.offset + 1})
     assert [i.text for i in by_position.recall(conversation="c1")] == ["first"]
+    # What each snapshot folded: per partition, the first offset it did not.
+    assert by_position.positions == {first.receipt.partition: first.receipt.offset + 1}
+    just_after = await memory.as_of(second)
+    assert just_after.positions[second.receipt.partition] == second.receipt.offset + 1
+    assert [i.text for i in just_after.recall()] == ["second", "first"]
     import datetime as dt
 
     moment = dt.datetime.fromtimestamp((second.receipt.append_time_ms - 1) / 1000, tz=dt.UTC)
