@@ -626,6 +626,8 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
 
     moment = dt.datetime.fromtimestamp((second.receipt.append_time_ms - 1) / 1000, tz=dt.UTC)
     assert [i.text for i in (await memory.as_of(moment)).recall()] == ["first"]
+    seconds = (second.receipt.append_time_ms - 1) / 1000  # a float is seconds
+    assert [i.text for i in (await memory.as_of(seconds)).recall()] == ["first"]
     elsewhere = moment.astimezone(dt.timezone(dt.timedelta(hours=-7)))
     assert [i.text for i in (await memory.as_of(elsewhere)).recall()] == ["first"]
     with pytest.raises(lm.InvalidInput):
