@@ -84,7 +84,8 @@ async def test_an_age_counts_back_from_the_connections_clock(tmp_path: Path):
         second = await memory.remember("written a minute later")
         clock.step(30_000)
         assert await memory.purge(datetime.timedelta(seconds=100)) == 0
-        assert await memory.purge(45.0) == 1  # older than 45 s: only the first
+        assert await memory.purge(90.0) == 0  # the first was written at the cutoff, not before
+        assert await memory.purge(89.999) == 1  # a millisecond later: the first only
         assert [i.id for i in await memory.recall(folded=True)] == [second]
         assert first not in {i.id for i in await memory.recall(folded=True)}
 
@@ -144,6 +145,24 @@ async def test_a_retention_driver_purges_on_a_timer_and_stops(tmp_path: Path):
         await driver.stop()  # twice is fine
 
 
+async def test_one_retention_pass_repeats_while_it_forgets_a_whole_limit(tmp_path: Path):
+    """A pass sweeps the expired items, then purges, each again and again while a call
+    forgets ``limit``: one pass leaves nothing due, and the driver counts each kind."""
+    clock = SteppedClock(1_000_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", clock=clock) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([f"fact {n}" for n in range(5)])
+        for n in range(3):
+            await memory.remember(f"door code {n}", ttl=1.0)
+        clock.step(10_000)
+        driver = lm.RetentionDriver(memory, older_than=5.0, every=60.0, limit=2)
+        assert await driver.run_once() == 8
+        assert (driver.expired, driver.purged) == (3, 5)
+        assert await memory.recall(folded=True) == []
+        assert await driver.run_once() == 0
+        assert (driver.expired, driver.purged) == (3, 5)
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -153,6 +172,9 @@ async def test_a_retention_driver_purges_on_a_timer_and_stops(tmp_path: Path):
         {"every": 10**400},  # past float's range: a raw OverflowError before
         {"every": "1h"},
         {"limit": 0},
+        {"older_than": -1.0},  # refused when made, not in every pass
+        {"older_than": float("nan")},
+        {"older_than": "30d"},
     ],
 )
 async def test_a_retention_driver_refuses_bad_settings(tmp_path: Path, options):
