@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -77,6 +79,49 @@ async def test_reembed_gives_every_item_the_new_models_vectors(any_log_url, stre
         )
         assert again == keys
         assert await memory.reembed(ReversedWords()) == 1
+
+
+async def test_the_latest_vector_of_a_model_for_a_body_is_the_one_compared(
+    any_log_url, stream_name, tmp_path
+):
+    """Two vectors of one label for the same body (a model fixed and rerun under its
+    label, two workers): the later record's vector is the one recall compares, in the
+    fold and in the view alike, whichever order they are folded in."""
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        memory = laser.memory("notes")
+        mid = await memory.remember("rotate signing keys monthly", conversation="c1")
+        model = ReversedWords()
+        wrong, right = (
+            np.asarray(v, dtype="<f4").tobytes()
+            for v in model.embed_many(["the cafeteria serves lunch", "rotate signing keys monthly"])
+        )
+        (remembered,) = [i for i in await memory.recall(folded=True) if i.id == mid]
+        # The latest of the item's conversation's and of no conversation's vectors.
+        for vector, conversation in ((wrong, "c1"), (wrong, None), (right, "c1")):
+            wire = encode_record(
+                Embedded(
+                    ns=memory.namespace,
+                    scope=msgspec.structs.replace(remembered.scope, conversation=conversation),
+                    target=mid.bytes,
+                    body_digest=body_digest(remembered.body),
+                    embedding=vector,
+                    embedder=model.label,
+                )
+            )
+            await laser.log.append(
+                memory.topic, OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
+            )
+        view = tmp_path / "view"
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url, stream=laser.stream, view=view, embedder=model
+        ) as reader:
+            for folded in (True, False):
+                (item,) = await reader.memory("notes").recall(
+                    text="rotate signing keys monthly", strategy="semantic", folded=folded
+                )
+                assert item.embedding == right
+                assert item.score == pytest.approx(1.0)
 
 
 async def test_hostile_embedded_records_are_set_aside(laser: lm.Laser):
