@@ -1010,6 +1010,22 @@ async def test_a_body_at_the_limit_is_taken_one_byte_over_is_not(laser: lm.Laser
     assert [i.id for i in await memory.recall(strategy="recent")] == [after, at_limit]
 
 
+async def test_named_json_nests_to_the_limit_and_no_further(laser: lm.Laser):
+    """The README's limit, 100 levels of nesting, to the level: a body or a patch at it is
+    taken, one a level deeper refused with nothing written."""
+    memory = laser.memory("notes")
+    await memory.set("k", _nested(99))  # 100 levels: the innermost {} is one
+    assert (await memory.fetch("k")).json() == _nested(99)
+    await memory.update("k", {"b": _nested(98)})
+    assert (await memory.fetch("k")).json()["b"] == _nested(98)
+    ends = await _end_offsets(laser)
+    with pytest.raises(lm.InvalidBody, match="101 levels"):
+        await memory.set("k", _nested(100))
+    with pytest.raises(lm.InvalidPatch):
+        await memory.update("k", {"b": _nested(99)})
+    assert await _end_offsets(laser) == ends
+
+
 async def test_a_named_body_cannot_outgrow_the_limit_through_patches(laser: lm.Laser):
     memory = laser.memory("notes")
     await memory.set("k", {"a": "x" * 600_000})
