@@ -1010,6 +1010,40 @@ async def test_a_body_at_the_limit_is_taken_one_byte_over_is_not(laser: lm.Laser
     assert [i.id for i in await memory.recall(strategy="recent")] == [after, at_limit]
 
 
+async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
+    """Each numeric limit of the README's table at its edge: the value at it is taken,
+    the next one refused with its error, and nothing refused is written."""
+    import math
+
+    memory = laser.memory("notes")
+    mid = await memory.remember("x")
+    at_limit = [
+        memory.improve(mid, 1e9),
+        memory.improve(mid, -1e9),
+        memory.recall(limit=1000),
+        memory.remember("e", embedding=[0.5] * 65_536),
+        memory.remember(b"b" * (1 << 20)),
+        memory.remember("n", tenant="t" * 255),
+        memory.remember("n", agent="é" * 127),  # 254 bytes
+    ]
+    for call in at_limit:
+        await call
+    ends = await _end_offsets(laser)
+    past = [
+        (memory.improve(mid, math.nextafter(1e9, math.inf)), lm.InvalidWeight),
+        (memory.improve(mid, math.nextafter(-1e9, -math.inf)), lm.InvalidWeight),
+        (memory.recall(limit=1001), lm.InvalidInput),
+        (memory.remember("e", embedding=[0.5] * 65_537), lm.InvalidInput),
+        (memory.remember(b"b" * ((1 << 20) + 1)), lm.BodyTooLarge),
+        (memory.remember("n", tenant="t" * 256), lm.InvalidName),
+        (memory.remember("n", agent="é" * 128), lm.InvalidName),  # 256 bytes
+    ]
+    for call, error in past:
+        with pytest.raises(error):
+            await call
+    assert await _end_offsets(laser) == ends
+
+
 async def test_named_json_nests_to_the_limit_and_no_further(laser: lm.Laser):
     """The README's limit, 100 levels of nesting, to the level: a body or a patch at it is
     taken, one a level deeper refused with nothing written."""
