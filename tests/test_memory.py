@@ -1018,29 +1018,29 @@ async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember("x")
     at_limit = [
-        memory.improve(mid, 1e9),
-        memory.improve(mid, -1e9),
-        memory.recall(limit=1000),
-        memory.remember("e", embedding=[0.5] * 65_536),
-        memory.remember(b"b" * (1 << 20)),
-        memory.remember("n", tenant="t" * 255),
-        memory.remember("n", agent="é" * 127),  # 254 bytes
+        lambda: memory.improve(mid, 1e9),
+        lambda: memory.improve(mid, -1e9),
+        lambda: memory.recall(limit=1000),
+        lambda: memory.remember("e", embedding=[0.5] * 65_536),
+        lambda: memory.remember(b"b" * (1 << 20)),
+        lambda: memory.remember("n", tenant="t" * 255),
+        lambda: memory.remember("n", agent="é" * 127),  # 254 bytes
     ]
     for call in at_limit:
-        await call
+        await call()
     ends = await _end_offsets(laser)
     past = [
-        (memory.improve(mid, math.nextafter(1e9, math.inf)), lm.InvalidWeight),
-        (memory.improve(mid, math.nextafter(-1e9, -math.inf)), lm.InvalidWeight),
-        (memory.recall(limit=1001), lm.InvalidInput),
-        (memory.remember("e", embedding=[0.5] * 65_537), lm.InvalidInput),
-        (memory.remember(b"b" * ((1 << 20) + 1)), lm.BodyTooLarge),
-        (memory.remember("n", tenant="t" * 256), lm.InvalidName),
-        (memory.remember("n", agent="é" * 128), lm.InvalidName),  # 256 bytes
+        (lambda: memory.improve(mid, math.nextafter(1e9, math.inf)), lm.InvalidWeight),
+        (lambda: memory.improve(mid, math.nextafter(-1e9, -math.inf)), lm.InvalidWeight),
+        (lambda: memory.recall(limit=1001), lm.InvalidInput),
+        (lambda: memory.remember("e", embedding=[0.5] * 65_537), lm.InvalidInput),
+        (lambda: memory.remember(b"b" * ((1 << 20) + 1)), lm.BodyTooLarge),
+        (lambda: memory.remember("n", tenant="t" * 256), lm.InvalidName),
+        (lambda: memory.remember("n", agent="é" * 128), lm.InvalidName),  # 256 bytes
     ]
     for call, error in past:
         with pytest.raises(error):
-            await call
+            await call()
     assert await _end_offsets(laser) == ends
 
 
