@@ -47,6 +47,7 @@ from . import inputs
 from .errors import ConfigError, InvalidInput, RecordDecodeError, WaitTimeout, shown
 from .ids import validate_name
 from .items import MemoryItem
+from .latest import Latest
 from .log.port import Appended, LogRecord, OutgoingRecord
 from .periodic import ConsolidationDriver
 from .records import Origin, Producer, Retrieved
@@ -214,7 +215,8 @@ class Agent:
         self.memory = memory if memory is not None else getattr(handler, "memory", None)
         self.topic = topic
         self.handled = 0
-        self.failures: list[Exception] = []
+        #: The latest failures (`Latest`: ``failures.total`` counts all).
+        self.failures: Latest[Exception] = Latest()
         self._driver = (
             ConsolidationDriver(consolidator, every=consolidate_every, scope={"agent": agent_id})
             if consolidator is not None
@@ -278,7 +280,7 @@ class Agent:
         except TimeoutError:
             raise WaitTimeout(
                 f"agent {shown(self.agent_id)} has not handled the messages sent so far within "
-                f"{timeout}s ({self.handled} handled, {len(self.failures)} failed)"
+                f"{timeout}s ({self.handled} handled, {self.failures.total} failed)"
             ) from None
         if self._read_failed is not None:
             raise self._read_failed
@@ -324,7 +326,7 @@ class Agent:
             # Kept and raised by `drain`, not left to the task group: its parent, the
             # task that called `start`, is long done, so asyncio would only log it.
             self._read_failed = exc
-            self.failures.append(exc)
+            self.failures.keep(exc)
             async with self._progress:
                 self._progress.notify_all()
 
@@ -332,7 +334,7 @@ class Agent:
         try:
             record = decode_session(log_record.value)
         except RecordDecodeError as exc:
-            self.failures.append(exc)
+            self.failures.keep(exc)
             return
         if record.agent != self.agent_id:
             return
@@ -357,4 +359,4 @@ class Agent:
                 await result
             self.handled += 1
         except Exception as exc:  # one failed message must not stop the agent
-            self.failures.append(exc)
+            self.failures.keep(exc)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload, run
 
 from .errors import ConfigError, shown
 from .kinds import MemoryKind, parse_kind
+from .latest import Latest
 
 if TYPE_CHECKING:
     from .memory import MemoryHandle
@@ -81,7 +82,8 @@ class MemoryHandler(Generic[R]):
         self.inner = inner
         self.memory = memory
         self.kind = parse_kind(kind) if kind is not None else None
-        self.failures: list[Exception] = []
+        #: The latest failed memory writes (`Latest`: ``failures.total`` counts all).
+        self.failures: Latest[Exception] = Latest()
 
     def auto_remember(self, kind: str | MemoryKind = "message") -> MemoryHandler[R]:
         """A handler like this one that remembers each message it finishes as ``kind``."""
@@ -101,6 +103,6 @@ class MemoryHandler(Generic[R]):
                     agent=getattr(message, "agent", None),
                 )
             except Exception as exc:  # the message is handled: its memory must not undo that
-                self.failures.append(exc)
+                self.failures.keep(exc)
                 log.warning("a handled message could not be remembered: %s", exc)
         return result

@@ -17,6 +17,7 @@ from typing import Any
 
 from .consolidation import ConsolidationReport, Consolidator
 from .errors import ConfigError, shown
+from .latest import Latest
 
 __all__ = ["ConsolidationDriver", "PeriodicPass"]
 
@@ -34,7 +35,8 @@ class PeriodicPass:
             raise ConfigError(f"every is a finite number of seconds, got {shown(every)}")
         self.every = float(every)
         self.passes = 0
-        self.failures: list[Exception] = []
+        #: The latest failed passes' errors (`Latest`: ``failures.total`` counts all).
+        self.failures: Latest[Exception] = Latest()
         self._group: asyncio.TaskGroup | None = None
         self._task: asyncio.Task | None = None
 
@@ -69,7 +71,7 @@ class PeriodicPass:
                 await self.run_once()
                 self.passes += 1
             except Exception as exc:  # a failed pass must not stop the later ones
-                self.failures.append(exc)
+                self.failures.keep(exc)
             await asyncio.sleep(self.every)
 
 
@@ -93,11 +95,12 @@ class ConsolidationDriver(PeriodicPass):
         super().__init__(every=every)
         self.consolidator = consolidator
         self.scope = scope
-        self.reports: list[ConsolidationReport | None] = []
+        #: The latest passes' reports (`Latest`: ``reports.total`` counts all).
+        self.reports: Latest[ConsolidationReport | None] = Latest()
 
     async def run_once(self) -> ConsolidationReport | None:
         report = self.consolidator.consolidate(self.scope)
         if inspect.isawaitable(report):
             report = await report
-        self.reports.append(report)
+        self.reports.keep(report)
         return report

@@ -225,3 +225,24 @@ async def test_a_read_that_fails_is_kept_not_logged(tmp_path):
         finally:
             await agent.stop()
     assert logged == []
+
+
+async def test_an_agent_whose_handler_always_fails_keeps_its_latest_failures(laser: lm.Laser):
+    """An agent keeps the latest `KEPT` failures and counts them all: each kept error holds
+    its traceback and, through its frames, the message; all of them grew without end."""
+    from laser_memory.latest import KEPT
+
+    def refuse(message: lm.AgentMessage) -> None:
+        raise RuntimeError(message.text)
+
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, refuse)
+    try:
+        await agent.ready()
+        count = KEPT + 30
+        for n in range(count):
+            await laser.send_to_agent("triage", f"message {n}", conversation="c")
+        await agent.drain(timeout=20)
+        assert agent.handled == 0 and agent.failures.total == count
+        assert [str(e) for e in agent.failures] == [f"message {n}" for n in range(30, count)]
+    finally:
+        await agent.stop()

@@ -189,3 +189,37 @@ async def test_two_workers_consolidating_at_once_lose_and_double_nothing(
         for turn in turns:  # each forgotten by both workers, each shown once in history
             ops = [h.op for h in await memory.history(turn)]
             assert ops[0] == "remember" and set(ops[1:]) == {"forget"}
+
+
+async def test_a_driver_failing_for_ever_keeps_its_latest_failures_and_counts_all():
+    """Failures and reports are the latest `KEPT`: a driver whose every pass failed kept
+    every error with its traceback and frames, and memory grew for as long as it ran."""
+    from laser_memory.latest import KEPT
+
+    class Failing:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.enough = asyncio.Event()
+
+        def consolidate(self, scope):
+            self.calls += 1
+            if self.calls >= 3 * KEPT:
+                self.enough.set()
+            if self.calls % 2:
+                raise RuntimeError(f"pass {self.calls}")
+            return lm.ConsolidationReport(pruned=self.calls)
+
+    failing = Failing()
+    driver = lm.ConsolidationDriver(failing, every=0.0001)
+    async with driver:
+        await asyncio.wait_for(failing.enough.wait(), 30)
+    calls = failing.calls
+    assert driver.failures.total == (calls + 1) // 2
+    assert driver.reports.total == calls // 2 == driver.passes
+    assert len(driver.failures) == len(driver.reports) == KEPT
+    # The latest, oldest first.
+    assert str(driver.failures[-1]) == f"pass {calls if calls % 2 else calls - 1}"
+    assert [str(f) for f in driver.failures] == [f"pass {n}" for n in range(1, calls + 1, 2)][
+        -KEPT:
+    ]
+    assert driver.reports[-1] == lm.ConsolidationReport(pruned=calls - calls % 2)

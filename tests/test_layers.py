@@ -21,6 +21,7 @@ LOWER = [
     "laser_memory.log",
     "laser_memory.log.deadlines",
     "laser_memory.inputs",
+    "laser_memory.latest",
     "laser_memory.handler",
     "laser_memory.consolidation",
     "laser_memory.periodic",

@@ -76,6 +76,7 @@ from folders.state import decode_for_fold
 from ..embedding import Embedder, cosine_similarities, embed_texts, row_norms, to_vector
 from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, LaserError, shown
 from ..items import NamedItem
+from ..latest import Latest
 from ..log import Appended, LogRecord
 from ..memory import MemoryHandle
 from ..named import (
@@ -902,7 +903,8 @@ class LaserStore(BaseStore):
         self._own: dict[tuple[int, int], str] = {}
         self._sweeper: asyncio.Task | None = None
         #: What the sweeper's failed sweeps raised; a failed sweep does not end it.
-        self.sweep_failures: list[Exception] = []
+        #: The latest failed sweeps (`Latest`: ``sweep_failures.total`` counts all).
+        self.sweep_failures: Latest[Exception] = Latest()
         self._check_ttl_config(ttl)
         self.index_config: IndexConfig | None = None
         self._fields: list[str] = ["$"]
@@ -1000,7 +1002,7 @@ class LaserStore(BaseStore):
             try:
                 await self.sweep_ttl()
             except Exception as exc:  # a broker blip must not end the sweeping for good
-                self.sweep_failures.append(exc)
+                self.sweep_failures.keep(exc)
 
     async def stop_ttl_sweeper(self) -> bool:
         """Stop the sweeper ``async with`` started (with ``sweep_interval_minutes``);
