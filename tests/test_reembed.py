@@ -88,6 +88,7 @@ async def test_the_latest_vector_of_a_model_for_a_body_is_the_one_compared(
     label, two workers): the later record's vector is the one recall compares, in the
     fold and in the view alike, whichever order they are folded in."""
     async with lm.connect(any_log_url, stream=stream_name) as laser:
+        await laser.bootstrap(partitions=4)
         memory = laser.memory("notes")
         mid = await memory.remember("rotate signing keys monthly", conversation="c1")
         model = ReversedWords()
