@@ -591,9 +591,10 @@ class ItemState(
                         self.forgets_at = {}
                     self.forgets_at[conversation] = key
                 return
-            # In its own partition the forget follows everything before its offset.
             reach = list(record.seen) + [0] * (key[1] + 1 - len(record.seen))
-            reach[key[1]] = max(reach[key[1]], key[2])
+            if not record.only_seen:
+                # In its own partition the forget follows everything before its offset.
+                reach[key[1]] = max(reach[key[1]], key[2])
             if self.forgets is _NO_ENTRIES:
                 self.forgets = {}
             self.forgets[conversation] = _highest(self.forgets.get(conversation, []), reach)

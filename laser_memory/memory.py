@@ -560,9 +560,12 @@ class MemoryHandle:
         )
         if not oldest:
             return 0
-        seen = await self._seen_now(info.partitions)
+        seen = self._folded(info.partitions)
         await self._write(
-            [Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen) for raw_id in oldest]
+            [
+                Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
+                for raw_id in oldest
+            ]
         )
         return len(oldest)
 
@@ -586,8 +589,7 @@ class MemoryHandle:
         if info is None:
             return 0
         state = await self._reader.catch_up()
-        folded = self._reader.positions
-        seen = tuple(folded.get(p, 0) for p in range(info.partitions))
+        seen = self._folded(info.partitions)
         due = state.expired(
             scope.tenant,
             now_ms=self._laser.clock.now_ms(),
@@ -600,6 +602,7 @@ class MemoryHandle:
                 scope=msgspec.structs.replace(scope, conversation=conversation),
                 target=raw_id,
                 seen=seen,
+                only_seen=True,
             )
             for raw_id, conversations in due
             for conversation in conversations
@@ -686,9 +689,9 @@ class MemoryHandle:
         forgets: list[Forget] = []
         if doomed:
             scope = self._scope(conversation=conversation, tenant=tenant)
-            seen = await self._seen_now(info.partitions)
+            seen = self._folded(info.partitions)
             forgets = [
-                Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen)
+                Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
                 for raw_id in doomed
             ]
         records: list[MemoryRecord] = [*await self._remembers.embedded(summaries), *forgets]
@@ -1255,6 +1258,13 @@ class MemoryHandle:
         forgets (the fold compares offsets with these, never clocks)."""
         ends = await self._laser.log.end_offsets(self.topic)
         return tuple(ends.get(p, 0) for p in range(partitions))
+
+    def _folded(self, partitions: int) -> tuple[int, ...]:
+        """What this handle's fold has read, partition by partition: the ``seen`` of a
+        forget decided on that fold (written with ``only_seen``), which so ends exactly
+        what the decision saw; a renewal written since, in any partition, stays."""
+        folded = self._reader.positions
+        return tuple(folded.get(p, 0) for p in range(partitions))
 
     async def _topic_info(self):
         """The topic's shape, or None if it does not exist. Reads never create a topic:

@@ -157,10 +157,15 @@ class Forget(_Record, tag="forget"):
     ``seen`` holds, per partition in partition order, the end offset of the topic when
     the forget was written: it forgets every remember of its target below those offsets
     (and, in its own partition, before it), and no later one, whatever the clocks say.
-    Forgets written before ``seen`` existed (None) fall back to append times."""
+    Forgets written before ``seen`` existed (None) fall back to append times.
+
+    ``only_seen`` forgets below ``seen`` alone, in its own partition too: a forget decided
+    on a fold (expiry, purge, consolidation) ends exactly what that fold saw, so a remember
+    of the item written meanwhile (a renewal) stays, whichever partition it lands in."""
 
     target: bytes
     seen: tuple[int, ...] | None = None
+    only_seen: bool = False
 
 
 class Embedded(_Record, tag="embedded"):

@@ -124,6 +124,62 @@ async def test_a_forget_from_before_seen_existed_still_uses_append_times(tmp_pat
         _agree(await _everywhere(laser, tmp_path), ["kept"])
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
+@pytest.mark.parametrize("sweep", ["forget_expired", "purge", "consolidate"])
+async def test_a_forget_decided_on_a_fold_leaves_a_renewal_written_meanwhile(
+    tmp_path, monkeypatch, sweep, partitions
+):
+    """Expiry, purge and consolidation forget what their handle's fold showed them. A
+    remember of the same item written after that fold and before their forgets (a
+    renewal) was forgotten with it: purge and consolidation forgot up to the log's end,
+    and in the forget's own partition (always, with one partition) every forget ended
+    what came before it. It stays now, in every read."""
+    clock = SteppedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s", clock=clock) as laser:
+        await laser.bootstrap(partitions=partitions)
+        memory = laser.memory("notes")
+        mid = await memory.append(
+            lm.MemoryId.new(),
+            "door code 4471",
+            kind="message",
+            conversation="c1",
+            ttl=1.0 if sweep == "forget_expired" else None,
+        )
+        clock.step(10 * SECOND)
+        other = laser.memory("notes")
+
+        async def renew() -> None:
+            await other.append(mid, "door code 5582", kind="message", conversation="c1")
+
+        if sweep == "consolidate":
+
+            async def summarize(bodies: list[bytes]) -> str:
+                await renew()  # a slow summarizer: the message is renewed meanwhile
+                return "a summary"
+
+            report = await memory.consolidate(
+                0, conversation="c1", summarizer=summarize, prune_summarized=True
+            )
+            assert report.pruned == 1
+            expected = ["a summary", "door code 5582"]
+        else:
+            catch_up = memory._reader.catch_up
+
+            async def renewed_after_the_fold(*args, **kwargs):
+                state = await catch_up(*args, **kwargs)
+                await renew()
+                return state
+
+            monkeypatch.setattr(memory._reader, "catch_up", renewed_after_the_fold)
+            sweeping = memory.forget_expired() if sweep == "forget_expired" else memory.purge(5.0)
+            assert await sweeping == 1
+            expected = ["door code 5582"]
+        _agree(await _everywhere(laser, tmp_path, conversation="c1", strategy="recent"), expected)
+        # The forget is in the item's history, and the first remember stays forgotten.
+        ops = [h.op for h in await laser.memory("notes").history(mid, folded=True)]
+        assert ops.count("forget") == 1 and ops.count("remember") == 2
+
+
 async def test_append_times_never_decrease_within_a_partition(tmp_path):
     clock = SteppedClock(1_700_000_000_000)
     async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:

@@ -69,6 +69,15 @@ EXPECTED_V1 = {
         target=bytes(range(16)),
         seen=(3, 0, 17, 2),
     ),
+    # Written once forgets decided on a fold said so (a field added with a default inside
+    # version 1; "forget-seen" above predates it and decodes with only_seen=False).
+    "forget-only-seen": Forget(
+        ns="stream:prod/notes",
+        scope=MemoryScope(stream="prod", tenant="acme", conversation="c-1"),
+        target=bytes(range(16)),
+        seen=(3, 0, 17, 2),
+        only_seen=True,
+    ),
     # Written when reembed arrived (a record type added inside version 1).
     "embedded": Embedded(
         ns="stream:prod/notes",
@@ -137,6 +146,7 @@ def test_round_trip_with_headers(name: str):
     assert (
         header_value(wire.headers, "lm-op")
         == name.replace("-minimal", "")
+        .replace("-only-seen", "")
         .replace("-seen", "")
         .replace("-embedded", "")
         .replace("-expiring", "")
