@@ -40,6 +40,21 @@ async def test_the_default_pass_keeps_the_newest_and_forgets_the_rest(laser: lm.
     assert [h.op for h in await memory.history(c2[0])] == ["remember", "forget"]
 
 
+async def test_one_pass_looks_at_the_newest_window_of_items(laser: lm.Laser):
+    """A pass sees the scope's newest 10,000 items (the README's window): past it, the
+    oldest are neither kept nor forgotten by that pass."""
+    window = 10_000
+    memory = laser.memory("notes")
+    for start in range(0, window + 5, 1000):
+        await memory.remember_many(
+            [f"fact {n}" for n in range(start, min(start + 1000, window + 5))]
+        )
+    report = await memory.consolidate(0)
+    assert (report.summarized, report.pruned) == (0, window)
+    left = await memory.recall(strategy="recent", limit=10)
+    assert sorted(i.text for i in left) == [f"fact {n}" for n in range(5)]
+
+
 async def test_a_summarizer_folds_each_conversations_messages_first(laser: lm.Laser):
     memory = laser.memory("notes")
     await _turns(memory, "c1", 3)
