@@ -33,6 +33,11 @@ def test_printed_ids_parse_back():
     assert MemoryId.parse(mid.bytes.hex()) == mid
     assert MemoryId.parse(mid.bytes) == mid
     assert str(MemoryId(bytes(range(16)))) == "00041061050R3GG28A1C60T3GF"
+    # Crockford base32: an id read aloud or retyped with O for 0, I or L for 1 is the same
+    # id, in either case.
+    retyped = "00041061050R3GG28A1C60T3GF".replace("0", "O").replace("1", "I")
+    assert MemoryId.parse(retyped) == MemoryId(bytes(range(16)))
+    assert MemoryId.parse(retyped.replace("I", "l").lower()) == MemoryId(bytes(range(16)))
 
 
 @pytest.mark.parametrize("bad", ["", "short", "U" * 26, "8" + "0" * 25, "0" * 27, b"\x00" * 15, 42])
