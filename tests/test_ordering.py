@@ -180,6 +180,29 @@ async def test_a_forget_decided_on_a_fold_leaves_a_renewal_written_meanwhile(
         assert ops.count("forget") == 1 and ops.count("remember") == 2
 
 
+async def test_a_message_remembered_again_while_a_pass_summarized_stays(laser: lm.Laser, tmp_path):
+    """Over both logs: a consolidation's forgets end what its pass read, so a message
+    remembered again while the summarizer ran is kept (it was pruned with the rest)."""
+    memory = laser.memory("notes")
+    mid = await memory.append(
+        lm.MemoryId.new(), "the printer jams", kind="message", conversation="c1"
+    )
+    other = laser.memory("notes")
+
+    async def summarize(bodies: list[bytes]) -> str:
+        await other.append(mid, "the printer jams again", kind="message", conversation="c1")
+        return "printer trouble"
+
+    report = await memory.consolidate(
+        0, conversation="c1", summarizer=summarize, prune_summarized=True
+    )
+    assert (report.summarized, report.pruned) == (1, 1)
+    _agree(
+        await _everywhere(laser, tmp_path, conversation="c1", strategy="recent"),
+        ["printer trouble", "the printer jams again"],
+    )
+
+
 async def test_append_times_never_decrease_within_a_partition(tmp_path):
     clock = SteppedClock(1_700_000_000_000)
     async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:
