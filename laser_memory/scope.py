@@ -38,11 +38,18 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
 
     def validated(self) -> MemoryScope:
         """Return self after checking every field fits in a record; raises `InvalidName`."""
-        try:
-            known = self in _VALID
-        except Exception:  # a field that cannot hash: no string, which _check names,
-            known = False  # or a str subclass whose hash raises, made plain text below
-        if known:
+        agent, user, application = self.agent, self.user, self.application
+        if (
+            type(self.stream) is str
+            and type(self.tenant) is str
+            and (agent is None or type(agent) is str)
+            and (user is None or type(user) is str)
+            and (application is None or type(application) is str)
+            and (self.conversation is None or type(self.conversation) is str)
+            and self in _VALID
+        ):
+            # Only plain strings are looked up: a str subclass's own hash and equality
+            # could claim a checked scope's place (it is checked as its plain text).
             return self
         self._check()
         for field in self.__struct_fields__:

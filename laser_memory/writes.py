@@ -198,16 +198,22 @@ class RememberBuilder:
             if type(body) is str and type(entry) is dict and _PLAIN_KEYS.issuperset(entry):
                 # Each get written out: `tuple(map(entry.get, ...))` took three times as long.
                 owner = (
-                    entry.get("conversation"),
-                    entry.get("tenant"),
-                    entry.get("agent"),
-                    entry.get("user"),
-                    entry.get("application"),
+                    conversation := entry.get("conversation"),
+                    tenant := entry.get("tenant"),
+                    agent := entry.get("agent"),
+                    user := entry.get("user"),
+                    application := entry.get("application"),
                 )
-                try:
+                # Only plain strings are looked up: a str subclass's own hash and equality
+                # could claim another owner's scope (`record` takes its plain text).
+                if (
+                    (conversation is None or type(conversation) is str)
+                    and (tenant is None or type(tenant) is str)
+                    and (agent is None or type(agent) is str)
+                    and (user is None or type(user) is str)
+                    and (application is None or type(application) is str)
+                ):
                     scope = scopes.get(owner)
-                except Exception:  # an owner that cannot hash: `record` says what is wrong
-                    scope = None
                 kind = entry.get("kind")
             elif type(body) is str and type(entry) is str:
                 scope = scopes.get(_NO_OWNER)
@@ -274,18 +280,17 @@ class RememberBuilder:
         """The checked scope of (conversation, tenant, agent, user, application)."""
         # Entries of a batch, and a handle's calls, mostly share their scope: made and
         # checked once.
-        try:
+        for field in owner:
+            if field is not None and type(field) is not str:
+                # A str subclass, taken as the plain text it holds, or no string at all
+                # (`_make_scope` says so): never looked up as given, since its own hash
+                # and equality could claim another owner's cached scope.
+                owner = tuple(str.__str__(f) if isinstance(f, str) else f for f in owner)
+                plain = all(f is None or type(f) is str for f in owner)
+                scope = self._scopes.get(owner) if plain else None
+                break
+        else:
             scope = self._scopes.get(owner)
-        except Exception:
-            # A field that cannot hash: no string (`_make_scope` says so), or a str
-            # subclass whose hash raises, taken as the plain text it holds.
-            owner = tuple(
-                str.__str__(field) if isinstance(field, str) else field for field in owner
-            )
-            try:
-                scope = self._scopes.get(owner)
-            except Exception:  # still no string: `_make_scope` says so
-                scope = None
         if scope is None:
             scope = self._make_scope(
                 conversation=owner[0],
@@ -296,7 +301,7 @@ class RememberBuilder:
             )
             if len(self._scopes) >= 1024:
                 self._scopes.clear()
-            self._scopes[owner] = scope  # every field is a str or None: checked above
+            self._scopes[owner] = scope  # every field is a plain str or None: checked
         return scope
 
     def replacements(self, records: list[Remember]) -> list[Superseded]:

@@ -680,3 +680,48 @@ def test_named_bodies_parse_as_the_standard_library_parses_them(text):
             load_json(text)
     else:
         assert _same_json(load_json(text), wanted)
+
+
+class _LyingText(str):
+    """Text that claims to equal every string, and hashes as "c1" does."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    def __hash__(self):
+        return hash("c1")
+
+
+@pytest.mark.parametrize("field", ["conversation", "agent", "user", "application"])
+def test_text_claiming_to_equal_a_checked_name_is_filed_under_its_own(field, tmp_path):
+    # A handle keeps the scopes it has checked; a str subclass's own equality and hash
+    # are never asked of them, so text that claims to be "c1" is not filed under "c1",
+    # and one holding a NUL is refused, however it compares.
+    async def go() -> None:
+        async with lm.connect(f"local://{tmp_path}") as laser:
+            memory = laser.memory("notes")
+            await memory.remember("warm", **{field: "c1"})  # its scope checked and kept
+            await memory.remember("one", **{field: _LyingText("c9")})
+            await memory.remember_many([{"body": "many", field: _LyingText("c9")}])
+            items = await memory.recall(limit=10)
+            assert {i.text: getattr(i.scope, field) for i in items} == {
+                "warm": "c1",
+                "one": "c9",
+                "many": "c9",
+            }
+            ends = await laser.log.end_offsets(memory.topic)
+            for call in (
+                lambda: memory.remember("bad", **{field: _LyingText("a\x00b")}),
+                lambda: memory.remember_many([{"body": "bad", field: _LyingText("a\x00b")}]),
+            ):
+                with pytest.raises(lm.InvalidName):
+                    await call()
+            assert await laser.log.end_offsets(memory.topic) == ends
+            scope = lm.MemoryScope(stream=laser.stream, **{field: _LyingText("a\x00b")})
+            with pytest.raises(lm.InvalidName):
+                scope.validated()
+
+    asyncio.run(go())
