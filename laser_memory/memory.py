@@ -555,12 +555,12 @@ class MemoryHandle:
         if info is None:
             return 0
         state = await self._reader.catch_up()
+        seen = self._folded(info.partitions)
         oldest = state.last_written(
             scope.tenant, before_ms=before_ms, limit=limit, conversation=scope.conversation
         )
         if not oldest:
             return 0
-        seen = self._folded(info.partitions)
         await self._write(
             [
                 Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
@@ -645,6 +645,9 @@ class MemoryHandle:
         if info is None:
             return ConsolidationReport()
         state = await self._reader.catch_up()
+        # What this pass read, taken now: a recall of this handle while the summarizer
+        # runs may fold further, and the forgets must not end what the pass never saw.
+        seen = self._folded(info.partitions)
         window = state.recall(where, strategy="recent", limit=consolidation.WINDOW)
         doomed = {item.id.bytes: item for item in window[max_items:]}
         summaries: list[Remember] = []
@@ -689,7 +692,6 @@ class MemoryHandle:
         forgets: list[Forget] = []
         if doomed:
             scope = self._scope(conversation=conversation, tenant=tenant)
-            seen = self._folded(info.partitions)
             forgets = [
                 Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
                 for raw_id in doomed

@@ -182,7 +182,8 @@ async def test_a_forget_decided_on_a_fold_leaves_a_renewal_written_meanwhile(
 
 async def test_a_message_remembered_again_while_a_pass_summarized_stays(laser: lm.Laser, tmp_path):
     """Over both logs: a consolidation's forgets end what its pass read, so a message
-    remembered again while the summarizer ran is kept (it was pruned with the rest)."""
+    remembered again while the summarizer ran is kept (it was pruned with the rest), even
+    when the handle itself recalled it meanwhile."""
     memory = laser.memory("notes")
     mid = await memory.append(
         lm.MemoryId.new(), "the printer jams", kind="message", conversation="c1"
@@ -191,6 +192,8 @@ async def test_a_message_remembered_again_while_a_pass_summarized_stays(laser: l
 
     async def summarize(bodies: list[bytes]) -> str:
         await other.append(mid, "the printer jams again", kind="message", conversation="c1")
+        # A recall of the consolidating handle meanwhile folds the renewal too.
+        assert "the printer jams again" in [i.text for i in await memory.recall(folded=True)]
         return "printer trouble"
 
     report = await memory.consolidate(
