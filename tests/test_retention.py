@@ -100,9 +100,15 @@ async def test_a_moment_without_a_timezone_is_refused(tmp_path: Path):
         clock.step(60_000)
         now = datetime.datetime.fromtimestamp(clock.now_ms() / 1000, datetime.UTC)
         ends = await laser.log.end_offsets(memory.topic)
+
+        class NoOffset(datetime.tzinfo):  # a zone that gives no offset: naive in effect
+            def utcoffset(self, dt):
+                return None
+
         for call in (memory.purge, memory.scoped("c1").purge):
-            with pytest.raises(lm.InvalidInput, match="has no timezone; give an aware datetime"):
-                await call(now.replace(tzinfo=None))
+            for naive in (now.replace(tzinfo=None), now.replace(tzinfo=NoOffset())):
+                with pytest.raises(lm.InvalidInput, match="has no timezone; give an aware"):
+                    await call(naive)
         assert await laser.log.end_offsets(memory.topic) == ends
         # The same moment, aware and past, purges; one in another zone names the same instant.
         assert await memory.purge(now - datetime.timedelta(seconds=30)) == 1
