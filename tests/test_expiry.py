@@ -176,6 +176,20 @@ async def test_expiry_input_is_checked_before_anything_is_written(laser: lm.Lase
     assert len(await memory.recall(folded=True)) == 1
 
 
+async def test_an_expiry_must_fall_after_now_to_the_millisecond(tmp_path):
+    """An item expiring at the very moment it is written would never be seen: refused;
+    a millisecond later is taken."""
+    clock = SteppedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", clock=clock) as laser:
+        memory = laser.memory("notes")
+        now = dt.datetime.fromtimestamp(clock.now_ms() / 1000, dt.UTC)
+        with pytest.raises(lm.InvalidInput, match="not after now"):
+            await memory.remember("x", expires_at=now)
+        assert await memory.recall(folded=True) == []
+        await memory.remember("y", expires_at=now + dt.timedelta(milliseconds=1))
+        assert [i.text for i in await memory.recall(folded=True)] == ["y"]
+
+
 async def test_a_hostile_expiry_on_the_log_is_set_aside_and_http_hides_expired(
     laser: lm.Laser, tmp_path: Path
 ):

@@ -889,6 +889,8 @@ for _ in range(5000):
         (lambda m: m.remember("x", embedding=[1 + 2j, 0.5]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1.0, None]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding="0.5"), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=[[0.5, 0.5], [0.5, 0.5]]), lm.InvalidInput),
+        (lambda m: m.remember("x", producer=["p", "1"]), lm.InvalidInput),  # a pair is a tuple
         (lambda m: m.remember_many([{"body": "x", "embedding": ["0.5"]}]), lm.InvalidInput),
         # A misspelt field was dropped without a word.
         (lambda m: m.remember("x", producer={"name": "p", "verison": "2"}), lm.InvalidInput),
