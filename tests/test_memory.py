@@ -530,6 +530,14 @@ async def test_lineage_is_stamped_never_filters_and_never_changes_ids(laser: lm.
     as_mapping = await memory.remember("y", origin=item.source._asdict())
     [y] = [i for i in await memory.recall(folded=True, limit=100) if i.id == as_mapping]
     assert (y.origin.topic, y.origin.offset) == (item.source.topic, item.source.offset)
+    # And (stream, topic, partition, offset[, generation]), as a tuple or a list.
+    for given in (("s", "sessions", 2, 41), ["s", "sessions", 2, 41, "g1"]):
+        mid = await memory.remember("z", origin=given)
+        [z] = [i for i in await memory.recall(folded=True, limit=100) if i.id == mid]
+        generation = given[4] if len(given) == 5 else ""
+        assert z.origin == lm.Origin(
+            stream="s", topic="sessions", partition=2, offset=41, generation=generation
+        )
 
 
 async def test_a_handles_lineage_stamps_every_entry_of_a_batch(laser: lm.Laser):
