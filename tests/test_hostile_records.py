@@ -555,6 +555,21 @@ async def test_a_forged_receipt_is_refused_not_waited_on(laser: lm.Laser, tmp_pa
                 await asyncio.wait_for(call(), 10)
 
 
+async def test_a_receipt_for_the_partition_after_the_last_is_refused(laser: lm.Laser, tmp_path):
+    """The first partition a topic lacks (its count) is refused like any past it: a
+    waiting read would wait on it until its timeout."""
+    memory = laser.memory("notes")
+    written = await memory.remember("x")
+    partitions = (await laser.log.describe_topic(memory.topic)).partitions
+    view = tmp_path / "view"
+    await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    async with lm.connect(laser.log.url, stream=laser.stream, view=view) as reader:
+        managed = reader.memory("notes")
+        past = msgspec.structs.replace(written.receipt, partition=partitions)
+        with pytest.raises(lm.InvalidInput, match="receipt"):
+            await asyncio.wait_for(managed.recall(after=past, timeout=30), 10)
+
+
 def test_a_view_never_folds_a_record_twice_when_the_log_goes_back(tmp_path: Path):
     """Records at offsets the view holds as folded, handed to it again (a log that went
     back under its folder): folding them twice would count feedback twice, so the batch

@@ -1035,6 +1035,7 @@ async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
         lambda: memory.remember(b"b" * (1 << 20)),
         lambda: memory.remember("n", tenant="t" * 255),
         lambda: memory.remember("n", agent="é" * 127),  # 254 bytes
+        lambda: memory.remember("o", origin=("", "t", (1 << 31) - 1, (1 << 63) - 1)),
     ]
     for call in at_limit:
         await call()
@@ -1047,6 +1048,8 @@ async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
         (lambda: memory.remember(b"b" * ((1 << 20) + 1)), lm.BodyTooLarge),
         (lambda: memory.remember("n", tenant="t" * 256), lm.InvalidName),
         (lambda: memory.remember("n", agent="é" * 128), lm.InvalidName),  # 256 bytes
+        (lambda: memory.remember("o", origin=("", "t", 1 << 31, 0)), lm.InvalidInput),
+        (lambda: memory.remember("o", origin=("", "t", 0, 1 << 63)), lm.InvalidInput),
     ]
     for call, error in past:
         with pytest.raises(error):

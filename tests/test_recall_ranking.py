@@ -31,7 +31,7 @@ def test_fusion_rewards_agreement_over_one_lists_top_hit():
     a, b, c = item(1), item(2), item(3)
     fused = lm.fuse_reciprocal_rank([[a, b, c], [c, b]], limit=10)
     scores = {i.id: i.score for i in fused}
-    assert scores[a.id] == pytest.approx(1 / RRF_K)
+    assert scores[a.id] == pytest.approx(1 / RRF_K) == pytest.approx(1 / 60)  # the docstring's k
     assert scores[b.id] == pytest.approx(2 / (RRF_K + 1))
     assert scores[c.id] == pytest.approx(1 / (RRF_K + 2) + 1 / RRF_K)
     assert [i.id for i in fused] == [c.id, b.id, a.id]
