@@ -412,3 +412,27 @@ def test_text_ranking_is_the_readmes_formula(rows, hybrid, with_semantic, min_si
     assert [(r.signals[0].strategy, r.signals[0].rank) for r in got] == [
         (label, i) for i in range(len(got))
     ]
+
+
+def test_recent_ignores_a_query_vector_and_text():
+    """`rank` with ``strategy="recent"`` is newest first whatever text or vector comes
+    with it: only ``semantic`` ranks by a vector alone."""
+    import msgspec
+    import numpy as np
+
+    vector = np.ones(4, dtype="<f4").tobytes()
+    items = [
+        msgspec.structs.replace(
+            item(n, t=n, body=f"alpha {n}"), embedding=vector, embedder="test/ones"
+        )
+        for n in (1, 2, 3)
+    ]
+    ranked = rank(
+        items,
+        strategy="recent",
+        text="alpha",
+        query_vector=np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32),
+        embedder="test/ones",
+    )
+    assert [int.from_bytes(i.id.bytes, "big") for i in ranked] == [3, 2, 1]
+    assert [s.strategy for i in ranked for s in i.signals] == ["recent"] * 3
