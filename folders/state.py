@@ -297,16 +297,26 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
 #: such header). A log read hands out one tuple per distinct set of headers, so most
 #: records skip the scan. One tuple, replaced whole: the view's fold and an in-process
 #: one may run on two threads.
-_last_owner_headers: tuple[object, str | None, str | None] = ((), None, None)
+_last_owner_headers: tuple[object, str | bytes | None, str | bytes | None] = ((), None, None)
 
 
-def _header_text(headers: Sequence[tuple[str, bytes]], name: str) -> str | None:
+def _header_text(headers: Sequence[tuple[str, bytes]], name: str) -> str | bytes | None:
     raw = header_value(headers, name)
-    return None if raw is None else raw.decode("utf-8", "replace")
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # Kept as bytes, which equal no name: decoded with replacement, b"\xff" read as
+        # "\ufffd" and matched a namespace of that name that replay (comparing bytes) skips.
+        return raw
 
 
-def owner_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[str | None, str | None]:
-    """The namespace and tenant a record's headers name (None: no such header)."""
+def owner_headers(
+    headers: Sequence[tuple[str, bytes]],
+) -> tuple[str | bytes | None, str | bytes | None]:
+    """The namespace and tenant a record's headers name (None: no such header; bytes:
+    a header that is no UTF-8, which names no namespace or tenant)."""
     global _last_owner_headers
     last = _last_owner_headers
     if last[0] is not headers:

@@ -13,7 +13,7 @@ import pytest
 import laser_memory as lm
 from folders.replay import replay
 from folders.service import ViewFolder
-from folders.state import MAX_NAMED_BODY_BYTES
+from folders.state import MAX_NAMED_BODY_BYTES, ItemFilter
 from folders.view import MemoryView
 from laser_memory.clock import SteppedClock
 from laser_memory.log import OutgoingRecord
@@ -267,6 +267,26 @@ async def test_a_record_under_another_namespaces_header_shows_in_no_read(
         assert "namespace header says 'elsewhere'" in aside.reason
     async with lm.connect(log.url, stream=laser.stream, view=tmp_path / "view") as reader:
         assert [i.id for i in await reader.memory("notes").recall()] == [kept]
+
+
+def test_a_header_that_is_no_utf8_names_no_namespace_or_tenant():
+    """Read with replacement, a header b"\\xff" named "\\ufffd": a record of a namespace
+    or tenant of that name under it was folded, while a replay (comparing bytes) skipped
+    it. Such a header names nothing: the record is set aside."""
+    from folders.state import MemoryState, check_owner_headers
+    from laser_memory.log.port import LogRecord
+    from laser_memory.records import HEADER_TENANT
+
+    scope = MemoryScope(tenant="\ufffd")
+    record = Remember(ns="\ufffd", scope=scope, id=lm.MemoryId.new().bytes, kind=1, body=b"x")
+    wire = encode_record(record)
+    for name in (HEADER_NAMESPACE, HEADER_TENANT):
+        headers = tuple((k, b"\xff" if k == name else v) for k, v in wire.headers)
+        with pytest.raises(lm.RecordDecodeError, match="header"):
+            check_owner_headers(headers, record)
+        state = MemoryState("\ufffd", topic="t", generation="g")
+        state.apply(LogRecord("t", 0, 0, 1_000, wire.key, wire.value, headers))
+        assert state.items(ItemFilter.build(tenant="\ufffd")) == []
 
 
 async def test_a_record_under_another_tenants_header_shows_in_no_read(
