@@ -436,3 +436,21 @@ def test_recent_ignores_a_query_vector_and_text():
     )
     assert [int.from_bytes(i.id.bytes, "big") for i in ranked] == [3, 2, 1]
     assert [s.strategy for i in ranked for s in i.signals] == ["recent"] * 3
+
+
+@pytest.mark.parametrize("limit", [-1, 1001, True, 2.0, "10", None])
+def test_ranking_and_fusion_refuse_a_limit_outside_0_to_1000(limit):
+    """`rank` and `fuse_reciprocal_rank` are public: a bad limit is refused as `recall`
+    refuses it (a negative one sliced from the end and dropped the last items)."""
+    items = [item(n) for n in (1, 2, 3)]
+    with pytest.raises(lm.InvalidInput, match="limit must be a whole number of items from 0"):
+        rank(items, limit=limit)
+    with pytest.raises(lm.InvalidInput, match="limit must be a whole number of items from 0"):
+        lm.fuse_reciprocal_rank([items], limit=limit)
+
+
+def test_ranking_and_fusion_return_50_items_unless_told():
+    items = [item(n) for n in range(1, 61)]
+    assert len(rank(items)) == 50
+    assert len(lm.fuse_reciprocal_rank([items])) == 50
+    assert len(rank(items, limit=1000)) == len(lm.fuse_reciprocal_rank([items], limit=60)) == 60
