@@ -137,6 +137,7 @@ class Session:
         memory = memory if memory is not None else self._agent.memory
         if memory is None:
             raise ConfigError("this agent has no memory: pass one to record_retrieval")
+        memory._check_publish()  # with items or without: a write it may not make
         if not isinstance(query, str):
             raise InvalidInput(f"query is a string, got {type(query).__name__}")
         if isinstance(items, str | bytes) or not all(isinstance(i, MemoryItem) for i in items):

@@ -116,6 +116,41 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
     assert by_text["from the item"].generation != ""  # an item's source names its topic's
 
 
+async def test_a_retrieval_recorded_through_a_handle_that_may_not_write_is_refused(
+    laser: lm.Laser,
+):
+    """`record_retrieval` through a handle whose principal may read but not publish
+    raises AccessDenied, with items or without, and writes nothing."""
+    memory = laser.memory("triage")
+    await memory.remember("node-7 logins fail after the key rotation", conversation="kb")
+    reader = laser.memory(
+        "triage", principal=lm.Principal("reader", grants={f"kv:read:{memory.namespace}"})
+    )
+    outcomes: list[str] = []
+
+    async def answer(message: lm.AgentMessage) -> None:
+        found = await reader.recall(text=message.text, strategy="keyword")
+        assert len(found) == 1
+        for items in (found, []):
+            try:
+                await message.session.record_retrieval(message.text, items, memory=reader)
+            except lm.AccessDenied as exc:
+                outcomes.append(str(exc))
+
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lm.MemoryHandler(answer, memory))
+    try:
+        ends = await laser.log.end_offsets(memory.topic)
+        await laser.send_to_agent("triage", "node-7 logins", conversation="t-1")
+        await agent.drain(timeout=20)
+        assert agent.failures == [] and agent.handled == 1
+    finally:
+        await agent.stop()
+    assert len(outcomes) == 2 and all(f"publish:{memory.topic}" in o for o in outcomes)
+    assert await laser.log.end_offsets(memory.topic) == ends
+    [kb] = await memory.recall(conversation="kb")
+    assert [h.op for h in await memory.history(kb.id)] == ["remember"]
+
+
 async def test_an_agent_consolidates_on_a_timer(laser: lm.Laser):
     memory = laser.memory("triage")
     for n in range(5):

@@ -1312,6 +1312,56 @@ async def test_a_failed_sweep_is_kept_and_the_next_one_runs(memory, clock):
         assert [type(e) for e in store.sweep_failures] == [lm.PolicyDenied]
 
 
+async def test_a_store_that_may_not_write_reads_without_refreshing(memory, clock):
+    """A store whose principal may read but not publish. A refresh is a write: its gets
+    and searches raised AccessDenied once an item's expiry was due to move (minutes after
+    the put, whenever that was), and a sweep only once something had expired. Now its
+    reads read and write nothing, and its puts, deletes and sweeps are refused before
+    anything is read, embedded or written, whatever the clock says."""
+    timed = with_clock(memory, clock)
+    writer = LaserStore(timed, ttl={"default_ttl": 10})
+    await writer.aput(("t",), "k", {"v": 1})
+    await writer.aget(("t",), "k", refresh_ttl=False)  # the view shows it
+    reader = lm.Principal("reader", grants={f"kv:read:{memory.namespace}"})
+    stepped = lm.Laser(timed._laser.log, stream=timed._laser.stream,
+                       view=timed._laser.view_path, clock=clock)  # fmt: skip
+    _STEPPED.append(stepped)
+    handle = stepped.memory(memory.namespace, principal=reader)
+    embedded: list[str] = []
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return [[1.0, 0.0, 0.0, 0.0] for _ in texts]
+
+    store = LaserStore(handle, ttl={"default_ttl": 10}, index={"dims": 4, "embed": embed})
+    ends = await stepped.log.end_offsets(handle.topic)
+    for minutes in (0, 5, 20):  # before the refresh is due, when it is, and after expiry
+        clock.step(minutes * MINUTE)
+        assert (await store.aget(("t",), "k")).value == {"v": 1}
+        assert (await store.aget(("t",), "k", refresh_ttl=True)).value == {"v": 1}
+        assert [i.key for i in await store.asearch(("t",), refresh_ttl=True)] == ["k"]
+        for refused in (
+            store.aput(("t",), "new", {"text": "x"}),
+            store.adelete(("t",), "k"),
+            store.sweep_ttl(),
+            store.abatch([GetOp(("t",), "k"), PutOp(("t",), "new", {"text": "y"})]),
+        ):
+            with pytest.raises(lm.AccessDenied, match=f"publish:{handle.topic}"):
+                await refused
+    assert embedded == []
+    assert await stepped.log.end_offsets(handle.topic) == ends
+    assert [e.op for e in await timed.history("t..k", folded=True)] == ["named.set"]
+    # Its sweeper could only fail: asking for one is a configuration error.
+    with pytest.raises(lm.ConfigError, match=r"sweep_interval_minutes.*may not publish"):
+        async with LaserStore(handle, ttl={"sweep_interval_minutes": 1}):
+            pass
+    # A store that may write still refreshes on read (the expiry moves: a patch).
+    assert (await writer.aget(("t",), "k")).value == {"v": 1}
+    assert [e.op for e in await timed.history("t..k", folded=True)] == [
+        "named.set", "named.patch",
+    ]  # fmt: skip
+
+
 def test_bad_store_settings_are_config_errors(tmp_path):
     async def check():
         async with lm.connect(f"local://{tmp_path / 'log'}") as laser:

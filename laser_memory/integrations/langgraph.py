@@ -989,6 +989,14 @@ class LaserStore(BaseStore):
     async def __aenter__(self) -> LaserStore:
         self._bind_loop()
         interval = (self.ttl_config or {}).get("sweep_interval_minutes")
+        principal = self._memory.principal
+        if interval and principal is not None and not self._may_write():
+            raise ConfigError(
+                f"ttl sweep_interval_minutes asks for a sweeper, but principal "
+                f"{shown(principal.name)} may not publish to "
+                f"{shown(self._memory.topic)}, so every sweep would fail; leave it out of a "
+                "read-only store's ttl (a store that may write sweeps)"
+            )
         if interval:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_every(interval))
         return self
@@ -1082,9 +1090,14 @@ class LaserStore(BaseStore):
         for op in ops:
             if isinstance(op, PutOp):
                 puts[(tuple(op.namespace), op.key)] = op
+        if puts:
+            self._memory._check_publish()  # before any model is called or item read
         writes = await self._put_records(list(puts.values()))
         results: list[Result] = []
         refresh: dict[str, _Stored] = {}
+        # A store that may not write reads without refreshing: a refresh is a write, and
+        # its reads failed once an item's expiry was due to move (whenever that was).
+        refreshing = self._may_write()
         if any(not isinstance(op, PutOp) for op in ops):
             await self._caught_up()
             now = self._memory._laser.clock.now_ms()
@@ -1094,14 +1107,14 @@ class LaserStore(BaseStore):
                     results.append(None)
                 elif isinstance(op, GetOp):
                     stored = await self._get(op, now)
-                    if stored is not None and op.refresh_ttl:
+                    if stored is not None and op.refresh_ttl and refreshing:
                         refresh[stored.named.key] = stored
                     results.append(stored.to_item() if stored is not None else None)
                 elif isinstance(op, SearchOp):
                     # Only the items under the searched namespace are read.
                     prefix = _prefix_key(tuple(op.namespace_prefix))
                     found = await self._search(op, await self._listed(prefix), now)
-                    if op.refresh_ttl:
+                    if op.refresh_ttl and refreshing:
                         refresh.update((s.named.key, s) for s, _ in found)
                     results.append([s.to_item(score, searched=True) for s, score in found])
                 else:
@@ -1112,6 +1125,11 @@ class LaserStore(BaseStore):
             results = [None] * len(ops)
         await self._write([*self._refreshes(refresh.values(), puts), *writes])
         return results
+
+    def _may_write(self) -> bool:
+        """Whether the handle's principal may publish to its topic (no principal: yes)."""
+        principal = self._memory.principal
+        return principal is None or principal.may_publish(self._memory.topic)
 
     @staticmethod
     def _check_page(limit: Any, offset: Any) -> None:
@@ -1272,6 +1290,7 @@ class LaserStore(BaseStore):
         """Remove every item whose TTL has passed; the number removed. Each remove is
         conditional on the version read, so a put or refresh that lands first wins."""
         self._bind_loop()
+        self._memory._check_publish()  # refused whether or not anything has expired yet
         await self._caught_up()
         now = self._memory._laser.clock.now_ms()
         memory = self._memory
