@@ -659,6 +659,41 @@ async def test_remember_many_writes_one_batch(laser: lm.Laser):
     assert again == many[-1]
 
 
+async def test_remember_many_takes_any_mapping_as_an_entry(laser: lm.Laser):
+    """An entry is a body or a mapping with a body, not only a dict: a read-only view of
+    one, or a mapping of the caller's own, with options or without."""
+    import types
+    from collections.abc import Mapping
+
+    class Entry(Mapping):
+        def __init__(self, **fields):
+            self._fields = fields
+
+        def __getitem__(self, key):
+            return self._fields[key]
+
+        def __iter__(self):
+            return iter(self._fields)
+
+        def __len__(self):
+            return len(self._fields)
+
+    memory = laser.memory("notes")
+    await memory.remember_many(
+        [
+            types.MappingProxyType({"body": "proxied", "conversation": "c1"}),
+            Entry(body="own", conversation="c1", kind="summary"),
+            Entry(body="durable", conversation="c1", durable=True),
+        ]
+    )
+    found = {i.text: i for i in await memory.recall(conversation="c1")}
+    assert set(found) == {"proxied", "own", "durable"}
+    assert found["own"].kind == lm.MemoryKind.SUMMARY
+    assert found["durable"].lifetime == "durable"
+    with pytest.raises(lm.InvalidInput, match="entry 0: an entry is a body, or a mapping"):
+        await memory.remember_many([Entry(text="no body")])
+
+
 async def test_folded_recall_keeps_nothing_per_item_for_the_garbage_collector(laser: lm.Laser):
     # Every full collection walks each object the collector tracks. A fold that kept
     # one per item (a Source, an empty list) spent more than half of a fresh handle's
