@@ -82,6 +82,15 @@ class MemoryHandler(Generic[R]):
         self.inner = inner
         self.memory = memory
         self.kind = parse_kind(kind) if kind is not None else None
+        principal = getattr(memory, "principal", None)
+        topic = getattr(memory, "topic", None)
+        if self.kind is not None and principal is not None and not principal.may_publish(topic):
+            # Every message's write would fail into `failures`: say so once, here.
+            raise ConfigError(
+                f"auto_remember into a handle whose principal {shown(principal.name)} may not "
+                f"publish to {shown(topic)}: every write would fail; give the principal "
+                f"'publish:{topic}', or wrap a handle that may write"
+            )
         #: The latest failed memory writes (`Latest`: ``failures.total`` counts all).
         self.failures: Latest[Exception] = Latest()
 
