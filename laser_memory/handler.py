@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
-from .errors import ConfigError, shown
+from .errors import AccessDenied, ConfigError, shown
 from .kinds import MemoryKind, parse_kind
 from .latest import Latest
 
@@ -83,14 +83,12 @@ class MemoryHandler(Generic[R]):
         self.memory = memory
         self.kind = parse_kind(kind) if kind is not None else None
         principal = getattr(memory, "principal", None)
-        topic = getattr(memory, "topic", None)
-        if self.kind is not None and principal is not None and not principal.may_publish(topic):
-            # Every message's write would fail into `failures`: say so once, here.
-            raise ConfigError(
-                f"auto_remember into a handle whose principal {shown(principal.name)} may not "
-                f"publish to {shown(topic)}: every write would fail; give the principal "
-                f"'publish:{topic}', or wrap a handle that may write"
-            )
+        if self.kind is not None and principal is not None:
+            # Every message's write would fail into `failures`: refused once, here.
+            try:
+                principal.check_publish(getattr(memory, "topic", None))
+            except AccessDenied as exc:
+                raise AccessDenied(f"a handler cannot remember into this handle: {exc}") from None
         #: The latest failed memory writes (`Latest`: ``failures.total`` counts all).
         self.failures: Latest[Exception] = Latest()
 

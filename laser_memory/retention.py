@@ -18,6 +18,7 @@ import datetime
 import math
 from typing import TYPE_CHECKING
 
+from .access import resolve_tenant
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ConfigError, InvalidInput, shown
 from .inputs import aware_millis
@@ -102,6 +103,13 @@ class RetentionDriver(PeriodicPass):
             raise ConfigError("a retention driver takes an age (older_than=timedelta or seconds)")
         if older_than is not None:
             cutoff_ms(older_than, SYSTEM_CLOCK)  # refuses a bad age now, not in every pass
+        # A tenant or principal that refuses the passes would fail every one into
+        # `failures`: refused now, with the error each pass would raise.
+        resolve_tenant(getattr(memory, "tenant", None), tenant)
+        principal = getattr(memory, "principal", None)
+        if principal is not None:
+            principal.check_read(getattr(memory, "namespace", None))
+            principal.check_publish(getattr(memory, "topic", None))
         self.memory = memory
         self.older_than = older_than
         self.tenant = tenant

@@ -77,14 +77,14 @@ def test_a_handler_or_memory_of_the_wrong_kind_is_a_config_error(tmp_path):
 
 def test_remembering_into_a_handle_that_may_not_write_is_refused_at_once(tmp_path):
     """A handler remembering into a handle whose principal may not publish would fail
-    every message's write into `failures`; it is a configuration error when made."""
+    every message's write into `failures`: it is refused when made."""
     laser = lm.connect(f"local://{tmp_path}")
     memory = laser.memory("triage")
     reader = laser.memory("triage", principal=lm.Principal("r", grants={"kv:read:triage"}))
     handler = lm.MemoryHandler(lambda message: None, reader)  # remembering nothing: fine
-    with pytest.raises(lm.ConfigError, match=f"may not publish to '{memory.topic}'"):
+    with pytest.raises(lm.AccessDenied, match=f"cannot remember.*'publish:{memory.topic}'"):
         handler.auto_remember("message")
-    with pytest.raises(lm.ConfigError, match="may not publish"):
+    with pytest.raises(lm.AccessDenied, match="cannot remember into this handle"):
         lm.MemoryHandler(lambda message: None, reader, kind="fact")
     writer = lm.Principal("w", grants={f"publish:{memory.topic}"})
     lm.MemoryHandler(lambda m: None, laser.memory("triage", principal=writer), kind="fact")

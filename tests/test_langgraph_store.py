@@ -1317,7 +1317,7 @@ async def test_a_store_that_may_not_write_reads_without_refreshing(memory, clock
     and searches raised AccessDenied once an item's expiry was due to move (minutes after
     the put, whenever that was), and a sweep only once something had expired. Now its
     reads read and write nothing, and its puts, deletes and sweeps are refused before
-    anything is read, embedded or written, whatever the clock says."""
+    anything is read, embedded or written, whatever the clock says; so is a sweeper."""
     timed = with_clock(memory, clock)
     writer = LaserStore(timed, ttl={"default_ttl": 10})
     await writer.aput(("t",), "k", {"v": 1})
@@ -1351,8 +1351,8 @@ async def test_a_store_that_may_not_write_reads_without_refreshing(memory, clock
     assert embedded == []
     assert await stepped.log.end_offsets(handle.topic) == ends
     assert [e.op for e in await timed.history("t..k", folded=True)] == ["named.set"]
-    # Its sweeper could only fail: asking for one is a configuration error.
-    with pytest.raises(lm.ConfigError, match=r"sweep_interval_minutes.*may not publish"):
+    # Its sweeper could only fail: asking for one is refused.
+    with pytest.raises(lm.AccessDenied, match=r"sweep_interval_minutes.*publish:"):
         async with LaserStore(handle, ttl={"sweep_interval_minutes": 1}):
             pass
     # A store that may write still refreshes on read (the expiry moves: a patch).

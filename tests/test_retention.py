@@ -194,3 +194,39 @@ def test_a_retention_driver_over_no_memory_handle_is_refused():
     # It was taken, and each pass then failed into `failures` with an AttributeError.
     with pytest.raises(lm.ConfigError, match="over a memory handle"):
         lm.RetentionDriver("notes", older_than=60.0, every=1.0)  # type: ignore[arg-type]
+
+
+async def test_a_retention_driver_whose_passes_would_all_be_refused_is_refused(tmp_path: Path):
+    """A tenant the handle is not bound to or no name at all, or a principal that may
+    not read or may not write: each pass failed into `failures`, for the driver's life.
+    Refused when made, with the error a pass would raise."""
+    async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
+        acme = laser.memory("notes", tenant="acme")
+        topic = acme.topic
+        refused = [
+            (acme, {"tenant": "globex"}, lm.AccessDenied, "bound to tenant 'acme'"),
+            (laser.memory("notes"), {"tenant": "a\x00b"}, lm.InvalidName, "control character"),
+            (
+                laser.memory("notes", principal=lm.Principal("r", grants={"kv:read:notes"})),
+                {},
+                lm.AccessDenied,
+                f"publish:{topic}",
+            ),
+            (
+                laser.memory("notes", principal=lm.Principal("w", grants={f"publish:{topic}"})),
+                {},
+                lm.AccessDenied,
+                "kv:read:notes",
+            ),
+        ]
+        for memory, options, error, says in refused:
+            with pytest.raises(error, match=says):
+                lm.RetentionDriver(memory, older_than=60.0, every=1.0, **options)
+        both = lm.Principal("rw", grants={"kv:read:notes", f"publish:{topic}"})
+        for memory, tenant in ((acme, "acme"), (laser.memory("notes", principal=both), None)):
+            async with lm.RetentionDriver(memory, older_than=60.0, every=60.0, tenant=tenant) as d:
+                for _ in range(2000):  # the first pass runs when it starts
+                    if d.passes + len(d.failures):
+                        break
+                    await asyncio.sleep(0.01)
+            assert d.passes == 1 and d.failures == []

@@ -74,7 +74,15 @@ except ImportError as exc:  # the extra is not installed: say which one
 from folders.state import decode_for_fold
 
 from ..embedding import Embedder, cosine_similarities, embed_texts, row_norms, to_vector
-from ..errors import ConfigError, InvalidBody, InvalidInput, InvalidName, LaserError, shown
+from ..errors import (
+    AccessDenied,
+    ConfigError,
+    InvalidBody,
+    InvalidInput,
+    InvalidName,
+    LaserError,
+    shown,
+)
 from ..items import NamedItem
 from ..latest import Latest
 from ..log import Appended, LogRecord
@@ -989,14 +997,15 @@ class LaserStore(BaseStore):
     async def __aenter__(self) -> LaserStore:
         self._bind_loop()
         interval = (self.ttl_config or {}).get("sweep_interval_minutes")
-        principal = self._memory.principal
-        if interval and principal is not None and not self._may_write():
-            raise ConfigError(
-                f"ttl sweep_interval_minutes asks for a sweeper, but principal "
-                f"{shown(principal.name)} may not publish to "
-                f"{shown(self._memory.topic)}, so every sweep would fail; leave it out of a "
-                "read-only store's ttl (a store that may write sweeps)"
-            )
+        if interval:
+            # Every sweep would fail into `sweep_failures`: refused once, here.
+            try:
+                self._memory._check_publish()
+            except AccessDenied as exc:
+                raise AccessDenied(
+                    f"ttl sweep_interval_minutes asks for a sweeper, but a read-only store "
+                    f"cannot sweep (leave it out of this store's ttl): {exc}"
+                ) from None
         if interval:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_every(interval))
         return self
