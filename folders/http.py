@@ -39,6 +39,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 from aiohttp import web
@@ -145,6 +146,14 @@ def _check_parameters(request: web.Request, path: str) -> None:
     """Refuse a parameter the route does not read, and one given more than once (which
     of two tenants or namespaces a request meant is not for the server to guess)."""
     allowed = _PARAMETERS[path]
+    try:
+        unquote_to_bytes(request.rel_url.raw_query_string).decode("utf-8")
+    except UnicodeDecodeError:
+        # Read with replacement, %FF and %FE would both name the key (or text) U+FFFD.
+        raise InvalidInput(
+            "the query string is not UTF-8 once percent-decoded; encode each parameter's "
+            "text as UTF-8"
+        ) from None
     query = request.query
     unknown = sorted(set(query) - allowed)
     if unknown:

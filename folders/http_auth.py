@@ -56,8 +56,10 @@ class Unauthorized(Exception):
 
 
 def hash_token(token: str) -> str:
-    """The hex SHA-256 of a token, as the auth file stores it."""
-    return hashlib.sha256(token.encode()).hexdigest()
+    """The hex SHA-256 of a token, as the auth file stores it. A header's bytes that are
+    no UTF-8 (which the server reads as lone surrogates) are hashed as they came: such a
+    token is no valid one, a 401, never a failure of the server."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def new_token() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -327,6 +328,29 @@ async def test_http_takes_the_tenant_and_grants_from_the_token_only(
             assert r.status == 200 and (await r.json())["items"] == 2
 
 
+async def test_a_bearer_token_that_is_no_utf8_is_a_401(laser: lm.Laser, tmp_path: Path):
+    """Sent as raw bytes on the wire (no client library sends them): a 500 before."""
+    ops = Principal("ops", tenant="", grants={"view:stats"})
+    await laser.memory("notes").remember("a fact")
+    await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+        until_caught_up=True
+    )
+    with MemoryView.open(tmp_path / "view", create=False) as view:
+        server = TestServer(make_app(view, TokenAuth({hash_token("ops"): ops})), host="127.0.0.1")
+        await server.start_server()
+        try:
+            for token, status in ((b"\xff\xfe", b"401"), (b"op\xc3\xa9", b"401"), (b"ops", b"200")):
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(
+                    b"GET /v1/stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Authorization: Bearer " + token + b"\r\n\r\n"
+                )
+                assert (await reader.readline()).split()[1] == status, token
+                writer.close()
+        finally:
+            await server.close()
+
+
 async def test_a_token_counts_only_as_a_bearer_token_with_its_whole_digest():
     token = "acme-token"
     digest = hash_token(token)
@@ -337,6 +361,9 @@ async def test_a_token_counts_only_as_a_bearer_token_with_its_whole_digest():
 
     assert await TokenAuth({digest: acme})(asking(f"Bearer {token}")) == acme
     assert await TokenAuth({digest: acme})(asking(f"bearer  {token} ")) == acme
+    # Header bytes that are no UTF-8 reach the server as lone surrogates: hashed as the
+    # bytes they were (hashing them raised UnicodeEncodeError: the server answered 500).
+    assert hash_token("\udcff\udcfe") == hashlib.sha256(b"\xff\xfe").hexdigest()
     # A digest that differs in its first or its last character is another token's.
     flip = {"0": "1"}
     for near in (

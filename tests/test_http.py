@@ -94,6 +94,33 @@ async def test_bad_parameters_are_400s_never_500s(big_view: Path):
                 assert (await response.json())["error"]
 
 
+async def test_a_query_that_is_no_utf8_once_percent_decoded_is_a_400(big_view: Path):
+    """Read with replacement, ``key=%FF`` and ``key=%FE`` both fetched the key U+FFFD
+    (and ``namespace=%FF`` recalled the namespace of that name): a 200 for bytes the
+    caller never meant. UTF-8 percent-encoded is taken as it always was."""
+    from yarl import URL
+
+    ns = "stream:s/notes"
+    async with serving(big_view, ServerConfig()) as base, ClientSession() as http:
+        for query in (
+            f"namespace={ns}&key=%FF",
+            f"namespace={ns}&key=profile&tenant=%FE",
+            "namespace=%FF",
+            f"namespace={ns}&text=%ED%A0%80",  # an encoded surrogate
+            f"namespace={ns}&%FF=1",
+        ):
+            path = "/v1/fetch" if "key=" in query else "/v1/recall"
+            async with http.get(URL(f"{base}{path}?{query}", encoded=True)) as response:
+                assert response.status == 400, (query, await response.text())
+                assert "not UTF-8" in (await response.json())["message"]
+        for query in (f"namespace={ns}&text=caf%C3%A9", f"namespace={ns}&text=common+fact"):
+            async with http.get(URL(f"{base}/v1/recall?{query}", encoded=True)) as response:
+                assert response.status == 200, (query, await response.text())
+        found = f"{base}/v1/recall?namespace={ns}&text=common+fact&limit=1&strategy=keyword"
+        async with http.get(URL(found, encoded=True)) as response:
+            assert [i["body"][:11] for i in await response.json()] == ["common fact"]
+
+
 async def test_parameters_a_handle_would_refuse_are_400s(big_view: Path):
     """Each was answered 200: a misspelt filter was ignored, so the answer was wider
     than asked; of a parameter given twice one was picked; a name or key a handle
