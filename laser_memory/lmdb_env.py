@@ -51,7 +51,21 @@ def folder_path(path: object, what: str) -> str:
         raise ConfigError(f"{what} is empty; name the folder")
     if "\x00" in text:
         raise ConfigError(f"{what} {shown(text)} holds a NUL byte, which no file name can")
+    check_utf8_path(text, what)
     return text
+
+
+def check_utf8_path(path: str, what: str) -> None:
+    """Refuse a path that is no UTF-8 (`ConfigError`). A POSIX name may be any bytes
+    (Python holds the others as lone surrogates), but LMDB's binding opens UTF-8 paths
+    only: it raised a raw ``UnicodeEncodeError`` after the folder was made."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"{what} {shown(path)} is no UTF-8, and LMDB opens only UTF-8 paths; choose a "
+            "folder whose path is UTF-8"
+        ) from None
 
 
 def check_map_size(value: object, what: str) -> None:
@@ -202,6 +216,7 @@ class SharedEnvironments:
         An environment that holds databases of another store (a view's folder opened as
         a log, or the other way round) is refused with `ConfigError`, ``what`` naming
         the store in the message, before anything is created in it."""
+        check_utf8_path(path, what)  # as resolved: a link may lead to a path that is not
         with cls._lock:
             entry = cls._envs.get(path)
             if entry is not None:

@@ -377,6 +377,15 @@ async def test_feedback_ties_in_a_conversation_go_to_the_newest(viewed):
         (lambda log, path: FolderConfig(map_size=1 << 70), lm.ConfigError, "2\\*\\*64"),
         (lambda log, path: MemoryView.open(f"{path}\x00"), lm.ConfigError, "NUL byte"),
         (lambda log, path: ViewFolder(log, "t", f"{path}\x00"), lm.ConfigError, "NUL byte"),
+        # Names of bytes that are no UTF-8, which LMDB cannot open: a raw
+        # UnicodeEncodeError once the folder (and its lock file) was made.
+        (lambda log, path: ViewFolder(log, "t", f"{path}\udcff"), lm.ConfigError, "no UTF-8"),
+        (
+            lambda log, path: ViewFolder(log, "t", os.fsencode(path) + b"\xff"),
+            lm.ConfigError,
+            "no UTF-8",
+        ),
+        (lambda log, path: MemoryView.open(f"{path}\udcff"), lm.ConfigError, "no UTF-8"),
     ],
 )
 async def test_folder_and_view_settings_of_the_wrong_kind_are_clear_errors(
@@ -384,7 +393,7 @@ async def test_folder_and_view_settings_of_the_wrong_kind_are_clear_errors(
 ):
     with pytest.raises(error, match=says):
         make(laser.log, tmp_path / "view")
-    assert not (tmp_path / "view").exists()
+    assert [name for name in os.listdir(tmp_path) if name.startswith("view")] == []
 
 
 async def test_a_view_folder_that_cannot_be_made_or_mapped_is_a_config_error(
