@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from . import inputs
+from .access import resolve_tenant
 from .errors import ConfigError, InvalidInput, RecordDecodeError, WaitTimeout, shown
 from .ids import validate_name
 from .items import MemoryItem
@@ -123,11 +124,14 @@ class Session:
 
     def linked_memory(self, memory: MemoryHandle | None = None) -> MemoryHandle:
         """``memory`` (default: the agent's) stamping this session's agent as producer
-        and the record it acts on as origin on everything it remembers."""
+        and the record it acts on as origin on everything it remembers, bound to the
+        message's tenant: a handle bound to another tenant is refused (`AccessDenied`)."""
         memory = memory if memory is not None else self._agent.memory
         if memory is None:
             raise ConfigError("this agent has no memory: pass one to linked_memory(memory)")
-        return memory.with_lineage(origin=self.origin, producer=Producer(name=self._agent.agent_id))
+        tenant = resolve_tenant(memory.tenant, self.message.tenant)
+        producer = Producer(name=self._agent.agent_id)
+        return memory.with_lineage(origin=self.origin, producer=producer)._derive(tenant=tenant)
 
     async def record_retrieval(
         self, query: str, items: Sequence[MemoryItem], memory: MemoryHandle | None = None

@@ -341,15 +341,16 @@ class Laser:
         payload: str | bytes,
         *,
         conversation: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
     ) -> Appended:
         """Put a message for agent ``agent_id`` on the stream's sessions topic (see
         `laser_memory.agent`); returns its receipt. A conversation's messages keep their
-        order."""
+        order. ``tenant``: the message's (default: the connection's bound tenant, else
+        ``""``); a connection bound to a tenant refuses another (`AccessDenied`)."""
         agent_id = validate_name(agent_id, "agent id")
         if conversation is not None:
             conversation = validate_name(conversation, "conversation")
-        tenant = validate_name(tenant, "tenant", allow_empty=True)
+        tenant = resolve_tenant(self.tenant, tenant)
         data = inputs.body(payload, self.config.max_body_bytes)
         record = SessionRecord(
             agent=agent_id, payload=data, conversation=conversation, tenant=tenant

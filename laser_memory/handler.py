@@ -1,7 +1,7 @@
 """`MemoryHandler`: an agent's message handler that remembers what it handled.
 
 It wraps your handler. After the handler succeeds it remembers the message's payload
-under the message's conversation and agent, as the kind chosen with `auto_remember`
+under the message's conversation, agent and tenant, as the kind chosen with `auto_remember`
 (off until then). A handler that raises remembers nothing, and the error goes to the
 caller as it was. A memory write that fails does not fail the message (its effects are
 done and must not be repeated by a retry): it is kept in `failures`, logged, and
@@ -35,7 +35,8 @@ R = TypeVar("R")
 @runtime_checkable
 class Message(Protocol):
     """What a handler is given: a payload, and the conversation and agent it belongs to
-    (either may be None)."""
+    (either may be None). A message that also has a ``tenant`` (an `AgentMessage` does)
+    is remembered in that tenant."""
 
     payload: bytes | str
     conversation: str | None
@@ -108,6 +109,9 @@ class MemoryHandler(Generic[R]):
                     kind=self.kind,
                     conversation=getattr(message, "conversation", None),
                     agent=getattr(message, "agent", None),
+                    # The message's tenant: a handle bound to another refuses it (kept in
+                    # `failures`) rather than file one tenant's message under another.
+                    tenant=getattr(message, "tenant", None),
                 )
             except Exception as exc:  # the message is handled: its memory must not undo that
                 self.failures.keep(exc)

@@ -151,6 +151,64 @@ async def test_a_retrieval_recorded_through_a_handle_that_may_not_write_is_refus
     assert [h.op for h in await memory.history(kb.id)] == ["remember"]
 
 
+async def test_an_agent_remembers_and_links_each_message_in_the_messages_tenant(
+    laser: lm.Laser,
+):
+    """A message sent for tenant acme was remembered in the handle's tenant: the default
+    tenant's readers saw it on an unbound handle, another tenant's on a bound one. Now it
+    is remembered, and its linked memory written, in the message's tenant; a handle bound
+    to another tenant refuses both (kept in failures), and a connection bound to a tenant
+    sends its messages in it."""
+    for bound in (None, "globex"):
+        memory = laser.memory(f"triage-{bound}", tenant=bound)
+        linked: list[str] = []
+
+        async def answer(message: lm.AgentMessage, memory=memory, linked=linked) -> None:
+            try:
+                await message.session.linked_memory(memory).remember(f"linked {message.text}")
+            except lm.AccessDenied:
+                linked.append(f"refused {message.tenant!r}")
+
+        handler = lm.MemoryHandler(answer, memory).auto_remember("message")
+        agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, handler)
+        try:
+            await laser.send_to_agent("triage", "acme secret", conversation="c", tenant="acme")
+            await laser.send_to_agent("triage", "default", conversation="c")
+            await agent.drain(timeout=20)
+        finally:
+            await agent.stop()
+        reader = laser.memory(memory.namespace)
+        seen = {
+            t: sorted(i.text for i in await reader.recall(tenant=t)) for t in ("", "acme", "globex")
+        }
+        if bound is None:
+            assert seen == {
+                "": ["default", "linked default"],
+                "acme": ["acme secret", "linked acme secret"],
+                "globex": [],
+            }
+            assert linked == [] and handler.failures == []
+        else:
+            assert seen == {"": [], "acme": [], "globex": []}
+            assert linked == ["refused 'acme'", "refused ''"]
+            assert [type(e) for e in handler.failures] == [lm.AccessDenied] * 2
+    acme = lm.Laser(laser.log, stream=laser.stream, tenant="acme")
+    got: list[str] = []
+
+    async def note(message: lm.AgentMessage) -> None:
+        got.append(message.tenant)
+
+    agent = await acme.spawn_agent("noter", AgentTopic.SESSIONS, note)
+    try:
+        await acme.send_to_agent("noter", "from acme")
+        with pytest.raises(lm.AccessDenied, match="bound to tenant 'acme'"):
+            await acme.send_to_agent("noter", "for globex", tenant="globex")
+        await agent.drain(timeout=20)
+    finally:
+        await agent.stop()
+    assert got == ["acme"]
+
+
 async def test_an_agent_consolidates_on_a_timer(laser: lm.Laser):
     memory = laser.memory("triage")
     for n in range(5):
