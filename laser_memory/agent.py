@@ -217,6 +217,8 @@ class Agent:
         self.laser = laser
         self.agent_id = agent_id
         self.handler = handler
+        # A connection bound to a tenant hands its agents that tenant's messages only.
+        self._tenant: str | None = laser.tenant
         self.memory = memory if memory is not None else getattr(handler, "memory", None)
         self.topic = topic
         self.handled = 0
@@ -343,6 +345,8 @@ class Agent:
             return
         if record.agent != self.agent_id:
             return
+        if self._tenant is not None and record.tenant != self._tenant:
+            return  # another tenant's message: an agent of a bound connection never sees it
         source = Appended(
             topic=log_record.topic,
             partition=log_record.partition,

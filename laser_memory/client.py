@@ -347,6 +347,9 @@ class Laser:
         `laser_memory.agent`); returns its receipt. A conversation's messages keep their
         order. ``tenant``: the message's (default: the connection's bound tenant, else
         ``""``); a connection bound to a tenant refuses another (`AccessDenied`)."""
+        topic = _stream_topic(self.stream, AgentTopic.SESSIONS)
+        if self.principal is not None:  # the connection's principal: it needs the topic's grant
+            self.principal.check_publish(topic)
         agent_id = validate_name(agent_id, "agent id")
         if conversation is not None:
             conversation = validate_name(conversation, "conversation")
@@ -355,7 +358,6 @@ class Laser:
         record = SessionRecord(
             agent=agent_id, payload=data, conversation=conversation, tenant=tenant
         )
-        topic = _stream_topic(self.stream, AgentTopic.SESSIONS)
         try:
             [receipt] = await self.log.append_batch(topic, [encode_session(record)])
         except UnknownTopic:

@@ -157,8 +157,8 @@ async def test_an_agent_remembers_and_links_each_message_in_the_messages_tenant(
     """A message sent for tenant acme was remembered in the handle's tenant: the default
     tenant's readers saw it on an unbound handle, another tenant's on a bound one. Now it
     is remembered, and its linked memory written, in the message's tenant; a handle bound
-    to another tenant refuses both (kept in failures), and a connection bound to a tenant
-    sends its messages in it."""
+    to another tenant refuses both (kept in failures); a connection bound to a tenant
+    sends its messages in it, and its agents are handed that tenant's messages only."""
     for bound in (None, "globex"):
         memory = laser.memory(f"triage-{bound}", tenant=bound)
         linked: list[str] = []
@@ -203,10 +203,24 @@ async def test_an_agent_remembers_and_links_each_message_in_the_messages_tenant(
         await acme.send_to_agent("noter", "from acme")
         with pytest.raises(lm.AccessDenied, match="bound to tenant 'acme'"):
             await acme.send_to_agent("noter", "for globex", tenant="globex")
+        # An agent of a connection bound to acme never sees another tenant's message.
+        await laser.send_to_agent("noter", "globex secret", tenant="globex")
+        await laser.send_to_agent("noter", "acme again", tenant="acme")
         await agent.drain(timeout=20)
     finally:
         await agent.stop()
-    assert got == ["acme"]
+    assert got == ["acme", "acme"]
+    # A connection's principal needs the sessions topic's publish grant to send.
+    topic = f"{laser.stream}.agent.sessions" if laser.stream else "agent.sessions"
+    reader = lm.Laser(
+        laser.log, stream=laser.stream, principal=lm.Principal("r", grants={"kv:read:*"})
+    )
+    ends = await laser.log.end_offsets(topic)
+    with pytest.raises(lm.AccessDenied, match=f"publish:{topic}"):
+        await reader.send_to_agent("noter", "not allowed")
+    assert await laser.log.end_offsets(topic) == ends
+    sender = lm.Principal("s", grants={f"publish:{topic}"})
+    await lm.Laser(laser.log, stream=laser.stream, principal=sender).send_to_agent("noter", "ok")
 
 
 async def test_an_agent_consolidates_on_a_timer(laser: lm.Laser):
