@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 
 import numpy as np
@@ -657,6 +658,30 @@ async def test_remember_many_writes_one_batch(laser: lm.Laser):
     assert all(0 <= now - int.from_bytes(i.bytes[:6], "big") < 60_000 for i in many[:500])
     [again] = await memory.remember_many([{"body": "d", "dedup": True}])
     assert again == many[-1]
+
+
+async def test_an_error_names_the_entry_only_in_a_batch_of_more_than_one(laser: lm.Laser):
+    """``remember`` of one body says what was wrong; ``remember_many`` of more says which
+    entry (counted from 0) too, and writes none of them."""
+    from laser_memory.embedding import WordHashEmbedder
+
+    plain = laser.memory("notes")
+    embedded = lm.Laser(laser.log, stream=laser.stream, embedder=WordHashEmbedder()).memory("notes")
+    ends = await _end_offsets(laser)
+    big = {"body": b"x" * (1 << 20), "embedding": [0.5] * 65536}  # each within its own cap
+    short = {"body": "x", "embedding": [0.5] * 3}  # the embedder makes 64
+    for call, says in (
+        (plain.remember(big["body"], embedding=big["embedding"]), r"the encoded record is \d+"),
+        (plain.remember_many([big]), r"the encoded record is"),
+        (plain.remember_many(["a", big]), r"entry 1: the encoded record is"),
+        (embedded.remember("x", embedding=[0.5] * 3), r"the embedding has 3 values"),
+        (embedded.remember_many([short]), r"the embedding has 3 values"),
+        (embedded.remember_many(["a", short]), r"entry 1: the embedding has 3 values"),
+    ):
+        with pytest.raises(lm.InvalidInput) as raised:
+            await call
+        assert re.match(says, str(raised.value)), str(raised.value)
+    assert await _end_offsets(laser) == ends
 
 
 async def test_remember_many_takes_any_mapping_as_an_entry(laser: lm.Laser):
