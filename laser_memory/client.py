@@ -146,7 +146,18 @@ class Laser:
         validate_embedder(chosen)
         folder = tempfile.mkdtemp(prefix="laser-vector-")
         log = LocalLog(folder, LocalLogConfig(sync=False, map_size=4 << 30, clock=self.clock))
-        private = Laser(log, stream=self.stream, config=self.config, clock=self.clock)
+        # The connection's tenant, principal and governor hold here too: a scratch memory
+        # of a connection bound to acme took another tenant's writes, a principal's
+        # missing grants and the governor's refusals were never asked.
+        private = Laser(
+            log,
+            stream=self.stream,
+            config=self.config,
+            clock=self.clock,
+            tenant=self.tenant,
+            principal=self.principal,
+            governor=self.governor,
+        )
         try:
             await private.start()
         except BaseException:

@@ -56,3 +56,34 @@ async def test_vector_backend_needs_an_embedder(laser: lm.Laser):
         with pytest.raises(lm.InvalidInput, match="'log' or 'vector'"):
             await laser.memory_with("runbooks", bad)
     assert (await laser.memory_with("runbooks")).namespace == laser.memory("runbooks").namespace
+
+
+async def test_vector_backend_keeps_the_connections_tenant_principal_and_governor(tmp_path):
+    """The scratch memory of a connection bound to acme took writes and reads of any
+    tenant; a principal's missing grants and the governor's refusals were never asked.
+    (Its log is private whatever the connection's: one embedded log serves here.)"""
+    asked: list[str] = []
+
+    def governor(write: lm.ProposedWrite) -> bool:
+        asked.append(write.op)
+        return b"secret" not in (write.body or b"")
+
+    url = f"local://{tmp_path / 'log'}"
+    async with lm.connect(url, tenant="acme", governor=governor) as acme:
+        scratch = await acme.memory_with("scratch", "vector", embedder=WordHashEmbedder())
+        assert scratch.tenant == "acme"
+        kept = await scratch.remember("acme runs node-7")
+        with pytest.raises(lm.AccessDenied, match="bound to tenant 'acme'"):
+            await scratch.remember("globex runs node-9", tenant="globex")
+        with pytest.raises(lm.AccessDenied, match="bound to tenant 'acme'"):
+            await scratch.recall(tenant="globex")
+        with pytest.raises(lm.PolicyDenied):
+            await scratch.remember("the secret is 42")
+        assert asked == ["remember", "remember"]
+        assert [(i.id, i.scope.tenant) for i in await scratch.recall()] == [(kept, "acme")]
+    reader = lm.Principal("reader", tenant="acme", grants={"kv:read:*"})
+    async with lm.connect(url, principal=reader) as readonly:
+        scratch = await readonly.memory_with("scratch", "vector", embedder=WordHashEmbedder())
+        with pytest.raises(lm.AccessDenied, match="publish:"):
+            await scratch.remember("acme runs node-7")
+        assert await scratch.recall() == []
