@@ -169,7 +169,10 @@ class Laser:
     def memory_custom(self, backend: Any) -> CustomMemory:
         """The memory API over your own store (see `laser_memory.custom`)."""
         return CustomMemory(
-            backend, stream=self.stream or "", max_body_bytes=self.config.max_body_bytes
+            backend,
+            stream=self.stream or "",
+            max_body_bytes=self.config.max_body_bytes,
+            tenant=self.tenant,
         )
 
     def managed_view(self) -> MemoryView:

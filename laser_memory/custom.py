@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import inputs
+from .access import resolve_tenant
 from .errors import BackendFailed, ConfigError, InvalidInput, LaserError, shown
-from .ids import MemoryId
+from .ids import MemoryId, validate_name
 from .items import MemoryItem, Signal, Source
 from .kinds import MemoryKind, parse_kind
 from .recall import validate_limit, validate_strategy
@@ -42,7 +43,14 @@ class CustomMemory:
 
     backend_kind = "custom"
 
-    def __init__(self, backend: Any, *, stream: str = "", max_body_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        stream: str = "",
+        max_body_bytes: int = 1 << 20,
+        tenant: str | None = None,
+    ) -> None:
         missing = [m for m in _METHODS if not callable(getattr(backend, m, None))]
         if missing:
             raise ConfigError(
@@ -52,6 +60,11 @@ class CustomMemory:
         self.backend = backend
         self.stream = stream
         self.max_body_bytes = max_body_bytes
+        #: The tenant every call acts in (a connection's bound tenant), or None: each
+        #: call's ``tenant`` (default ``""``). A call naming another is `AccessDenied`.
+        self.tenant = (
+            validate_name(tenant, "tenant", allow_empty=True) if tenant is not None else None
+        )
 
     async def _call(self, name: str, *args: Any) -> Any:
         method = getattr(self.backend, name)
@@ -68,9 +81,10 @@ class CustomMemory:
             raise BackendFailed(f"the backend's {name} raised {type(exc).__name__}: {exc}") from exc
         return result
 
-    def _scope(self, **fields: Any) -> MemoryScope:
+    def _scope(self, *, tenant: str | None, **fields: Any) -> MemoryScope:
+        tenant = resolve_tenant(self.tenant, tenant)
         try:
-            return MemoryScope(stream=self.stream, **fields).validated()
+            return MemoryScope(stream=self.stream, tenant=tenant, **fields).validated()
         except TypeError as exc:
             raise InvalidInput(f"bad scope: {exc}") from None
 
@@ -94,7 +108,7 @@ class CustomMemory:
         agent: str | None = None,
         user: str | None = None,
         application: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         durable: bool = False,
     ) -> MemoryId | None:
         """Remember a body; the id the handle minted (with ``append``) or the one the
@@ -130,7 +144,7 @@ class CustomMemory:
         agent: str | None = None,
         user: str | None = None,
         application: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         text: str | None = None,
         strategy: str = "auto",
         limit: int = 50,
@@ -206,7 +220,7 @@ class CustomMemory:
         )
 
     async def improve(
-        self, id: MemoryId | str | bytes, weight: float, *, tenant: str = "", **owner: Any
+        self, id: MemoryId | str | bytes, weight: float, *, tenant: str | None = None, **owner: Any
     ) -> None:
         """Pass feedback ``weight`` for item ``id`` to the backend."""
         target = MemoryId.parse(id)
@@ -214,7 +228,9 @@ class CustomMemory:
         scope = self._scope(tenant=tenant, **owner)
         await self._call("improve", self._scope_dict(scope), {"id": str(target), "weight": value})
 
-    async def forget(self, id: MemoryId | str | bytes, *, tenant: str = "", **owner: Any) -> None:
+    async def forget(
+        self, id: MemoryId | str | bytes, *, tenant: str | None = None, **owner: Any
+    ) -> None:
         """Ask the backend to forget item ``id``."""
         target = MemoryId.parse(id)
         scope = self._scope(tenant=tenant, **owner)

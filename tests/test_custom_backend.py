@@ -166,3 +166,28 @@ async def test_a_backend_item_of_the_read_tenant_passes():
 
     memory = lm.MemoryHandle.custom(Answering())
     assert [i.text for i in await memory.recall(tenant="acme")] == ["a secret of acme"]
+
+
+async def test_a_custom_memory_of_a_tenant_bound_connection_acts_in_its_tenant(tmp_path):
+    """A connection bound to acme gave a custom memory that wrote to tenant "" by default
+    and to any tenant named: the binding held for every handle but this one."""
+    async with lm.connect(f"local://{tmp_path}", tenant="acme") as laser:
+        backend = DictStore()
+        memory = laser.memory_custom(backend)
+        assert memory.tenant == "acme"
+        mid = await memory.remember("acme runs node-7")
+        assert [i["scope"]["tenant"] for i in backend.items.values()] == ["acme"]
+        assert [i.id for i in await memory.recall()] == [mid]
+        before = dict(backend.items)
+        for call in (
+            memory.remember("globex runs node-9", tenant="globex"),
+            memory.recall(tenant="globex"),
+            memory.improve(mid, 1.0, tenant=""),
+            memory.forget(mid, tenant="globex"),
+        ):
+            with pytest.raises(lm.AccessDenied, match="bound to tenant 'acme'"):
+                await call
+        assert backend.items == before and before[str(mid)]["weight"] == 0.0
+    assert lm.MemoryHandle.custom(DictStore()).tenant is None
+    with pytest.raises(lm.InvalidName):
+        lm.CustomMemory(DictStore(), tenant="a\x00b")
