@@ -660,6 +660,29 @@ async def test_remember_many_writes_one_batch(laser: lm.Laser):
     assert again == many[-1]
 
 
+async def test_what_a_read_returns_cannot_be_changed_in_place(laser: lm.Laser):
+    """Items, named items, signals and history entries are frozen: a folded read hands out
+    what its fold keeps, so a caller changing one in place would change later reads."""
+    memory = laser.memory("notes")
+    mid = await memory.remember("node-7 sits in eu-west")
+    await memory.set("profile", {"tier": "gold"})
+    [item] = await memory.recall(text="node-7", strategy="keyword")
+    named = await memory.fetch("profile")
+    [entry] = await memory.history(mid)
+    for obj, field, value in (
+        (item, "body", b"changed"),
+        (item, "weight", 9.0),
+        (item.signals[0], "rank", 5),
+        (named, "body", b"{}"),
+        (entry, "body", b"changed"),
+    ):
+        with pytest.raises(AttributeError):
+            setattr(obj, field, value)
+    [again] = await memory.recall(text="node-7", strategy="keyword")
+    assert (again.body, again.weight) == (b"node-7 sits in eu-west", 0.0)
+    assert (await memory.fetch("profile")).json() == {"tier": "gold"}
+
+
 async def test_an_error_names_the_entry_only_in_a_batch_of_more_than_one(laser: lm.Laser):
     """``remember`` of one body says what was wrong; ``remember_many`` of more says which
     entry (counted from 0) too, and writes none of them."""
