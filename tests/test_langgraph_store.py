@@ -1312,6 +1312,32 @@ async def test_a_failed_sweep_is_kept_and_the_next_one_runs(memory, clock):
         assert [type(e) for e in store.sweep_failures] == [lm.PolicyDenied]
 
 
+async def test_changing_a_returned_value_changes_no_later_read(memory):
+    """A search handed out the values its kept listing holds: a caller changing one (or
+    a list inside it) changed what later searches returned and matched, though nothing
+    was written."""
+    store = vector_store(memory, fields=["text"])
+    await store.aput(("docs",), "a", {"text": "alpha beta", "tags": ["x"], "n": 1})
+    await store.aput(("docs",), "b", {"text": "gamma", "tags": [], "n": 2})
+    for found in (
+        await store.asearch(("docs",)),
+        await store.asearch(("docs",), query="alpha"),
+        await store.asearch(("docs",), filter={"n": 1}),
+        [await store.aget(("docs",), "a")],
+    ):
+        for item in found:
+            item.value["text"] = "changed"
+            item.value["tags"].append("y")
+            item.value["n"] = 99
+    assert {i.key: i.value for i in await store.asearch(("docs",))} == {
+        "a": {"text": "alpha beta", "tags": ["x"], "n": 1},
+        "b": {"text": "gamma", "tags": [], "n": 2},
+    }
+    assert [i.key for i in await store.asearch(("docs",), filter={"n": 1})] == ["a"]
+    assert [i.key for i in await store.asearch(("docs",), query="alpha", limit=1)] == ["a"]
+    assert (await store.aget(("docs",), "a")).value["tags"] == ["x"]
+
+
 async def test_a_store_that_may_not_write_reads_without_refreshing(memory, clock):
     """A store whose principal may read but not publish. A refresh is a write: its gets
     and searches raised AccessDenied once an item's expiry was due to move (minutes after

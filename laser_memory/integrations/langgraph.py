@@ -240,7 +240,9 @@ class _Stored(msgspec.Struct, gc=False):
         fields = {
             "namespace": self.namespace,
             "key": self.key,
-            "value": self.value,
+            # A value of its own, parsed again from the record: the one kept here serves
+            # later searches, which a caller changing what it was given changed too.
+            "value": load_json(self.named.body)["value"],
             "created_at": _when(self.named.created_ms or self.named.append_time_ms),
             "updated_at": _when(self.named.append_time_ms),
         }
