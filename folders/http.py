@@ -282,13 +282,14 @@ class ViewServer:
         limit = _whole_number(request, "limit", 0, MAX_LIMIT)
         tenant = self._tenant(principal, request)
         items = await self._off_loop(
-            self._view.named_items, namespace, tenant=tenant, prefix=prefix
+            self._view.named_items,
+            namespace,
+            tenant=tenant,
+            prefix=prefix,
+            limit=MAX_LIMIT if limit is None else limit,
         )
         return _json(
-            [
-                {"key": item.key, "body": item.text, "version": item.version}
-                for item in items[: MAX_LIMIT if limit is None else limit]
-            ]
+            [{"key": item.key, "body": item.text, "version": item.version} for item in items]
         )
 
     async def history(self, principal: Principal, request: web.Request) -> web.Response:

@@ -1539,27 +1539,42 @@ class MemoryView:
         state = _named_decoder.decode(raw) if version is None else _version_decoder.decode(raw)[0]
         return state.to_item(key)
 
-    def named_items(self, namespace: str, *, tenant: str = "", prefix: str = "") -> list[NamedItem]:
+    def named_items(
+        self, namespace: str, *, tenant: str = "", prefix: str = "", limit: int | None = None
+    ) -> list[NamedItem]:
         """The present named items of a namespace whose key starts with ``prefix``, by
-        key. A key of up to `_MAX_PART` bytes is its own part of the view's key, so the
-        keys with a prefix are one range of them; a longer one is a digest, and those
-        (under `_HASHED`, one range too) are read and their keys checked: a LangGraph
-        store's search of one namespace reads that namespace, not the store."""
+        key; the first ``limit`` of them when given. A key of up to `_MAX_PART` bytes is
+        its own part of the view's key, so the keys with a prefix are one range of them,
+        in key order (UTF-8 bytes sort as code points do): read only until ``limit`` are
+        found. A longer one is a digest, and those (under `_HASHED`, one range too) are
+        all read and their keys checked: a LangGraph store's search of one namespace
+        reads that namespace, not the store."""
         scope = _scope(tenant, namespace)
         wanted = prefix.encode("utf-8", "surrogatepass")
-        ranges = [scope] if not wanted else [scope + _HASHED]
-        if wanted and len(wanted) <= _MAX_PART and not wanted.startswith(_HASHED):
-            ranges.append(scope + wanted)
+        hashed = scope + _HASHED
+        plain: bytes | None = scope
+        if wanted:
+            fits = len(wanted) <= _MAX_PART and not wanted.startswith(_HASHED)
+            plain = scope + wanted if fits else None
         out = []
         with self._read() as txn:
             cursor = txn.cursor(db=self._dbs["named"])
-            for start in ranges:
-                for _, raw in _prefixed(cursor, start):
-                    state = _named_decoder.decode(raw)
-                    if state.body is not None and state.name.startswith(prefix):
-                        out.append(state.to_item())
+            for _, raw in _prefixed(cursor, hashed):
+                state = _named_decoder.decode(raw)
+                if state.body is not None and state.name.startswith(prefix):
+                    out.append(state.to_item())
+            found = 0
+            for db_key, raw in _prefixed(cursor, plain) if plain is not None else ():
+                if limit is not None and found >= limit:
+                    break  # every later plain key sorts after those found
+                if db_key.startswith(hashed):
+                    continue  # read above
+                state = _named_decoder.decode(raw)
+                if state.body is not None and state.name.startswith(prefix):
+                    out.append(state.to_item())
+                    found += 1
         out.sort(key=lambda item: item.key)
-        return out
+        return out if limit is None else out[:limit]
 
     def named_history(self, namespace: str, key: str, *, tenant: str = "") -> list[HistoryEntry]:
         db_key = _scope(tenant, namespace) + _part(key) + _SEP

@@ -1343,3 +1343,36 @@ async def test_a_folder_whose_connection_stops_ends_with_log_closed_leaving_noth
         gc.collect()
         await asyncio.sleep(0.1)
     assert [str(w.message) for w in caught if "nclosed" in str(w.message)] == []
+
+
+async def test_the_first_named_items_by_key_are_those_a_full_listing_starts_with(tmp_path):
+    """`named_items(limit=n)` reads the keys in order only until ``n`` are found (the
+    HTTP listing read every named item of the tenant for each request); keys too long to
+    be their own part (digests, read apart), removed items and other tenants mixed in."""
+    rng = random.Random(7)
+    keys = sorted(
+        {
+            rng.choice(["a", "ab", "b", "é", "z", "a.b"])
+            + "".join(rng.choice("ab.é") for _ in range(rng.choice([0, 1, 3, 70])))
+            for _ in range(300)
+        }
+    )
+    async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
+        memory = laser.memory("notes")
+        for key in keys:
+            await memory.set(key, "v")
+            await memory.set(key, "other tenant's", tenant="globex")
+        for key in rng.sample(keys, 40):
+            await memory.remove(key)
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+    assert sum(len(k.encode()) > 64 for k in keys) > 20  # digests among them
+    with MemoryView.open(tmp_path / "view", create=False) as view:
+        for prefix in ("", "a", "ab", "a.", "é", "z", "q", "a" * 80):
+            full = [i.key for i in view.named_items(memory.namespace, prefix=prefix)]
+            assert full == sorted(full)
+            for limit in (0, 1, 2, 5, 17, 100, 1000):
+                got = view.named_items(memory.namespace, prefix=prefix, limit=limit)
+                assert [i.key for i in got] == full[:limit], (prefix, limit)
+                assert all(i.text == "v" for i in got)
