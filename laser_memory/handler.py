@@ -103,15 +103,16 @@ class MemoryHandler(Generic[R]):
         if inspect.isawaitable(result):
             result = await result
         if self.kind is not None:
+            # The message's tenant, when it has one: a handle bound to another refuses it
+            # (kept in `failures`) rather than file one tenant's message under another.
+            tenant = getattr(message, "tenant", None)
             try:
                 await self.memory.remember(
                     message.payload,
                     kind=self.kind,
                     conversation=getattr(message, "conversation", None),
                     agent=getattr(message, "agent", None),
-                    # The message's tenant: a handle bound to another refuses it (kept in
-                    # `failures`) rather than file one tenant's message under another.
-                    tenant=getattr(message, "tenant", None),
+                    **({} if tenant is None else {"tenant": tenant}),
                 )
             except Exception as exc:  # the message is handled: its memory must not undo that
                 self.failures.keep(exc)
