@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 
 import laser_memory as lm
 from folders.http import make_app
-from folders.http_auth import TokenAuth, Unauthorized, hash_token, is_loopback, load_principals
+from folders.http_auth import (
+    TokenAuth,
+    Unauthorized,
+    hash_token,
+    is_loopback,
+    load_principals,
+    new_token,
+)
 from folders.service import ViewFolder
 from folders.view import MemoryView
 from laser_memory.access import Principal, ProposedWrite
@@ -415,6 +422,20 @@ def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path)
     os.truncate(path, (16 << 20) + 1)
     with pytest.raises(lm.ConfigError, match="more than an auth file's"):
         load_principals(path)
+    # Exactly at the bound is read (a comment pads it), and reading leaves no file open.
+    path.write_text(result.stdout + "#" + " " * ((16 << 20) - len(result.stdout) - 1))
+    assert path.stat().st_size == 16 << 20
+    opened = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        assert list(load_principals(path).values()) == [principal]
+    assert len(os.listdir("/proc/self/fd")) == opened
+    # Two principals of one name are refused, whatever their tokens.
+    other = result.stdout.replace(hash_token(token), hash_token("another token"))
+    path.write_text(result.stdout + "\n" + other)
+    with pytest.raises(lm.ConfigError, match="principal 2: a second principal named 'bot'"):
+        load_principals(path)
+    made = {new_token() for _ in range(50)}
+    assert len(made) == 50 and all(len(t) == 43 and t.isascii() for t in made)  # 256 bits
     # A link to a good file is followed (mounted secrets are links).
     good, link = tmp_path / "good.toml", tmp_path / "link.toml"
     good.write_text(result.stdout)
