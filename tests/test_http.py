@@ -77,6 +77,14 @@ def test_server_settings_are_checked_when_made(settings, says):
         ServerConfig(**settings)
 
 
+def test_server_defaults_are_the_documented_ones():
+    """The README promises four reads at a time, 512 open connections and 5 s for a
+    request's headers."""
+    config = ServerConfig()
+    assert (config.max_concurrent_reads, config.max_connections) == (4, 512)
+    assert config.header_timeout_s == 5.0 and config.embedder is None
+
+
 async def test_bad_parameters_are_400s_never_500s(big_view: Path):
     async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
         for path, params in [
