@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -944,7 +944,7 @@ class MemoryHandle:
         block: Literal[False] = False,
         token_budget: int | None = None,
         min_similarity: float | None = None,
-        exclude: Sequence[MemoryId | str | bytes] = (),
+        exclude: Sequence[MemoryId | str | bytes] | Set[MemoryId | str | bytes] = (),
         exact: bool = False,
         include_superseded: bool = False,
     ) -> list[MemoryItem]: ...
@@ -968,7 +968,7 @@ class MemoryHandle:
         block: Literal[True],
         token_budget: int | None = None,
         min_similarity: float | None = None,
-        exclude: Sequence[MemoryId | str | bytes] = (),
+        exclude: Sequence[MemoryId | str | bytes] | Set[MemoryId | str | bytes] = (),
         exact: bool = False,
         include_superseded: bool = False,
     ) -> str: ...
@@ -991,7 +991,7 @@ class MemoryHandle:
         block: bool = False,
         token_budget: int | None = None,
         min_similarity: float | None = None,
-        exclude: Sequence[MemoryId | str | bytes] = (),
+        exclude: Sequence[MemoryId | str | bytes] | Set[MemoryId | str | bytes] = (),
         exact: bool = False,
         include_superseded: bool = False,
     ) -> list[MemoryItem] | str:
@@ -1043,8 +1043,8 @@ class MemoryHandle:
             raise InvalidInput(
                 f"include_superseded is True or False, got {shown(include_superseded)}"
             )
-        if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence):
-            raise InvalidInput("exclude is a list of memory ids")
+        if isinstance(exclude, str | bytes) or not isinstance(exclude, Sequence | Set):
+            raise InvalidInput("exclude is a list or set of memory ids")
         excluded = frozenset(MemoryId.parse(item).bytes for item in exclude)
         conversation = self._conversation(conversation)
         where = self._where(

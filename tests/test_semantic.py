@@ -88,6 +88,14 @@ async def test_semantic_recall_ranks_by_meaning_folded_and_managed(embedded, tmp
     assert keys not in [
         i.id for i in await memory.recall(text="rotate keys", strategy="semantic", exclude=[keys])
     ]
+    # A set of ids excludes as a list does (it was refused); a lone id or text is not one.
+    shown = {keys: "seen", str(pool): "seen"}
+    for ids in ({keys, str(pool)}, frozenset([keys, str(pool)]), shown.keys()):
+        found = await memory.recall(text="rotate keys", strategy="semantic", exclude=ids)
+        assert {i.id for i in found} & {keys, pool} == set()
+    for bad in (keys, str(keys), {keys: "seen"}, (i for i in [keys])):
+        with pytest.raises(lm.InvalidInput, match="exclude is a list or set of memory ids"):
+            await memory.recall(text="rotate keys", exclude=bad)
 
 
 @pytest.mark.parametrize("strategy", ["semantic", "keyword", "hybrid", "auto"])
