@@ -173,3 +173,25 @@ async def test_bad_supersedes_is_refused_and_a_hostile_one_set_aside(
     await fold(laser, tmp_path)
     with MemoryView.open(tmp_path / "view", create=False) as view:
         assert view.stats().set_aside == 3
+
+
+async def test_the_http_view_shows_replaced_items_only_when_asked(laser: lm.Laser, tmp_path: Path):
+    memory = laser.memory("notes")
+    old = await memory.remember("the office is in Leeds", tenant="acme")
+    new = await memory.remember("the office is in York", tenant="acme", supersedes=old)
+    await fold(laser, tmp_path)
+    async with viewed(laser, tmp_path) as reader:
+        server = TestServer(make_app(reader.managed_view()), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with ClientSession(base_url=str(server.make_url(""))) as http:
+                params = {"namespace": memory.namespace, "tenant": "acme"}
+                for flag, want in ((None, [str(new)]), ("false", [str(new)]),
+                                   ("true", [str(new), str(old)])):  # fmt: skip
+                    asked = params if flag is None else {**params, "include_superseded": flag}
+                    async with http.get("/v1/recall", params=asked) as r:
+                        found = await r.json()
+                    assert [i["id"] for i in found] == want, flag
+                assert found[1]["superseded_by"] == str(new)
+        finally:
+            await server.close()
