@@ -248,6 +248,14 @@ def test_the_guard_drops_the_oldest_connection_still_waiting_for_headers():
     third.connection_made(transports[2])
     assert [t.aborted for t in transports] == [False, True, False]
     assert guard.open_connections == 2
+    # A connection that closes leaves its slot (else closed ones filled every slot).
+    first.connection_lost(None)
+    third.connection_lost(None)
+    assert guard.open_connections == 0
+    fourth, fifth = guard(), guard()
+    fourth.connection_made(Transport())
+    fifth.connection_made(Transport())
+    assert guard.open_connections == 2 and guard.dropped == 1
 
 
 def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
