@@ -258,6 +258,51 @@ def test_the_guard_drops_the_oldest_connection_still_waiting_for_headers():
     assert guard.open_connections == 2 and guard.dropped == 1
 
 
+def test_the_guard_passes_every_event_on_to_the_servers_protocol():
+    """aiohttp's protocol must hear of a lost connection (to end its handler), of the end
+    of the client's data and of flow control (to stop filling a slow client's buffer)."""
+    heard: list[tuple] = []
+
+    class Inner(asyncio.Protocol):
+        def connection_made(self, transport):
+            heard.append(("made",))
+
+        def data_received(self, data):
+            heard.append(("data", data))
+
+        def eof_received(self):
+            heard.append(("eof",))
+            return True
+
+        def connection_lost(self, exc):
+            heard.append(("lost", exc))
+
+        def pause_writing(self):
+            heard.append(("pause",))
+
+        def resume_writing(self):
+            heard.append(("resume",))
+
+    class Transport:
+        def abort(self):
+            pass
+
+    guard = ConnectionGuard(Inner, ServerConfig())
+    conn = guard()
+    conn.connection_made(Transport())
+    conn.data_received(b"GET / HTTP/1.1\r\n\r\n")
+    conn.pause_writing()
+    conn.resume_writing()
+    assert conn.eof_received() is True
+    error = ConnectionResetError("gone")
+    conn.connection_lost(error)
+    assert heard == [
+        ("made",), ("data", b"GET / HTTP/1.1\r\n\r\n"), ("pause",), ("resume",), ("eof",),
+        ("lost", error),
+    ]  # fmt: skip
+    assert guard.open_connections == 0
+
+
 def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
     import logging
 
