@@ -83,6 +83,8 @@ def test_server_defaults_are_the_documented_ones():
     config = ServerConfig()
     assert (config.max_concurrent_reads, config.max_connections) == (4, 512)
     assert config.header_timeout_s == 5.0 and config.embedder is None
+    with pytest.raises(AttributeError):  # checked when made, so never changed after
+        config.max_connections = 0  # type: ignore[misc]
 
 
 async def test_bad_parameters_are_400s_never_500s(big_view: Path):
@@ -301,6 +303,20 @@ def test_the_guard_passes_every_event_on_to_the_servers_protocol():
         ("lost", error),
     ]  # fmt: skip
     assert guard.open_connections == 0
+
+
+async def test_a_serving_view_throttles_repeated_errors_and_stops_when_done(big_view: Path):
+    """The once-a-second filter is on the loggers that repeat at every accept while the
+    view is served, and off after."""
+    import logging
+
+    names = ("asyncio", "aiohttp.server", "aiohttp.access")
+    before = {name: list(logging.getLogger(name).filters) for name in names}
+    async with serving(big_view, ServerConfig()):
+        for name in names:
+            added = [f for f in logging.getLogger(name).filters if f not in before[name]]
+            assert [type(f).__name__ for f in added] == ["_RepeatFilter"], name
+    assert {name: list(logging.getLogger(name).filters) for name in names} == before
 
 
 def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
