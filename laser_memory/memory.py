@@ -819,20 +819,27 @@ class MemoryHandle:
         prefix: str = "",
         *,
         tenant: str | None = None,
+        limit: int | None = None,
         folded: bool | None = None,
         after: Receipt | MemoryId | None = None,
         timeout: float = 10.0,
     ) -> list[NamedItem]:
-        """Every present named item of the namespace whose key starts with ``prefix``,
-        ordered by key, from the managed view when there is one (``after=receipt``
-        waits for a write), else folded from every partition of the topic. Reads all
-        the namespace's named items: meant for hundreds of thousands, not billions.
+        """Every present named item of the namespace whose key starts with ``prefix``
+        (the first ``limit`` when given), ordered by key, from the managed view when there
+        is one (``after=receipt`` waits for a write), else folded from every partition of
+        the topic. Without a limit it reads all the namespace's named items: meant for
+        hundreds of thousands, not billions; the view reads keys in order only until a
+        limit is met.
 
-        >>> [item.key for item in await memory.named("user:")]   # doctest: +SKIP
+        >>> [item.key for item in await memory.named("user:", limit=2)]   # doctest: +SKIP
         ['user:1', 'user:2']
         """
         if not isinstance(prefix, str):
             raise InvalidInput(f"prefix is a string, got {type(prefix).__name__}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidInput(f"limit is a whole number, 0 or more, or None; got {shown(limit)}")
         tenant = self._tenant(tenant)
         self._check_read()
         inputs.wait_target(self.topic, after, timeout)
@@ -840,11 +847,12 @@ class MemoryHandle:
             view = await self._laser.view_after(self.topic, after, timeout)
             if view is None:
                 return []
-            return view.named_items(self.namespace, tenant=tenant, prefix=prefix)
+            return view.named_items(self.namespace, tenant=tenant, prefix=prefix, limit=limit)
         if await self._topic_info() is None:
             return []
         state = await self._reader.catch_up(None)
-        return state.named_items(tenant=tenant, prefix=prefix)
+        items = state.named_items(tenant=tenant, prefix=prefix)
+        return items if limit is None else items[:limit]
 
     async def _read_token(self, folded: bool | None = None, timeout: float = 10.0) -> tuple:
         """What a read of this handle would see now, as a value to compare: while it

@@ -1376,3 +1376,16 @@ async def test_the_first_named_items_by_key_are_those_a_full_listing_starts_with
                 got = view.named_items(memory.namespace, prefix=prefix, limit=limit)
                 assert [i.key for i in got] == full[:limit], (prefix, limit)
                 assert all(i.text == "v" for i in got)
+    # A handle's `named(limit=)`, folded and managed alike; a bad limit is refused.
+    url = f"local://{tmp_path / 'log'}"
+    async with lm.connect(url, view=tmp_path / "view") as laser:
+        handle = laser.memory("notes")
+        for prefix in ("", "a", "é"):
+            full = [i.key for i in await handle.named(prefix, folded=True)]
+            for limit in (0, 3, 1000, None):
+                for folded in (True, False):
+                    got = await handle.named(prefix, limit=limit, folded=folded)
+                    assert [i.key for i in got] == full[:limit], (prefix, limit, folded)
+        for bad in (-1, True, 2.0, "5"):
+            with pytest.raises(lm.InvalidInput, match="limit is a whole number"):
+                await handle.named(limit=bad)
