@@ -227,7 +227,7 @@ class ViewServer:
             agent=query.get("agent"),
             user=query.get("user"),
             application=query.get("application"),
-            kind=query.get("kind") or None,
+            kind=query.get("kind"),
             now_ms=time.time_ns() // 1_000_000,
             include_superseded=_flag(request, "include_superseded"),
         )

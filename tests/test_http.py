@@ -146,6 +146,9 @@ async def test_parameters_a_handle_would_refuse_are_400s(big_view: Path):
             ("/v1/named", [("namespace", "x" * 300)], "namespace is 300 bytes long"),
             ("/v1/fetch", [notes, ("key", "pro\x01")], "named item key 'pro\\x01' contains"),
             ("/v1/history", [notes, ("key", "\x7f")], "named item key"),
+            # An empty kind filtered nothing, where an empty agent or conversation is refused.
+            ("/v1/recall", [notes, ("kind", "")], "unknown memory kind ''"),
+            ("/v1/recall", [notes, ("agent", "")], "agent must not be empty"),
             (
                 "/v1/history",
                 [notes, ("key", "profile"), ("id", str(lm.MemoryId.new()))],
@@ -160,6 +163,10 @@ async def test_parameters_a_handle_would_refuse_are_400s(big_view: Path):
         recall = [notes, ("agent", "planner"), ("include_superseded", "true"), ("limit", "5")]
         async with http.get("/v1/recall", params=recall) as response:
             assert response.status == 200 and await response.json() == []
+        async with http.get("/v1/recall", params=[notes, ("kind", "fact"), ("limit", "2")]) as r:
+            assert r.status == 200 and [i["kind"] for i in await r.json()] == ["fact", "fact"]
+        async with http.get("/v1/recall", params=[notes, ("kind", "summary")]) as r:
+            assert r.status == 200 and await r.json() == []
         async with http.get("/v1/recall", params=[notes, ("limit", "5")]) as response:
             assert response.status == 200 and len(await response.json()) == 5
         fetch = [notes, ("key", "profile"), ("tenant", ""), ("version", "1")]
