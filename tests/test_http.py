@@ -326,6 +326,26 @@ async def test_a_serving_view_throttles_repeated_errors_and_stops_when_done(big_
     assert {name: list(logging.getLogger(name).filters) for name in names} == before
 
 
+async def test_a_view_is_served_beyond_loopback_only_with_authentication(big_view: Path):
+    """`serve_view` itself refuses a host other hosts reach when no authenticator is
+    given (the CLI checks too, but the library is what an embedding program calls)."""
+    from folders.http_auth import TokenAuth
+
+    with MemoryView.open(big_view, create=False) as view:
+        with pytest.raises(lm.ConfigError, match="without authentication"):
+            await asyncio.wait_for(serve_view(view, "0.0.0.0", 0), 10)  # not served forever
+        ready = asyncio.Event()
+        task = asyncio.create_task(
+            serve_view(view, "0.0.0.0", 0, auth=TokenAuth({}), ready=lambda _: ready.set())
+        )
+        try:
+            await asyncio.wait_for(ready.wait(), 10)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
     import logging
 
