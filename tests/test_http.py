@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -265,6 +266,45 @@ def test_the_guard_drops_the_oldest_connection_still_waiting_for_headers():
     fourth.connection_made(Transport())
     fifth.connection_made(Transport())
     assert guard.open_connections == 2 and guard.dropped == 1
+    # Every slot serving a request: the newcomer is the one turned away.
+    for conn in (fourth, fifth):
+        conn.data_received(b"GET / HTTP/1.1\r\n\r\n")
+    sixth, turned_away = guard(), Transport()
+    sixth.connection_made(turned_away)
+    assert turned_away.aborted and guard.dropped == 2 and guard.open_connections == 2
+
+
+async def test_the_reaper_closes_only_connections_without_headers_past_their_time():
+    class Transport:
+        aborted = False
+
+        def abort(self):
+            self.aborted = True
+
+    guard = ConnectionGuard(asyncio.Protocol, ServerConfig(header_timeout_s=10.0))
+    made = {}
+    for name, age, headers in (("stale", 60.0, False), ("fresh", 0.1, False),
+                               ("served", 60.0, True)):  # fmt: skip
+        conn, transport = guard(), Transport()
+        conn.connection_made(transport)
+        conn.opened = time.monotonic() - age
+        if headers:
+            conn.data_received(b"GET / HTTP/1.1\r\n\r\n")
+        made[name] = transport
+    reaper = asyncio.create_task(guard.reap())
+    try:
+        for _ in range(300):  # the reaper looks every second
+            if made["stale"].aborted:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        reaper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reaper
+    assert {name: t.aborted for name, t in made.items()} == {
+        "stale": True, "fresh": False, "served": False,
+    }  # fmt: skip
+    assert guard.open_connections == 2 and guard.dropped == 1
 
 
 def test_the_guard_passes_every_event_on_to_the_servers_protocol():
@@ -334,16 +374,26 @@ async def test_a_view_is_served_beyond_loopback_only_with_authentication(big_vie
     with MemoryView.open(big_view, create=False) as view:
         with pytest.raises(lm.ConfigError, match="without authentication"):
             await asyncio.wait_for(serve_view(view, "0.0.0.0", 0), 10)  # not served forever
-        ready = asyncio.Event()
-        task = asyncio.create_task(
-            serve_view(view, "0.0.0.0", 0, auth=TokenAuth({}), ready=lambda _: ready.set())
-        )
-        try:
-            await asyncio.wait_for(ready.wait(), 10)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for host, auth in (("0.0.0.0", TokenAuth({})), ("127.0.0.1", None)):
+            said: list[str] = []
+            ready = asyncio.Event()
+
+            def note(line: str, said=said, ready=ready) -> None:
+                said.append(line)
+                ready.set()
+
+            task = asyncio.create_task(serve_view(view, host, 0, auth=auth, ready=note))
+            try:
+                await asyncio.wait_for(ready.wait(), 10)
+                await asyncio.sleep(0)
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            # It says where it serves, and without auth that every local caller reads all.
+            assert said[0].startswith(f"serving {view.path} on http://{host}:")
+            assert len(said) == (1 if auth else 2), said
+            assert auth or "no --auth" in said[1]
 
 
 def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
@@ -360,7 +410,8 @@ def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
     logger = logging.getLogger("laser-test-repeat")
     logger.propagate = False
     logger.addHandler(Keep())
-    logger.addFilter(_RepeatFilter(interval_s=60.0))
+    repeat = _RepeatFilter(interval_s=60.0)
+    logger.addFilter(repeat)
     for _ in range(10_000):
         logger.error("socket.accept() out of system resource: Too many open files")
     logger.error("another error")
@@ -368,6 +419,12 @@ def test_an_error_repeated_at_every_accept_is_logged_once_a_second():
         "socket.accept() out of system resource: Too many open files",
         "another error",
     ]
+    # Once the interval has passed, the next one says how many were held back.
+    repeat._interval_s = 0.0
+    logger.error("socket.accept() out of system resource: Too many open files")
+    assert records[-1] == (
+        "socket.accept() out of system resource: Too many open files (and 9999 more like it)"
+    )
 
 
 async def test_recall_by_meaning_over_http(tmp_path: Path):
@@ -391,6 +448,17 @@ async def test_recall_by_meaning_over_http(tmp_path: Path):
             assert [item["id"] for item in body] == [str(i.id) for i in want]
             assert body[0]["id"] == str(keys)
             assert body[0]["signals"][0]["strategy"] == strategy
+
+        # A view read that fails for a reason of the server's own (here its embedder) is
+        # a 503 naming it, never a bare 500.
+        class Broken(lm.WordHashEmbedder):
+            def embed_many(self, texts):
+                raise RuntimeError("the model is down")
+
+        async with serving(tmp_path / "view", ServerConfig(embedder=Broken())) as base:
+            async with ClientSession(base) as http, http.get("/v1/recall", params=query) as got:
+                assert got.status == 503
+                assert (await got.json())["error"] == "EmbeddingFailed"
         # Without an embedder the server ranks semantic recalls by keyword.
         async with serving(tmp_path / "view", ServerConfig()) as base, ClientSession(base) as http:
             async with http.get("/v1/recall", params={**query, "strategy": "semantic"}) as got:
