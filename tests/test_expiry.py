@@ -209,9 +209,16 @@ async def test_a_hostile_expiry_on_the_log_is_set_aside_and_http_hides_expired(
         value["expires_at"] = expires_at
         return OutgoingRecord(msgspec.msgpack.encode(value), key=wire.key, headers=wire.headers)
 
-    # A writer that skipped the checks: one expired long ago, one past 2**63.
+    # A writer that skipped the checks: one expired long ago, one past 2**63; and one that
+    # expired a minute ago (the server reads the wall clock in milliseconds for it).
+    now_ms = time.time_ns() // 1_000_000
     await laser.log.append_batch(
-        laser.memory_topic_name, [raw(b"expired", 1_000), raw(b"hostile", (1 << 64) - 1)]
+        laser.memory_topic_name,
+        [
+            raw(b"expired", 1_000),
+            raw(b"hostile", (1 << 64) - 1),
+            raw(b"expired a minute ago", now_ms - 60_000),
+        ],
     )
     assert [i.text for i in await memory.recall(folded=True)] == ["still valid"]
     assert any("expires_at" in aside.reason for aside in memory.set_aside)

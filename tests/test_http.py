@@ -168,6 +168,9 @@ async def test_parameters_a_handle_would_refuse_are_400s(big_view: Path):
             assert r.status == 200 and [i["kind"] for i in await r.json()] == ["fact", "fact"]
         async with http.get("/v1/recall", params=[notes, ("kind", "summary")]) as r:
             assert r.status == 200 and await r.json() == []
+        for path in ("/v1/recall", "/v1/named"):  # a limit of 0 is a limit, not bad input
+            async with http.get(path, params=[notes, ("limit", "0")]) as r:
+                assert r.status == 200 and await r.json() == [], path
         async with http.get("/v1/recall", params=[notes, ("limit", "5")]) as response:
             assert response.status == 200 and len(await response.json()) == 5
         fetch = [notes, ("key", "profile"), ("tenant", ""), ("version", "1")]
