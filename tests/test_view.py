@@ -1376,8 +1376,31 @@ async def test_the_first_named_items_by_key_are_those_a_full_listing_starts_with
                 got = view.named_items(memory.namespace, prefix=prefix, limit=limit)
                 assert [i.key for i in got] == full[:limit], (prefix, limit)
                 assert all(i.text == "v" for i in got)
-    # A handle's `named(limit=)`, folded and managed alike; a bad limit is refused.
+    # Over HTTP: `limit` given, and 1,000 when not (past 1,000 keys).
     url = f"local://{tmp_path / 'log'}"
+    async with lm.connect(url) as laser:
+        memory = laser.memory("notes")
+        for n in range(1000):
+            await memory.set(f"zz{n:04d}", "v")
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+    with MemoryView.open(tmp_path / "view", create=False) as view:
+        everything = [i.key for i in view.named_items(memory.namespace)]
+        assert len(everything) > 1000
+        server = TestServer(make_app(view), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with ClientSession(base_url=str(server.make_url(""))) as http:
+                for limit, want in (("3", everything[:3]), (None, everything[:1000])):
+                    params = {"namespace": memory.namespace}
+                    if limit is not None:
+                        params["limit"] = limit
+                    async with http.get("/v1/named", params=params) as r:
+                        assert [i["key"] for i in await r.json()] == want, limit
+        finally:
+            await server.close()
+    # A handle's `named(limit=)`, folded and managed alike; a bad limit is refused.
     async with lm.connect(url, view=tmp_path / "view") as laser:
         handle = laser.memory("notes")
         for prefix in ("", "a", "é"):
