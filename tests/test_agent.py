@@ -5,12 +5,14 @@ retrieved (the items' histories show it), and consolidates on a timer. Over both
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
 import laser_memory as lm
-from laser_memory.agent import AgentTopic
+from laser_memory.agent import AgentTopic, SessionRecord, decode_session, encode_session
 
 
 async def until(check, timeout: float = 20.0) -> None:
@@ -353,3 +355,28 @@ async def test_an_agent_whose_handler_always_fails_keeps_its_latest_failures(las
         assert [str(e) for e in agent.failures] == [f"message {n}" for n in range(30, count)]
     finally:
         await agent.stop()
+
+
+SESSIONS_V1 = Path(__file__).parent / "fixtures" / "sessions-v1"
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [
+        (
+            "session-message",
+            SessionRecord(
+                agent="triage", payload=b"my login fails", conversation="t-42", tenant="acme"
+            ),
+        ),
+        ("session-message-minimal", SessionRecord(agent="triage", payload=b"hello")),
+    ],
+)
+def test_session_messages_of_version_1_keep_decoding_and_encode_the_same(name, record):
+    """Session messages sit on a topic as memory records do: the bytes written when the
+    tenant field was the newest keep decoding, and today's encoder writes the same."""
+    raw = (SESSIONS_V1 / f"{name}.bin").read_bytes()
+    assert decode_session(raw) == record
+    assert encode_session(record).value == raw
+    fields = msgspec.msgpack.decode(raw)
+    assert (fields["op"], fields["v"]) == ("session.message", 1)

@@ -191,3 +191,44 @@ async def test_a_custom_memory_of_a_tenant_bound_connection_acts_in_its_tenant(t
     assert lm.MemoryHandle.custom(DictStore()).tenant is None
     with pytest.raises(lm.InvalidName):
         lm.CustomMemory(DictStore(), tenant="a\x00b")
+
+
+async def test_replies_no_list_of_items_can_be_made_of_are_backend_failed():
+    """A recall answering None, a mapping or a set, or a list holding a number or a mapping
+    without a payload: each a BackendFailed naming it (a number was a raw TypeError)."""
+    answers = [None, {"payload": "x"}, {"x"}, [5], [{"id": "x"}], [None]]
+
+    class Odd(DictStore):
+        def recall(self, scope, query):
+            return answers.pop(0)
+
+    memory = lm.MemoryHandle.custom(Odd())
+    for _ in range(6):
+        with pytest.raises(lm.BackendFailed, match="the backend's recall returned"):
+            await memory.recall()
+
+
+async def test_a_custom_memory_defaults_as_the_log_handle_does():
+    """A session lifetime unless durable, 50 items unless told, bodies up to 1 MiB, and
+    a memory bound to the default tenant "" refuses another as any binding does."""
+    asked = []
+
+    class Seen(DictStore):
+        def recall(self, scope, query):
+            asked.append(query)
+            return super().recall(scope, query)
+
+    backend = Seen()
+    memory = lm.MemoryHandle.custom(backend)
+    mid = await memory.remember("x")
+    assert backend.items[str(mid)]["scope"]["lifetime"] == "session"
+    await memory.recall()
+    assert asked[-1]["limit"] == 50
+    await memory.remember(b"x" * (1 << 20))
+    with pytest.raises(lm.BodyTooLarge):
+        await memory.remember(b"x" * ((1 << 20) + 1))
+    default = lm.CustomMemory(DictStore(), tenant="")
+    assert default.tenant == ""
+    await default.remember("mine")
+    with pytest.raises(lm.AccessDenied, match="bound to tenant ''"):
+        await default.recall(tenant="acme")
