@@ -32,7 +32,7 @@ async def test_an_agent_handles_remembers_links_and_records_retrievals(laser: lm
         if message.text == "boom":
             raise RuntimeError("the model is down")
         found = await memory.recall(text=message.text, strategy="keyword", limit=3)
-        await message.session.record_retrieval(message.text, found)
+        assert await message.session.record_retrieval(message.text, found) == len(found) == 1
         await message.session.linked_memory().remember(
             f"answered {message.conversation}", conversation=message.conversation
         )
