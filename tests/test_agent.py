@@ -296,11 +296,22 @@ async def test_an_agent_started_again_after_stop_listens_anew(laser: lm.Laser):
         await agent.drain()
         await agent.stop()
         await laser.send_to_agent("triage", "while stopped")
+        with pytest.raises(TimeoutError):  # a stopped agent is not ready
+            await asyncio.wait_for(agent.ready(), 0.2)
         await agent.start()
-        await agent.ready()
+        assert await agent.ready() is agent
         await laser.send_to_agent("triage", "after the restart")
         await agent.drain()
         assert got == [b"first", b"after the restart"]  # it listens from the end again
+        await agent.stop()
+        # `async with` starts it again, and stops it.
+        async with agent:
+            assert await asyncio.wait_for(agent.ready(), 10) is agent
+            await laser.send_to_agent("triage", "in the block")
+            await agent.drain()
+        assert got[-1] == b"in the block"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(agent.ready(), 0.2)
     finally:
         await agent.stop()
 
