@@ -99,6 +99,11 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
                 session.acting_on(bad)
             except lm.InvalidInput:
                 refused.append(type(bad))
+        for items in ("a string", [5], [kb], [item, None]):  # no list of recalled items
+            try:
+                await session.record_retrieval("q", items)
+            except lm.InvalidInput as exc:
+                refused.append(str(exc))
 
     agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lm.MemoryHandler(answer, memory))
     try:
@@ -107,7 +112,10 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
         assert agent.failures == [] and agent.handled == 1
     finally:
         await agent.stop()
-    assert refused == [str, lm.MemoryId, type(None)]
+    assert (
+        refused
+        == [str, lm.MemoryId, type(None)] + ["items are the MemoryItems a recall returned"] * 4
+    )
     by_text = {i.text: i.origin for i in await memory.recall(conversation="a")}
     where = {text: (o.topic, o.partition, o.offset) for text, o in by_text.items()}
     assert where == {
