@@ -17,6 +17,7 @@ write forgets the fold applies once each, and summaries as separate items.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -83,11 +84,17 @@ def summarizer_call(summarizer: Any) -> Callable[[list[bytes]], Any]:
 
 
 async def summarize(call: Callable[[list[bytes]], Any], bodies: Sequence[bytes]) -> bytes:
-    """One summary body; `SummarizeFailed` if the summarizer raises or returns no body."""
+    """One summary body; `SummarizeFailed` if the summarizer raises or returns no body.
+    A synchronous summarizer (most often a model called over the network) runs on a
+    worker thread, as embedders and rerankers do: on the event loop it held every other
+    call of the process for as long as the model took."""
     try:
-        body = call(list(bodies))
-        if inspect.isawaitable(body):
-            body = await body
+        if inspect.iscoroutinefunction(call):
+            body = await call(list(bodies))
+        else:
+            body = await asyncio.to_thread(call, list(bodies))
+            if inspect.isawaitable(body):  # a callable that hands back a coroutine
+                body = await body
     except Exception as exc:  # whatever the user's code raises, nothing is written
         raise SummarizeFailed(f"the summarizer raised {type(exc).__name__}: {exc}") from exc
     returned = body

@@ -88,6 +88,43 @@ async def test_a_summarizer_folds_each_conversations_messages_first(laser: lm.La
     assert len(await memory.recall(conversation="c3")) == 3
 
 
+async def test_a_slow_synchronous_summarizer_never_holds_the_event_loop(laser: lm.Laser):
+    """A sync summarizer (a model called over the network, say) ran on the event loop:
+    every other call of the process waited for it. It runs on a worker thread now, as
+    embedders and rerankers do; an async one, and a callable handing back a coroutine,
+    still run on the loop."""
+    import time
+
+    memory = laser.memory("notes")
+    await _turns(memory, "c1", 2)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    def slow(bodies: list[bytes]) -> bytes:
+        time.sleep(0.5)
+        return b"summary of %d" % len(bodies)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        report = await memory.consolidate(10, summarizer=slow)
+    finally:
+        ticker.cancel()
+    assert report.summarized == 2 and ticks >= 10  # the loop ran on meanwhile
+    await _turns(memory, "c2", 1)
+
+    async def digest(bodies: list[bytes]) -> bytes:
+        return b"async summary"
+
+    report = await memory.consolidate(10, conversation="c2", summarizer=lambda b: digest(b))
+    assert report.summarized == 1
+    assert "async summary" in [i.text for i in await memory.recall(conversation="c2")]
+
+
 @pytest.mark.parametrize(
     "summarizer, error",
     [
