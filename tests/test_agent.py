@@ -324,6 +324,32 @@ async def test_an_agent_started_again_after_stop_listens_anew(laser: lm.Laser):
         await agent.stop()
 
 
+async def test_two_starts_at_once_make_one_listener_and_a_stop_meanwhile_wins(laser: lm.Laser):
+    """`start` looks up the topic's end before it listens: a second `start` made while
+    the first looked, or a `stop`, must not leave two listeners or a stopped agent
+    listening. (Only Kafka's lookup lets other calls in meanwhile: there each of the two
+    checks after it is needed.)"""
+    got: list[bytes] = []
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: got.append(m.payload))
+    try:
+        await agent.stop()
+        await asyncio.gather(agent.start(), agent.start())
+        await laser.send_to_agent("triage", "once")
+        await agent.drain()
+        assert got == [b"once"]  # handled by one listener, not two
+        await agent.stop()
+        starting = asyncio.create_task(agent.start())
+        await asyncio.sleep(0)  # it is looking up the topic's end
+        await agent.stop()
+        await starting
+        await laser.send_to_agent("triage", "while stopped")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(agent.ready(), 0.3)
+        assert got == [b"once"]
+    finally:
+        await agent.stop()
+
+
 async def test_drain_takes_a_number_of_seconds(laser: lm.Laser):
     agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: None)
     try:
