@@ -236,6 +236,8 @@ class Agent:
         self._positions: dict[int, int] = {}
         self._progress = asyncio.Condition()
         self._stopped = False
+        # The generation of the sessions topic the listener reads (see `start`).
+        self._generation = ""
         # Why the agent stopped listening, if its read of the log failed.
         self._read_failed: Exception | None = None
 
@@ -252,8 +254,12 @@ class Agent:
             return
         self._stopped = False
         start = await self.laser.log.end_offsets(self.topic)
+        # The generation the read starts on names each message's topic in its receipt (and
+        # so in the origin its session's linked memory stamps): read records carry none.
+        generation = (await self.laser.log.describe_topic(self.topic)).generation
         if self._stopped or self._group is not None:
             return  # stopped, or started by another call, while it looked
+        self._generation = generation
         self._positions = dict(start)
         self._read_failed = None
         self._group = asyncio.TaskGroup()
@@ -352,6 +358,7 @@ class Agent:
             partition=log_record.partition,
             offset=log_record.offset,
             append_time_ms=log_record.append_time_ms,
+            generation=self._generation,
         )
         message = AgentMessage(
             agent=record.agent,

@@ -56,6 +56,12 @@ async def test_an_agent_handles_remembers_links_and_records_retrievals(laser: lm
         assert set(by_text) == {"node-7 logins fail", "answered t-42"}
         linked = by_text["answered t-42"]
         assert linked.producer == lm.Producer(name="triage")
+        # The origin names the session record in full: stream, topic, generation too.
+        assert (linked.origin.stream, linked.origin.generation) == (
+            laser.stream or "",
+            sent.generation,
+        )
+        assert sent.generation  # a topic's generation is never empty on either log
         assert (linked.origin.topic, linked.origin.partition, linked.origin.offset) == (
             sent.topic,
             sent.partition,
