@@ -134,7 +134,14 @@ def _origin_of(value: Any) -> Origin:
                 generation=value.generation,
             )
         if isinstance(value, Appended):
-            return Origin(topic=value.topic, partition=value.partition, offset=value.offset)
+            # Its topic's generation too: without it an origin cannot tell a recreated
+            # topic from the one the receipt came from (a receipt knows no stream).
+            return Origin(
+                topic=value.topic,
+                partition=value.partition,
+                offset=value.offset,
+                generation=value.generation,
+            )
         if isinstance(value, Mapping):
             # A `Source` as a mapping (``item.source._asdict()``) says its conversation too.
             given = _known_keys(value, Origin, "origin", also=("conversation",))

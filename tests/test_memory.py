@@ -523,6 +523,8 @@ async def test_lineage_is_stamped_never_filters_and_never_changes_ids(laser: lm.
         source.receipt.partition,
         source.receipt.offset,
     )
+    # A receipt's topic generation is kept (it was dropped: "" named no topic's).
+    assert item.origin.generation == source.receipt.generation == item.source.generation != ""
     one_off = await memory.remember("x", origin=item.source, producer="consolidator")
     [x] = [i for i in await memory.recall() if i.id == one_off]
     assert x.origin.generation == item.source.generation and x.producer.name == "consolidator"
