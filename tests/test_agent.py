@@ -387,6 +387,47 @@ async def test_a_read_that_fails_is_kept_not_logged(tmp_path):
     assert logged == []
 
 
+async def test_drain_raises_a_failed_read_at_once(tmp_path, monkeypatch):
+    """With the log still answering (so drain can ask its ends), a listener whose read
+    failed makes drain raise that failure at once instead of waiting out its timeout."""
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.bootstrap(partitions=2)
+
+        async def failing(*args, **kwargs):
+            raise lm.LogUnavailable("the broker went away")
+            yield  # an async generator, as `read` is
+
+        monkeypatch.setattr(laser.log, "read", failing)
+        agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: None)
+        try:
+            await until(lambda: agent.failures)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(lm.LogUnavailable, match="went away"):
+                await agent.drain(30)
+            assert loop.time() - started < 10
+        finally:
+            await agent.stop()
+
+
+async def test_bytes_on_the_sessions_topic_that_are_no_message_are_kept_and_passed(
+    laser: lm.Laser,
+):
+    from laser_memory.log import OutgoingRecord
+
+    got: list[bytes] = []
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: got.append(m.payload))
+    try:
+        topic = f"{laser.stream}.agent.sessions" if laser.stream else "agent.sessions"
+        await laser.log.append_batch(topic, [OutgoingRecord(b"\xc1 not msgpack", key=b"a/x")])
+        await laser.send_to_agent("triage", "after it")
+        await agent.drain(timeout=20)
+        assert got == [b"after it"]
+        assert [type(e) for e in agent.failures] == [lm.RecordDecodeError]
+    finally:
+        await agent.stop()
+
+
 async def test_an_agent_whose_handler_always_fails_keeps_its_latest_failures(laser: lm.Laser):
     """An agent keeps the latest `KEPT` failures and counts them all: each kept error holds
     its traceback and, through its frames, the message; all of them grew without end."""
