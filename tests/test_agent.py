@@ -130,6 +130,12 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
         "given": (kb.receipt.topic, kb.receipt.partition, 7),
     }
     assert by_text["from the item"].generation != ""  # an item's source names its topic's
+    # A receipt names its stream (the connection's) and its topic's generation too.
+    from_receipt = by_text["from the receipt"]
+    assert (from_receipt.stream, from_receipt.generation) == (
+        laser.stream or "",
+        other.receipt.generation,
+    )
 
 
 async def test_a_retrieval_recorded_through_a_handle_that_may_not_write_is_refused(
@@ -393,16 +399,26 @@ async def test_drain_raises_a_failed_read_at_once(tmp_path, monkeypatch):
     async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
         await laser.bootstrap(partitions=2)
 
+        gone = asyncio.Event()
+
         async def failing(*args, **kwargs):
+            await gone.wait()
             raise lm.LogUnavailable("the broker went away")
             yield  # an async generator, as `read` is
 
         monkeypatch.setattr(laser.log, "read", failing)
         agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: None)
         try:
-            await until(lambda: agent.failures)
+            await laser.send_to_agent("triage", "never read")
             loop = asyncio.get_running_loop()
+            # Waiting when the read fails, and asked after it did: both raise at once.
+            waiting = asyncio.create_task(agent.drain(30))
+            await asyncio.sleep(0.1)
             started = loop.time()
+            gone.set()
+            with pytest.raises(lm.LogUnavailable, match="went away"):
+                await waiting
+            assert loop.time() - started < 10
             with pytest.raises(lm.LogUnavailable, match="went away"):
                 await agent.drain(30)
             assert loop.time() - started < 10

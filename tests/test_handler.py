@@ -43,7 +43,7 @@ async def test_a_finished_message_is_remembered_under_its_conversation_and_agent
 
 
 async def test_a_failed_handler_remembers_nothing_and_a_failed_write_fails_nothing(
-    laser: lm.Laser,
+    laser: lm.Laser, caplog: pytest.LogCaptureFixture
 ):
     memory = laser.memory("triage")
 
@@ -54,8 +54,13 @@ async def test_a_failed_handler_remembers_nothing_and_a_failed_write_fails_nothi
         await lm.MemoryHandler(broken, memory).auto_remember()(Ticket("lost", "t-1"))
     assert await memory.recall(folded=True) == []
     handler = lm.MemoryHandler(lambda message: "done", memory).auto_remember("fact")
-    assert await handler(Ticket("")) == "done"  # an empty payload cannot be remembered
+    with caplog.at_level("WARNING", logger="laser_memory.handler"):
+        assert await handler(Ticket("")) == "done"  # an empty payload cannot be remembered
     assert [type(f) for f in handler.failures] == [lm.EmptyBody]
+    # Kept and logged: an operator watching the logs sees it too.
+    assert [r.getMessage() for r in caplog.records] == [
+        f"a handled message could not be remembered: {handler.failures[0]}"
+    ]
     assert await memory.recall(folded=True) == []
 
 
