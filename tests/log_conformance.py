@@ -675,6 +675,23 @@ class LogConformance:
             b"%d" % i for i in range(5)
         ]
 
+    async def test_after_a_burst_a_lone_append_goes_at_once_again(self, log: Log, topic_name: str):
+        """A burst's batches are forgotten once sent: a later lone append goes to the log
+        at once (a coroutine of its own), not into a batch a turn later, and no sent
+        batch is kept."""
+        await log.create_topic(topic_name, partitions=2)
+        batcher = AppendBatcher(log)
+        for _ in range(3):
+            await asyncio.gather(
+                *(batcher.append_batch(topic_name, [OutgoingRecord(b"%d" % i)]) for i in range(20))
+            )
+            for _ in range(3):  # the sending task ends a turn or two after its callers
+                await asyncio.sleep(0)
+            alone = batcher.append_batch(topic_name, [OutgoingRecord(b"alone")])
+            assert not asyncio.isfuture(alone)  # sent by its caller, not joined to a batch
+            assert len(await alone) == 1
+        assert len(await read_all(log, topic_name)) == 63
+
     async def test_batched_appends_keep_the_logs_errors(self, log: Log, topic_name: str):
         batcher = AppendBatcher(log)
         results = await asyncio.gather(
