@@ -1008,7 +1008,6 @@ class LaserStore(BaseStore):
                     f"ttl sweep_interval_minutes asks for a sweeper, but a read-only store "
                     f"cannot sweep (leave it out of this store's ttl): {exc}"
                 ) from None
-        if interval:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_every(interval))
         return self
 
