@@ -69,6 +69,12 @@ class Laser:
         governor: Governor | None = None,
         tenant: str | None = None,
     ):
+        if not isinstance(log, Log):
+            hint = " (for a URL, use connect(url))" if isinstance(log, str | os.PathLike) else ""
+            raise ConfigError(
+                f"a Laser is made over a Log (a LocalLog, a KafkaLog), got "
+                f"{type(log).__name__}{hint}"
+            )
         _check_stream(stream)
         if config is not None and not isinstance(config, MemoryConfig):
             raise ConfigError(f"config is a MemoryConfig or None, got {type(config).__name__}")

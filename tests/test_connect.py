@@ -86,6 +86,15 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
     assert not (tmp_path / "log").exists()
 
 
+@pytest.mark.parametrize("log", ["local://./laser-data", None, object()])
+def test_a_connection_over_no_log_is_refused_when_made(tmp_path, log):
+    """A URL given where a Log goes (a natural first try) raised a raw AttributeError
+    only at start; it is a ConfigError that points at connect(url) when made."""
+    with pytest.raises(lm.ConfigError, match="made over a Log") as caught:
+        lm.Laser(log)
+    assert ("connect(url)" in str(caught.value)) == isinstance(log, str)
+
+
 @pytest.mark.parametrize(
     ("make", "says"),
     [
