@@ -32,7 +32,7 @@ from laser_memory.errors import (
     shown,
 )
 from laser_memory.lmdb_env import check_map_size
-from laser_memory.log.naming import check_settings, check_topic_type, partitions_changed
+from laser_memory.log.naming import check_settings, check_topic_name, partitions_changed
 from laser_memory.log.port import Log, LogRecord, TopicInfo
 
 from .view import MemoryView, view_path_of
@@ -75,7 +75,7 @@ class ViewFolder:
         view_path: str | os.PathLike[str],
         config: FolderConfig | None = None,
     ):
-        check_topic_type(topic)
+        check_topic_name(topic)
         if not all(callable(getattr(log, m, None)) for m in ("read", "describe_topic")):
             raise ConfigError(
                 f"a folder reads a log (a LocalLog, a KafkaLog, laser.log), got {shown(log)}"

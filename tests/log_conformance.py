@@ -479,6 +479,36 @@ class LogConformance:
             async for _ in log.read(topic):
                 pass
 
+    @pytest.mark.parametrize("topic", ["", "a" * 600, "\udcff", "a/b", "a\x00b", ".."])
+    async def test_a_topic_name_no_topic_may_have_is_invalid_and_fails_alone(
+        self, log: Log, topic_name: str, topic: str
+    ):
+        # Such names reached the lookup: an empty or over-long one raised LMDB's bad key
+        # size as LogUnavailable ("the file may be damaged") and a surrogate a raw
+        # UnicodeEncodeError, and in an append it failed every appended with it.
+        for call in (
+            lambda: log.describe_topic(topic),
+            lambda: log.end_offsets(topic),
+            lambda: log.delete_topic(topic),
+            lambda: log.append(topic, OutgoingRecord(b"x")),
+        ):
+            with pytest.raises(InvalidName, match="not a valid topic name"):
+                await call()
+        with pytest.raises(InvalidName, match="not a valid topic name"):
+            async for _ in log.read(topic):
+                pass
+        await log.create_topic(topic_name, partitions=1)
+        results = await asyncio.gather(
+            *(log.append(topic_name, OutgoingRecord(b"%d" % i)) for i in range(3)),
+            log.append(topic, OutgoingRecord(b"bad topic")),
+            *(log.append(topic_name, OutgoingRecord(b"%d" % i)) for i in range(3, 6)),
+            return_exceptions=True,
+        )
+        assert isinstance(results[3], InvalidName)
+        assert sorted(r.value for r in await read_all(log, topic_name)) == [
+            b"%d" % i for i in range(6)
+        ]
+
     async def test_a_bad_append_fails_alone(self, log: Log, topic_name: str):
         # Appends that arrive together may share a commit: one with a bad topic or bad
         # records must fail on its own, and the others land.

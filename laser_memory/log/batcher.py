@@ -33,7 +33,7 @@ import functools
 from collections.abc import Awaitable, Sequence
 
 from ..errors import InvalidRecord
-from .naming import check_topic_type
+from .naming import check_topic_name
 from .port import Appended, Log, OutgoingRecord
 
 __all__ = ["AppendBatcher"]
@@ -91,7 +91,7 @@ class AppendBatcher:
         Joining a batch returns the caller's future itself, not a coroutine awaiting
         it: a thousand callers waiting in a turn hold a thousand objects fewer for the
         garbage collector to walk."""
-        check_topic_type(topic)
+        check_topic_name(topic)
         if type(records) is not list and (
             isinstance(records, str | bytes) or not isinstance(records, Sequence)
         ):

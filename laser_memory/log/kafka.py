@@ -65,7 +65,7 @@ from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
     check_settings,
-    check_topic_type,
+    check_topic_name,
     partitions_changed,
     validate_outgoing,
     validate_partitions,
@@ -529,7 +529,7 @@ class KafkaLog(LogLifecycle):
                 await asyncio.sleep(0.05)
 
     async def delete_topic(self, topic: str) -> None:
-        check_topic_type(topic)
+        check_topic_name(topic)
         self._require_started()
         assert self._admin is not None
         await self._topic_metadata(topic)
@@ -550,7 +550,7 @@ class KafkaLog(LogLifecycle):
             await asyncio.sleep(0.05)
 
     async def describe_topic(self, topic: str) -> TopicInfo:
-        check_topic_type(topic)
+        check_topic_name(topic)
         settings = await self._describe_settings(topic)
         return TopicInfo(topic, settings.partitions, settings.retention_s, settings.generation)
 
@@ -605,7 +605,7 @@ class KafkaLog(LogLifecycle):
         )
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
-        check_topic_type(topic)
+        check_topic_name(topic)
         partitions = await self._partition_count(topic)
         consumer = await self._acquire_consumer()
         try:
@@ -710,7 +710,7 @@ class KafkaLog(LogLifecycle):
         return receipt
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
-        check_topic_type(topic)
+        check_topic_name(topic)
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
         with self._counted():  # a stop waits for the appends under way (see `_close`)
@@ -935,7 +935,7 @@ class KafkaLog(LogLifecycle):
         follow: bool = False,
         max_batch: int = 1000,
     ) -> AsyncIterator[list[LogRecord]]:
-        check_topic_type(topic)
+        check_topic_name(topic)
         settings = await self._settings(topic)
         count, generation = settings.partitions, settings.generation
         chosen = validate_read(topic, count, start, partitions, until, max_batch, follow)

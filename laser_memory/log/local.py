@@ -64,7 +64,7 @@ from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
     check_settings,
-    check_topic_type,
+    check_topic_name,
     validate_outgoing,
     validate_partitions,
     validate_read,
@@ -349,7 +349,7 @@ class LocalLog(LogLifecycle):
             return self._info(topic, meta)
 
     async def delete_topic(self, topic: str) -> None:
-        check_topic_type(topic)
+        check_topic_name(topic)
         self._require_started()
         await self._run_write(self._delete_topic_txn, topic)
 
@@ -380,12 +380,12 @@ class LocalLog(LogLifecycle):
             ) from exc
 
     async def describe_topic(self, topic: str) -> TopicInfo:
-        check_topic_type(topic)
+        check_topic_name(topic)
         with self._reading() as txn:
             return self._info(topic, self._meta(txn, topic))
 
     async def end_offsets(self, topic: str) -> dict[int, int]:
-        check_topic_type(topic)
+        check_topic_name(topic)
         with self._reading() as txn:
             meta = self._meta(txn, topic)
             return {
@@ -402,7 +402,7 @@ class LocalLog(LogLifecycle):
         return receipt
 
     async def append_batch(self, topic: str, records: Sequence[OutgoingRecord]) -> list[Appended]:
-        check_topic_type(topic)
+        check_topic_name(topic)
         self._require_started()
         validate_outgoing(records, self._config.max_record_bytes)
         if not records:
@@ -678,7 +678,7 @@ class LocalLog(LogLifecycle):
         follow: bool = False,
         max_batch: int = 1000,
     ) -> AsyncIterator[list[LogRecord]]:
-        check_topic_type(topic)
+        check_topic_name(topic)
         with self._reading() as txn:
             meta = self._meta(txn, topic)
         chosen = validate_read(topic, meta.partitions, start, partitions, until, max_batch, follow)

@@ -21,7 +21,7 @@ from .port import OutgoingRecord, checked_headers_size
 __all__ = [
     "MAX_PARTITIONS",
     "check_settings",
-    "check_topic_type",
+    "check_topic_name",
     "partitions_changed",
     "validate_outgoing",
     "validate_partitions",
@@ -105,11 +105,15 @@ def check_settings(
             raise ConfigError(f"{kind}.{name} is True or False, got {shown(value)}")
 
 
-def check_topic_type(topic: object) -> None:
-    """Refuse a topic that is no str before it meets a lookup or a name's encoding (where
-    it would raise a raw error, or fail a whole group commit of other writers' appends)."""
-    if not isinstance(topic, str):
-        raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {shown(topic)}")
+def check_topic_name(topic: object) -> None:
+    """Refuse a topic that is no valid name before it meets a lookup or a name's encoding:
+    an empty name, or one LMDB cannot take as a key or UTF-8 cannot encode, raised a raw
+    or misleading error there, and in an append failed the whole group commit, every
+    other writer's appends with it."""
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
+        if not isinstance(topic, str):
+            raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {shown(topic)}")
+        validate_topic(topic)
 
 
 #: The longest retention, in seconds: Kafka's ``retention.ms`` is a signed 64-bit count.
