@@ -14,8 +14,9 @@ import threading
 
 import pytest
 
+import laser_memory as lm
 from laser_memory.errors import LogClosed
-from laser_memory.log import LocalLog, OutgoingRecord
+from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord
 from log_conformance import LogConformance, read_all
 
 
@@ -32,6 +33,18 @@ async def test_concurrent_appends_share_durable_commits(tmp_path):
         assert sum((await log.end_offsets("t")).values()) == 500
         # Appends that arrive together ride one transaction (group commit).
         assert log.commits < 50
+
+
+@pytest.mark.parametrize("config", [None, LocalLogConfig(sync=False)])
+async def test_a_log_is_durable_unless_told_not_to_be(tmp_path, config):
+    # An acknowledged append survives a power cut only if LMDB syncs its data and its
+    # meta page at each commit: the default, which `connect` uses. A kill -9 test cannot
+    # tell (the page cache outlives the process), so the setting itself is checked.
+    log = LocalLog(tmp_path, config) if config else lm.connect(f"local://{tmp_path}").log
+    async with log:
+        flags = log._env.flags()
+        durable = config is None
+        assert (flags["sync"], flags["metasync"]) == (durable, durable)
 
 
 async def test_stop_commits_every_append_made_before_it(tmp_path):
