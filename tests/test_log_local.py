@@ -15,7 +15,7 @@ import threading
 import pytest
 
 import laser_memory as lm
-from laser_memory.errors import LogClosed
+from laser_memory.errors import LogClosed, WriteTimeout
 from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord
 from log_conformance import LogConformance, read_all
 
@@ -45,6 +45,42 @@ async def test_a_log_is_durable_unless_told_not_to_be(tmp_path, config):
         flags = log._env.flags()
         durable = config is None
         assert (flags["sync"], flags["metasync"]) == (durable, durable)
+
+
+async def test_an_append_past_its_write_timeout_says_it_may_have_landed(tmp_path):
+    # Another process holds the environment's write lock, so the commit waits for it:
+    # past write_timeout_s the caller is told, and the commit, once the lock is let go,
+    # lands (the message says it may have), and the log goes on.
+    async with LocalLog(tmp_path, LocalLogConfig(write_timeout_s=0.5)) as log:
+        await log.create_topic("t", partitions=1)
+        holder = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import lmdb, sys
+                env = lmdb.open({str(tmp_path)!r}, max_dbs=4, map_size=64 << 30)
+                txn = env.begin(write=True)
+                print("holding", flush=True)
+                sys.stdin.readline()
+                txn.abort()
+                """
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert await holder.stdout.readline() == b"holding\n"
+        try:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(WriteTimeout, match="may or may not have landed"):
+                await asyncio.wait_for(log.append("t", OutgoingRecord(b"waited")), 10)
+            assert asyncio.get_running_loop().time() - started < 5
+        finally:
+            holder.stdin.write(b"\n")
+            await holder.stdin.drain()
+            assert await holder.wait() == 0
+        await log.append("t", OutgoingRecord(b"after"))
+        assert [r.value for r in await read_all(log, "t")] == [b"waited", b"after"]
 
 
 async def test_stop_commits_every_append_made_before_it(tmp_path):
