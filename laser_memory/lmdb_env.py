@@ -126,6 +126,11 @@ def _check_databases(env: lmdb.Environment, path: str, names: tuple[str, ...], w
     foreign = sorted(present - set(names))
     if not foreign or present & set(names):
         return
+    raise _another_store(path, foreign, what)
+
+
+def _another_store(path: str, foreign: list[str], what: str) -> ConfigError:
+    """The error for a folder that holds another store's databases (``foreign``)."""
     other = (
         "a local log"
         if {"records", "heads"} & set(foreign)
@@ -133,7 +138,7 @@ def _check_databases(env: lmdb.Environment, path: str, names: tuple[str, ...], w
         if {"items", "meta"} & set(foreign)
         else "another store"
     )
-    raise ConfigError(
+    return ConfigError(
         f"{path} holds {other} (its databases {', '.join(foreign)}), so it cannot also be "
         f"{what}: give {what} a folder of its own"
     )
@@ -221,12 +226,9 @@ class SharedEnvironments:
             entry = cls._envs.get(path)
             if entry is not None:
                 env, count, dbs = entry
-                missing = [n for n in names if n not in dbs]
-                if missing:
-                    raise lmdb.Error(
-                        f"{path} is open in this process with databases {sorted(dbs)}, "
-                        f"not {sorted(names)}: is it a log and a view at once?"
-                    )
+                if any(n not in dbs for n in names):
+                    # Open here as the other store: the same misuse as one found on disk.
+                    raise _another_store(path, sorted(dbs), what)
                 cls._envs[path] = (env, count + 1, dbs)
                 return env, dbs
             if path in cls._inherited:

@@ -1171,6 +1171,29 @@ async def test_a_log_and_a_view_never_share_a_folder(tmp_path):
     assert not databases(view_dir) & {"topics", "heads", "records"}
 
 
+async def test_a_log_and_a_view_never_share_a_folder_open_in_one_process(tmp_path):
+    # The same misuse as above while the other store is open here (the CLI's
+    # `rebuild --view` naming the log it reads): it was a LogUnavailable saying the
+    # folder "is open in this process with databases ...", a fault of the file to a
+    # reader, where it is one of the settings.
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.memory("notes").remember("in the log")
+        with pytest.raises(lm.ConfigError, match=r"holds a local log .*cannot also be a managed"):
+            await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "log").run(
+                until_caught_up=True
+            )
+        with pytest.raises(lm.ConfigError, match=r"holds a local log .*cannot also be a managed"):
+            MemoryView.open(tmp_path / "log")
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+        with MemoryView.open(tmp_path / "view"):
+            with pytest.raises(lm.ConfigError, match=r"holds a managed view .*cannot also be a"):
+                async with lm.connect(f"local://{tmp_path / 'view'}", stream="s"):
+                    pass
+        assert [i.text for i in await laser.memory("notes").recall()] == ["in the log"]
+
+
 async def test_a_folder_that_already_holds_a_log_and_a_view_keeps_its_log(tmp_path):
     # Made before the check above: its log must stay readable (its data lives there).
     async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
