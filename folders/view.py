@@ -92,7 +92,15 @@ import lmdb
 import msgspec
 import numpy as np
 
-from laser_memory.errors import LogUnavailable, NoView, ViewFull, ViewMismatch, shown
+from laser_memory.errors import (
+    InvalidInput,
+    InvalidName,
+    LogUnavailable,
+    NoView,
+    ViewFull,
+    ViewMismatch,
+    shown,
+)
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, PreparedSearch
 from laser_memory.kinds import MemoryKind
 from laser_memory.lmdb_env import (
@@ -302,6 +310,47 @@ def _part(text: str) -> bytes:
 @functools.lru_cache(maxsize=1 << 12)
 def _scope(tenant: str, namespace: str) -> bytes:
     return _part(tenant) + _SEP + _part(namespace) + _SEP
+
+
+def _texts(*named: tuple[str, object]) -> None:
+    """Refuse a read's name that is no str (`InvalidName`): it met a key's encoding as a
+    raw AttributeError. Handles pass names they checked; a caller of the view's reads
+    may not have."""
+    for what, value in named:
+        if not isinstance(value, str):
+            raise InvalidName(f"a view read's {what} is a str, got {shown(value)}")
+
+
+_FILTER_TEXTS = ("conversation", "agent", "user", "application", "embedder")
+
+
+def _check_filter(where: object) -> None:
+    """Refuse a ``where`` that is no `ItemFilter` of the kinds its fields take (one made
+    by hand is not checked when made: `ItemFilter.build` checks its arguments)."""
+    if type(where) is not ItemFilter:
+        raise InvalidInput(
+            f"where is an ItemFilter (make it with ItemFilter.build), got {shown(where)}"
+        )
+    if not isinstance(where.tenant, str):
+        raise InvalidName(f"a filter's tenant is a str, got {shown(where.tenant)}")
+    for field in _FILTER_TEXTS:
+        value = getattr(where, field)
+        if value is not None and not isinstance(value, str):
+            raise InvalidName(f"a filter's {field} is a str or None, got {shown(value)}")
+    if where.kind is not None and not isinstance(where.kind, MemoryKind):
+        raise InvalidInput(f"a filter's kind is a MemoryKind or None, got {shown(where.kind)}")
+    now_ms = where.now_ms
+    if now_ms is not None and (type(now_ms) is not int or not 0 <= now_ms < 1 << 63):
+        raise InvalidInput(
+            f"a filter's now_ms is milliseconds since the epoch or None, got {shown(now_ms)}"
+        )
+    if type(where.superseded) is not bool:
+        raise InvalidInput(f"a filter's superseded is True or False, got {shown(where.superseded)}")
+
+
+def _check_count(value: object, what: str) -> None:
+    if type(value) is not int or value < 0:
+        raise InvalidInput(f"{what} is a whole number, 0 or more, got {shown(value)}")
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -688,6 +737,9 @@ class MemoryView:
             }
 
     def has_passed(self, position: Position) -> bool:
+        """Whether the view has folded the record at ``position``."""
+        if not isinstance(position, Position):
+            raise InvalidInput(f"a position is a Position, got {shown(position)}")
         return self.watermark().get(position.partition, 0) > position.offset
 
     def clear(self) -> None:
@@ -1038,6 +1090,12 @@ class MemoryView:
         clusters (`laser_memory.vector_clusters`)."""
         strategy = validate_strategy(strategy)
         validate_limit(limit)
+        _texts(("namespace", namespace))
+        _check_filter(where)
+        if text is not None and not isinstance(text, str):
+            raise InvalidInput(f"a recall's text is a str or None, got {shown(text)}")
+        if not isinstance(exclude, frozenset | set):
+            raise InvalidInput(f"exclude is a frozenset of raw ids, got {shown(exclude)}")
         mode = search_mode(strategy, text, query_vector)
         if mode is not None:
             self._build_apart(namespace, where, approximate)
@@ -1310,6 +1368,8 @@ class MemoryView:
         view, with the vector clusters a semantic recall with ``approximate`` makes, and
         saved as a snapshot if it holds enough entries. `MemoryHandle.prepare_search`
         is the API (it makes ``where`` as its recalls do)."""
+        _texts(("namespace", namespace))
+        _check_filter(where)
         snapshots = self.snapshots
         last_error = snapshots.errors[-1] if snapshots is not None and snapshots.errors else None
         self._build_apart(namespace, where, approximate)
@@ -1526,6 +1586,7 @@ class MemoryView:
         self, namespace: str, key: str, *, tenant: str = "", version: int | None = None
     ) -> NamedItem | None:
         """A named item now, or as it was after ``version`` writes; None if absent then."""
+        _texts(("namespace", namespace), ("key", key), ("tenant", tenant))
         if version is not None:
             validate_version(version, "version")
         db_key = _scope(tenant, namespace) + _part(key)
@@ -1549,6 +1610,9 @@ class MemoryView:
         found. A longer one is a digest, and those (under `_HASHED`, one range too) are
         all read and their keys checked: a LangGraph store's search of one namespace
         reads that namespace, not the store."""
+        _texts(("namespace", namespace), ("prefix", prefix), ("tenant", tenant))
+        if limit is not None:
+            _check_count(limit, "limit")
         scope = _scope(tenant, namespace)
         wanted = prefix.encode("utf-8", "surrogatepass")
         hashed = scope + _HASHED
@@ -1577,6 +1641,7 @@ class MemoryView:
         return out if limit is None else out[:limit]
 
     def named_history(self, namespace: str, key: str, *, tenant: str = "") -> list[HistoryEntry]:
+        _texts(("namespace", namespace), ("key", key), ("tenant", tenant))
         db_key = _scope(tenant, namespace) + _part(key) + _SEP
         with self._read() as txn:
             return [
@@ -1588,6 +1653,9 @@ class MemoryView:
         self, namespace: str, raw_id: bytes, *, tenant: str = ""
     ) -> list[HistoryEntry]:
         """Every record that touched an item, in position-key order."""
+        _texts(("namespace", namespace), ("tenant", tenant))
+        if not isinstance(raw_id, bytes):
+            raise InvalidInput(f"an item's raw id is bytes (MemoryId.raw), got {shown(raw_id)}")
         db_key = _scope(tenant, namespace) + raw_id
         with self._read() as txn:
             entries = [
@@ -1606,6 +1674,8 @@ class MemoryView:
         return [msgspec.structs.replace(e, version=i + 1) for i, e in enumerate(entries)]
 
     def stats(self, *, aside_limit: int = 100) -> ViewStats:
+        """The view's watermark, counts, and its first ``aside_limit`` set-aside records."""
+        _check_count(aside_limit, "aside_limit")
         topic, generation = self.topic()
         with self._read() as txn:
             aside = [

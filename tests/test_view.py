@@ -1435,3 +1435,52 @@ async def test_the_first_named_items_by_key_are_those_a_full_listing_starts_with
         for bad in (-1, True, 2.0, "5"):
             with pytest.raises(lm.InvalidInput, match="limit is a whole number"):
                 await handle.named(limit=bad)
+
+
+def _filter(**fields):
+    from folders.state import ItemFilter
+
+    return ItemFilter(**fields)
+
+
+VIEW_READS = [
+    (lambda v: v.fetch(5, "k"), "namespace is a str"),
+    (lambda v: v.fetch("notes", None), "key is a str"),
+    (lambda v: v.fetch("notes", "k", tenant=None), "tenant is a str"),
+    (lambda v: v.named_items("notes", prefix=5), "prefix is a str"),
+    (lambda v: v.named_items("notes", limit=-1), "limit is a whole number"),
+    (lambda v: v.named_items("notes", limit="3"), "limit is a whole number"),
+    (lambda v: v.named_history("notes", b"k"), "key is a str"),
+    (lambda v: v.item_history("notes", "01M91JEYVF17RHPYRNVNXH0NFP"), "raw id is bytes"),
+    (lambda v: v.item_history(["notes"], bytes(16)), "namespace is a str"),
+    (lambda v: v.stats(aside_limit="all"), "aside_limit is a whole number"),
+    (lambda v: v.stats(aside_limit=-1), "aside_limit is a whole number"),
+    (lambda v: v.recall("notes", None), "where is an ItemFilter"),
+    (lambda v: v.recall("notes", {"tenant": ""}), "where is an ItemFilter"),
+    (lambda v: v.recall(None, _filter()), "namespace is a str"),
+    (lambda v: v.recall("notes", _filter(), text=5), "text is a str or None"),
+    (lambda v: v.recall("notes", _filter(), exclude=[b"x"]), "exclude is a frozenset"),
+    (lambda v: v.recall("notes", _filter(tenant=None)), "tenant is a str"),
+    (lambda v: v.recall("notes", _filter(conversation=5)), "conversation is a str or None"),
+    (lambda v: v.recall("notes", _filter(kind="fact")), "kind is a MemoryKind"),
+    (lambda v: v.recall("notes", _filter(now_ms=1.5)), "now_ms is milliseconds"),
+    (lambda v: v.recall("notes", _filter(superseded=1)), "superseded is True or False"),
+    (lambda v: v.prepare_index("notes", _filter(agent=b"a")), "agent is a str or None"),
+    (lambda v: v.has_passed(None), "a position is a Position"),
+]
+
+
+@pytest.mark.parametrize(("read", "says"), VIEW_READS)
+async def test_every_read_of_the_view_refuses_arguments_of_the_wrong_kind(tmp_path, read, says):
+    # A view's reads are public (`MemoryView.open(...).recall(...)`): each of these met a
+    # key's encoding or a filter's field as a raw AttributeError or TypeError.
+    async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
+        await laser.memory("notes").remember("hello")
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+    with MemoryView.open(tmp_path / "view") as view:
+        with pytest.raises(lm.LaserError, match=says):
+            read(view)
+        # The view still reads.
+        assert [i.text for i in view.recall("notes", _filter())] == ["hello"]
