@@ -19,6 +19,7 @@ from laser_memory.inputs import aware_millis, receipt_fields
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Appended, Log, LogRecord
+from laser_memory.named import validate_key
 from laser_memory.recall import rank
 from laser_memory.records import (
     HEADER_NAMESPACE,
@@ -248,7 +249,7 @@ class MemorySnapshot:
         return rank(self._state.items(where), strategy=strategy, text=text, limit=limit)
 
     def fetch(self, key: str, *, tenant: str | None = None) -> NamedItem | None:
-        return self._state.named_item(key, tenant=resolve_tenant(self.tenant, tenant))
+        return self._state.named_item(validate_key(key), tenant=resolve_tenant(self.tenant, tenant))
 
 
 async def snapshot(

@@ -64,6 +64,7 @@ from .named import (
     validate_version,
 )
 from .recall import (
+    query_text,
     search_mode,
     to_context_block,
     validate_limit,
@@ -1029,10 +1030,7 @@ class MemoryHandle:
         self._check_read()
         strategy = validate_strategy(strategy)
         validate_limit(limit)
-        if text is not None and not isinstance(text, str):
-            raise InvalidInput(f"text must be a string, got {type(text).__name__}")
-        if text is not None and type(text) is not str:  # the text a subclass holds
-            text = str.__str__(text)
+        text = query_text(text)
         if min_similarity is not None and (
             isinstance(min_similarity, bool)
             or not isinstance(min_similarity, int | float)

@@ -53,6 +53,7 @@ __all__ = [
     "dimensions_mismatch",
     "estimate_tokens",
     "fuse_reciprocal_rank",
+    "query_text",
     "rank",
     "search_mode",
     "to_context_block",
@@ -109,6 +110,7 @@ def rank(
     length) are the candidates' own: BM25 over the candidate set."""
     strategy = validate_strategy(strategy)
     validate_limit(limit)
+    text = query_text(text)
     candidates = list(items)
     query = terms(text) if text else []
     if text and text.strip() and not (strategy == "semantic" and query_vector is not None):
@@ -140,6 +142,16 @@ def rank(
             for i, item in enumerate(chosen)
         ]
     return _by_feedback(candidates, strategy, limit)
+
+
+def query_text(text: object) -> str | None:
+    """A recall's text as the plain str it holds (a subclass's own methods are never
+    asked); anything but a str or None is `InvalidInput`."""
+    if text is None or type(text) is str:
+        return text
+    if not isinstance(text, str):
+        raise InvalidInput(f"text must be a string, got {type(text).__name__}")
+    return str.__str__(text)
 
 
 def search_mode(strategy: str, text: str | None, query_vector: np.ndarray | None) -> str | None:

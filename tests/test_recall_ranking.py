@@ -449,6 +449,24 @@ def test_ranking_and_fusion_refuse_a_limit_outside_0_to_1000(limit):
         lm.fuse_reciprocal_rank([items], limit=limit)
 
 
+@pytest.mark.parametrize("text", [5, b"one", ["one"]])
+def test_ranking_refuses_a_text_that_is_no_str(text):
+    # A raw AttributeError from the tokenizer, before; a snapshot's recall met it too.
+    with pytest.raises(lm.InvalidInput, match="text must be a string"):
+        rank([item(1)], text=text)
+
+
+def test_ranking_reads_a_str_subclass_as_its_text_not_its_methods():
+    class Loud(str):
+        def casefold(self):
+            raise RuntimeError("asked")
+
+        def strip(self, *args):
+            raise RuntimeError("asked")
+
+    assert [i.id for i in rank([item(1)], text=Loud("item"))] == [item(1).id]
+
+
 def test_ranking_and_fusion_return_50_items_unless_told():
     items = [item(n) for n in range(1, 61)]
     assert len(rank(items)) == 50

@@ -648,6 +648,27 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
         await memory.as_of(dt.datetime(1969, 12, 31, tzinfo=dt.UTC))
 
 
+@pytest.mark.parametrize(
+    ("read", "error", "says"),
+    [
+        (lambda s: s.fetch(5), lm.InvalidName, "key must be a string"),
+        (lambda s: s.fetch(None), lm.InvalidName, "key must be a string"),
+        (lambda s: s.fetch(""), lm.InvalidName, "must not be empty"),
+        (lambda s: s.recall(text=5), lm.InvalidInput, "text must be a string"),
+    ],
+)
+async def test_a_snapshot_refuses_what_its_handle_refuses(tmp_path, read, error, says):
+    # A snapshot's fetch of a key that is no name answered None (as if absent), and its
+    # recall of a text that is no str raised a raw AttributeError.
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        memory = laser.memory("notes")
+        await memory.set("k", {"a": 1})
+        snapshot = await memory.as_of(10**13)
+        with pytest.raises(error, match=says):
+            read(snapshot)
+        assert snapshot.fetch("k").json() == {"a": 1}
+
+
 async def test_replay_prints_a_namespace_in_order(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember("one", conversation="c1")
