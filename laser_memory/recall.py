@@ -317,9 +317,9 @@ def fuse_reciprocal_rank(
     scores: dict[bytes, float] = {}
     first: dict[bytes, MemoryItem] = {}
     signals: dict[bytes, list[Signal]] = {}
-    for ranked in signal_lists:
+    for ranked in _sequence(signal_lists, "the ranked lists to fuse"):
         in_this_list: set[bytes] = set()
-        for position, item in enumerate(ranked):
+        for position, item in enumerate(_items(ranked, "each ranked list")):
             key = item.id.bytes
             if key in in_this_list:
                 continue
@@ -332,6 +332,23 @@ def fuse_reciprocal_rank(
         msgspec.structs.replace(first[key], score=scores[key], signals=tuple(signals[key]))
         for key in order[:limit]
     ]
+
+
+def _sequence(values: object, what: str) -> Sequence:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise InvalidInput(f"{what} must be a list, got {shown(values)}")
+    return values
+
+
+def _items(values: object, what: str) -> Sequence[MemoryItem]:
+    """``values`` if it is a list of recalled items; else `InvalidInput` (a raw
+    AttributeError met the first thing that was no item)."""
+    for value in _sequence(values, what):
+        if not isinstance(value, MemoryItem):
+            raise InvalidInput(
+                f"{what} must hold MemoryItems (as recall returns them), got {shown(value)}"
+            )
+    return values  # type: ignore[return-value]
 
 
 def estimate_tokens(text: str) -> int:
@@ -361,6 +378,7 @@ def to_context_block(items: Sequence[MemoryItem], token_budget: int | None = Non
     '- [fact] the reporter prefers email'
     """
     validate_token_budget(token_budget)
+    items = _items(items, "the items of a context block")
     lines: list[str] = []
     used = 0
     for i, item in enumerate(items):

@@ -472,3 +472,29 @@ def test_ranking_and_fusion_return_50_items_unless_told():
     assert len(rank(items)) == 50
     assert len(lm.fuse_reciprocal_rank([items])) == 50
     assert len(rank(items, limit=1000)) == len(lm.fuse_reciprocal_rank([items], limit=60)) == 60
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda: lm.fuse_reciprocal_rank(5), "ranked lists to fuse must be a list"),
+        (lambda: lm.fuse_reciprocal_rank([None]), "each ranked list must be a list"),
+        (lambda: lm.fuse_reciprocal_rank([[item(1)], [1, 2]]), "must hold MemoryItems"),
+        (lambda: lm.fuse_reciprocal_rank("ab"), "must be a list"),
+        (lambda: lm.to_context_block(None), "items of a context block must be a list"),
+        (lambda: lm.to_context_block([item(1), "two"]), "must hold MemoryItems"),
+        (lambda: lm.to_context_block("abc"), "must be a list"),
+    ],
+)
+def test_fusion_and_context_blocks_refuse_what_is_no_list_of_items(call, says):
+    # Each met its first element's `.id` or `.kind` as a raw AttributeError or TypeError.
+    with pytest.raises(lm.InvalidInput, match=says):
+        call()
+
+
+def test_fusion_and_context_blocks_take_tuples_of_items():
+    assert [i.id for i in lm.fuse_reciprocal_rank(((item(1),), (item(2), item(1))))] == [
+        item(1).id,
+        item(2).id,
+    ]
+    assert lm.to_context_block((item(1),)) == "- [fact] item 1"
