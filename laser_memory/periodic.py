@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
+import warnings
 from typing import Any
 
 from .consolidation import ConsolidationReport, Consolidator
@@ -64,6 +65,16 @@ class PeriodicPass:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    def __del__(self) -> None:
+        # Dropped while started: its task would be destroyed pending, a pass cut short
+        # wherever it stood, with no more than asyncio's log line to say so.
+        if getattr(self, "_group", None) is not None:
+            warnings.warn(
+                f"{type(self).__name__} was never stopped; await stop() or use 'async with'",
+                ResourceWarning,
+                stacklevel=1,
+            )
 
     async def _run(self) -> None:
         while True:

@@ -5,6 +5,7 @@ Over both logs."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 
 import pytest
@@ -190,6 +191,29 @@ async def test_a_consolidation_driver_runs_passes_on_a_timer(tmp_path):
         await asyncio.sleep(0.1)
         assert driver.passes == passes  # stopped
         await driver.stop()
+
+
+def test_a_driver_dropped_while_started_warns(tmp_path):
+    # Its task was destroyed pending, its pass cut short, with only asyncio's log line.
+    class Noop:
+        def consolidate(self, scope):
+            return None
+
+    async def leak() -> None:
+        async with lm.connect(f"local://{tmp_path}") as laser:
+            await lm.ConsolidationDriver(Noop(), every=60.0).start()
+            await lm.RetentionDriver(laser.memory("notes"), older_than=5.0, every=60.0).start()
+            stopped = lm.ConsolidationDriver(Noop(), every=60.0)
+            async with stopped:
+                pass
+
+    with pytest.warns(ResourceWarning, match="never stopped") as caught:
+        asyncio.run(leak())
+        gc.collect()
+    assert sorted(str(w.message).split()[0] for w in caught) == [
+        "ConsolidationDriver",
+        "RetentionDriver",
+    ]
 
 
 @pytest.mark.parametrize("consolidator, every", [(object(), 1.0), (None, 1.0), ("x", 1.0)])
