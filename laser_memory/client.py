@@ -312,7 +312,7 @@ class Laser:
                     f"namespace {shown(namespace)} starts with 'stream:' but is not "
                     "'stream:<stream>/<name>'"
                 )
-            validate_topic(stream)
+            _check_stream(stream)
             return MemoryHandle(
                 self, namespace=namespace, topic=_stream_topic(stream, MEMORY_TOPIC), stream=stream
             )
@@ -463,12 +463,24 @@ class ConversationContext:
         return self._laser.memory(namespace).scoped(self.conversation)
 
 
+#: The longest stream name: each of its agent topics (``<stream>.agent.sessions`` the
+#: longest) must be a topic name of at most 249 characters.
+MAX_STREAM_CHARS = 249 - len(".") - max(len(topic) for topic in AGENT_TOPICS)
+
+
 def _check_stream(stream: object) -> None:
-    """Refuse a stream name that is neither None nor a topic-safe str."""
+    """Refuse a stream name that is neither None nor a topic-safe str whose agent topics
+    are topic names too (a longer one made a connection none of whose handles could
+    write)."""
     if stream is not None:
         if not isinstance(stream, str):
             raise InvalidName(f"a stream name is a str, got {type(stream).__name__}")
         validate_topic(stream)
+        if len(stream) > MAX_STREAM_CHARS:
+            raise InvalidName(
+                f"stream name {shown(stream)} is {len(stream)} characters long; its topics "
+                f"are named '<stream>.agent.sessions', so at most {MAX_STREAM_CHARS} fit"
+            )
 
 
 def connect(

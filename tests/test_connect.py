@@ -56,6 +56,21 @@ def test_connect_uses_laser_url_and_checks_the_stream(monkeypatch, tmp_path):
         lm.connect(stream="bad stream")
 
 
+async def test_a_stream_is_as_long_as_its_agent_topics_may_be(tmp_path):
+    # A stream of 235-249 characters is a topic name, but '<stream>.agent.memory' is
+    # not: the connection was made, and every write of every handle failed.
+    longest = "s" * 234
+    with pytest.raises(lm.InvalidName, match="at most 234 fit"):
+        lm.connect(f"local://{tmp_path}", stream=longest + "s")
+    async with lm.connect(f"local://{tmp_path}", stream=longest) as laser:
+        await laser.bootstrap(partitions=1)
+        await laser.memory("n").remember("fits")
+        with pytest.raises(lm.InvalidName, match="at most 234 fit"):
+            laser.memory(f"stream:{longest}s/n")
+        await laser.memory(f"stream:{longest}/m").remember("fits too")
+        assert len(await laser.memory("n").recall()) == 1
+
+
 def test_create_is_true_or_false(tmp_path):
     """create="no" is refused, not read as true: a read-only caller must not make a log."""
     with pytest.raises(lm.ConfigError, match="create"):
