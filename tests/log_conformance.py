@@ -487,6 +487,7 @@ class LogConformance:
         # size as LogUnavailable ("the file may be damaged") and a surrogate a raw
         # UnicodeEncodeError, and in an append it failed every appended with it.
         for call in (
+            lambda: log.create_topic(topic, partitions=1),
             lambda: log.describe_topic(topic),
             lambda: log.end_offsets(topic),
             lambda: log.delete_topic(topic),
@@ -569,19 +570,32 @@ class LogConformance:
 
     async def test_closed_log_is_a_clear_error(self, log_url: str, topic_name: str):
         log = connect_log(log_url)
-        with pytest.raises(LogClosed, match="not started"):
-            await log.append(topic_name, OutgoingRecord(b"x"))
+
+        def calls():
+            yield lambda: log.create_topic(topic_name, partitions=1)
+            yield lambda: log.describe_topic(topic_name)
+            yield lambda: log.end_offsets(topic_name)
+            yield lambda: log.append(topic_name, OutgoingRecord(b"x"))
+            yield lambda: log.append_batch(topic_name, [OutgoingRecord(b"x")])
+            yield lambda: read_all(log, topic_name)
+            yield lambda: log.delete_topic(topic_name)
+
+        for call in calls():
+            with pytest.raises(LogClosed, match="not started"):
+                await call()
         await log.start()
         await log.start()
         await log.create_topic(topic_name, partitions=1)
         await log.stop()
         await log.stop()
-        with pytest.raises(LogClosed, match="stopped"):
-            await log.append(topic_name, OutgoingRecord(b"x"))
-        with pytest.raises(LogClosed):
-            await log.describe_topic(topic_name)
+        for call in calls():
+            with pytest.raises(LogClosed, match="stopped"):
+                await call()
         with pytest.raises(LogClosed):
             await log.start()
+        # Nothing was written or deleted by the calls refused.
+        async with connect_log(log_url) as again:
+            assert await again.end_offsets(topic_name) == {0: 0}
 
     async def test_reads_under_way_when_the_log_stops_end_with_log_closed(
         self, log_url: str, topic_name: str
