@@ -29,7 +29,7 @@ import numpy as np
 from .embedding import real_numbers
 from .errors import InvalidInput, RerankFailed, shown
 from .items import MemoryItem, Signal
-from .recall import MAX_LIMIT, to_context_block, validate_limit
+from .recall import MAX_LIMIT, query_text, to_context_block, validate_limit
 
 if TYPE_CHECKING:
     from .memory import MemoryHandle
@@ -120,6 +120,9 @@ class RerankedMemory:
         """The inner handle's `recall`, with the best ``depth`` items reranked when there
         is text. Takes the same arguments."""
         validate_limit(limit)
+        text = query_text(text)
+        if not isinstance(block, bool):
+            raise InvalidInput(f"block is True or False, got a {type(block).__name__}")
         if not text or not text.strip() or strategy == "recent" or limit == 0:
             return await self.inner.recall(
                 text=text, strategy=strategy, limit=limit, block=block,
@@ -161,9 +164,15 @@ async def _scores(reranker: Reranker, query: str, texts: list[str]) -> np.ndarra
         scores = real_numbers(result, np.float64)  # not strings or True: no scores
     except Exception as exc:
         raise RerankFailed(f"the reranker {label} failed: {type(exc).__name__}: {exc}") from exc
-    if scores.shape != (len(texts),) or not np.all(np.isfinite(scores)):
+    if scores.shape != (len(texts),):
         raise RerankFailed(
             f"the reranker {label} returned {scores.shape} scores for {len(texts)} texts "
             "(one finite number per text is needed)"
+        )
+    if not np.all(np.isfinite(scores)):
+        raise RerankFailed(
+            f"the reranker {label} returned scores that are not finite (NaN or infinite) "
+            f"for {int(np.sum(~np.isfinite(scores)))} of {len(texts)} texts (one finite "
+            "number per text is needed)"
         )
     return scores

@@ -75,7 +75,9 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
     for answer in (
         lambda t: 1 / 0,
         lambda t: [1.0],
-        lambda t: [float("nan")] * len(t),
+        # A score that is no finite number is named as such (it read "(3,) scores for 3
+        # texts", as though their count were wrong).
+        lambda t: [0.5, float("nan"), float("inf")][: len(t)] + [0.0] * (len(t) - 3),
         # numpy alone read these as scores: "1" as 1.0, True as 1.0.
         lambda t: ["1"] * len(t),
         lambda t: [True] * len(t),
@@ -83,6 +85,11 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
     ):
         with pytest.raises(lm.RerankFailed, match="test/broken"):
             await memory.reranker(Broken(answer)).recall(text="keys", strategy="keyword")
+
+    with pytest.raises(lm.RerankFailed, match="not finite .* for 2 of 3 texts"):
+        await memory.reranker(Broken(lambda t: [0.5, float("nan"), float("inf")])).recall(
+            text="keys", strategy="keyword"
+        )
 
     class Async:
         label = "test/async"
@@ -103,3 +110,22 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
             memory.reranker(ShortestFirst(), depth=depth)
     with pytest.raises(lm.InvalidInput, match="rerank"):
         memory.reranker(object())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"text": 5}, "text must be a string"),
+        ({"text": b"keys"}, "text must be a string"),
+        ({"text": "keys", "block": "yes"}, "block is True or False"),
+        ({"text": "keys", "block": 1}, "block is True or False"),
+    ],
+)
+async def test_a_reranked_recall_refuses_what_recall_refuses(tmp_path, arguments, says):
+    # A text that is no str raised a raw AttributeError; a block of "yes" was read as
+    # true, where a handle's recall refuses it.
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many(BODIES)
+        with pytest.raises(lm.InvalidInput, match=says):
+            await memory.reranker(ShortestFirst()).recall(**arguments)
