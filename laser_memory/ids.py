@@ -24,7 +24,7 @@ import re
 from typing import Self
 
 from .clock import SYSTEM_CLOCK, Clock, _CheckedClock, validate_clock
-from .errors import InvalidId, InvalidName, shown
+from .errors import InvalidBody, InvalidId, InvalidName, shown
 from .kinds import MemoryKind, parse_kind
 
 __all__ = [
@@ -195,11 +195,32 @@ class MemoryId:
         """The content id of a body: the same owner scope, kind and body give the same id
         in every process and version."""
         code = parse_kind(kind).code
-        data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        # What a remember takes as a body, read as a remember reads it: `bytes(5)` made
+        # the id of five zero bytes (and `bytes(10**12)` a terabyte) from a number.
+        if isinstance(body, str):
+            try:
+                data = str.encode(body, "utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
+        elif isinstance(body, bytes | bytearray | memoryview):
+            data = bytes(body)
+        else:
+            raise InvalidBody(f"a body is str or bytes, got {type(body).__name__}")
         digest = hashlib.blake2b(digest_size=16, person=b"laser-memory")
         digest.update(_CONTENT_DOMAIN)
-        for field in (stream, tenant, agent, user, application):
-            raw = (field or "").encode("utf-8")
+        for what, field in (
+            ("stream", stream),
+            ("tenant", tenant),
+            ("agent", agent),
+            ("user", user),
+            ("application", application),
+        ):
+            if field is not None and not isinstance(field, str):
+                raise InvalidName(f"{what} must be a string or None, got {shown(field)}")
+            try:
+                raw = str.encode(field or "", "utf-8")
+            except UnicodeEncodeError:
+                raise InvalidName(f"{what} {shown(field)} is not valid Unicode text") from None
             digest.update(len(raw).to_bytes(4, "big"))
             digest.update(raw)
         digest.update(bytes([code]))
@@ -231,6 +252,8 @@ class MemoryId:
         return isinstance(other, MemoryId) and other._bytes == self._bytes
 
     def __lt__(self, other: MemoryId) -> bool:
+        if not isinstance(other, MemoryId):
+            return NotImplemented  # Python's TypeError, not an AttributeError of ours
         return self._bytes < other._bytes
 
     def __hash__(self) -> int:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import laser_memory as lm
 from laser_memory.errors import InvalidId, InvalidName, UnknownKind
 from laser_memory.ids import AgentId, ConversationId, MemoryId, memory_id_content
 from laser_memory.kinds import MemoryKind, memory_kind_class, memory_kind_code
@@ -85,6 +86,45 @@ def test_content_id_depends_on_owner_kind_and_body_only():
     assert memory_id_content("fact", b"x", agent="ab", user="") != memory_id_content(
         "fact", b"x", agent="a", user="b"
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "says"),
+    [
+        # bytes(5) hashed five zero bytes (and bytes(10**12) would allocate a terabyte).
+        (("fact", 5), lm.InvalidBody, "a body is str or bytes, got int"),
+        (("fact", 10**12), lm.InvalidBody, "got int"),
+        (("fact", None), lm.InvalidBody, "got NoneType"),
+        (("fact", [1, 2]), lm.InvalidBody, "got list"),
+        (("fact", "\udcff"), lm.InvalidBody, "not valid Unicode"),
+        (("fact", "x", {"tenant": 5}), lm.InvalidName, "tenant must be a string"),
+        (("fact", "x", {"stream": b"s"}), lm.InvalidName, "stream must be a string"),
+        (("fact", "x", {"agent": "\ud800"}), lm.InvalidName, "agent .* not valid Unicode"),
+    ],
+)
+def test_a_content_id_of_what_no_remember_takes_is_refused(arguments, error, says):
+    kind, body, *scope = arguments
+    with pytest.raises(error, match=says):
+        memory_id_content(kind, body, **(scope[0] if scope else {}))
+    with pytest.raises(error, match=says):
+        MemoryId.content(kind, body, **(scope[0] if scope else {}))
+
+
+def test_a_content_id_reads_a_str_subclass_as_its_text():
+    class Shouting(str):
+        def encode(self, *args, **kwargs):
+            return b"SOMETHING ELSE"
+
+    assert memory_id_content("fact", Shouting("x"), agent=Shouting("a")) == memory_id_content(
+        "fact", "x", agent="a"
+    )
+
+
+def test_memory_ids_order_among_themselves_only():
+    low, high = MemoryId(bytes(16)), MemoryId(b"\xff" * 16)
+    assert sorted([high, low]) == [low, high]
+    with pytest.raises(TypeError, match="not supported"):
+        _ = low < 5
 
 
 def test_kind_codes_and_classes():

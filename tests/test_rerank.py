@@ -86,7 +86,7 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
         with pytest.raises(lm.RerankFailed, match="test/broken"):
             await memory.reranker(Broken(answer)).recall(text="keys", strategy="keyword")
 
-    with pytest.raises(lm.RerankFailed, match="not finite .* for 2 of 3 texts"):
+    with pytest.raises(lm.RerankFailed, match=r"not finite .* for 2 of 3 texts"):
         await memory.reranker(Broken(lambda t: [0.5, float("nan"), float("inf")])).recall(
             text="keys", strategy="keyword"
         )
