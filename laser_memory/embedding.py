@@ -78,13 +78,27 @@ class WordHashEmbedder:
 
     def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
         out = []
-        for text in texts:
+        for text in check_texts(texts):
             vector = [0.0] * self.dimensions
             for word in _WORD.findall(text.lower()):
                 vector[_fnv1a_32(word.encode()) % self.dimensions] += 1.0
             vector[0] += 0.01
             out.append(vector)
         return out
+
+
+def check_texts(texts: object) -> Sequence[str]:
+    """The texts an embedder's ``embed_many`` is given, if they are a list of str; else
+    `InvalidInput` (a str was embedded a character at a time, and anything else met the
+    model as a raw error). A str subclass is read as the text it holds."""
+    if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+        raise InvalidInput(f"texts to embed are a list of str, got {shown(texts)}")
+    if all(type(text) is str for text in texts):
+        return texts
+    for text in texts:
+        if not isinstance(text, str):
+            raise InvalidInput(f"texts to embed are a list of str; one is {shown(text)}")
+    return [str.__str__(text) for text in texts]
 
 
 def validate_embedder(embedder: object) -> Embedder:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .embedding import check_texts
 from .errors import InvalidInput
 
 __all__ = ["MiniLMEmbedder", "default_model_dir"]
@@ -115,11 +116,23 @@ class MiniLMEmbedder:
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         """One normalised float32 vector per text, shape (len(texts), 384)."""
+        texts = check_texts(texts)
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         if not texts:
             return out
         with self._lock:
-            encodings = self._tokenizer.encode_batch(list(texts))
+            try:
+                encodings = self._tokenizer.encode_batch(list(texts))
+            except TypeError:
+                # The tokenizer takes only valid Unicode (no lone surrogates): name the text.
+                for i, text in enumerate(texts):
+                    try:
+                        str.encode(text, "utf-8")
+                    except UnicodeEncodeError as exc:
+                        raise InvalidInput(
+                            f"text {i} to embed is not valid Unicode text: {exc}"
+                        ) from None
+                raise
         # Batches of similar length waste little work on padding.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for start in range(0, len(order), self._batch_size):

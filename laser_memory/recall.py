@@ -146,12 +146,22 @@ def rank(
 
 def query_text(text: object) -> str | None:
     """A recall's text as the plain str it holds (a subclass's own methods are never
-    asked); anything but a str or None is `InvalidInput`."""
-    if text is None or type(text) is str:
+    asked); anything but a str or None, or text that is no valid Unicode (a lone
+    surrogate), is `InvalidInput`."""
+    if text is None:
         return text
-    if not isinstance(text, str):
-        raise InvalidInput(f"text must be a string, got {type(text).__name__}")
-    return str.__str__(text)
+    if type(text) is not str:
+        if not isinstance(text, str):
+            raise InvalidInput(f"text must be a string, got {type(text).__name__}")
+        text = str.__str__(text)
+    if not text.isascii():
+        try:
+            str.encode(text, "utf-8")
+        except UnicodeEncodeError as exc:
+            # An embedder's tokenizer fails on it (blamed on the embedder), and no body,
+            # being valid Unicode, could match it.
+            raise InvalidInput(f"the text is not valid Unicode text: {exc}") from None
+    return text
 
 
 def search_mode(strategy: str, text: str | None, query_vector: np.ndarray | None) -> str | None:

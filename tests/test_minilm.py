@@ -37,6 +37,22 @@ def test_batching_does_not_change_a_vector(minilm: MiniLMEmbedder):
     assert minilm.embed_many([]).shape == (0, 384)
 
 
+@pytest.mark.parametrize(
+    ("texts", "says"),
+    [
+        ("one text", "texts to embed are a list of str, got 'one text'"),
+        ([b"bytes"], "one is b'bytes'"),
+        ([None], "one is None"),
+        (["fine", "lone \udcff surrogate"], "text 1 to embed is not valid Unicode"),
+    ],
+)
+def test_texts_the_model_cannot_embed_are_refused(minilm: MiniLMEmbedder, texts, says):
+    # A str was tokenized as a list of its characters; the others met the tokenizer as
+    # a raw TypeError.
+    with pytest.raises(lm.InvalidInput, match=says):
+        minilm.embed_many(texts)
+
+
 def test_a_folder_without_the_model_is_a_clear_error(tmp_path: Path):
     with pytest.raises(lm.InvalidInput, match="no all-MiniLM-L6-v2 model found"):
         MiniLMEmbedder(tmp_path)

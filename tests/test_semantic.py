@@ -55,6 +55,31 @@ async def embedded(any_log_url: str, stream_name: str):
         yield laser
 
 
+@pytest.mark.parametrize(
+    ("texts", "says"),
+    [
+        ("one text", "a list of str, got 'one text'"),
+        (5, "a list of str, got 5"),
+        ([b"bytes"], "one is b'bytes'"),
+        (["fine", None], "one is None"),
+    ],
+)
+def test_the_word_hash_embedder_refuses_what_is_no_list_of_texts(texts, says):
+    # A str was embedded a character at a time; the others raised a raw error.
+    with pytest.raises(lm.InvalidInput, match=says):
+        lm.WordHashEmbedder().embed_many(texts)
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "hybrid", "keyword", "auto"])
+async def test_a_query_that_is_no_valid_unicode_is_refused(embedded: lm.Laser, strategy):
+    # With a model it failed as the embedder's fault (EmbeddingFailed from the
+    # tokenizer); by keyword it matched nothing, as no body can hold it.
+    memory = embedded.memory("notes")
+    await memory.remember("alpha one")
+    with pytest.raises(lm.InvalidInput, match="not valid Unicode"):
+        await memory.recall(text="alpha \udcff", strategy=strategy)
+
+
 async def test_vectors_and_their_label_go_in_the_records(embedded: lm.Laser):
     memory = embedded.memory("notes")
     mid = await memory.remember("rotate the signing keys monthly")
