@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import laser_memory as lm
+from folders.service import FolderConfig
 from laser_memory.ids import MemoryId
 from laser_memory.log import (
     KafkaLog,
@@ -233,3 +236,28 @@ async def test_a_connection_used_before_it_starts_says_how_to_start_it(tmp_path)
         await laser.memory("notes").remember("too early")
     with pytest.raises(lm.LogClosed, match=r"await laser\.start\(\)"):
         await laser.memory("notes").recall(folded=True)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        lambda: LocalLogConfig(),
+        lambda: KafkaLogConfig("h:1"),
+        lambda: lm.MemoryConfig(),
+        lambda: FolderConfig(),
+    ],
+)
+def test_a_config_cannot_change_once_checked(config):
+    # Its fields are checked when it is made: a field set afterwards would skip the check
+    # (and a log or handle holding the config would change under its feet).
+    made = config()
+    name = dataclasses.fields(made)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, name, -1)
+
+
+def test_the_logs_defaults_are_the_readmes():
+    # 64 GiB of map (sparse: a larger map costs nothing until used) and a 30 s deadline
+    # for an append on either log; durable (see test_log_local).
+    assert LocalLogConfig().map_size == 64 << 30
+    assert LocalLogConfig().write_timeout_s == KafkaLogConfig("h:1").write_timeout_s == 30.0
