@@ -197,15 +197,7 @@ class MemoryId:
         code = parse_kind(kind).code
         # What a remember takes as a body, read as a remember reads it: `bytes(5)` made
         # the id of five zero bytes (and `bytes(10**12)` a terabyte) from a number.
-        if isinstance(body, str):
-            try:
-                data = str.encode(body, "utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
-        elif isinstance(body, bytes | bytearray | memoryview):
-            data = bytes(body)
-        else:
-            raise InvalidBody(f"a body is str or bytes, got {type(body).__name__}")
+        data = body_bytes(body)
         digest = hashlib.blake2b(digest_size=16, person=b"laser-memory")
         digest.update(_CONTENT_DOMAIN)
         for what, field in (
@@ -258,6 +250,19 @@ class MemoryId:
 
     def __hash__(self) -> int:
         return hash(self._bytes)
+
+
+def body_bytes(value: object) -> bytes:
+    """A body's bytes: text as UTF-8 (never a subclass's own ``encode``), or bytes; what a
+    remember takes and its content id hashes. Anything else is `InvalidBody`."""
+    if isinstance(value, str):
+        try:
+            return str.encode(value, "utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise InvalidBody(f"a body is str or bytes, got {type(value).__name__}")
 
 
 def memory_id_content(

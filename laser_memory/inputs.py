@@ -19,8 +19,8 @@ import msgspec
 import numpy as np
 
 from .embedding import real_numbers
-from .errors import BodyTooLarge, EmptyBody, InvalidBody, InvalidInput, InvalidWeight, shown
-from .ids import MemoryId, validate_name
+from .errors import BodyTooLarge, EmptyBody, InvalidInput, InvalidWeight, shown
+from .ids import MemoryId, body_bytes, validate_name
 from .items import Source
 from .log.naming import MAX_PARTITIONS, validate_topic
 from .log.port import Appended
@@ -45,16 +45,7 @@ MAX_TTL_S = 1e11
 
 def body(value: Any, max_bytes: int) -> bytes:
     """A remember's body: text (as UTF-8) or bytes, not empty, at most ``max_bytes``."""
-    if isinstance(value, str):
-        try:
-            data = str.encode(value, "utf-8")  # not a subclass's own encode
-        except UnicodeEncodeError as exc:
-            raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
-    elif isinstance(value, bytes | bytearray | memoryview):
-        data = bytes(value)
-    else:
-        raise InvalidBody(f"a body is str or bytes, got {type(value).__name__}")
-    return check_body(data, max_bytes)
+    return check_body(body_bytes(value), max_bytes)
 
 
 def aware_millis(moment: datetime.datetime, what: str, example: str) -> int:
