@@ -113,7 +113,14 @@ from laser_memory.lmdb_env import (
 )
 from laser_memory.log.port import LogRecord, Position
 from laser_memory.named import validate_version
-from laser_memory.recall import rank, search_mode, validate_limit, validate_strategy, with_ranking
+from laser_memory.recall import (
+    query_text,
+    rank,
+    search_mode,
+    validate_limit,
+    validate_strategy,
+    with_ranking,
+)
 from laser_memory.records import NAMED_RECORDS, Remember, decode_record
 from laser_memory.search_index import CACHE_BYTES, SearchIndex
 from laser_memory.terms import forget_stems
@@ -1092,8 +1099,7 @@ class MemoryView:
         validate_limit(limit)
         _texts(("namespace", namespace))
         _check_filter(where)
-        if text is not None and not isinstance(text, str):
-            raise InvalidInput(f"a recall's text is a str or None, got {shown(text)}")
+        text = query_text(text)
         if not isinstance(exclude, frozenset | set):
             raise InvalidInput(f"exclude is a frozenset of raw ids, got {shown(exclude)}")
         mode = search_mode(strategy, text, query_vector)
@@ -1655,7 +1661,7 @@ class MemoryView:
         """Every record that touched an item, in position-key order."""
         _texts(("namespace", namespace), ("tenant", tenant))
         if not isinstance(raw_id, bytes):
-            raise InvalidInput(f"an item's raw id is bytes (MemoryId.raw), got {shown(raw_id)}")
+            raise InvalidInput(f"an item's raw id is bytes (MemoryId.bytes), got {shown(raw_id)}")
         db_key = _scope(tenant, namespace) + raw_id
         with self._read() as txn:
             entries = [
