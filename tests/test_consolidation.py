@@ -193,6 +193,40 @@ async def test_a_consolidation_driver_runs_passes_on_a_timer(tmp_path):
         await driver.stop()
 
 
+async def test_stop_returns_once_the_pass_under_way_has_ended():
+    # A pass cut short by stop() has run its cleanup by the time stop() returns: the
+    # caller may close what the pass uses (its connection) right after.
+    events: list[str] = []
+
+    class Slow:
+        async def consolidate(self, scope):
+            events.append("began")
+            try:
+                await asyncio.sleep(60)
+            finally:
+                events.append("ended")
+            return lm.ConsolidationReport()
+
+    driver = lm.ConsolidationDriver(Slow(), every=60.0)
+    await driver.start()
+    for _ in range(100):
+        if events:
+            break
+        await asyncio.sleep(0.01)
+    await driver.stop()
+    assert events == ["began", "ended"]
+
+
+async def test_a_pass_run_by_hand_returns_its_report_and_keeps_it():
+    class Counting:
+        def consolidate(self, scope):
+            return lm.ConsolidationReport(pruned=len(scope))
+
+    driver = lm.ConsolidationDriver(Counting(), every=60.0, scope="abc")
+    assert await driver.run_once() == lm.ConsolidationReport(pruned=3)
+    assert list(driver.reports) == [lm.ConsolidationReport(pruned=3)]
+
+
 def test_a_driver_dropped_while_started_warns(tmp_path):
     # Its task was destroyed pending, its pass cut short, with only asyncio's log line.
     class Noop:
