@@ -84,6 +84,25 @@ async def test_a_bound_handle_acts_in_its_tenant_and_refuses_another(laser: lm.L
         snapshot.recall(tenant="")
 
 
+async def test_histories_over_an_operators_replay_keep_one_tenant(laser: lm.Laser):
+    # An auditor's replay of every tenant (tenant=None) fed to the public history
+    # functions: each keeps the tenant it is asked for, though the records of the other
+    # share the item's id and the named item's key.
+    from folders.replay import item_history, named_history, replay
+
+    acme, globex = laser.memory("notes", tenant="acme"), laser.memory("notes", tenant="globex")
+    mid = await acme.remember("acme's fact")
+    await globex.append(mid, "globex's fact with acme's id", kind="fact")
+    await acme.set("profile", {"owner": "acme"})
+    await globex.set("profile", {"owner": "globex"})
+    everyone = await replay(laser.log, laser.memory_topic_name, namespace=acme.namespace)
+    assert {r.record.scope.tenant for r in everyone} == {"acme", "globex"}
+    assert [e.body for e in item_history(everyone, mid.bytes, tenant="acme")] == [b"acme's fact"]
+    assert [e.body for e in named_history(everyone, "profile", tenant="globex")] == [
+        b'{"owner":"globex"}'
+    ]
+
+
 async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.Laser):
     writer = laser.memory("notes")
     mid = await writer.remember("acme's secret", tenant="acme", conversation="c1")

@@ -206,6 +206,26 @@ async def test_a_message_remembered_again_while_a_pass_summarized_stays(laser: l
     )
 
 
+async def test_as_of_a_receipt_takes_other_partitions_up_to_its_millisecond(tmp_path):
+    # Just after a write: exact in its partition; elsewhere, the records appended at or
+    # before its append time: one of the same millisecond is in, one a millisecond
+    # later is not.
+    async with stepped(tmp_path) as (laser, clock):
+        memory = laser.memory("notes")
+        same_time = await memory.remember("same millisecond", conversation="c1")
+        receipt = await memory.remember("the write asked about", conversation="c2")
+        assert same_time.receipt.partition != receipt.receipt.partition
+        clock.step(1)
+        await memory.remember("a millisecond later", conversation="c1")
+        then = await memory.as_of(receipt)
+        assert sorted(i.text for i in then.recall()) == [
+            "same millisecond",
+            "the write asked about",
+        ]
+        by_time = await memory.as_of(receipt.receipt.append_time_ms)
+        assert sorted(i.text for i in by_time.recall()) == sorted(i.text for i in then.recall())
+
+
 async def test_append_times_never_decrease_within_a_partition(tmp_path):
     clock = SteppedClock(1_700_000_000_000)
     async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:
