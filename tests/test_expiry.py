@@ -109,6 +109,29 @@ async def test_an_expired_item_leaves_every_recall_at_once(any_log_url, stream_n
         assert all(texts == ["the door code changes monthly"] for texts in await recalls(memory))
 
 
+async def test_a_snapshot_judges_expiry_at_its_own_moment(tmp_path):
+    # A snapshot at a moment hides what had expired by that moment, though no record was
+    # appended between the expiry and the moment; one at positions judges at its newest
+    # record's time. (Judged at the newest record's time, the first showed the item;
+    # judged at no time, the second did.)
+    clock = SteppedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path}", clock=clock) as laser:
+        memory = laser.memory("notes")
+        start = clock.now_ms()
+        short = await memory.remember("the door code is 4471", ttl=10, conversation="c1")
+        clock.step(60_000)
+        later = await memory.remember("the door code changes monthly", conversation="c2")
+        at_thirty = await memory.as_of(start + 30_000)
+        assert [i.text for i in at_thirty.recall()] == []
+        assert [i.text for i in (await memory.as_of(start + 5_000)).recall()] == [
+            "the door code is 4471"
+        ]
+        everything = {later.receipt.partition: later.receipt.offset + 1}
+        everything[short.receipt.partition] = short.receipt.offset + 1
+        by_positions = await memory.as_of(everything)
+        assert [i.text for i in by_positions.recall()] == ["the door code changes monthly"]
+
+
 async def test_a_ttl_under_a_millisecond_still_ends_after_the_write(
     any_log_url, stream_name, tmp_path
 ):
