@@ -269,6 +269,31 @@ async def test_a_record_under_another_namespaces_header_shows_in_no_read(
         assert [i.id for i in await reader.memory("notes").recall()] == [kept]
 
 
+async def test_a_replay_of_a_namespace_leaves_out_headerless_records_of_others(
+    laser: lm.Laser,
+):
+    """Without headers a record cannot be passed over unread: its own namespace and
+    tenant, once decoded, decide (only the header was asked, by every test, and a replay
+    of one namespace could list another's records that a writer sent without them)."""
+    memory = laser.memory("notes", tenant="acme")
+    kept = await memory.remember("an ordinary fact")
+    for ns, tenant in ((memory.namespace + "-other", "acme"), (memory.namespace, "globex")):
+        wire = encode_record(
+            Remember(
+                ns=ns,
+                scope=MemoryScope(stream=laser.stream, tenant=tenant),
+                id=lm.MemoryId.new().bytes,
+                kind=1,
+                body=b"headerless",
+            )
+        )
+        await laser.log.append(memory.topic, OutgoingRecord(wire.value, key=wire.key))
+    audit = await replay(laser.log, memory.topic, namespace=memory.namespace, tenant="acme")
+    assert [r.log_record.offset for r in audit] == [kept.receipt.offset]
+    operator = await replay(laser.log, memory.topic, namespace=memory.namespace)
+    assert sorted(r.record.scope.tenant for r in operator) == ["acme", "globex"]
+
+
 def test_a_header_that_is_no_utf8_names_no_namespace_or_tenant():
     """Read with replacement, a header b"\\xff" named "\\ufffd": a record of a namespace
     or tenant of that name under it was folded, while a replay (comparing bytes) skipped
