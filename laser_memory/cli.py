@@ -511,6 +511,14 @@ def _topic_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def _status_seconds(value: float) -> float:
+    """A finite number of seconds from 0 (-1 and nan read as "none", inf as a status
+    never due, before)."""
+    if not 0 <= value < float("inf"):
+        raise click.BadParameter(f"{value} is no number of seconds: 0 or more, and finite")
+    return value
+
+
 def _view_option(required: bool = True) -> Callable[..., Any]:
     return click.option(
         "--view",
@@ -539,6 +547,7 @@ def _map_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     default=30.0,
     show_default=True,
     type=float,
+    callback=lambda _ctx, _param, value: _status_seconds(value),
     help="Seconds between status lines on stderr (0: none).",
 )
 @_map_size_option
@@ -546,7 +555,7 @@ def _map_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 async def fold(url, stream, topic, view, exit_when_caught_up, status_every, map_size) -> None:
     """Run a folder: keep the managed view at --view current from the memory topic."""
     async with connect(url, stream=stream, create=False) as laser:
-        topic = topic or laser.memory_topic_name
+        topic = laser.memory_topic_name if topic is None else topic
         if not await _topic_exists(laser, topic):
             raise click.ClickException(
                 f"topic {shown(topic)} does not exist yet; write to it or run "
@@ -595,7 +604,7 @@ async def rebuild(url, stream, topic, view, map_size) -> None:
     """Empty the view at --view and fold the whole topic into it again, with progress;
     then make again the search index snapshots its readers had saved."""
     async with connect(url, stream=stream, create=False) as laser:
-        topic = topic or laser.memory_topic_name
+        topic = laser.memory_topic_name if topic is None else topic
         if not await _topic_exists(laser, topic):
             raise click.ClickException(f"topic {shown(topic)} does not exist")
         # Listed before the view is emptied, which removes them.

@@ -171,6 +171,29 @@ def test_bad_input_is_a_message_never_a_traceback(tmp_path):
     assert run("fetch", "k", *common, ok=False).startswith("Error: no named item")
 
 
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--status-every", "-1"], "--status-every': -1.0 is no number of seconds"),
+        (["--status-every", "nan"], "--status-every': nan is no number of seconds"),
+        (["--status-every", "inf"], "--status-every': inf is no number of seconds"),
+        (["--topic", ""], "'' is not a valid topic name"),
+    ],
+)
+def test_a_folders_options_are_checked(tmp_path, option, says):
+    # A negative or nan interval read as "no status", an infinite one as a status never
+    # due, and an empty topic as the stream's: each is refused, and no view is made.
+    log = f"local://{tmp_path / 'log'}"
+    run("remember", "x", "--url", log)
+    view = tmp_path / "view"
+    result = CliRunner().invoke(
+        main, ["fold", "--url", log, "--view", str(view), "--exit-when-caught-up", *option]
+    )
+    assert result.exit_code != 0
+    assert says in result.output
+    assert not view.exists()
+
+
 def test_named_bodies_are_json_or_text_and_json_output_is_strict(tmp_path):
     common = ["--url", f"local://{tmp_path / 'log'}"]
     run("set", "k", "plain text", *common)
