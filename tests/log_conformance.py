@@ -488,13 +488,17 @@ class LogConformance:
     async def test_a_topic_that_is_no_str_is_a_clear_error(self, log: Log, topic):
         await self.refuses_every_call(log, topic, "topic name is a str|not a valid topic name")
 
-    @pytest.mark.parametrize("topic", ["", "a" * 600, "\udcff", "a/b", "a\x00b", ".."])
+    @pytest.mark.parametrize(
+        "topic", ["", "a" * 600, "\udcff", "a/b", "a\x00b", "..", "__consumer_offsets", "__x"]
+    )
     async def test_a_topic_name_no_topic_may_have_is_invalid_and_fails_alone(
         self, log: Log, topic_name: str, topic: str
     ):
         # Such names reached the lookup: an empty or over-long one raised LMDB's bad key
         # size as LogUnavailable ("the file may be damaged") and a surrogate a raw
-        # UnicodeEncodeError, and in an append it failed every appended with it.
+        # UnicodeEncodeError, and in an append it failed every appended with it. A name of
+        # Kafka's internal topics ('__' first) made a broker create '__consumer_offsets'
+        # as an ordinary topic, where consumer groups keep their offsets.
         await self.refuses_every_call(log, topic, "not a valid topic name")
         await log.create_topic(topic_name, partitions=1)
         results = await asyncio.gather(

@@ -29,8 +29,10 @@ __all__ = [
     "validate_topic",
 ]
 
-# Kafka's own rule, applied to the local log too so a topic name works on both.
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# Kafka's own rule, applied to the local log too so a topic name works on both; and not
+# Kafka's internal topics (`__consumer_offsets`, `__transaction_state`: the `__` prefix
+# is theirs), which a broker let this create as an ordinary topic, and read as memory.
+_TOPIC = re.compile(r"(?!__)[A-Za-z0-9._-]{1,249}")
 
 
 #: The most partitions a topic may have.
@@ -57,7 +59,8 @@ def validate_topic(topic: str) -> str:
     if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
         raise InvalidName(
             f"{shown(topic)} is not a valid topic name: use 1 to 249 characters from "
-            "letters, digits, '.', '_' and '-'"
+            "letters, digits, '.', '_' and '-', not beginning with '__' (Kafka's internal "
+            "topics)"
         )
     return topic
 
