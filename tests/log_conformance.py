@@ -380,6 +380,25 @@ class LogConformance:
         with pytest.raises(TopicConflict, match="retention 3600s"):
             await log.create_topic(topic_name, partitions=3, retention_s=None)
 
+    async def test_a_topic_whose_metrics_would_collide_is_a_conflict(
+        self, log: Log, topic_name: str
+    ):
+        # Kafka reads a name's '.' as '_' in its metrics and refuses the second of such a
+        # pair (it answered LogUnavailable, as if the broker were down); the embedded log
+        # made both, so a memory moved from one log to the other could not be.
+        dotted, underscored = f"{topic_name}-a.b", f"{topic_name}-a_b"
+        await log.create_topic(dotted, partitions=1)
+        try:
+            with pytest.raises(TopicConflict, match="collides with the existing topic"):
+                await log.create_topic(underscored, partitions=1)
+            with pytest.raises(UnknownTopic):
+                await log.describe_topic(underscored)
+            assert (await log.create_topic(dotted, partitions=1)).partitions == 1
+        finally:
+            await log.delete_topic(dotted)
+        assert (await log.create_topic(underscored, partitions=1)).partitions == 1
+        await log.delete_topic(underscored)
+
     @pytest.mark.parametrize(
         "retention_s",
         # Past 64 bits (it failed to encode after the checks) or float's range (a raw

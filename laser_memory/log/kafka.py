@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from aiokafka.errors import (
 
 from ..errors import (
     ConfigError,
+    InvalidName,
     InvalidRecord,
     LogClosed,
     LogUnavailable,
@@ -66,6 +68,7 @@ from .lifecycle import LogLifecycle
 from .naming import (
     check_settings,
     check_topic_name,
+    collision,
     partitions_changed,
     validate_outgoing,
     validate_partitions,
@@ -79,6 +82,9 @@ __all__ = ["KafkaLog", "KafkaLogConfig"]
 
 _UNKNOWN_TOPIC = 3
 _TOPIC_ALREADY_EXISTS = 36
+_INVALID_TOPIC = 17
+# How a broker names the topic a new one collides with (its metrics' names).
+_COLLIDES_WITH = re.compile(r"collides with existing topics?: ([A-Za-z0-9._-]+)")
 # What a record batch adds to its records on the wire (batch header, record framing):
 # a topic's max.message.bytes must leave room for it.
 _BATCH_OVERHEAD = 16 << 10
@@ -486,6 +492,13 @@ class KafkaLog(LogLifecycle):
             else:
                 error_code = response.topic_errors[0][1]
                 message = response.topic_errors[0][2] if len(response.topic_errors[0]) > 2 else ""
+                if error_code == _INVALID_TOPIC:
+                    # The broker's own rule, beyond the name check both logs make: a name
+                    # colliding with another's metrics, say. Not the log being unavailable.
+                    other = _COLLIDES_WITH.search(message or "")
+                    if other is not None:
+                        raise collision(topic, other.group(1))
+                    raise InvalidName(f"Kafka refused the topic name {shown(topic)}: {message}")
                 if error_code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise LogUnavailable(
                         f"Kafka could not create topic {shown(topic)}: error {error_code} {message}"

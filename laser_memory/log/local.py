@@ -65,6 +65,8 @@ from .lifecycle import LogLifecycle
 from .naming import (
     check_settings,
     check_topic_name,
+    collides,
+    collision,
     validate_outgoing,
     validate_partitions,
     validate_read,
@@ -335,6 +337,10 @@ class LocalLog(LogLifecycle):
                         "its retention, or delete the topic first"
                     )
                 return self._info(topic, meta)
+            for name in txn.cursor(db=self._dbs["topics"]).iternext(values=False):
+                other = bytes(name).decode("utf-8", "replace")
+                if collides(topic, other):
+                    raise collision(topic, other)
             counter = txn.get(_NEXT_TOPIC_NUMBER, db=self._dbs["topics"])
             number = int(counter) if counter is not None else 1
             txn.put(_NEXT_TOPIC_NUMBER, str(number + 1).encode(), db=self._dbs["topics"])

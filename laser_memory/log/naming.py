@@ -22,6 +22,8 @@ __all__ = [
     "MAX_PARTITIONS",
     "check_settings",
     "check_topic_name",
+    "collides",
+    "collision",
     "partitions_changed",
     "validate_outgoing",
     "validate_partitions",
@@ -50,6 +52,21 @@ def partitions_changed(
         "ones. Start it again to read them all; but keys now go to other partitions than "
         "before, so a conversation's records sit on two (see 'Do not add partitions to a "
         "memory topic' in the README)"
+    )
+
+
+def collides(topic: str, other: str) -> bool:
+    """Whether two topics' names collide on Kafka, which names a topic's metrics with its
+    '.' read as '_': a broker refuses the second of such a pair, so both logs do."""
+    return topic != other and topic.replace(".", "_") == other.replace(".", "_")
+
+
+def collision(topic: str, other: str) -> TopicConflict:
+    """The error for creating ``topic`` beside ``other``, whose name it collides with."""
+    return TopicConflict(
+        f"topic {shown(topic)} collides with the existing topic {shown(other)}: Kafka names "
+        "a topic's metrics with its '.' read as '_', so the two cannot both exist; choose "
+        "another name"
     )
 
 
