@@ -261,3 +261,26 @@ async def test_a_request_begun_after_the_stop_closed_the_clients_is_log_closed_a
     await log.stop()
     with pytest.raises(LogClosed, match="stopped"):
         await asyncio.wait_for(log._topic_metadata(topic_name), 10)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"replication_factor": 1000},
+        {"extra_topic_configs": {"segment.bytes": "1"}},
+        {"extra_topic_configs": {"no.such.config": "1"}},
+    ],
+)
+async def test_settings_the_broker_refuses_are_a_config_error(
+    kafka_bootstrap, topic_name, settings
+):
+    # They came back as LogUnavailable, as if the broker were down: a retry can never
+    # succeed, and what to change is the log's config.
+    import laser_memory as lm
+    from laser_memory.log import KafkaLog, KafkaLogConfig
+
+    async with KafkaLog(KafkaLogConfig(kafka_bootstrap, **settings)) as log:
+        with pytest.raises(lm.ConfigError, match="Kafka refused the settings of topic"):
+            await log.create_topic(topic_name, partitions=1)
+        with pytest.raises(lm.UnknownTopic):
+            await log.describe_topic(topic_name)

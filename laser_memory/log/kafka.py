@@ -53,6 +53,7 @@ from aiokafka.errors import (
 
 from ..errors import (
     ConfigError,
+    InvalidInput,
     InvalidName,
     InvalidRecord,
     LogClosed,
@@ -83,6 +84,9 @@ __all__ = ["KafkaLog", "KafkaLogConfig"]
 _UNKNOWN_TOPIC = 3
 _TOPIC_ALREADY_EXISTS = 36
 _INVALID_TOPIC = 17
+_INVALID_PARTITIONS = 37
+# Invalid replication factor, invalid config, a create-topic policy's refusal.
+_REFUSED_SETTINGS = frozenset({38, 40, 44})
 # How a broker names the topic a new one collides with (its metrics' names).
 _COLLIDES_WITH = re.compile(r"collides with existing topics?: ([A-Za-z0-9._-]+)")
 # What a record batch adds to its records on the wire (batch header, record framing):
@@ -499,6 +503,17 @@ class KafkaLog(LogLifecycle):
                     if other is not None:
                         raise collision(topic, other.group(1))
                     raise InvalidName(f"Kafka refused the topic name {shown(topic)}: {message}")
+                if error_code in _REFUSED_SETTINGS:
+                    # Retrying cannot help: the broker refuses what this log asks of it.
+                    raise ConfigError(
+                        f"Kafka refused the settings of topic {shown(topic)}: error "
+                        f"{error_code} {message}; check KafkaLogConfig.replication_factor "
+                        "and extra_topic_configs against the cluster"
+                    )
+                if error_code == _INVALID_PARTITIONS:
+                    raise InvalidInput(
+                        f"Kafka refused {partitions} partitions for topic {shown(topic)}: {message}"
+                    )
                 if error_code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise LogUnavailable(
                         f"Kafka could not create topic {shown(topic)}: error {error_code} {message}"
