@@ -133,6 +133,26 @@ async def test_bootstrap_refuses_a_topic_kafka_trims_by_size(kafka_bootstrap):
             await memory.recall(folded=True)
 
 
+async def test_a_topic_whose_batches_hold_no_record_is_refused(kafka_bootstrap):
+    """A topic made elsewhere with a max.message.bytes below a batch's overhead took no
+    record: every append was refused as "over the -15384 bytes this log takes". It is
+    a TopicConflict saying what to raise it to; one a little larger takes what fits."""
+    stream = await _stream_with_memory_topic(kafka_bootstrap, {"max.message.bytes": "1000"})
+    async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
+        memory = laser.memory("notes")
+        with pytest.raises(lm.TopicConflict, match=r"max\.message\.bytes=1000: no record fits"):
+            await memory.remember("a small fact")
+        with pytest.raises(lm.TopicConflict, match=r"--add-config max\.message\.bytes="):
+            await laser.bootstrap(partitions=4)
+    stream = await _stream_with_memory_topic(kafka_bootstrap, {"max.message.bytes": "20000"})
+    async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
+        memory = laser.memory("notes")
+        await memory.remember("a small fact")
+        with pytest.raises(lm.RecordTooLarge, match="over the 3616 bytes"):
+            await memory.remember("x" * 5000)
+        assert [i.text for i in await memory.recall()] == ["a small fact"]
+
+
 async def test_a_read_that_ends_while_the_log_stops_leaves_no_consumer_open(kafka_bootstrap):
     """A read's consumer released after `stop` began (the read ended meanwhile) is still
     stopped by that stop: it used to be dropped unstopped, and the garbage collector

@@ -711,6 +711,16 @@ class KafkaLog(LogLifecycle):
                 f"kafka-configs --alter --entity-type topics --entity-name {topic} "
                 "--add-config cleanup.policy=delete"
             )
+        if settings.max_message_bytes is not None and settings.max_message_bytes <= _BATCH_OVERHEAD:
+            # No record would fit beside a batch's overhead: every append was refused
+            # as "over the -15384 bytes this log takes".
+            raise TopicConflict(
+                f"topic {shown(topic)} has max.message.bytes={settings.max_message_bytes}: "
+                f"no record fits in a batch that small beside the {_BATCH_OVERHEAD} bytes "
+                "laser-memory leaves for a batch's overhead; raise it: kafka-configs --alter "
+                f"--entity-type topics --entity-name {topic} --add-config "
+                f"max.message.bytes={self._config.max_record_bytes + _BATCH_OVERHEAD}"
+            )
         if settings.retention_bytes is not None and settings.retention_bytes >= 0:
             raise TopicConflict(
                 f"topic {shown(topic)} has retention.bytes={settings.retention_bytes}: Kafka "
