@@ -83,11 +83,13 @@ async def test_an_append_past_its_write_timeout_says_it_may_have_landed(tmp_path
         assert [r.value for r in await read_all(log, "t")] == [b"waited", b"after"]
 
 
-async def test_stop_commits_every_append_made_before_it(tmp_path):
-    log = LocalLog(tmp_path)
+@pytest.mark.parametrize("max_group_records", [50_000, 100])
+async def test_stop_commits_every_append_made_before_it(tmp_path, max_group_records):
+    log = LocalLog(tmp_path, LocalLogConfig(max_group_records=max_group_records))
     await log.start()
     await log.create_topic("t", partitions=2)
-    # The first append's commit is under way when the rest come: they wait for the next.
+    # The first append's commit is under way when the rest come: they wait for the next,
+    # or (at most 100 records a commit) for many more; stop waits for every one.
     appends = [
         asyncio.ensure_future(log.append_batch("t", [OutgoingRecord(b"%d" % i)] * (1 + i)))
         for i in range(50)
@@ -96,8 +98,44 @@ async def test_stop_commits_every_append_made_before_it(tmp_path):
     await log.stop()
     receipts = await asyncio.gather(*appends)
     assert [len(r) for r in receipts] == [1 + i for i in range(50)]
+    total = sum(1 + i for i in range(50))
+    if max_group_records == 100:
+        # A commit takes appends until it holds 100 records (the one that crosses it
+        # goes too): 1,275 records need at least 12 commits, one a request at most.
+        assert 12 <= log.commits <= 50
+    else:
+        assert 1 <= log.commits <= 2
     async with LocalLog(tmp_path) as again:
-        assert sum((await again.end_offsets("t")).values()) == sum(1 + i for i in range(50))
+        assert sum((await again.end_offsets("t")).values()) == total
+
+
+async def test_a_follower_sees_an_append_and_a_stop_at_once(tmp_path):
+    # A follow read is woken by this process's commits and by the log's stop; it polls
+    # only for other processes' records (here every 30 s), so it waited that long.
+    log = LocalLog(tmp_path, LocalLogConfig(poll_interval_s=30.0))
+    await log.start()
+    await log.create_topic("t", partitions=1)
+    seen: list[bytes] = []
+    first = asyncio.Event()
+
+    async def follow() -> None:
+        async for batch in log.read("t", follow=True):
+            seen.extend(r.value for r in batch)
+            first.set()
+
+    reading = asyncio.create_task(follow())
+    try:
+        await asyncio.sleep(0.2)  # the read has found nothing and waits
+        await log.append("t", OutgoingRecord(b"now"))
+        await asyncio.wait_for(first.wait(), 5)
+        assert seen == [b"now"]
+        await asyncio.sleep(0.2)
+        await log.stop()
+        with pytest.raises(LogClosed):
+            await asyncio.wait_for(reading, 5)
+    finally:
+        reading.cancel()
+        await log.stop()
 
 
 async def test_a_cancelled_stop_fails_the_appends_no_commit_took(tmp_path):
