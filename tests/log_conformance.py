@@ -252,6 +252,9 @@ class LogConformance:
                 except LogClosed as exc:
                     print("refused:", exc)
                 await asyncio.wait_for(log.stop(), 20)
+                # What the first loop's log held that no task owns is released too.
+                import threading
+                print("threads:", [t.name for t in threading.enumerate() if "laser" in t.name])
                 async with connect_log(url) as fresh:
                     records = [r.value async for b in fresh.read(topic) for r in b]
                     print("records:", records)
@@ -268,6 +271,7 @@ class LogConformance:
         assert done.returncode == 0, err.decode()[-2000:]
         assert "refused: this" in out.decode() and "another event loop" in out.decode()
         assert "records: [b'from the first loop']" in out.decode(), out.decode()
+        assert "threads: []" in out.decode(), out.decode()
 
     async def test_two_processes_append_at_once(self, log_url: str, topic_name: str):
         async with connect_log(log_url) as log:
