@@ -255,6 +255,22 @@ async def test_retention_is_counted_in_seconds(tmp_path):
         assert [r.value for r in await read_all(log, "t")] == [b"hour", b"at", b"new"]
 
 
+async def test_retention_drops_at_most_ten_thousand_records_a_partition_a_commit(tmp_path):
+    # Each commit drops what expired in the partitions it writes to, bounded so that one
+    # append never turns into a long cleanup (and a partition written to no more keeps
+    # its old records); the next appends go on where it stopped.
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=2, retention_s=60)
+        await log.append_batch("t", [OutgoingRecord(b"old", partition=0)] * 25_000)
+        await log.append("t", OutgoingRecord(b"other", partition=1))
+        clock.step(61 * SECOND)
+        for left in (15_001, 5_002, 3):
+            await log.append("t", OutgoingRecord(b"new", partition=0))
+            assert len(await read_all(log, "t", partitions=[0])) == left
+        assert [r.value for r in await read_all(log, "t", partitions=[1])] == [b"other"]
+
+
 async def test_a_folder_stops_when_cancelled_in_the_middle_of_appends(tmp_path):
     async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
         memory = laser.memory("notes")
