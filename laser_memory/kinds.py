@@ -46,13 +46,14 @@ class MemoryKind(enum.StrEnum):
 
     @classmethod
     def from_code(cls, code: int) -> MemoryKind:
-        try:
-            return _BY_CODE[code]
-        except KeyError:
+        # An int only: True was code 1 (fact), and a list a raw TypeError.
+        kind = _BY_CODE.get(code) if type(code) is int else None
+        if kind is None:
             raise UnknownKind(
                 f"unknown memory kind code {shown(code)}; known codes are "
                 f"{', '.join(f'{c} ({k.value})' for c, k in sorted(_BY_CODE.items()))}"
-            ) from None
+            )
+        return kind
 
 
 _CODES: dict[MemoryKind, int] = {

@@ -143,6 +143,12 @@ def test_kind_codes_and_classes():
     assert memory_kind_code("Fact") == 1
 
 
+@pytest.mark.parametrize("code", [99, 0, True, "1", 1.0, [1]])
+def test_a_kind_code_is_a_known_int(code):
+    with pytest.raises(UnknownKind, match="unknown memory kind code"):
+        MemoryKind.from_code(code)
+
+
 @pytest.mark.parametrize("bad", ["facts", "", None, 3])
 def test_unknown_kind_is_an_error_never_a_fact(bad):
     with pytest.raises(UnknownKind, match="unknown memory kind"):
