@@ -366,6 +366,11 @@ def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
             envelope = None
         if envelope is not None and envelope.v > SCHEMA_VERSION:
             raise _too_new(envelope.v) from exc
+        if not value:
+            # A Kafka tombstone (a null value) is read as empty: say so, not "truncated".
+            raise RecordDecodeError(
+                "not a memory record: its value is empty (a tombstone, or an empty message)"
+            ) from None
         raise RecordDecodeError(f"not a memory record: {exc}") from exc
     if record.v > SCHEMA_VERSION:
         raise _too_new(record.v)

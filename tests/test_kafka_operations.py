@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -151,6 +151,30 @@ async def test_a_topic_whose_batches_hold_no_record_is_refused(kafka_bootstrap):
         with pytest.raises(lm.RecordTooLarge, match="over the 3616 bytes"):
             await memory.remember("x" * 5000)
         assert [i.text for i in await memory.recall()] == ["a small fact"]
+
+
+async def test_a_tombstone_on_a_memory_topic_is_set_aside_as_empty(kafka_bootstrap):
+    """A null value another producer sent (a tombstone) is set aside, with its position
+    and a reason that says it is empty, by the in-process fold and by a replay."""
+    from folders.replay import replay
+
+    stream = f"s{os.urandom(5).hex()}"
+    async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
+        await laser.bootstrap(partitions=2)
+        memory = laser.memory("notes")
+        await memory.remember("kept")
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+        await producer.start()
+        try:
+            sent = await producer.send_and_wait(laser.memory_topic_name, value=None, key=b"k")
+        finally:
+            await producer.stop()
+        assert [i.text for i in await memory.recall(folded=True)] == ["kept"]
+        [aside] = memory.set_aside
+        assert (aside.position.partition, aside.position.offset) == (sent.partition, sent.offset)
+        assert "its value is empty" in aside.reason
+        errors = [r.error for r in await replay(laser.log, laser.memory_topic_name)]
+        assert [e for e in errors if e] == [aside.reason]
 
 
 async def test_a_read_that_ends_while_the_log_stops_leaves_no_consumer_open(kafka_bootstrap):

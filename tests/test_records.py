@@ -222,6 +222,13 @@ def test_bad_bytes_are_a_decode_error_with_a_reason(raw: bytes):
     assert str(info.value)
 
 
+def test_an_empty_value_says_it_is_empty():
+    # A Kafka tombstone (a null value) reaches a fold as an empty value: its set-aside
+    # reason read "Input data was truncated".
+    with pytest.raises(RecordDecodeError, match="its value is empty"):
+        decode_record(b"")
+
+
 def test_bad_version_header_is_a_decode_error():
     with pytest.raises(RecordDecodeError, match="lm-v"):
         decode_record(b"", (("lm-v", b"one"),))
