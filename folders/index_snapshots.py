@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import mmap
 import os
+import re
 import stat
 import threading
 import time
@@ -60,6 +61,12 @@ __all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots", "Read"]
 SNAPSHOTS_FROM = 1_000
 
 _FORMAT = 2
+
+# The names of the files this module writes (a read's index, array and lock files, and
+# their temporary names): the only ones it ever removes. ``<view>/search/`` may be a
+# folder of the user's own (a view made in a folder that had one), and a rebuild removed
+# every file in it.
+_OURS = re.compile(r"[0-9a-f]{32}(\.idx|-[0-9a-f]{16}\.arrays|\.lock)(\.\d+\.\d+\.tmp)?")
 
 #: How long a save waits for another process's save of the same read (a million-item
 #: snapshot writes about 2 GB) before it gives up and leaves its own unsaved.
@@ -277,6 +284,7 @@ class IndexSnapshots:
                     other.startswith(f"{name}-")
                     and other != arrays_name
                     and not other.endswith(".tmp")
+                    and _OURS.fullmatch(other)
                 ):
                     try:
                         os.unlink(os.path.join(self.path, other))
@@ -325,6 +333,8 @@ class IndexSnapshots:
         kept = []
         for name in names:
             if name.endswith(".lock"):  # a saver may hold it: the file must stay the one locked
+                continue
+            if not _OURS.fullmatch(name):  # never ours to remove
                 continue
             try:
                 os.unlink(os.path.join(self.path, name))

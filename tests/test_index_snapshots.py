@@ -606,6 +606,26 @@ def test_a_save_gives_up_on_a_lock_another_process_keeps(tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "search") == [lock]  # a saver may hold it
 
 
+def test_removing_the_snapshots_removes_only_files_snapshots_make(tmp_path):
+    # A view made in a folder of the user's that had a `search/` of its own: a rebuild
+    # removed every file in it, the user's with ours.
+    search = tmp_path / "search"
+    search.mkdir()
+    theirs = ["notes.txt", "0123456789abcdef0123456789abcdef", "report.idx", "x-1.arrays"]
+    for name in theirs:
+        (search / name).write_text("the user's own")
+    snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
+    assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
+    assert snapshots.save(READ, b"e", 2, _small_index("beta"))  # its older arrays go
+    ours = set(os.listdir(search)) - set(theirs)
+    assert {name.rsplit(".", 1)[1] for name in ours} == {"idx", "arrays", "lock"}
+    assert len(ours) == 3
+    assert snapshots.remove_all() == []
+    locks = [name for name in ours if name.endswith(".lock")]  # a saver may hold one
+    assert sorted(os.listdir(search)) == sorted([*theirs, *locks])
+    assert all((search / name).read_text() == "the user's own" for name in theirs)
+
+
 async def test_prepare_search_saves_the_index_the_next_reader_loads(tmp_path: Path, built):
     """`prepare_search` makes and saves the index of the reads it is given, so that a
     later reading process's first text recalls of them build nothing and answer as a
