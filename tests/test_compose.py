@@ -287,3 +287,22 @@ def test_processes_of_two_pid_namespaces_cannot_share_a_folder_and_are_told_why(
         first.wait()
         assert first.stdout is not None
         first.stdout.close()
+
+
+@pytest.mark.parametrize("data", ["a folder of the user's", "a file", "--fresh"])
+def test_kafka_local_never_replaces_a_data_folder_that_is_not_a_brokers(tmp_path: Path, data):
+    # `start --dir DIR` put a new broker's storage in DIR/data with rm -rf: a DIR of the
+    # user's (their home, say) lost its own data folder, --fresh or not.
+    from kafka_broker import kafka_local
+
+    if data == "a file":
+        (tmp_path / "data").write_text("the user's own")
+    else:
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "notes.txt").write_text("the user's own")
+    done = kafka_local("start", "--dir", str(tmp_path), *(["--fresh"] if data == "--fresh" else []))
+    assert done.returncode != 0
+    assert "is no broker's storage" in done.stderr
+    kept = tmp_path / "data" if data == "a file" else tmp_path / "data" / "notes.txt"
+    assert kept.read_text() == "the user's own"
+    assert not (tmp_path / "pid").exists()
