@@ -57,5 +57,7 @@ LOCOMO ?= ../shared/data/locomo-dev
 locomo: $(VENV)/.model
 	$(BIN)/python -m benchmarks.recall_quality $(LOCOMO)
 
+## Build and test leftovers only: never ./laser-data, the default embedded log, which
+## holds whatever was remembered there (the demo writes to a temporary folder).
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis laser-data
+	rm -rf $(VENV) .pytest_cache .hypothesis
