@@ -306,3 +306,12 @@ def test_kafka_local_never_replaces_a_data_folder_that_is_not_a_brokers(tmp_path
     kept = tmp_path / "data" if data == "a file" else tmp_path / "data" / "notes.txt"
     assert kept.read_text() == "the user's own"
     assert not (tmp_path / "pid").exists()
+
+
+def test_make_clean_never_removes_the_default_log():
+    # ./laser-data is where the README's examples and the CLI's default URL keep what
+    # they remember: a clean of build leftovers removed it with them.
+    done = subprocess.run(
+        ["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert "rm -rf" in done.stdout and "laser-data" not in done.stdout
