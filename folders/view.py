@@ -525,9 +525,12 @@ _KIND_CODE_ORDER = tuple(sorted(kind.code for kind in MemoryKind))
 
 
 def view_path_of(path: object) -> str:
-    """A view's path as a str; `ConfigError` for anything that is no path, an empty
-    one (which would name the working directory) or one with a NUL byte."""
-    return folder_path(path, "a view path")
+    """A view's path as a str, with a leading ``~`` read as the home folder (as a
+    ``local://`` URL's is: a ``--view ~/view`` the shell left alone, from ``$LASER_VIEW``
+    say, made a folder named ``~`` in the working directory); `ConfigError` for anything
+    that is no path, an empty one (which would name the working directory) or one with a
+    NUL byte."""
+    return os.path.expanduser(folder_path(path, "a view path"))
 
 
 class MemoryView:

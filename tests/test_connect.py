@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -261,3 +262,19 @@ def test_the_logs_defaults_are_the_readmes():
     # for an append on either log; durable (see test_log_local).
     assert LocalLogConfig().map_size == 64 << 30
     assert LocalLogConfig().write_timeout_s == KafkaLogConfig("h:1").write_timeout_s == 30.0
+
+
+async def test_a_view_path_reads_a_leading_tilde_as_home_as_a_local_url_does(tmp_path, monkeypatch):
+    # `--view ~/view` left alone by the shell (from $LASER_VIEW, say) made a folder named
+    # `~` in the working directory, while `local://~/log` meant the home folder's.
+    from folders.service import ViewFolder
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    async with lm.connect("local://~/log") as laser:
+        await laser.memory("notes").remember("at home")
+        await ViewFolder(laser.log, laser.memory_topic_name, "~/view").run(until_caught_up=True)
+    assert sorted(os.listdir(tmp_path / "home")) == ["log", "view"]
+    assert not (tmp_path / "~").exists()
+    async with lm.connect("local://~/log", view="~/view") as reader:
+        assert [i.text for i in await reader.memory("notes").recall()] == ["at home"]
