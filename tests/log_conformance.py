@@ -680,6 +680,28 @@ class LogConformance:
         records = await asyncio.wait_for(read_all(log, topic_name, until={0: 5, 1: 3}), 20)
         assert [r.value for r in records] == [b"only"]
 
+    async def test_a_follow_read_with_until_waits_for_the_records_up_to_it_and_ends(
+        self, log: Log, topic_name: str
+    ):
+        # Following, a read ends once it has read up to `until`, however long the
+        # records take to come; without follow it ends at once at the end (above).
+        await log.create_topic(topic_name, partitions=2)
+        await log.append(topic_name, OutgoingRecord(b"first", partition=0))
+        got: list[bytes] = []
+
+        async def read() -> None:
+            async for batch in log.read(topic_name, follow=True, until={0: 2, 1: 1}):
+                got.extend(r.value for r in batch)
+
+        reading = asyncio.create_task(read())
+        await asyncio.sleep(0.3)
+        assert got == [b"first"] and not reading.done()  # waiting for the rest
+        await log.append(topic_name, OutgoingRecord(b"second", partition=0))
+        await log.append(topic_name, OutgoingRecord(b"other", partition=1))
+        await log.append(topic_name, OutgoingRecord(b"past until", partition=0))
+        await asyncio.wait_for(reading, 20)
+        assert sorted(got) == [b"first", b"other", b"second"]
+
     # -- appends batched by turn (AppendBatcher, what memory writes go through) ----------
 
     @pytest.mark.parametrize("at_once", [True, False])

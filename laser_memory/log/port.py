@@ -214,6 +214,7 @@ class Log(Protocol):
         ``start`` maps partitions to the first offset to read (others start at 0);
         ``partitions`` limits the read to those partitions (default: all). Without
         ``follow`` the read ends at ``until``, or at the end offsets taken when it
-        began; with ``follow`` it waits for new records until cancelled.
+        began, or sooner where records are gone; with ``follow`` it waits for new
+        records until cancelled, or, given ``until`` too, until it has read up to it.
         """
         ...
