@@ -173,6 +173,21 @@ async def test_two_logs_on_one_folder_in_one_process_share_the_environment(tmp_p
         assert (await again.end_offsets("t")) == {0: 1}
 
 
+async def test_deleting_a_topic_frees_its_records(tmp_path):
+    # A topic's number is never given again, so records a delete left behind could never
+    # be read, and would hold their space for good.
+    async with LocalLog(tmp_path) as log:
+        await log.create_topic("kept", partitions=1)
+        await log.append("kept", OutgoingRecord(b"stays"))
+        await log.create_topic("t", partitions=3)
+        await log.append_batch("t", [OutgoingRecord(b"%d" % i) for i in range(3_000)])
+        await log.delete_topic("t")
+        with log._env.begin() as txn:
+            assert txn.stat(log._dbs["records"])["entries"] == 1
+            assert txn.stat(log._dbs["heads"])["entries"] == 1
+        assert [r.value for r in await read_all(log, "kept")] == [b"stays"]
+
+
 async def test_a_read_across_a_missing_record_keeps_each_offset(tmp_path):
     # Reads take a partition's records as one run of offsets; a log damaged outside
     # this code (a record gone from the middle) must still read true offsets.
