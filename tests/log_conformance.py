@@ -790,11 +790,18 @@ class LogConformance:
             return_exceptions=True,
         )
         assert [type(r) for r in results] == [UnknownTopic] * 3
+        # The topic and the list are checked at the call, before anything is batched
+        # (not when awaited: nothing is returned to await).
         with pytest.raises(InvalidName, match="topic name is a str"):
-            await batcher.append_batch(["t"], [OutgoingRecord(b"x")])
+            batcher.append_batch(["t"], [OutgoingRecord(b"x")])
+        with pytest.raises(InvalidName, match="not a valid topic name"):
+            batcher.append_batch("", [OutgoingRecord(b"x")])
         with pytest.raises(InvalidRecord, match="list of OutgoingRecord"):
-            await batcher.append_batch(topic_name, None)
+            batcher.append_batch(topic_name, None)
         assert await batcher.append_batch(topic_name, []) == []
+        await log.create_topic(topic_name, partitions=1)
+        [receipt] = await batcher.append_batch(topic_name, (OutgoingRecord(b"a tuple"),))
+        assert receipt.offset == 0
 
     @pytest.mark.parametrize("at_once", [True, False])
     async def test_drain_waits_for_the_batches_under_way(
