@@ -134,6 +134,8 @@ class LogConformance:
             assert len({r.partition for r in batch}) == 1
             small.extend(batch)
         assert len(small) == 20
+        ones = [batch async for batch in log.read(topic_name, max_batch=1)]
+        assert [len(batch) for batch in ones] == [1] * 20
 
     async def test_batch_receipts_match_what_is_read(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=3)

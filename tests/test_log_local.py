@@ -15,7 +15,7 @@ import threading
 import pytest
 
 import laser_memory as lm
-from laser_memory.errors import LogClosed, WriteTimeout
+from laser_memory.errors import InvalidInput, LogClosed, WriteTimeout
 from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord
 from log_conformance import LogConformance, read_all
 
@@ -171,6 +171,16 @@ async def test_two_logs_on_one_folder_in_one_process_share_the_environment(tmp_p
         assert (await first.end_offsets("t")) == {0: 1}
     async with LocalLog(tmp_path) as again:
         assert (await again.end_offsets("t")) == {0: 1}
+
+
+async def test_a_topic_takes_up_to_ten_thousand_partitions(tmp_path):
+    async with LocalLog(tmp_path) as log:
+        with pytest.raises(InvalidInput, match="10001 partitions is more than the 10000"):
+            await log.create_topic("t", partitions=10_001)
+        info = await log.create_topic("t", partitions=10_000)
+        assert info.partitions == 10_000
+        [receipt] = await log.append_batch("t", [OutgoingRecord(b"last", partition=9_999)])
+        assert (receipt.partition, receipt.offset) == (9_999, 0)
 
 
 async def test_deleting_a_topic_frees_its_records(tmp_path):
