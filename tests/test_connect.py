@@ -278,3 +278,21 @@ async def test_a_view_path_reads_a_leading_tilde_as_home_as_a_local_url_does(tmp
     assert not (tmp_path / "~").exists()
     async with lm.connect("local://~/log", view="~/view") as reader:
         assert [i.text for i in await reader.memory("notes").recall()] == ["at home"]
+
+
+def test_config_fields_take_their_boundaries_and_none_only_where_it_means_no_limit():
+    # The edges each kind of field takes: 1 for a count, 0 for seconds that may be 0,
+    # None only where it means "no limit"; each could move unseen.
+    assert LocalLogConfig(max_group_records=1).max_group_records == 1
+    assert LocalLogConfig(write_timeout_s=None).write_timeout_s is None
+    assert KafkaLogConfig("h:1", linger_s=0, fetch_wait_s=0).linger_s == 0
+    assert KafkaLogConfig("h:1", write_timeout_s=None).write_timeout_s is None
+    for make in (
+        lambda: LocalLogConfig(poll_interval_s=None),
+        lambda: KafkaLogConfig("h:1", linger_s=None),
+        lambda: KafkaLogConfig("h:1", request_timeout_s=None),
+        lambda: LocalLogConfig(max_group_records=None),
+        lambda: KafkaLogConfig("h:1", linger_s=-0.001),
+    ):
+        with pytest.raises(lm.ConfigError):
+            make()
