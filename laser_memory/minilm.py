@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .embedding import check_texts
-from .errors import InvalidInput
+from .errors import InvalidInput, shown
 
 __all__ = ["MiniLMEmbedder", "default_model_dir"]
 
@@ -47,6 +47,16 @@ def default_model_dir() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+#: The weights every embedding reads first (a layer's are checked as the model runs).
+_REQUIRED_WEIGHTS = (
+    "embeddings.word_embeddings.weight",
+    "embeddings.position_embeddings.weight",
+    "embeddings.token_type_embeddings.weight",
+    "embeddings.LayerNorm.weight",
+    "embeddings.LayerNorm.bias",
+)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -87,28 +97,49 @@ class MiniLMEmbedder:
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise InvalidInput(f"MiniLMEmbedder needs {exc.name}: {_INSTALL_HINT}") from None
+        if model_dir is not None and (
+            not isinstance(model_dir, str | os.PathLike) or not os.fspath(model_dir)
+        ):
+            # An empty one named the working directory.
+            raise InvalidInput(f"model_dir is the model's folder, got {shown(model_dir)}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInput(f"batch_size is a whole number from 1, got {shown(batch_size)}")
         folder = Path(model_dir) if model_dir is not None else default_model_dir()
         if folder is None or not (folder / "model.safetensors").is_file():
             raise InvalidInput(f"no all-MiniLM-L6-v2 model found at {folder}: {_INSTALL_HINT}")
-        config = (
-            json.loads((folder / "config.json").read_text())
-            if (folder / "config.json").is_file()
-            else {}
-        )
-        self._heads = int(config.get("num_attention_heads", 12))
-        self._layers = int(config.get("num_hidden_layers", 6))
-        self._eps = float(config.get("layer_norm_eps", 1e-12))
+        try:
+            config = (
+                json.loads((folder / "config.json").read_text())
+                if (folder / "config.json").is_file()
+                else {}
+            )
+            self._heads = int(config.get("num_attention_heads", 12))
+            self._layers = int(config.get("num_hidden_layers", 6))
+            self._eps = float(config.get("layer_norm_eps", 1e-12))
+            weights = load_file(str(folder / "model.safetensors"))
+            tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as exc:  # a damaged file: whatever json, safetensors or tokenizers raise
+            raise InvalidInput(
+                f"the all-MiniLM-L6-v2 model at {folder} could not be loaded "
+                f"({type(exc).__name__}: {exc}); a file of it is damaged or of another "
+                f"model: {_INSTALL_HINT}"
+            ) from None
         self._batch_size = batch_size
-        weights = load_file(str(folder / "model.safetensors"))
         # Checkpoints differ in whether names carry the "bert." prefix.
         self._w = {
             name.removeprefix("bert."): value.astype(np.float32) for name, value in weights.items()
         }
+        missing = [name for name in _REQUIRED_WEIGHTS if name not in self._w]
+        if missing:
+            # Found only by the first embedding, as a raw KeyError.
+            raise InvalidInput(
+                f"the model at {folder} has no {', '.join(missing[:3])} weights: it is no "
+                f"all-MiniLM-L6-v2: {_INSTALL_HINT}"
+            )
         # Linear layers keep their weights transposed and contiguous: one BLAS gemm each.
         for name, value in self._w.items():
             if name.startswith("encoder.") and value.ndim == 2:
                 self._w[name] = np.ascontiguousarray(self._w[name].T)
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         tokenizer.no_padding()
         tokenizer.enable_truncation(self.max_tokens)
         self._tokenizer = tokenizer

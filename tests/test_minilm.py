@@ -53,6 +53,46 @@ def test_texts_the_model_cannot_embed_are_refused(minilm: MiniLMEmbedder, texts,
         minilm.embed_many(texts)
 
 
+@pytest.mark.parametrize("damaged", ["tokenizer.json", "config.json", "model.safetensors"])
+def test_a_damaged_model_file_is_a_clear_error_when_made(tmp_path: Path, damaged: str):
+    # Each raised what its reader raises (json's, tokenizers' or safetensors' own error).
+    import shutil
+
+    from laser_memory.minilm import default_model_dir
+
+    source = default_model_dir()
+    assert source is not None
+    for name in ("tokenizer.json", "config.json", "model.safetensors"):
+        if (source / name).is_file():
+            shutil.copy(source / name, tmp_path / name)
+    (tmp_path / damaged).write_text("{not json")
+    with pytest.raises(lm.InvalidInput, match=r"could not be loaded .* damaged"):
+        MiniLMEmbedder(tmp_path)
+
+
+def test_a_model_without_the_weights_it_reads_is_refused_when_made(tmp_path: Path):
+    # Found only by the first embedding, as a raw KeyError.
+    from safetensors.numpy import save_file
+
+    from laser_memory.minilm import default_model_dir
+
+    weights = {"unrelated.weight": np.zeros((2, 2), dtype=np.float32)}
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    source = default_model_dir()
+    assert source is not None
+    (tmp_path / "tokenizer.json").write_bytes((source / "tokenizer.json").read_bytes())
+    with pytest.raises(lm.InvalidInput, match=r"has no embeddings\.word_embeddings\.weight"):
+        MiniLMEmbedder(tmp_path)
+
+
+@pytest.mark.parametrize(("model_dir", "batch_size"), [(5, 32), ("", 32), (None, 0), (None, True)])
+def test_settings_of_the_wrong_kind_are_refused_when_made(model_dir, batch_size):
+    # An empty folder named the working directory; a batch size of 0 failed at the first
+    # embedding with a raw ValueError.
+    with pytest.raises(lm.InvalidInput, match=r"model_dir|batch_size"):
+        MiniLMEmbedder(model_dir, batch_size=batch_size)
+
+
 def test_a_folder_without_the_model_is_a_clear_error(tmp_path: Path):
     with pytest.raises(lm.InvalidInput, match="no all-MiniLM-L6-v2 model found"):
         MiniLMEmbedder(tmp_path)
