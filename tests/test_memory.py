@@ -1286,3 +1286,22 @@ async def test_a_cancelled_remember_many_lands_whole_or_not_at_all_on_the_embedd
         assert all(count == 40 for count in landed.values()), landed
         # A cancel too late to stop the write was met: its batch landed, whole.
         assert cancelled & landed.keys()
+
+
+async def test_writes_made_before_a_stop_are_written_before_the_log_stops(
+    any_log_url: str, stream_name: str
+):
+    # A connection's writes go to the log in batches a turn later (on Kafka, all of
+    # them): a stop that stopped the log first failed the batch still waiting with
+    # LogClosed, writes the callers had made before it.
+    laser = lm.connect(any_log_url, stream=stream_name)
+    await laser.start()
+    await laser.bootstrap(partitions=2)
+    memory = laser.memory("notes")
+    writes = [asyncio.ensure_future(memory.remember(f"fact {i}")) for i in range(50)]
+    await asyncio.sleep(0)  # each has begun: made before the stop
+    await laser.stop()
+    ids = await asyncio.gather(*writes)
+    assert len(set(ids)) == 50
+    async with lm.connect(any_log_url, stream=stream_name) as again:
+        assert len(await again.memory("notes").recall(limit=100)) == 50
