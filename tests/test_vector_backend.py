@@ -58,6 +58,20 @@ async def test_vector_backend_needs_an_embedder(laser: lm.Laser):
     assert (await laser.memory_with("runbooks")).namespace == laser.memory("runbooks").namespace
 
 
+async def test_a_vector_backend_refused_makes_no_private_log(tmp_path, monkeypatch):
+    # An embedder that is none was found only after the private log was made and
+    # started, which then lived, unused, as long as the connection.
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
+        for bad in (object(), "minilm"):
+            with pytest.raises(lm.InvalidInput, match="embedder"):
+                await laser.memory_with("runbooks", "vector", embedder=bad)
+        assert os.listdir(tmp_path / "temp") == []
+
+
 async def test_vector_backend_keeps_the_connections_tenant_principal_and_governor(tmp_path):
     """The scratch memory of a connection bound to acme took writes and reads of any
     tenant; a principal's missing grants and the governor's refusals were never asked.
