@@ -423,6 +423,19 @@ async def test_memory_topic_and_memory_on_topic(laser: lm.Laser):
     for bad in (np.array(["a", "b"]), "a\x00b", 5):
         with pytest.raises(lm.InvalidName):
             laser.memory_on_topic(topic, bad)
+    # A topic no topic may have is refused with the handle, not at its first write.
+    for bad_topic in ("a b", "", f"__{topic}"):
+        with pytest.raises(lm.InvalidName, match="not a valid topic name"):
+            laser.memory_on_topic(bad_topic)
+
+
+async def test_bootstrap_makes_four_partitions_unless_told(any_log_url: str, stream_name: str):
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        infos = await laser.bootstrap()
+        assert [(i.name, i.partitions, i.retention_s) for i in infos] == [
+            (f"{stream_name}.agent.memory", 4, None),
+            (f"{stream_name}.agent.sessions", 4, None),
+        ]
 
 
 async def test_each_id_remember_many_returns_carries_its_own_records_receipt(
