@@ -286,6 +286,8 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
         ({"consolidate_every": 0, "consolidator": Compact()}, "positive"),
         ({"consolidate_every": -1.0, "consolidator": Compact()}, "positive"),
         ({"consolidate_every_ms": 0, "consolidator": Compact()}, "positive"),
+        ({"consolidate_every_ms": 1.5, "consolidator": Compact()}, "whole number of milli"),
+        ({"consolidate_every_ms": True, "consolidator": Compact()}, "whole number of milli"),
         # Past float's range: a raw OverflowError before.
         ({"consolidate_every": 10**400, "consolidator": Compact()}, "finite"),
         ({"consolidate_every": float("inf"), "consolidator": Compact()}, "finite"),
@@ -305,6 +307,22 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
         await laser.spawn_agent("", AgentTopic.SESSIONS, print)
     with pytest.raises(lm.InvalidInput):
         await laser.send_to_agent("triage", "")
+
+
+async def test_an_agent_on_a_stream_not_bootstrapped(any_log_url: str, stream_name: str):
+    # The embedded log makes the sessions topic on first use, as it does the memory
+    # topic; on Kafka topics come from bootstrap, and the error says so.
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        if any_log_url.startswith("kafka://"):
+            with pytest.raises(lm.UnknownTopic, match=r"run laser\.bootstrap\(\)"):
+                await laser.spawn_agent("triage", AgentTopic.SESSIONS, print)
+            return
+        agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, print)
+        try:
+            info = await laser.log.describe_topic(f"{stream_name}.agent.sessions")
+            assert info.partitions == laser.config.default_partitions
+        finally:
+            await agent.stop()
 
 
 async def test_an_agent_started_again_after_stop_listens_anew(laser: lm.Laser):
