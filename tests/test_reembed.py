@@ -175,10 +175,29 @@ def test_reembed_from_the_command_line(tmp_path: Path):
     assert result.exit_code != 0 and "--embedder" in result.output
 
 
-@pytest.mark.parametrize("batch_size", [0, True, "2"])
+@pytest.mark.parametrize("batch_size", [0, True, "2", 4097])
 async def test_reembed_checks_its_arguments(laser: lm.Laser, batch_size):
     with pytest.raises(lm.InvalidInput, match="batch_size"):
         await laser.memory("notes").reembed(WordHashEmbedder(), batch_size=batch_size)
+
+
+async def test_reembed_takes_batches_from_1_to_4096_and_an_embedder_only(tmp_path):
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        memory = laser.memory("notes")
+        assert await memory.reembed(WordHashEmbedder()) == 0  # no topic yet: nothing
+        await memory.remember_many(["one", "two", "three"])
+        for bad in (None, "word-hash", object()):
+            with pytest.raises(lm.InvalidInput, match="embedder"):
+                await memory.reembed(bad)  # type: ignore[arg-type]
+        seen: list[tuple[int, int]] = []
+        assert (
+            await memory.reembed(
+                WordHashEmbedder(), batch_size=1, progress=lambda *a: seen.append(a)
+            )
+            == 3
+        )
+        assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)]
+        assert await memory.reembed(WordHashEmbedder(), batch_size=4096) == 0  # all have one
 
 
 async def test_reembed_refuses_a_progress_it_cannot_call(laser: lm.Laser):

@@ -129,3 +129,26 @@ async def test_a_reranked_recall_refuses_what_recall_refuses(tmp_path, arguments
         await memory.remember_many(BODIES)
         with pytest.raises(lm.InvalidInput, match=says):
             await memory.reranker(ShortestFirst()).recall(**arguments)
+
+
+async def test_a_reranked_recall_keeps_recalls_limits(tmp_path):
+    # With text the limit was checked by no one (a limit of -1 dropped the last item),
+    # a limit of 0 still called the reranker, and the defaults are recall's.
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([f"keys rotate, note {i}" for i in range(60)])
+        calls: list[int] = []
+
+        def counting(query, texts):
+            calls.append(len(texts))
+            return [0.0] * len(texts)
+
+        reranked = memory.reranker(counting)
+        for limit in (-1, 1001, True):
+            with pytest.raises(lm.InvalidInput, match="limit"):
+                await reranked.recall(text="keys", limit=limit)
+        assert await reranked.recall(text="keys", limit=0) == [] and calls == []
+        assert len(await reranked.recall(text="keys")) == 50  # recall's default
+        assert calls == [50]  # the best 50 (depth's default), reranked
+        assert len(await memory.reranker(counting, depth=1).recall(text="keys", limit=3)) == 3
+        assert calls[-1] == 1
