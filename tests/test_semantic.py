@@ -70,6 +70,28 @@ def test_the_word_hash_embedder_refuses_what_is_no_list_of_texts(texts, says):
         lm.WordHashEmbedder().embed_many(texts)
 
 
+def test_the_word_hash_embedder_reads_a_str_subclass_as_its_text():
+    class Loud(str):
+        def lower(self):
+            raise RuntimeError("asked")
+
+    assert lm.WordHashEmbedder().embed_many([Loud("rotate keys")]) == (
+        lm.WordHashEmbedder().embed_many(["rotate keys"])
+    )
+
+
+def test_an_embedders_label_is_at_most_255_bytes():
+    from laser_memory.embedding import validate_embedder
+
+    class Labelled(lm.WordHashEmbedder):
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+    assert validate_embedder(Labelled("p/" + "m" * 253)).label == "p/" + "m" * 253
+    with pytest.raises(lm.InvalidInput, match="at most 255 bytes"):
+        validate_embedder(Labelled("p/" + "m" * 254))
+
+
 @pytest.mark.parametrize("strategy", ["semantic", "hybrid", "keyword", "auto"])
 async def test_a_query_that_is_no_valid_unicode_is_refused(embedded: lm.Laser, strategy):
     # With a model it failed as the embedder's fault (EmbeddingFailed from the
