@@ -498,3 +498,11 @@ def test_fusion_and_context_blocks_take_tuples_of_items():
         item(2).id,
     ]
     assert lm.to_context_block((item(1),)) == "- [fact] item 1"
+
+
+@pytest.mark.parametrize("strategy", [5, None, b"recent", ["recent"], "Recent", ""])
+def test_a_strategy_is_one_of_the_five_names(strategy):
+    # Read as a str subclass's text before checking: anything but text raised a raw
+    # TypeError from that reading, when the check was written the other way round.
+    with pytest.raises(lm.InvalidInput, match="unknown recall strategy"):
+        rank([item(1)], strategy=strategy)
