@@ -125,15 +125,24 @@ def check_settings(
             raise ConfigError(f"{kind}.{name} is True or False, got {shown(value)}")
 
 
+#: Topic names found valid (plain str only: a subclass could claim to equal one), so an
+#: append checked by a batcher and then by its log matches the pattern once, not twice.
+_VALID_TOPICS: set[str] = set()
+_MAX_VALID_TOPICS = 4096
+
+
 def check_topic_name(topic: object) -> None:
     """Refuse a topic that is no valid name before it meets a lookup or a name's encoding:
     an empty name, or one LMDB cannot take as a key or UTF-8 cannot encode, raised a raw
     or misleading error there, and in an append failed the whole group commit, every
     other writer's appends with it."""
-    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in {".", ".."}:
-        if not isinstance(topic, str):
-            raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {shown(topic)}")
-        validate_topic(topic)
+    if type(topic) is str and topic in _VALID_TOPICS:
+        return
+    if not isinstance(topic, str):
+        raise InvalidName(f"a topic name is a str (such as 'memory.prod'), got {shown(topic)}")
+    validate_topic(topic)
+    if type(topic) is str and len(_VALID_TOPICS) < _MAX_VALID_TOPICS:
+        _VALID_TOPICS.add(topic)
 
 
 #: The longest retention, in seconds: Kafka's ``retention.ms`` is a signed 64-bit count.
