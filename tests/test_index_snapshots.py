@@ -13,6 +13,7 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import folders.index_snapshots as index_snapshots
@@ -836,6 +837,61 @@ async def test_a_reader_passes_over_a_snapshot_planted_as_a_link_or_a_pipe(tmp_p
     reasons = "\n".join(errors)
     assert f"snapshot {indexes[0]} unreadable" in reasons, reasons
     assert f"{other} is not a regular file" in reasons, reasons
+
+
+async def test_a_snapshot_damaged_in_place_is_passed_over(tmp_path: Path):
+    """A snapshot whose bytes were changed in place (the disk's bit rot, a stray write)
+    looks whole: nothing of its files' shape tells. Each array damaged in turn, and the
+    index file's change number, the reader passes the snapshot over and answers as a
+    full build would. Before the checksum a damaged vector or weight changed answers, a
+    damaged posting generation failed the recall with a raw IndexError, and a change
+    number moved ahead skipped the changes made after the snapshot."""
+    view = tmp_path / "view"
+    entries = [
+        {"body": f"signing keys for node-{i} rotate {'weekly' if i % 3 else 'daily'}",
+         "conversation": f"c{i % 2}"}
+        for i in range(30)
+    ]  # fmt: skip
+    async with folded(tmp_path, entries) as (laser, memory):
+        url = laser.log.url
+        await answers(url, view, ALWAYS)
+        # Changes after the snapshots, which a reader catches up on from the view.
+        await memory.forget((await memory.recall(text="node-4", strategy="keyword"))[0].id)
+        await memory.remember("signing keys for node-99 rotate hourly", conversation="c1")
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        want = await answers(url, view, NEVER)
+    search = view / "search"
+    pristine = {name: (search / name).read_bytes() for name in os.listdir(search)}
+    snapshots = IndexSnapshots(str(view))
+    # The namespace's read with vectors (the keyword-only reads have none).
+    [read] = [r for r in snapshots.reads() if r[2] is None and r[3] is not None]
+    index_name = os.path.basename(snapshots.file_of(read))
+    saved = index_snapshots._decoder.decode(pristine[index_name])
+
+    def damaged(name: str, data: bytes) -> None:
+        for other, pristine_data in pristine.items():
+            (search / other).write_bytes(pristine_data)
+        (search / name).write_bytes(data)
+
+    assert {"ids", "_generation", "_weight", "posting_generations"} <= {
+        at.name for at in saved.layout
+    }
+    cases = []
+    for at in saved.layout:
+        if 0 in at.shape:
+            continue
+        data = bytearray(pristine[saved.arrays])
+        data[at.offset : at.offset + 8] = bytes(255 - b for b in data[at.offset : at.offset + 8])
+        cases.append((at.name, saved.arrays, bytes(data)))
+    ahead = msgspec.structs.replace(saved, seq=saved.seq + 2)
+    cases.append(("seq", index_name, index_snapshots._encoder.encode(ahead)))
+    # Readers that load snapshots but save none, so the damaged files stay.
+    reader = lm.MemoryConfig(index_snapshots_from=10**9)
+    for what, name, data in cases:
+        damaged(name, data)
+        got, errors = await answers_and_errors(url, view, reader)
+        assert got == want, what
+        assert any("checksum does not match" in error for error in errors), (what, errors)
 
 
 def test_a_save_never_writes_through_a_link_planted_at_its_temporary_name(tmp_path: Path):
