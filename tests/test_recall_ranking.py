@@ -500,6 +500,20 @@ def test_fusion_and_context_blocks_take_tuples_of_items():
     assert lm.to_context_block((item(1),)) == "- [fact] item 1"
 
 
+def test_a_strategy_given_as_a_str_subclass_is_read_as_its_text():
+    # Its own equality and hash are never asked: the name it holds picks the strategy.
+    class Hostile(str):
+        def __eq__(self, other):
+            raise RuntimeError("asked")
+
+        __hash__ = str.__hash__
+
+    items = [item(1, body="the signing keys"), item(2, body="lunch at noon")]
+    # By keyword the older item answers; the newest first would be the other.
+    [found] = rank(items, strategy=Hostile("keyword"), text="signing keys", limit=1)
+    assert found.id == item(1).id
+
+
 @pytest.mark.parametrize("strategy", [5, None, b"recent", ["recent"], "Recent", ""])
 def test_a_strategy_is_one_of_the_five_names(strategy):
     # Read as a str subclass's text before checking: anything but text raised a raw
