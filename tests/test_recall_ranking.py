@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 
+import msgspec
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -125,12 +127,41 @@ def test_context_block_keeps_the_first_item_and_marks_the_rest():
     assert estimate_tokens("abcde") == 2 and estimate_tokens("") == 0 and estimate_tokens("é") == 1
     with pytest.raises(lm.InvalidInput):
         lm.to_context_block(items, token_budget=-1)
+    # A budget of 0 is a budget: the first item only, the rest marked.
+    assert lm.to_context_block(items, token_budget=0).splitlines() == [
+        f"- [fact] {'x' * 100}",
+        "[... 2 more recalled item(s) omitted ...]",
+    ]
+
+
+def test_vectors_of_another_embedder_are_passed_over_whatever_their_length():
+    # A namespace may hold items embedded by an older model with other dimensions: a
+    # recall by this model's vectors ranks its own and passes the others over; only its
+    # own label with a length that does not fit is an error.
+    def vector(*values: float) -> bytes:
+        return np.asarray(values, dtype=np.float32).tobytes()
+
+    ours_far = msgspec.structs.replace(item(1), embedding=vector(0, 1), embedder="new")
+    ours_near = msgspec.structs.replace(item(2), embedding=vector(1, 0), embedder="new")
+    older = msgspec.structs.replace(item(3), embedding=vector(1, 0, 0, 0), embedder="old")
+    query = np.asarray([1.0, 0.0], dtype=np.float32)
+    for strategy in ("semantic", "hybrid", "auto"):
+        found = rank(
+            [ours_far, ours_near, older],
+            strategy=strategy,
+            text="nothing in common",
+            query_vector=query,
+            embedder="new",
+        )
+        assert found[0].id == ours_near.id, strategy
+    wrong = msgspec.structs.replace(item(4), embedding=vector(1, 0, 0), embedder="new")
+    with pytest.raises(lm.LaserError, match="dimensions"):
+        rank([ours_near, wrong], strategy="semantic", text="x", query_vector=query, embedder="new")
 
 
 def _plain_columns(time, partition, allowed, *, keyword=None, weight=None):
     """Columns of rows with no vectors or neighbours, every row alive, at distinct
     positions (offsets in row order: no full ties)."""
-    import numpy as np
 
     from laser_memory.text_ranking import Columns
 
@@ -166,7 +197,6 @@ def test_newest_and_feedback_orders_match_the_general_order(rows, limit):
     """The feedback-ranked and newest-first orders take shortcuts (weighted rows apart,
     zero weights by time alone); they must pick exactly what the general order picks:
     highest weight first, then newest by (time, partition, offset)."""
-    import numpy as np
 
     from laser_memory.text_ranking import _by_feedback, _newest, _order
 
@@ -207,7 +237,6 @@ def test_a_chosen_rows_rank_is_its_place_in_a_plain_sort(rows, data):
     """The rank a signal reports (`_ranks_of`, which reads only the rows at or above the
     lowest chosen score) is the row's place among the masked rows sorted by score, then
     newest first by (time, partition, offset)."""
-    import numpy as np
 
     from laser_memory.text_ranking import _ranks_of
 
@@ -225,7 +254,6 @@ def test_a_chosen_rows_rank_is_its_place_in_a_plain_sort(rows, data):
 
 def _many_values(seed: int, size: int, shape: str):
     """``size`` scores shaped to trouble a cut made from blocks' maxima."""
-    import numpy as np
 
     rng = np.random.default_rng(seed)
     if shape == "few values":  # ties across and within blocks
@@ -260,7 +288,6 @@ def test_the_kth_largest_of_many_scores_is_the_partitions(seed, size, shape, k):
     """A search's cut (`_kth_largest`, which partitions only the scores at or above the
     blocks' k-th largest maximum when there are many) is the value a partition of every
     score gives, whatever the scores: ties, the best in one block or the tail, NaN."""
-    import numpy as np
 
     from laser_memory.text_ranking import _kth_largest
 
@@ -279,7 +306,6 @@ def test_the_kth_largest_of_many_scores_is_the_partitions(seed, size, shape, k):
 def test_many_rows_are_chosen_as_a_plain_sort_chooses(seed, size, shape, limit):
     """Over many rows (where the cut comes from blocks' maxima) the best rows, ties newest
     first, and the newest rows, are those of a plain sort."""
-    import numpy as np
 
     from laser_memory.text_ranking import _newest, _order
 
@@ -365,7 +391,6 @@ def test_text_ranking_is_the_readmes_formula(rows, hybrid, with_semantic, min_si
     scores rows as the README's formula says, checked against a row-by-row reading of it:
     the keyword and meaning halves weigh the same, neighbours add 0.3 of theirs, feedback
     0.1 x tanh(weight), ties go to the newest."""
-    import numpy as np
 
     from laser_memory.text_ranking import Columns, rank_by_text
 
@@ -417,8 +442,6 @@ def test_text_ranking_is_the_readmes_formula(rows, hybrid, with_semantic, min_si
 def test_recent_ignores_a_query_vector_and_text():
     """`rank` with ``strategy="recent"`` is newest first whatever text or vector comes
     with it: only ``semantic`` ranks by a vector alone."""
-    import msgspec
-    import numpy as np
 
     vector = np.ones(4, dtype="<f4").tobytes()
     items = [
