@@ -14,7 +14,7 @@ import msgspec
 
 from laser_memory.access import resolve_tenant
 from laser_memory.errors import InvalidInput, shown
-from laser_memory.ids import MemoryId
+from laser_memory.ids import MemoryId, validate_name
 from laser_memory.inputs import aware_millis, receipt_fields
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
@@ -87,6 +87,32 @@ def to_millis(moment: dt.datetime | int | float) -> int:
     return int(millis)
 
 
+def _tenant_or_none(tenant: object) -> str | None:
+    return None if tenant is None else validate_name(tenant, "tenant", allow_empty=True)
+
+
+def _millis_or_none(millis: object, name: str) -> int | None:
+    """A bound of a replay in milliseconds since the epoch, or None. Compared with
+    append times as it came, a str failed the replay with a raw TypeError and NaN let
+    every record through."""
+    if millis is None:
+        return None
+    if isinstance(millis, bool) or not isinstance(millis, int) or not 0 <= millis < 1 << 63:
+        raise InvalidInput(
+            f"{name} is milliseconds since the epoch, an int from 0 to 2**63-1 (to_millis "
+            f"makes one from a datetime), got {shown(millis)}"
+        )
+    return int(millis)
+
+
+def _records(records: object, what: str) -> list[LoggedRecord]:
+    if not isinstance(records, list | tuple) or not all(
+        isinstance(logged, LoggedRecord) for logged in records
+    ):
+        raise InvalidInput(f"{what} reads the LoggedRecords a replay returns, got {shown(records)}")
+    return list(records)
+
+
 async def replay(
     log: Log,
     topic: str,
@@ -103,7 +129,26 @@ async def replay(
 
     ``tenant=None`` reads every tenant: that is for an operator, never for a reader
     acting for one tenant. With a tenant, a record that cannot be decoded is left out
-    too (nobody can tell whose it is)."""
+    too (nobody can tell whose it is). ``since_ms`` and ``until_ms`` (milliseconds since
+    the epoch, both included) keep the records appended between them.
+
+    >>> audit = await replay(laser.log, memory.topic, namespace="notes", tenant="acme")
+    ...                                                             # doctest: +SKIP
+    """
+    if namespace is not None:
+        namespace = validate_name(namespace, "namespace")
+    tenant = _tenant_or_none(tenant)
+    since_ms = _millis_or_none(since_ms, "since_ms")
+    until_ms = _millis_or_none(until_ms, "until_ms")
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        # Nothing could be in it: an empty answer would read as "no records then".
+        raise InvalidInput(
+            f"since_ms ({since_ms}) is after until_ms ({until_ms}): no record falls between"
+        )
+    if until is not None and not isinstance(until, Mapping):
+        raise InvalidInput(
+            f"until maps partitions to the first offset not to read, got {shown(until)}"
+        )
     wanted = namespace.encode() if namespace is not None else None
     wanted_tenant = tenant.encode() if tenant is not None else None
     kwargs = {}
@@ -138,9 +183,13 @@ async def replay(
 
 
 def item_history(
-    records: list[LoggedRecord], raw_id: bytes, *, tenant: str = ""
+    records: list[LoggedRecord], raw_id: bytes | MemoryId | str, *, tenant: str = ""
 ) -> list[HistoryEntry]:
-    """Every replayed record that targeted an item, with the version after it."""
+    """Every replayed record that targeted an item, with the version after it. ``raw_id``
+    is the item's id (its 16 bytes, a `MemoryId` or its printed form)."""
+    records = _records(records, "item_history")
+    raw_id = MemoryId.parse(raw_id).bytes
+    tenant = validate_name(tenant, "tenant", allow_empty=True)
     out = []
     for logged in records:
         record = logged.record
@@ -180,6 +229,9 @@ def chain_history(
 
 def named_history(records: list[LoggedRecord], key: str, *, tenant: str = "") -> list[HistoryEntry]:
     """Every write to a named item, in offset order (they share a partition)."""
+    records = _records(records, "named_history")
+    key = validate_key(key)
+    tenant = validate_name(tenant, "tenant", allow_empty=True)
     mine = [
         logged
         for logged in records
@@ -266,6 +318,8 @@ async def snapshot(
       before it. Two records in one millisecond are told apart only by a receipt or
       positions.
     """
+    namespace = validate_name(namespace, "namespace")
+    tenant = _tenant_or_none(tenant)
     info = await log.describe_topic(topic)
     state = MemoryState(namespace, topic=topic, generation=info.generation)
     as_of_ms: int | None = None

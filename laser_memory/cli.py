@@ -967,6 +967,8 @@ def _moment(value: str | None) -> int | None:
     if value is None:
         return None
     if value.isascii() and value.isdigit():
+        if int(value) >= 1 << 63:
+            raise click.BadParameter(f"{shown(value)} is past the last millisecond a log holds")
         return int(value)
     try:
         moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -1003,6 +1005,10 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
     """Print a tenant's records of a namespace from the log, in order (append time,
     partition, offset)."""
     since_ms, until_ms = _moment(since), _moment(until)
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise click.UsageError(
+            f"--since ({since}) is after --until ({until}): no record is between"
+        )
     if all_tenants and tenant:
         raise click.UsageError("--tenant and --all-tenants exclude each other")
     validate_name(tenant, "tenant", allow_empty=True)

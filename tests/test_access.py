@@ -84,6 +84,51 @@ async def test_a_bound_handle_acts_in_its_tenant_and_refuses_another(laser: lm.L
         snapshot.recall(tenant="")
 
 
+async def test_the_auditors_functions_refuse_what_they_cannot_read(laser: lm.Laser):
+    # replay, snapshot and the history functions are public (an auditor's own scripts
+    # call them): names of the wrong type failed with raw AttributeErrors, a moment that
+    # was no int with a raw TypeError (NaN let every record through), an item's id
+    # given printed found no history, and a range with nothing in it answered nothing.
+    from folders.replay import item_history, named_history, replay, snapshot
+
+    memory = laser.memory("notes", tenant="acme")
+    mid = await memory.remember("acme's fact")
+    await memory.set("profile", {"owner": "acme"})
+    log, topic = laser.log, laser.memory_topic_name
+    for call, error in (
+        (lambda: replay(log, topic, namespace=5), lm.InvalidName),
+        (lambda: replay(log, topic, namespace="\ud800"), lm.InvalidName),
+        (lambda: replay(log, topic, tenant=b"acme"), lm.InvalidName),
+        (lambda: replay(log, topic, since_ms="2026"), lm.InvalidInput),
+        (lambda: replay(log, topic, since_ms=float("nan")), lm.InvalidInput),
+        (lambda: replay(log, topic, until_ms=True), lm.InvalidInput),
+        (lambda: replay(log, topic, until_ms=-1), lm.InvalidInput),
+        (lambda: replay(log, topic, since_ms=10, until_ms=9), lm.InvalidInput),
+        (lambda: replay(log, topic, until=5), lm.InvalidInput),
+        (lambda: snapshot(log, topic, 5, 0), lm.InvalidName),
+        (lambda: snapshot(log, topic, memory.namespace, 0, tenant=5), lm.InvalidName),
+    ):
+        with pytest.raises(error):
+            await call()
+    records = await replay(log, topic, namespace=memory.namespace, tenant="acme", since_ms=0)
+    assert len(records) == 2
+    # An item's id as bytes, a MemoryId or printed: the same history.
+    for form in (mid.bytes, mid, str(mid)):
+        [entry] = item_history(records, form, tenant="acme")
+        assert entry.body == b"acme's fact"
+    for call, error in (
+        (lambda: item_history(records, 5, tenant="acme"), lm.InvalidId),
+        (lambda: item_history(records, mid, tenant=None), lm.InvalidName),
+        (lambda: item_history(5, mid), lm.InvalidInput),
+        (lambda: named_history(records, 5, tenant="acme"), lm.InvalidName),
+        (lambda: named_history(records, "profile", tenant=None), lm.InvalidName),
+        (lambda: named_history([object()], "profile"), lm.InvalidInput),
+    ):
+        with pytest.raises(error):
+            call()
+    assert len(named_history(records, "profile", tenant="acme")) == 1
+
+
 async def test_histories_over_an_operators_replay_keep_one_tenant(laser: lm.Laser):
     # An auditor's replay of every tenant (tenant=None) fed to the public history
     # functions: each keeps the tenant it is asked for, though the records of the other

@@ -268,6 +268,18 @@ def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
         e["body"] for e in every if e["append_time_ms"] <= middle
     ]
     assert "theirs" in bodies("--all-tenants", "--since", str(middle), "--until", str(middle))
+    # A range with nothing in it, or past the last millisecond a log holds, is refused,
+    # not printed as an empty audit (as if nothing had been written then).
+    for since, until, says in (
+        (str(middle + 1), str(middle), "--since ("),
+        ("2026-12-05T10:00", "2026-12-05T09:00", "is after --until"),
+        (str(1 << 63), None, "past the last millisecond"),
+    ):
+        result = CliRunner().invoke(
+            main,
+            ["replay", *common, "--since", since, *(["--until", until] if until else [])],
+        )
+        assert result.exit_code == 2 and says in result.output, result.output
 
 
 def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
