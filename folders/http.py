@@ -346,6 +346,15 @@ def make_app(
     view: MemoryView, auth: Authenticate = anonymous, config: ServerConfig | None = None
 ) -> web.Application:
     """The aiohttp application serving ``view``."""
+    if not isinstance(view, MemoryView):
+        # Taken as it came, every request failed as the server's fault (a 500).
+        raise ConfigError(
+            f"make_app serves a MemoryView (MemoryView.open(path)), got {shown(view)}"
+        )
+    if not callable(auth):
+        raise ConfigError(f"auth is a callable taking a request (TokenAuth), got {shown(auth)}")
+    if config is not None and not isinstance(config, ServerConfig):
+        raise ConfigError(f"config is a ServerConfig or None, got {shown(config)}")
     server = ViewServer(view, auth, config)
     app = web.Application()
     for path, handler in (

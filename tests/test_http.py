@@ -15,7 +15,8 @@ import pytest
 from aiohttp import ClientSession, ClientTimeout
 
 import laser_memory as lm
-from folders.http import ConnectionGuard, ServerConfig, serve_view
+from folders.http import ConnectionGuard, ServerConfig, make_app, serve_view
+from folders.http_auth import anonymous
 from folders.service import ViewFolder
 from folders.view import MemoryView
 
@@ -76,6 +77,20 @@ def test_server_settings_are_checked_when_made(settings, says):
     negative one was a raw error at the first."""
     with pytest.raises(lm.ConfigError, match=says):
         ServerConfig(**settings)
+
+
+def test_an_app_is_made_of_a_view_an_auth_and_a_config(tmp_path: Path):
+    """Each was taken as it came, and every request then failed as the server's fault
+    (a 500 from a raw AttributeError)."""
+    with MemoryView.open(tmp_path / "view") as view:
+        for arguments, says in (
+            ((str(tmp_path / "view"),), "make_app serves a MemoryView"),
+            ((view, "token"), "auth is a callable"),
+            ((view, anonymous, {"max_connections": 5}), "config is a ServerConfig"),
+        ):
+            with pytest.raises(lm.ConfigError, match=says):
+                make_app(*arguments)
+        make_app(view, anonymous, ServerConfig(max_connections=5))
 
 
 def test_server_defaults_are_the_documented_ones():
