@@ -28,6 +28,7 @@ import os
 import secrets
 import stat
 import tomllib
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -59,6 +60,8 @@ def hash_token(token: str) -> str:
     """The hex SHA-256 of a token, as the auth file stores it. A header's bytes that are
     no UTF-8 (which the server reads as lone surrogates) are hashed as they came: such a
     token is no valid one, a 401, never a failure of the server."""
+    if not isinstance(token, str):
+        raise ConfigError(f"a token is a str (new_token() makes one), got {shown(token)}")
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -161,6 +164,21 @@ class TokenAuth:
     """Authenticates a request by its bearer token."""
 
     def __init__(self, principals: dict[str, Principal]) -> None:
+        """``principals`` maps the hex SHA-256 of each token (`hash_token`) to its
+        principal. Checked here: a digest or principal of another kind failed every
+        request that reached it as the server's fault (a 500)."""
+        if not isinstance(principals, Mapping):
+            raise ConfigError(
+                f"TokenAuth takes a dict of token digests to Principals, got {shown(principals)}"
+            )
+        for digest, principal in principals.items():
+            if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _HEX:
+                raise ConfigError(
+                    f"a token's digest is 64 lower-case hex digits (hash_token(token)), got "
+                    f"{shown(digest)}"
+                )
+            if not isinstance(principal, Principal):
+                raise ConfigError(f"a token's principal is a Principal, got {shown(principal)}")
         self._principals = dict(principals)
 
     @classmethod

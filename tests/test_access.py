@@ -449,6 +449,26 @@ async def test_a_token_counts_only_as_a_bearer_token_with_its_whole_digest():
             await TokenAuth({digest: acme})(asking(header))
 
 
+@pytest.mark.parametrize(
+    ("principals", "says"),
+    [
+        (5, "TokenAuth takes a dict"),
+        ({"acme-token": None}, "64 lower-case hex digits"),  # a token, not its digest
+        ({hash_token("t").upper(): None}, "64 lower-case hex digits"),
+        ({hash_token("t").encode(): None}, "64 lower-case hex digits"),
+        ({hash_token("t"): "acme-bot"}, "a token's principal is a Principal"),
+    ],
+)
+def test_token_auth_is_checked_when_made(principals, says):
+    # Each was taken: a token given for its digest matched no request (every one a 401
+    # with nothing said why); a principal of another kind, or a digest that was bytes,
+    # failed every request it reached as the server's fault (a 500).
+    with pytest.raises(lm.ConfigError, match=says):
+        TokenAuth(principals)
+    with pytest.raises(lm.ConfigError, match="a token is a str"):
+        hash_token(b"acme-token")
+
+
 def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path):
     result = CliRunner().invoke(
         main, ["token", "bot", "--tenant", "acme", "--grant", "kv:read:stream:s/*"]
