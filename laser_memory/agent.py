@@ -65,6 +65,13 @@ class AgentTopic(enum.StrEnum):
 
     SESSIONS = "agent.sessions"
 
+    @classmethod
+    def _missing_(cls, value: object) -> AgentTopic:
+        # Still a ValueError, as the enum's own, with what the topics are.
+        raise InvalidInput(
+            f"unknown agent topic {shown(value)}; use one of: {', '.join(t.value for t in cls)}"
+        )
+
 
 class SessionRecord(msgspec.Struct, frozen=True, tag="session.message", tag_field="op"):
     """A message to an agent, as it sits on the sessions topic (schema version 1)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 
-from .errors import UnknownKind, shown
+from .errors import InvalidInput, UnknownKind, shown
 
 __all__ = ["MemoryClass", "MemoryKind", "memory_kind_class", "memory_kind_code", "parse_kind"]
 
@@ -24,6 +24,13 @@ class MemoryClass(enum.StrEnum):
     EPISODIC = "episodic"
     PROCEDURAL = "procedural"
 
+    @classmethod
+    def _missing_(cls, value: object) -> MemoryClass:
+        # Still a ValueError, as the enum's own, with what the classes are.
+        raise InvalidInput(
+            f"unknown memory class {shown(value)}; use one of: {', '.join(c.value for c in cls)}"
+        )
+
 
 class MemoryKind(enum.StrEnum):
     """The kind of a memory item; its value is the lowercase word the API takes."""
@@ -34,6 +41,18 @@ class MemoryKind(enum.StrEnum):
     ENTITY = "entity"
     FEEDBACK = "feedback"
     PROCEDURE = "procedure"
+
+    @classmethod
+    def _missing_(cls, value: object) -> MemoryKind:
+        """``MemoryKind(word)`` reads a word as `parse_kind` does (any case); an unknown
+        one is `UnknownKind`, still a ValueError as the enum's own was."""
+        if isinstance(value, str):
+            known = _BY_WORD.get(str.lower(value))  # a subclass's own lower is not asked
+            if known is not None:
+                return known
+        raise UnknownKind(
+            f"unknown memory kind {shown(value)}; use one of: {', '.join(k.value for k in cls)}"
+        )
 
     @property
     def code(self) -> int:
@@ -85,10 +104,7 @@ def parse_kind(kind: str | MemoryKind) -> MemoryKind:
         known = _BY_WORD.get(kind)
         if known is not None:  # the common case, without the enum's own lookup
             return known
-        try:
-            return MemoryKind(kind.lower())
-        except ValueError:
-            pass
+        return MemoryKind(kind)  # another case, or `UnknownKind` saying what is known
     raise UnknownKind(
         f"unknown memory kind {shown(kind)}; use one of: {', '.join(k.value for k in MemoryKind)}"
     )

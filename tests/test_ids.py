@@ -12,7 +12,7 @@ import pytest
 import laser_memory as lm
 from laser_memory.errors import InvalidId, InvalidName, UnknownKind
 from laser_memory.ids import AgentId, ConversationId, MemoryId, memory_id_content
-from laser_memory.kinds import MemoryKind, memory_kind_class, memory_kind_code
+from laser_memory.kinds import MemoryClass, MemoryKind, memory_kind_class, memory_kind_code
 from laser_memory.log.partitioner import murmur2, partition_for
 
 
@@ -153,6 +153,28 @@ def test_a_kind_code_is_a_known_int(code):
 def test_unknown_kind_is_an_error_never_a_fact(bad):
     with pytest.raises(UnknownKind, match="unknown memory kind"):
         memory_kind_code(bad)
+
+
+@pytest.mark.parametrize("bad", ["facts", "", None, 3, [], "\ud800"])
+def test_the_enums_say_what_they_know_when_given_another_value(bad):
+    # Their own ValueError ("'facts' is not a valid MemoryKind") said nothing of the
+    # known values, and was no LaserError: still ValueErrors, now saying them.
+    with pytest.raises(UnknownKind, match="use one of: fact, message, summary"):
+        MemoryKind(bad)
+    with pytest.raises(lm.InvalidInput, match="use one of: semantic, episodic, procedural"):
+        MemoryClass(bad)
+    with pytest.raises(lm.InvalidInput, match=r"use one of: agent\.sessions"):
+        lm.AgentTopic(bad)
+    assert issubclass(UnknownKind, ValueError) and issubclass(lm.InvalidInput, ValueError)
+
+
+def test_a_kind_word_is_read_in_any_case_as_parse_kind_reads_it():
+    class Shouting(str):
+        def lower(self):
+            raise RuntimeError("asked")
+
+    assert MemoryKind("FACT") is MemoryKind("Fact") is MemoryKind.FACT
+    assert MemoryKind(Shouting("SUMMARY")) is MemoryKind.SUMMARY
 
 
 def test_unknown_kind_code_is_an_error():
