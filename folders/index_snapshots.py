@@ -312,12 +312,14 @@ class IndexSnapshots:
                 self.errors.append(f"snapshot {name} not saved: {exc}")
                 return False
             # Older array files of this read (no other save is under way): a reader that
-            # opened one keeps its map.
+            # opened one keeps its map. And the temporary files of saves killed before
+            # they renamed theirs (a reader killed while it saved): none is being
+            # written while this save holds the lock, and each was as large as a
+            # snapshot (a million items' couple of GB), left for ever.
             for other in os.listdir(self.path):
                 if (
-                    other.startswith(f"{name}-")
+                    (other.startswith(f"{name}-") or other.startswith(f"{name}.idx."))
                     and other != arrays_name
-                    and not other.endswith(".tmp")
                     and _OURS.fullmatch(other)
                 ):
                     try:

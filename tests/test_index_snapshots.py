@@ -607,6 +607,31 @@ def test_a_save_gives_up_on_a_lock_another_process_keeps(tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "search") == [lock]  # a saver may hold it
 
 
+def test_a_save_removes_what_saves_killed_midway_left_of_its_read(tmp_path):
+    # A reader killed while it saved (out of memory, a deploy) left its temporary files,
+    # as large as the snapshot, and no later save removed them. The next save of that
+    # read holds its lock, so no other is writing them: it removes them, and leaves
+    # other reads' files alone.
+    snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
+    assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
+    search = tmp_path / "search"
+    [index_file] = [name for name in os.listdir(search) if name.endswith(".idx")]
+    name = index_file.removesuffix(".idx")
+    other = "f" * 32 if name != "f" * 32 else "e" * 32
+    left = [
+        f"{name}-{'1' * 16}.arrays.4242.139.tmp",
+        f"{name}.idx.4242.139.tmp",
+    ]
+    others = [f"{other}-{'2' * 16}.arrays.4242.139.tmp", f"{other}.idx.4242.139.tmp"]
+    for planted in left + others:
+        (search / planted).write_bytes(b"half a snapshot")
+    assert snapshots.save(READ, b"e", 2, _small_index("beta"))
+    remaining = set(os.listdir(search))
+    assert not remaining & set(left)
+    assert set(others) <= remaining
+    assert snapshots.load(READ, b"e")[1] == 2
+
+
 def test_removing_the_snapshots_removes_only_files_snapshots_make(tmp_path):
     # A view made in a folder of the user's that had a `search/` of its own: a rebuild
     # removed every file in it, the user's with ours.
