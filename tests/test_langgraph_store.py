@@ -1199,6 +1199,24 @@ async def test_ttl_default_override_and_sweep(memory, clock):
     assert [i.key for i in await store.asearch(("t",))] == ["forever"]
 
 
+async def test_reads_refuse_a_query_or_refresh_no_value_could_answer(memory):
+    # A query that is no valid Unicode matched nothing (no value holds it), and a
+    # refresh_ttl that is no bool was read as true: each refused, as recall refuses
+    # such text, and nothing of the batch is read or written.
+    store = LaserStore(memory, ttl={"default_ttl": 5})
+    await store.aput(("t",), "k", {"text": "a value"})
+    with pytest.raises(lm.InvalidInput, match="not valid Unicode"):
+        await store.asearch(("t",), query="value \ud800")
+    for call in (
+        lambda: store.aget(("t",), "k", refresh_ttl="no"),
+        lambda: store.asearch(("t",), refresh_ttl=0),
+    ):
+        with pytest.raises(lm.InvalidInput, match="refresh_ttl is True or False"):
+            await call()
+    [found] = await store.asearch(("t",), query="value")
+    assert found.key == "k"
+
+
 async def test_reads_refresh_the_ttl_unless_told_not_to(memory, clock):
     timed = with_clock(memory, clock)
     store = LaserStore(timed, ttl={"default_ttl": 2, "refresh_on_read": True})
@@ -1403,6 +1421,13 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                     LaserStore(memory, ttl={"sweep_interval_minutes": bad})
             with pytest.raises(lm.ConfigError, match="unknown"):
                 LaserStore(memory, ttl={"default_tll": 1})
+            # A default no put can carry (it failed every put without a ttl of its own),
+            # and flags that are no bools ("no" read as true).
+            with pytest.raises(lm.ConfigError, match="minutes ends past the year"):
+                LaserStore(memory, ttl={"default_ttl": 1e300})
+            for flag in ("refresh_on_read", "omit_expired"):
+                with pytest.raises(lm.ConfigError, match=f"{flag} is True or False"):
+                    LaserStore(memory, ttl={flag: "no"})
             # Not dicts at all: a raw TypeError and AttributeError before.
             with pytest.raises(lm.ConfigError, match="TTLConfig"):
                 LaserStore(memory, ttl=5)  # type: ignore[arg-type]

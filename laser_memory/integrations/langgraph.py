@@ -37,6 +37,7 @@ import functools
 import itertools
 import json
 import sys
+import time
 import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -95,6 +96,7 @@ from ..named import (
     load_json,
     validate_key,
 )
+from ..recall import query_text
 from ..records import MAX_DIMENSIONS, NAMED_RECORDS, NamedPatch, NamedRemove, NamedSet
 from ..scoring import TermStatistics, bm25, bm25_postings
 from ..terms import term_counts, terms
@@ -949,6 +951,17 @@ class LaserStore(BaseStore):
                 raise ConfigError(
                     f"ttl {name} is a finite number of minutes above 0, got {shown(value)}"
                 )
+        default = ttl.get("default_ttl")
+        if default is not None and time.time() * 1000 + default * _MINUTE_MS >= 1 << 63:
+            # Taken, it failed every put without a ttl of its own.
+            raise ConfigError(
+                f"ttl default_ttl {shown(default)} minutes ends past the year 292 million"
+            )
+        for name in ("refresh_on_read", "omit_expired"):
+            value = ttl.get(name)
+            if value is not None and not isinstance(value, bool):
+                # "no" is a true value: read as one, it did what it said not to.
+                raise ConfigError(f"ttl {name} is True or False, got {shown(value)}")
 
     def _configure_index(self, index: IndexConfig, label: str | None) -> None:
         if not isinstance(index, Mapping):
@@ -1090,6 +1103,12 @@ class LaserStore(BaseStore):
                     raise InvalidInput(f"filter is a dict, got {type(op.filter).__name__}")
                 if op.query is not None and not isinstance(op.query, str):
                     raise InvalidInput(f"query is a string, got {type(op.query).__name__}")
+                # Text that is no valid Unicode matched nothing, as no value holds it: refused
+                # as recall refuses it.
+                query_text(op.query)
+            if isinstance(op, GetOp | SearchOp) and not isinstance(op.refresh_ttl, bool):
+                raise InvalidInput(f"refresh_ttl is True or False, got {shown(op.refresh_ttl)}")
+            if isinstance(op, SearchOp):
                 _check_filter(op.filter)
                 self._check_page(op.limit, op.offset)
             elif isinstance(op, ListNamespacesOp):
