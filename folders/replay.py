@@ -171,7 +171,7 @@ async def replay(
                 record = decode_for_fold(log_record)
             except Exception as exc:
                 if tenant is None:
-                    out.append(LoggedRecord(log_record, None, _reason(exc)))
+                    out.append(LoggedRecord(log_record, None, _reason(exc, log_record)))
                 continue
             if wanted is not None and record.ns != namespace:
                 continue

@@ -75,7 +75,7 @@ from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
 from laser_memory.log.naming import MAX_PARTITIONS
-from laser_memory.log.port import LogRecord, Position
+from laser_memory.log.port import UNREADABLE_HEADER, LogRecord, Position
 from laser_memory.named import MAX_VERSION, apply_patch_bytes
 from laser_memory.recall import rank, search_mode, with_ranking
 from laser_memory.records import (
@@ -460,8 +460,12 @@ def _check_label(label: str, what: str) -> None:
         raise RecordDecodeError(f"{what} {shown(label[:80])} is no '<provider>/<model>'")
 
 
-def _reason(exc: BaseException) -> str:
-    """Why a record was set aside, for `SetAside.reason`."""
+def _reason(exc: BaseException, log_record: LogRecord) -> str:
+    """Why a record was set aside, for `SetAside.reason`: what the log said of a record
+    it could not read back, else what decoding or checking it raised."""
+    unreadable = header_value(log_record.headers, UNREADABLE_HEADER)
+    if unreadable is not None and not log_record.value:
+        return unreadable.decode("utf-8", "replace")
     message = str(exc) or type(exc).__name__
     return message if isinstance(exc, LaserError) else f"{type(exc).__name__}: {message}"
 
@@ -929,7 +933,7 @@ class MemoryState:
                 named = apply_named(previous, record, key, source)
         except Exception as exc:
             self.set_aside.append(
-                SetAside(log_record.position, log_record.append_time_ms, _reason(exc))
+                SetAside(log_record.position, log_record.append_time_ms, _reason(exc, log_record))
             )
             return
         if type(record) in NAMED_RECORDS:

@@ -1013,7 +1013,9 @@ class MemoryView:
         except lmdb.Error:
             raise
         except Exception as exc:
-            aside = SetAside(log_record.position, log_record.append_time_ms, _reason(exc))
+            aside = SetAside(
+                log_record.position, log_record.append_time_ms, _reason(exc, log_record)
+            )
             txn.put(
                 log_record.partition.to_bytes(4, "big") + log_record.offset.to_bytes(8, "big"),
                 _encoder.encode(aside),

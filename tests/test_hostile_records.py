@@ -538,6 +538,43 @@ async def test_records_deleted_before_a_fold_reached_them_are_noted_where_they_w
         assert opened.stats().set_aside_records == []
 
 
+async def test_a_record_damaged_on_the_embedded_logs_disk_is_set_aside_by_every_fold(
+    tmp_path: Path,
+):
+    """LMDB keeps no checksum: bytes of a stored record damaged on disk failed every
+    read of the topic with a raw DecodeError, so folded recall failed and the folder
+    stopped for good. Every fold now sets the record aside, with its position and what
+    the log said of it, and goes on."""
+    view = tmp_path / "view"
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.bootstrap(partitions=1)
+        memory = laser.memory("notes")
+        ids = [await memory.remember(f"fact {i}") for i in range(3)]
+        with laser.log._env.begin(write=True) as txn:
+            cursor = txn.cursor(db=laser.log._dbs["records"])
+            assert cursor.first() and cursor.next()  # the second record: "fact 1"
+            cursor.put(cursor.key(), b"\xc1" + bytes(cursor.value())[1:])
+        after = await memory.remember("written after the damage")
+        folded = laser.memory("notes")
+        assert [i.text for i in await folded.recall(folded=True)] == [
+            "written after the damage",
+            "fact 2",
+            "fact 0",
+        ]
+        [aside] = folded.set_aside
+        assert (aside.position.partition, aside.position.offset) == (0, ids[1].receipt.offset)
+        assert "stored bytes are damaged" in aside.reason and "restore the log" in aside.reason
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        audit = await replay(laser.log, memory.topic, namespace=memory.namespace)
+    with MemoryView.open(view) as opened:
+        stats = opened.stats()
+        assert stats.items == 3 and stats.set_aside_records == [aside]
+        assert opened.watermark() == {0: after.receipt.offset + 1}
+    [unreadable] = [r for r in audit if r.record is None]
+    assert unreadable.error == aside.reason
+    assert unreadable.log_record.offset == ids[1].receipt.offset
+
+
 def test_missing_records_notes_each_jump_once_and_nothing_before_a_first_read():
     from folders.state import missing_records
     from laser_memory.log.port import LogRecord

@@ -15,6 +15,7 @@ import threading
 import pytest
 
 import laser_memory as lm
+from laser_memory.clock import SteppedClock
 from laser_memory.errors import InvalidInput, LogClosed, WriteTimeout
 from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord
 from log_conformance import LogConformance, read_all
@@ -453,6 +454,78 @@ async def test_a_damaged_log_file_is_a_log_error_on_reading(tmp_path):
         async with LocalLog(tmp_path) as log:
             async for _ in log.read("t"):
                 pass
+
+
+def _damage_record(log: LocalLog, index: int, damage) -> None:
+    """Replace the stored bytes of the ``index``-th record of the log (in key order)
+    with ``damage(bytes)``: a bit flipped on disk, which LMDB does not notice."""
+    with log._env.begin(write=True) as txn:
+        cursor = txn.cursor(db=log._dbs["records"])
+        assert cursor.first()
+        for _ in range(index):
+            assert cursor.next()
+        assert cursor.put(cursor.key(), damage(bytes(cursor.value())))
+
+
+#: Ways a stored record is damaged: a byte its encoding never starts with, its end cut
+#: off, its headers of the wrong shape.
+DAMAGES = {
+    "garbled": lambda stored: b"\xc1" + stored[1:],
+    "cut short": lambda stored: stored[: len(stored) // 2],
+    # The last header's value, bin8 b"v", made the str "vv": the same length, another type.
+    "headers": lambda stored: stored[:-3] + b"\xa2vv",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES.values(), ids=DAMAGES.keys())
+async def test_a_record_damaged_on_disk_is_read_as_unreadable_not_a_failed_read(
+    tmp_path, damage
+):
+    # Failing the read with a raw DecodeError stopped every fold of the topic for good.
+    # The record comes back in its place, empty, saying why; the rest read as written.
+    from laser_memory.log.port import UNREADABLE_HEADER
+
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path, LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=1)
+        for i in range(4):
+            await log.append("t", OutgoingRecord(b"%d" % i, key=b"k", headers=(("h", b"v"),)))
+            clock.step(10)
+        _damage_record(log, 2, damage)
+        records = await read_all(log, "t")
+    assert [r.offset for r in records] == [0, 1, 2, 3]
+    assert [r.value for r in records] == [b"0", b"1", b"", b"3"]
+    assert records[3].headers == records[0].headers == (("h", b"v"),)
+    damaged = records[2]
+    assert damaged.key is None
+    assert [name for name, _ in damaged.headers] == [UNREADABLE_HEADER]
+    assert b"stored bytes are damaged" in damaged.headers[0][1]
+    # Its own time if that much could be read, else its neighbour's: in order either way.
+    assert records[1].append_time_ms <= damaged.append_time_ms < records[3].append_time_ms
+
+
+async def test_retention_passes_a_damaged_record_as_old_as_the_next(tmp_path):
+    # Retention read each expired record's time: a damaged one failed the commit of
+    # every append to the topic from then on. It is as old as the record after it at
+    # most (times never go back in a partition), and goes with it.
+    second = 1000
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path, LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=1, retention_s=60)
+        await log.append_batch("t", [OutgoingRecord(b"old")] * 3)
+        clock.step(30 * second)
+        await log.append("t", OutgoingRecord(b"newer"))
+        _damage_record(log, 0, DAMAGES["garbled"])
+        _damage_record(log, 3, DAMAGES["cut short"])  # the newest: nothing readable after
+        clock.step(31 * second)  # the first three past the retention, "newer" not
+        await log.append("t", OutgoingRecord(b"now"))
+        assert [r.value for r in await read_all(log, "t")] == [b"", b"now"]
+        clock.step(60 * second)  # the damaged newest is taken as now: kept till then
+        await log.append("t", OutgoingRecord(b"later"))
+        assert [r.value for r in await read_all(log, "t")] == [b"", b"now", b"later"]
+        clock.step(1)
+        await log.append("t", OutgoingRecord(b"last"))
+        assert [r.value for r in await read_all(log, "t")] == [b"later", b"last"]
 
 
 async def test_a_forked_child_never_uses_the_parents_environment(tmp_path):

@@ -73,7 +73,14 @@ from .naming import (
     validate_topic,
 )
 from .partitioner import partition_for
-from .port import DEFAULT_MAX_RECORD_BYTES, Appended, LogRecord, OutgoingRecord, TopicInfo
+from .port import (
+    DEFAULT_MAX_RECORD_BYTES,
+    UNREADABLE_HEADER,
+    Appended,
+    LogRecord,
+    OutgoingRecord,
+    TopicInfo,
+)
 
 __all__ = ["LocalLog", "LocalLogConfig"]
 
@@ -129,9 +136,6 @@ class _TopicMeta(msgspec.Struct, frozen=True, array_like=True):
 
 _meta_decoder = msgspec.msgpack.Decoder(_TopicMeta)
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, int, int])
-_record_decoder = msgspec.msgpack.Decoder(
-    tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]
-)
 # A read takes the headers' bytes as they are stored and decodes each distinct set once.
 _read_decoder = msgspec.msgpack.Decoder(tuple[int, bytes | None, bytes, msgspec.Raw])
 _headers_decoder = msgspec.msgpack.Decoder(tuple[tuple[str, bytes], ...])
@@ -163,20 +167,51 @@ def _log_records(
     # with the last record's before they are looked up.
     last_raw: msgspec.Raw | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    append_time = 0
     for offset, value in stored:
-        append_time, key, record_value, raw_headers = _read_decoder.decode(value)
-        if raw_headers != last_raw:
-            last_raw = raw_headers
-            packed = bytes(raw_headers)
-            headers = _SHARED_HEADERS.get(packed)
-            if headers is None:
-                headers = _headers_decoder.decode(packed)
-                if len(packed) <= _MAX_SHARED_HEADER_BYTES:
-                    if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
-                        _SHARED_HEADERS.clear()
-                    _SHARED_HEADERS[packed] = headers
+        try:
+            append_time, key, record_value, raw_headers = _read_decoder.decode(value)
+            if raw_headers != last_raw:
+                packed = bytes(raw_headers)
+                headers = _SHARED_HEADERS.get(packed)
+                if headers is None:
+                    headers = _headers_decoder.decode(packed)
+                    if len(packed) <= _MAX_SHARED_HEADER_BYTES:
+                        if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
+                            _SHARED_HEADERS.clear()
+                        _SHARED_HEADERS[packed] = headers
+                last_raw = raw_headers
+        except msgspec.DecodeError as exc:
+            # Damaged on disk (LMDB keeps no checksum of what it stores): failing the
+            # read stopped every fold of the topic for good, with a raw DecodeError.
+            # Handed on empty with the reason, it is set aside as a bad record is. Its
+            # own time is lost: its neighbour's stands in (times never go back in a
+            # partition), so it sorts where it was.
+            append(_unreadable(topic, partition, offset, append_time, exc))
+            last_raw = None
+            continue
         append(LogRecord(topic, partition, offset, append_time, key, record_value, headers))
     return out
+
+
+def _unreadable(
+    topic: str, partition: int, offset: int, append_time: int, exc: Exception
+) -> LogRecord:
+    reason = (
+        f"the embedded log could not read this record back (its stored bytes are damaged: "
+        f"{exc}); restore the log from a copy to read it"
+    )
+    return LogRecord(
+        topic, partition, offset, append_time, None, b"", ((UNREADABLE_HEADER, reason.encode()),)
+    )
+
+
+def _stored_time(value: bytes) -> int | None:
+    """A stored record's append time, or None if its bytes are damaged."""
+    try:
+        return _read_decoder.decode(value)[0]
+    except msgspec.DecodeError:
+        return None
 
 
 def _head_key(number: int, partition: int) -> bytes:
@@ -664,13 +699,29 @@ class LocalLog(LogLifecycle):
             if not cursor.set_range(_record_key(number, partition, head[2])):
                 continue
             while budget and cursor.key().startswith(prefix):
-                append_time = _record_decoder.decode(cursor.value())[0]
+                append_time = _stored_time(cursor.value())
+                if append_time is None:
+                    # A damaged record: no older than the next one that can be read
+                    # (times never go back in a partition). Failing the decode here
+                    # failed every commit to the topic from then on.
+                    append_time = self._time_after(txn, cursor.key(), prefix, now_ms)
                 if append_time >= cutoff:
                     break
                 head[2] = int.from_bytes(cursor.key()[-_U64:], "big") + 1
                 if not cursor.delete():
                     break
                 budget -= 1
+
+    def _time_after(self, txn: lmdb.Transaction, key: bytes, prefix: bytes, now_ms: int) -> int:
+        """The append time of the first readable record after ``key`` in its partition,
+        or ``now_ms`` if there is none."""
+        cursor = txn.cursor(db=self._dbs["records"])
+        if cursor.set_key(key):
+            while cursor.next() and cursor.key().startswith(prefix):
+                found = _stored_time(cursor.value())
+                if found is not None:
+                    return found
+        return now_ms
 
     # -- reads ---------------------------------------------------------------
 

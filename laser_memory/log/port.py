@@ -124,6 +124,12 @@ class Appended(msgspec.Struct, frozen=True, gc=False):
         return Position(self.topic, self.partition, self.offset)
 
 
+#: The header of a record a log holds but could not read back whole (the embedded log's
+#: stored entry damaged on disk): its value is empty, its key None, and this header
+#: says why. A fold sets such a record aside with that reason and goes on.
+UNREADABLE_HEADER = "lm-unreadable"
+
+
 class LogRecord(msgspec.Struct, frozen=True, gc=False):
     """A record read from the log."""
 
