@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 
+import msgspec
 import pytest
 
 import laser_memory as lm
@@ -478,9 +479,7 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("damage", DAMAGES.values(), ids=DAMAGES.keys())
-async def test_a_record_damaged_on_disk_is_read_as_unreadable_not_a_failed_read(
-    tmp_path, damage
-):
+async def test_a_record_damaged_on_disk_is_read_as_unreadable_not_a_failed_read(tmp_path, damage):
     # Failing the read with a raw DecodeError stopped every fold of the topic for good.
     # The record comes back in its place, empty, saying why; the rest read as written.
     from laser_memory.log.port import UNREADABLE_HEADER
@@ -526,6 +525,51 @@ async def test_retention_passes_a_damaged_record_as_old_as_the_next(tmp_path):
         clock.step(1)
         await log.append("t", OutgoingRecord(b"last"))
         assert [r.value for r in await read_all(log, "t")] == [b"later", b"last"]
+
+
+async def test_a_topics_damaged_entry_or_head_is_a_log_error_for_that_topic(tmp_path):
+    # What the log keeps of a topic and of each partition, damaged on disk: every read
+    # and write of the topic was a raw DecodeError. Now LogUnavailable saying what to do,
+    # and appends to other topics in the same commit land.
+    from laser_memory.errors import LogUnavailable
+
+    async with LocalLog(tmp_path) as log:
+        for topic in ("damaged", "headless", "fine"):
+            await log.create_topic(topic, partitions=1)
+            await log.append(topic, OutgoingRecord(b"x"))
+        with log._env.begin(write=True) as txn:
+            topics = log._dbs["topics"]
+            txn.put(b"damaged", b"\xc1" + txn.get(b"damaged", db=topics)[1:], db=topics)
+            cursor = txn.cursor(db=log._dbs["heads"])
+            number = msgspec.msgpack.decode(txn.get(b"headless", db=topics))[0]
+            key = number.to_bytes(8, "big") + (0).to_bytes(4, "big")
+            assert cursor.set_key(key)
+            cursor.put(key, b"\xc1")
+        damaged_calls = [
+            log.describe_topic("damaged"),
+            log.end_offsets("damaged"),
+            read_all(log, "damaged"),
+            log.create_topic("damaged", partitions=1),
+            # Its entry reads; its partition's head does not.
+            log.end_offsets("headless"),
+            read_all(log, "headless"),
+        ]
+        for call in damaged_calls:
+            with pytest.raises(LogUnavailable, match="restore the folder from a copy") as raised:
+                await call
+            assert "the entry of topic 'damaged'" in str(
+                raised.value
+            ) or "the head of partition 0 of topic 'headless'" in str(raised.value)
+        assert (await log.describe_topic("headless")).partitions == 1
+        results = await asyncio.gather(
+            log.append("damaged", OutgoingRecord(b"y")),
+            log.append("fine", OutgoingRecord(b"y")),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], LogUnavailable)
+        assert [r.value for r in await read_all(log, "fine")] == [b"x", b"y"]
+        with pytest.raises(LogUnavailable, match="the head of partition 0"):
+            await log.append("headless", OutgoingRecord(b"y"))
 
 
 async def test_a_forked_child_never_uses_the_parents_environment(tmp_path):

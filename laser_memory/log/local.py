@@ -35,6 +35,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import lmdb
 import msgspec
@@ -338,7 +339,19 @@ class LocalLog(LogLifecycle):
                 f"topic {shown(topic)} does not exist in the local log at {self._path}; "
                 "create it first (for the memory topic: 'laser-memory bootstrap')"
             )
-        return _meta_decoder.decode(raw)
+        return self._stored(_meta_decoder, raw, f"the entry of topic {shown(topic)}")
+
+    def _stored(self, decoder: msgspec.msgpack.Decoder, raw: bytes | None, what: str) -> Any:
+        """What the log stores of a topic or a partition, decoded; damaged bytes (LMDB
+        keeps no checksum) are `LogUnavailable`, not a raw DecodeError from every read
+        and write of the topic."""
+        try:
+            return decoder.decode(raw)
+        except (msgspec.DecodeError, TypeError) as exc:
+            raise LogUnavailable(
+                f"the local log at {self._path} could not read {what}: {exc}; its file may "
+                "be damaged: restore the folder from a copy"
+            ) from None
 
     def _info(self, topic: str, meta: _TopicMeta) -> TopicInfo:
         return TopicInfo(topic, meta.partitions, meta.retention_s, meta.generation)
@@ -358,7 +371,7 @@ class LocalLog(LogLifecycle):
         with self._env.begin(write=True) as txn:
             raw = txn.get(topic.encode(), db=self._dbs["topics"])
             if raw is not None:
-                meta = _meta_decoder.decode(raw)
+                meta = self._stored(_meta_decoder, raw, f"the entry of topic {shown(topic)}")
                 if meta.partitions != partitions:
                     raise TopicConflict(
                         f"topic {shown(topic)} exists with {meta.partitions} partitions, not "
@@ -430,9 +443,11 @@ class LocalLog(LogLifecycle):
         with self._reading() as txn:
             meta = self._meta(txn, topic)
             return {
-                p: _head_decoder.decode(txn.get(_head_key(meta.number, p), db=self._dbs["heads"]))[
-                    0
-                ]
+                p: self._stored(
+                    _head_decoder,
+                    txn.get(_head_key(meta.number, p), db=self._dbs["heads"]),
+                    f"the head of partition {p} of topic {shown(topic)}",
+                )[0]
                 for p in range(meta.partitions)
             }
 
@@ -595,7 +610,7 @@ class LocalLog(LogLifecycle):
                 if state is None:
                     try:
                         state = (self._meta(txn, topic), {})
-                    except UnknownTopic as exc:
+                    except (UnknownTopic, LogUnavailable) as exc:  # this topic's writers only
                         state = exc
                     topics[topic] = state
                 if isinstance(state, Exception):
@@ -616,7 +631,11 @@ class LocalLog(LogLifecycle):
                     known = at.get(partition)
                     if known is None:
                         head = heads[(number, partition)] = list(
-                            _head_decoder.decode(txn.get(_head_key(number, partition), db=heads_db))
+                            self._stored(
+                                _head_decoder,
+                                txn.get(_head_key(number, partition), db=heads_db),
+                                f"the head of partition {partition} of topic {shown(topic)}",
+                            )
                         )
                         known = at[partition] = (head, _head_key(number, partition))
                     head, prefix = known
@@ -779,7 +798,11 @@ class LocalLog(LogLifecycle):
         (following, for ever) or end early as if retention had dropped the rest."""
         with self._reading() as txn:
             raw = txn.get(topic.encode(), db=self._dbs["topics"])
-        if raw is not None and _meta_decoder.decode(raw).generation == meta.generation:
+        if (
+            raw is not None
+            and self._stored(_meta_decoder, raw, f"the entry of topic {shown(topic)}").generation
+            == meta.generation
+        ):
             return
         again = " and created again" if raw is not None else ""
         raise UnknownTopic(
@@ -805,7 +828,11 @@ class LocalLog(LogLifecycle):
             raw_head = txn.get(prefix, db=self._dbs["heads"])
             if raw_head is None:
                 return []
-            head, _, low = _head_decoder.decode(raw_head)
+            head, _, low = self._stored(
+                _head_decoder,
+                raw_head,
+                f"the head of partition {partition} of topic {shown(topic)}",
+            )
             first = max(offset, low)
             end = head if limit is None else min(head, limit)
             count = min(max_batch, end - first)
