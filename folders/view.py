@@ -533,6 +533,15 @@ def view_path_of(path: object) -> str:
     return os.path.expanduser(folder_path(path, "a view path"))
 
 
+def _damaged(path: str, what: object) -> LogUnavailable:
+    """The error for a view whose stored bytes no longer decode: it is rebuilt from the
+    log, which holds everything it was made of."""
+    return LogUnavailable(
+        f"the view at {path} holds damaged data ({what}): rebuild it from the log "
+        f"('laser-memory rebuild --view {path}')"
+    )
+
+
 class MemoryView:
     """The managed view at a folder on disk, for the folder that writes it and for
     every reader.
@@ -641,7 +650,10 @@ class MemoryView:
             bound = txn.get(b"topic", db=self._dbs["meta"])
         if bound is None and written is None:
             return  # a new view: the folder writes the format when it binds a topic
-        found = int(written) if written is not None else 1
+        try:
+            found = int(written) if written is not None else 1
+        except ValueError:
+            raise _damaged(self.path, f"its format entry reads {written!r}") from None
         if found != VIEW_FORMAT:
             raise ViewMismatch(
                 f"the view at {self.path} is in format {found}, and this laser-memory reads "
@@ -704,6 +716,10 @@ class MemoryView:
                 f"the view at {self.path} could not be read: {exc}; it may be damaged: "
                 f"rebuild it from the log ('laser-memory rebuild --view {self.path}')"
             ) from exc
+        except msgspec.DecodeError as exc:
+            # A value changed on disk (LMDB keeps no checksum): a raw DecodeError from
+            # every read that met it, before.
+            raise _damaged(self.path, exc) from exc
 
     # -- meta --------------------------------------------------------------------
 
@@ -796,6 +812,10 @@ class MemoryView:
             raise LogUnavailable(
                 f"the view at {self.path} could not be written: {write_failure(self.path, exc)}"
             ) from exc
+        except msgspec.DecodeError as exc:
+            # What the fold read back of the view was damaged on disk; folding onto it
+            # would spread the damage. Nothing of the batch was written.
+            raise _damaged(self.path, exc) from exc
 
     def _apply(
         self,
@@ -1606,9 +1626,12 @@ class MemoryView:
                 raw = txn.get(db_key, db=self._dbs["named"])
             else:
                 raw = txn.get(db_key + _SEP + version.to_bytes(8, "big"), db=self._dbs["versions"])
-        if raw is None:
-            return None
-        state = _named_decoder.decode(raw) if version is None else _version_decoder.decode(raw)[0]
+            if raw is None:
+                return None
+            # Decoded inside the read: damaged bytes are its error (see `_read`).
+            state = (
+                _named_decoder.decode(raw) if version is None else _version_decoder.decode(raw)[0]
+            )
         return state.to_item(key)
 
     def named_items(

@@ -1241,6 +1241,67 @@ async def test_a_damaged_view_is_a_log_error_that_says_to_rebuild(tmp_path):
             view.dump()
 
 
+#: A view's tables, and the reads that decode what each holds.
+DAMAGED_TABLES = {
+    "items": ["recall", "history"],
+    "index": ["recall"],
+    "named": ["fetch", "named"],
+    "versions": ["fetch version", "history key"],
+    "audit": ["history"],
+}
+
+
+@pytest.mark.parametrize("table", DAMAGED_TABLES)
+async def test_a_view_value_damaged_in_place_says_to_rebuild_on_every_read_and_fold(
+    tmp_path, table
+):
+    # LMDB keeps no checksum: a value changed on disk was a raw DecodeError from every
+    # read that met it, and from the folder. Now LogUnavailable saying to rebuild, the
+    # folder writes nothing, and a rebuild answers again.
+    view = tmp_path / "view"
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        memory = laser.memory("notes")
+        ids = await memory.remember_many(
+            [{"body": f"fact {i}", "conversation": "c"} for i in range(3)]
+        )
+        await memory.improve(ids[0], 2.0)
+        await memory.forget(ids[1])
+        await memory.set("k", {"a": 1})
+        await memory.update("k", {"b": 2})
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+    env = lmdb.open(str(view), max_dbs=20)
+    with env.begin(write=True, db=env.open_db(table.encode())) as txn:
+        for key, value in list(txn.cursor()):
+            txn.put(key, b"\xc1" + value[1:])
+    env.close()
+    reads = {
+        "recall": lambda m: m.recall(),
+        "history": lambda m: m.history(ids[0]),
+        "fetch": lambda m: m.fetch("k"),
+        "named": lambda m: m.named(),
+        "fetch version": lambda m: m.fetch("k", version=1),
+        "history key": lambda m: m.history("k"),
+    }
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s", view=view) as laser:
+        memory = laser.memory("notes")
+        for name in DAMAGED_TABLES[table]:
+            with pytest.raises(lm.LogUnavailable, match=r"holds damaged data.*rebuild it"):
+                await reads[name](memory)
+        await memory.improve(ids[0], 1.0)
+        await memory.remember("more", conversation="c")
+        if table in ("items", "index"):  # what the fold reads back to change an item
+            with pytest.raises(lm.LogUnavailable, match=r"holds damaged data.*rebuild it"):
+                await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True, rebuild=True)
+        assert [i.text for i in await memory.recall(strategy="recent")] == [
+            "more",
+            "fact 2",
+            "fact 0",
+        ]
+        assert (await memory.fetch("k")).json() == {"a": 1, "b": 2}
+        assert len(await memory.history("k")) == 2
+
+
 async def test_a_stopped_connection_ends_managed_reads_and_waits_with_log_closed(tmp_path):
     # Before, a managed read after stop reopened the view the stop had closed (and
     # answered), and a read waiting for a receipt waited out its whole timeout.
