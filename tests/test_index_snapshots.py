@@ -570,6 +570,34 @@ def test_processes_saving_one_read_at_once_leave_a_snapshot_that_loads(tmp_path,
     assert len(arrays) == 1
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_an_array_file_is_checked_chunk_by_chunk_on_threads(tmp_path, monkeypatch, threads):
+    # Small chunks and reads, so that a file of a few KB spans many of each: one byte
+    # changed in any chunk (the first, a middle one, the last, the last one's last byte)
+    # is found, on one thread or several, and so is a file cut short or grown.
+    monkeypatch.setattr(index_snapshots, "_CHECK_CHUNK", 1024)
+    monkeypatch.setattr(index_snapshots, "_CHECK_READ", 300)
+    monkeypatch.setattr(index_snapshots, "_CHECK_THREADS", threads)
+    snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
+    assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
+    [arrays] = (tmp_path / "search").glob("*.arrays")
+    pristine = arrays.read_bytes()
+    saved = snapshots._file(READ, b"e")
+    assert len(saved.chunks) == -(-len(pristine) // 1024) > 3
+    assert snapshots.load(READ, b"e")[1] == 1
+    for at in (0, 1500, len(pristine) // 2, len(pristine) - 1):
+        damaged = bytearray(pristine)
+        damaged[at] ^= 0x10
+        arrays.write_bytes(bytes(damaged))
+        assert snapshots.load(READ, b"e") is None, at
+        assert "checksum does not match" in snapshots.errors[-1]
+    for changed in (pristine[:-1], pristine + b"\0"):
+        arrays.write_bytes(changed)
+        assert snapshots.load(READ, b"e") is None
+    arrays.write_bytes(pristine)
+    assert snapshots.load(READ, b"e")[1] == 1
+
+
 def test_a_reader_whose_array_file_was_replaced_reads_the_index_again(tmp_path, monkeypatch):
     snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
     assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
