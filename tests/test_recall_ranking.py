@@ -497,6 +497,20 @@ def test_ranking_and_fusion_return_50_items_unless_told():
     assert len(rank(items, limit=1000)) == len(lm.fuse_reciprocal_rank([items], limit=60)) == 60
 
 
+@pytest.mark.parametrize("strategy", ["keyword", "recent", "hybrid", "auto"])
+@pytest.mark.parametrize("limit", [0, 1, 99, 100])
+def test_many_equal_scores_give_exactly_the_limit_newest_first(strategy, limit):
+    # A hundred items that score alike by their words (one body, one time): a limit of 0
+    # is nothing, and any other limit is that many, through the cut the ranking takes
+    # when many rows tie at it; by keyword or recency the newest positions first (hybrid
+    # lifts the items between two neighbours of a conversation, so its order differs).
+    items = [item(n, body="the same words", t=7) for n in range(1, 101)]
+    found = rank(items, strategy=strategy, text="same words", limit=limit)
+    assert len(found) == limit and len({i.id for i in found}) == limit
+    if strategy in ("keyword", "recent"):
+        assert [i.id for i in found] == [item(n).id for n in range(100, 100 - limit, -1)]
+
+
 @pytest.mark.parametrize(
     ("call", "says"),
     [
