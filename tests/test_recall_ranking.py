@@ -8,7 +8,7 @@ import json
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import laser_memory as lm
@@ -193,6 +193,9 @@ def _plain_columns(time, partition, allowed, *, keyword=None, weight=None):
     ),
     st.integers(0, 45),
 )
+# Feedback both ways and no row without: the rows with negative feedback fill what is
+# left of the limit after the positive ones, and no more (random rows rarely met this).
+@example([(0, 0, 1.0, True), (1, 0, -2.0, True), (2, 0, -0.5, True), (3, 1, -2.0, True)], 2)
 def test_newest_and_feedback_orders_match_the_general_order(rows, limit):
     """The feedback-ranked and newest-first orders take shortcuts (weighted rows apart,
     zero weights by time alone); they must pick exactly what the general order picks:
@@ -218,6 +221,25 @@ def test_newest_and_feedback_orders_match_the_general_order(rows, limit):
         key=lambda i: (-weight[i], -time[i], -partition[i], -i),
     )
     assert _by_feedback(keep, columns, limit).tolist() == plain[:limit]
+
+
+def test_a_similarity_at_the_minimum_is_kept_and_ties_go_newest_first():
+    # min_similarity is the least similarity kept: an item exactly at it is returned.
+    from laser_memory.text_ranking import rank_by_similarity
+
+    columns = _plain_columns(
+        np.array([1, 2, 3, 4, 5]), np.zeros(5, dtype=np.int64), np.ones(5, dtype=bool)
+    )
+    columns.semantic = np.array([0.2, 0.5, 0.9, 0.5, 0.49999])
+    columns.has_vector = np.ones(5, dtype=bool)
+    kept = rank_by_similarity(columns, min_similarity=0.5, limit=10)
+    assert [r.row for r in kept] == [2, 3, 1]  # 0.9, then the two at 0.5 newest first
+    assert [r.row for r in rank_by_similarity(columns, min_similarity=None, limit=4)] == [
+        2,
+        3,
+        1,
+        4,
+    ]
 
 
 @given(
