@@ -465,7 +465,13 @@ def _reason(exc: BaseException, log_record: LogRecord) -> str:
     it could not read back, else what decoding or checking it raised."""
     unreadable = header_value(log_record.headers, UNREADABLE_HEADER)
     if unreadable is not None and not log_record.value:
-        return unreadable.decode("utf-8", "replace")
+        # Shown as a repr: any producer may send the header (on Kafka), and a reason is
+        # printed to an operator's terminal.
+        return (
+            "the embedded log could not read this record back (its stored bytes are "
+            f"damaged: {shown(unreadable.decode('utf-8', 'replace'))}); restore the log from "
+            "a copy to read it"
+        )
     message = str(exc) or type(exc).__name__
     return message if isinstance(exc, LaserError) else f"{type(exc).__name__}: {message}"
 

@@ -575,6 +575,35 @@ async def test_a_record_damaged_on_the_embedded_logs_disk_is_set_aside_by_every_
     assert unreadable.log_record.offset == ids[1].receipt.offset
 
 
+async def test_a_producer_sending_the_unreadable_header_puts_no_raw_text_in_a_reason(
+    laser: lm.Laser,
+):
+    # Any producer may send the header the embedded log marks an unreadable record with:
+    # its text comes into the reason as a repr, never as it was (a reason is printed to
+    # an operator's terminal: escape sequences, a megabyte of text).
+    from laser_memory.log.port import UNREADABLE_HEADER
+
+    memory = laser.memory("notes")
+    await memory.remember("kept")
+    hostile = "\x1b[2J\x1b[31mALL CLEAR\n" + "x" * 100_000
+    await laser.log.append(
+        memory.topic,
+        OutgoingRecord(
+            b"",
+            key=b"k",
+            headers=(
+                (HEADER_NAMESPACE, memory.namespace.encode()),
+                (UNREADABLE_HEADER, hostile.encode()),
+            ),
+        ),
+    )
+    fresh = laser.memory("notes")
+    assert [i.text for i in await fresh.recall(folded=True)] == ["kept"]
+    [aside] = fresh.set_aside
+    assert "\x1b" not in aside.reason and "\n" not in aside.reason
+    assert "\\x1b[2J" in aside.reason and len(aside.reason) < 1000
+
+
 def test_missing_records_notes_each_jump_once_and_nothing_before_a_first_read():
     from folders.state import missing_records
     from laser_memory.log.port import LogRecord

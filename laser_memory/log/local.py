@@ -198,12 +198,8 @@ def _log_records(
 def _unreadable(
     topic: str, partition: int, offset: int, append_time: int, exc: Exception
 ) -> LogRecord:
-    reason = (
-        f"the embedded log could not read this record back (its stored bytes are damaged: "
-        f"{exc}); restore the log from a copy to read it"
-    )
     return LogRecord(
-        topic, partition, offset, append_time, None, b"", ((UNREADABLE_HEADER, reason.encode()),)
+        topic, partition, offset, append_time, None, b"", ((UNREADABLE_HEADER, str(exc).encode()),)
     )
 
 

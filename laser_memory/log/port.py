@@ -126,7 +126,7 @@ class Appended(msgspec.Struct, frozen=True, gc=False):
 
 #: The header of a record a log holds but could not read back whole (the embedded log's
 #: stored entry damaged on disk): its value is empty, its key None, and this header
-#: says why. A fold sets such a record aside with that reason and goes on.
+#: holds what failed. A fold sets such a record aside, saying so, and goes on.
 UNREADABLE_HEADER = "lm-unreadable"
 
 
