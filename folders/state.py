@@ -63,6 +63,7 @@ import bisect
 import functools
 import math
 import operator
+import re
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
@@ -473,7 +474,27 @@ def _reason(exc: BaseException, log_record: LogRecord) -> str:
             "a copy to read it"
         )
     message = str(exc) or type(exc).__name__
-    return message if isinstance(exc, LaserError) else f"{type(exc).__name__}: {message}"
+    if not isinstance(exc, LaserError):
+        message = f"{type(exc).__name__}: {message}"
+    return _printable(message)
+
+
+#: Control characters (C0, DEL, C1): what a terminal acts on rather than shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: The longest reason kept: a reason quotes what a producer wrote.
+MAX_REASON_CHARS = 1000
+
+
+def _printable(reason: str) -> str:
+    """A reason as it may be printed: control characters escaped, at most
+    `MAX_REASON_CHARS`. A decoder's message quotes what a record holds (msgspec names an
+    unknown tag as it was sent): a producer's escape sequences reached an operator's
+    terminal through `laser-memory stats`, and a megabyte tag made a megabyte reason."""
+    if _UNPRINTABLE.search(reason):
+        reason = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], reason)
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "\u2026"
+    return reason
 
 
 def _kept_fields() -> list[tuple]:

@@ -575,7 +575,7 @@ async def test_a_record_damaged_on_the_embedded_logs_disk_is_set_aside_by_every_
     assert unreadable.log_record.offset == ids[1].receipt.offset
 
 
-async def test_a_producer_sending_the_unreadable_header_puts_no_raw_text_in_a_reason(
+async def test_a_producers_text_comes_into_a_reason_escaped_and_cut_short(
     laser: lm.Laser,
 ):
     # Any producer may send the header the embedded log marks an unreadable record with:
@@ -597,11 +597,21 @@ async def test_a_producer_sending_the_unreadable_header_puts_no_raw_text_in_a_re
             ),
         ),
     )
+    # And a record whose operation tag is such text: the decoder's message quotes it.
+    await laser.log.append(
+        memory.topic,
+        OutgoingRecord(
+            msgspec.msgpack.encode({"op": hostile, "v": 1}),
+            key=b"k",
+            headers=((HEADER_NAMESPACE, memory.namespace.encode()),),
+        ),
+    )
     fresh = laser.memory("notes")
     assert [i.text for i in await fresh.recall(folded=True)] == ["kept"]
-    [aside] = fresh.set_aside
-    assert "\x1b" not in aside.reason and "\n" not in aside.reason
-    assert "\\x1b[2J" in aside.reason and len(aside.reason) < 1000
+    assert len(fresh.set_aside) == 2
+    for aside in fresh.set_aside:
+        assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in aside.reason), aside.reason
+        assert "\\x1b[2J" in aside.reason and len(aside.reason) <= 1000
 
 
 def test_missing_records_notes_each_jump_once_and_nothing_before_a_first_read():
