@@ -194,6 +194,30 @@ def test_a_folders_options_are_checked(tmp_path, option, says):
     assert not view.exists()
 
 
+def test_listings_print_a_body_on_its_own_line_with_its_control_characters_escaped(tmp_path):
+    # An agent's body printed as it was forged lines of an auditor's listing (a remember
+    # whose body read as a forget after it) and drove the terminal with escape sequences.
+    # Each record is one line, its control characters escaped; --json keeps it exact.
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    forged = "ok\n2026-12-05T00:00:00.000Z  forget       01M91V3YYX8HJRMC3JC40P9Y4E\x1b[2J"
+    mid = run("remember", forged, *common).split()[0]
+    run("set", "k", forged, *common)
+    escaped = "ok\\n2026-12-05T00:00:00.000Z  forget       01M91V3YYX8HJRMC3JC40P9Y4E\\x1b[2J"
+    for args, lines in (
+        (("recall",), 1),
+        (("replay",), 2),
+        (("audit", mid), 1),
+        (("named",), 1),
+    ):
+        output = run(*args, *common)
+        assert len(output.splitlines()) == lines, (args, output)
+        assert escaped in output and "\x1b" not in output, (args, output)
+    [item] = json.loads(run("recall", "--json", *common))
+    assert item["body"] == forged
+    # One value, printed as it is (click drops escape sequences when not a terminal).
+    assert run("fetch", "k", *common).startswith("ok\n2026-12-05T00:00:00.000Z  forget")
+
+
 def test_named_bodies_are_json_or_text_and_json_output_is_strict(tmp_path):
     common = ["--url", f"local://{tmp_path / 'log'}"]
     run("set", "k", "plain text", *common)
