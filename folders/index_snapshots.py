@@ -164,6 +164,20 @@ class _ChunkCrcs:
         return self.crcs
 
 
+def _pread_into(fd: int, view: memoryview, at: int) -> int:
+    """Read into ``view`` from offset ``at`` of ``fd``; the bytes read. ``os.preadv``
+    where there is one; macOS's Python has none, and reading there failed every load with
+    a raw AttributeError."""
+    if _PREADV is not None:
+        return _PREADV(fd, [view], at)
+    data = os.pread(fd, len(view), at)
+    view[: len(data)] = data
+    return len(data)
+
+
+_PREADV = getattr(os, "preadv", None)
+
+
 def _chunks_match(fd: int, size: int, crcs: list[int]) -> bool:
     """Whether the file at ``fd`` (``size`` bytes) has these chunk CRC-32s. Read with
     ``pread``, not through a map: the pages a reader never uses (vectors of clusters it
@@ -178,7 +192,7 @@ def _chunks_match(fd: int, size: int, crcs: list[int]) -> bool:
         # stayed in glibc's heaps (8 MB more of a reader's own memory for good).
         with mmap.mmap(-1, _CHECK_READ) as buffer, memoryview(buffer) as view:
             while at < end:
-                read = os.preadv(fd, [view[: min(_CHECK_READ, end - at)]], at)
+                read = _pread_into(fd, view[: min(_CHECK_READ, end - at)], at)
                 if read <= 0:
                     return -1  # cut short since it was measured: no CRC is negative
                 crc = zlib.crc32(view[:read], crc)
