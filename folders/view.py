@@ -1018,7 +1018,12 @@ class MemoryView:
                     previous = named[db_key]
                 else:
                     raw = txn.get(db_key, db=self._dbs["named"])
-                    previous = _named_decoder.decode(raw) if raw is not None else None
+                    try:
+                        previous = _named_decoder.decode(raw) if raw is not None else None
+                    except msgspec.DecodeError as exc:
+                        # The view's own state damaged, not the record: set aside, the
+                        # record was lost from the view, and the folder went on.
+                        raise _damaged(self.path, exc) from exc
                 if named_unchanged(previous, record):
                     return
                 source = source_of(record, log_record, generation)
@@ -1030,7 +1035,7 @@ class MemoryView:
                 # Versions are numbered on reading, by position key: the folder's visiting
                 # order across partitions must not show in the view.
                 entry = _encoder.encode(history_entry(record, log_record, 0))
-        except lmdb.Error:
+        except (lmdb.Error, LogUnavailable):
             raise
         except Exception as exc:
             aside = SetAside(
