@@ -63,7 +63,6 @@ import bisect
 import functools
 import math
 import operator
-import re
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
@@ -71,7 +70,7 @@ from typing import Generic, TypeVar
 import msgspec
 import numpy as np
 
-from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError, shown
+from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError, printable, shown
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
 from laser_memory.kinds import MemoryKind, parse_kind
@@ -479,8 +478,6 @@ def _reason(exc: BaseException, log_record: LogRecord) -> str:
     return _printable(message)
 
 
-#: Control characters (C0, DEL, C1): what a terminal acts on rather than shows.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: The longest reason kept: a reason quotes what a producer wrote.
 MAX_REASON_CHARS = 1000
 
@@ -490,8 +487,7 @@ def _printable(reason: str) -> str:
     `MAX_REASON_CHARS`. A decoder's message quotes what a record holds (msgspec names an
     unknown tag as it was sent): a producer's escape sequences reached an operator's
     terminal through `laser-memory stats`, and a megabyte tag made a megabyte reason."""
-    if _UNPRINTABLE.search(reason):
-        reason = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], reason)
+    reason = printable(reason)
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 1] + "\u2026"
     return reason

@@ -13,7 +13,6 @@ import asyncio
 import datetime as dt
 import functools
 import json
-import re
 import signal
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from folders.state import ItemFilter, history_entry
 from folders.view import MemoryView, view_path_of
 
 from . import connect
-from .errors import ConfigError, LaserError, UnknownTopic, shown
+from .errors import ConfigError, LaserError, UnknownTopic, printable, shown
 from .ids import MemoryId, validate_name
 from .items import MemoryItem
 from .kinds import MemoryKind
@@ -189,20 +188,10 @@ def _print_write(as_json: bool, receipt: Receipt, **extra: Any) -> None:
         click.echo(f"{label} {where}".strip())
 
 
-#: Control characters (C0 with newline and tab, DEL, C1): see `_one_line`.
-_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-def _one_line(text: str) -> str:
-    """A body as a line of a listing: its control characters escaped (``\\n``,
-    ``\\x1b``). Printed as they were, a body's newline forged lines of an audit (a
-    remember whose body read as a forget after it) and its escape sequences drove the
-    reader's terminal. ``--json`` gives every body exactly."""
-    if _CONTROL_CHARACTERS.search(text):
-        return _CONTROL_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], text)
-    return text
-
-
+# Listings (recall, named, audit, replay) print each body on one line, its control
+# characters escaped (`printable`): printed as it was, a body's newline forged lines of
+# an audit (a remember that read as a forget after it) and its escape sequences drove
+# the reader's terminal. ``--json`` gives every body exactly.
 def _print_items(items: list[MemoryItem], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([item.to_json() for item in items], ensure_ascii=False))
@@ -213,7 +202,7 @@ def _print_items(items: list[MemoryItem], as_json: bool) -> None:
         conversation = item.conversation or "-"
         click.echo(
             f"{item.id}  {item.kind.value:<9} {conversation:<14} w={item.weight:<6g} "
-            f"{_one_line(item.text)}"
+            f"{printable(item.text)}"
         )
 
 
@@ -515,7 +504,7 @@ async def named(prefix, url, stream, namespace, as_json, view, tenant) -> None:
                 body = item.text
             click.echo(json.dumps({"key": item.key, "body": body, "version": item.version}))
         else:
-            click.echo(f"{item.key}\t{item.version}\t{_one_line(item.text)}")
+            click.echo(f"{item.key}\t{item.version}\t{printable(item.text)}")
 
 
 def _topic_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -956,7 +945,7 @@ def _print_history(entries, as_json: bool) -> None:
         conversation = entry.conversation or "-"
         click.echo(
             f"{when}  v{entry.version:<3} {entry.op:<12} {entry.topic}/{entry.partition}@"
-            f"{entry.offset}  {conversation:<12} {_one_line(detail)}"
+            f"{entry.offset}  {conversation:<12} {printable(detail)}"
         )
 
 
@@ -1082,7 +1071,7 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
                 detail = f"by {entry.superseded_by}"
             click.echo(
                 f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
-                f"{entry.conversation or '-':<12} {_one_line(detail)}"
+                f"{entry.conversation or '-':<12} {printable(detail)}"
             )
 
 

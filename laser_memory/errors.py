@@ -43,6 +43,7 @@ Each message says what was wrong and what to do about it.
 
 from __future__ import annotations
 
+import re
 import reprlib
 
 __all__ = [
@@ -255,3 +256,21 @@ def shown(value: object) -> str:
         return _SHOWN.repr(value)
     except Exception:  # a repr that raises, where reprlib does not catch it
         return f"<{type(value).__name__}>"
+
+
+#: Control characters (C0 with newline and tab, DEL, C1): what a terminal acts on rather
+#: than shows.
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped as a repr escapes them (``\\n``,
+    ``\\x1b``), for text a producer wrote that is printed to a person: a newline could
+    forge a line of a listing, an escape sequence drive the terminal.
+
+    >>> printable("ok\\n\\x1b[2J")
+    'ok\\\\n\\\\x1b[2J'
+    """
+    if _CONTROL_CHARACTERS.search(text):
+        return _CONTROL_CHARACTERS.sub(lambda found: repr(found.group())[1:-1], text)
+    return text

@@ -50,9 +50,7 @@ class MemoryKind(enum.StrEnum):
             known = _BY_WORD.get(str.lower(value))  # a subclass's own lower is not asked
             if known is not None:
                 return known
-        raise UnknownKind(
-            f"unknown memory kind {shown(value)}; use one of: {', '.join(k.value for k in cls)}"
-        )
+        raise _unknown_kind(value)
 
     @property
     def code(self) -> int:
@@ -105,8 +103,12 @@ def parse_kind(kind: str | MemoryKind) -> MemoryKind:
         if known is not None:  # the common case, without the enum's own lookup
             return known
         return MemoryKind(kind)  # another case, or `UnknownKind` saying what is known
-    raise UnknownKind(
-        f"unknown memory kind {shown(kind)}; use one of: {', '.join(k.value for k in MemoryKind)}"
+    raise _unknown_kind(kind)
+
+
+def _unknown_kind(value: object) -> UnknownKind:
+    return UnknownKind(
+        f"unknown memory kind {shown(value)}; use one of: {', '.join(k.value for k in MemoryKind)}"
     )
 
 

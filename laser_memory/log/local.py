@@ -335,15 +335,27 @@ class LocalLog(LogLifecycle):
                 f"topic {shown(topic)} does not exist in the local log at {self._path}; "
                 "create it first (for the memory topic: 'laser-memory bootstrap')"
             )
-        return self._stored(_meta_decoder, raw, f"the entry of topic {shown(topic)}")
+        return self._stored(_meta_decoder, raw, topic)
 
-    def _stored(self, decoder: msgspec.msgpack.Decoder, raw: bytes | None, what: str) -> Any:
-        """What the log stores of a topic or a partition, decoded; damaged bytes (LMDB
-        keeps no checksum) are `LogUnavailable`, not a raw DecodeError from every read
-        and write of the topic."""
+    def _stored(
+        self,
+        decoder: msgspec.msgpack.Decoder,
+        raw: bytes | None,
+        topic: str,
+        partition: int | None = None,
+    ) -> Any:
+        """What the log stores of a topic (its entry) or of one of its partitions (its
+        head), decoded; damaged bytes (LMDB keeps no checksum) are `LogUnavailable`, not
+        a raw DecodeError from every read and write of the topic. The message is made
+        only then: this runs on every append and read."""
         try:
             return decoder.decode(raw)
         except (msgspec.DecodeError, TypeError) as exc:
+            what = (
+                f"the entry of topic {shown(topic)}"
+                if partition is None
+                else f"the head of partition {partition} of topic {shown(topic)}"
+            )
             raise LogUnavailable(
                 f"the local log at {self._path} could not read {what}: {exc}; its file may "
                 "be damaged: restore the folder from a copy"
@@ -367,7 +379,7 @@ class LocalLog(LogLifecycle):
         with self._env.begin(write=True) as txn:
             raw = txn.get(topic.encode(), db=self._dbs["topics"])
             if raw is not None:
-                meta = self._stored(_meta_decoder, raw, f"the entry of topic {shown(topic)}")
+                meta = self._stored(_meta_decoder, raw, topic)
                 if meta.partitions != partitions:
                     raise TopicConflict(
                         f"topic {shown(topic)} exists with {meta.partitions} partitions, not "
@@ -442,7 +454,8 @@ class LocalLog(LogLifecycle):
                 p: self._stored(
                     _head_decoder,
                     txn.get(_head_key(meta.number, p), db=self._dbs["heads"]),
-                    f"the head of partition {p} of topic {shown(topic)}",
+                    topic,
+                    p,
                 )[0]
                 for p in range(meta.partitions)
             }
@@ -630,7 +643,8 @@ class LocalLog(LogLifecycle):
                             self._stored(
                                 _head_decoder,
                                 txn.get(_head_key(number, partition), db=heads_db),
-                                f"the head of partition {partition} of topic {shown(topic)}",
+                                topic,
+                                partition,
                             )
                         )
                         known = at[partition] = (head, _head_key(number, partition))
@@ -796,8 +810,7 @@ class LocalLog(LogLifecycle):
             raw = txn.get(topic.encode(), db=self._dbs["topics"])
         if (
             raw is not None
-            and self._stored(_meta_decoder, raw, f"the entry of topic {shown(topic)}").generation
-            == meta.generation
+            and self._stored(_meta_decoder, raw, topic).generation == meta.generation
         ):
             return
         again = " and created again" if raw is not None else ""
@@ -827,7 +840,8 @@ class LocalLog(LogLifecycle):
             head, _, low = self._stored(
                 _head_decoder,
                 raw_head,
-                f"the head of partition {partition} of topic {shown(topic)}",
+                topic,
+                partition,
             )
             first = max(offset, low)
             end = head if limit is None else min(head, limit)
