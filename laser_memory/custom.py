@@ -57,6 +57,19 @@ class CustomMemory:
                 f"a custom memory backend needs {', '.join(_METHODS)}; "
                 f"{type(backend).__name__} lacks {', '.join(missing)}"
             )
+        # Checked when made, as `MemoryConfig` checks its own: a size that is no int
+        # failed every remember with a raw TypeError, and a stream that is no name
+        # every call with an error that named no setting.
+        if (
+            isinstance(max_body_bytes, bool)
+            or not isinstance(max_body_bytes, int)
+            or max_body_bytes < 1
+        ):
+            raise ConfigError(
+                f"CustomMemory's max_body_bytes is a positive number of bytes, "
+                f"got {shown(max_body_bytes)}"
+            )
+        validate_name(stream, "stream", allow_empty=True)
         self.backend = backend
         self.stream = stream
         self.max_body_bytes = max_body_bytes
@@ -195,7 +208,12 @@ class CustomMemory:
                 raise TypeError(f"a payload is str or bytes, got {type(payload).__name__}")
             mid = MemoryId.parse(entry["id"]) if entry.get("id") is not None else MemoryId.new()
             kind = parse_kind(entry.get("kind") or "fact")
-            score = float(entry.get("score") or 0.0)
+            score = entry.get("score") or 0.0
+            # float() would read "1" or True as a score: a backend that sends text
+            # where a number belongs has a bug the caller should hear of.
+            if isinstance(score, bool) or not isinstance(score, int | float):
+                raise TypeError(f"a score is a number, got {type(score).__name__}")
+            score = float(score)
             if not math.isfinite(score):
                 raise ValueError(f"a score is a finite number, got {score}")
             conversation = entry.get("conversation", scope.conversation)

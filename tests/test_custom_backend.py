@@ -144,6 +144,10 @@ def _nested(depth: int) -> list:
         ([{"payload": 10**10}], "a payload is str or bytes, got int"),
         ([{"payload": [104, 105]}], "a payload is str or bytes, got list"),
         ([{"payload": "a", "score": float("nan")}], "a score is a finite number"),
+        # float() read these as scores: text, a bool, a number no float holds.
+        ([{"payload": "a", "score": "0.9"}], "a score is a number, got str"),
+        ([{"payload": "a", "score": True}], "a score is a number, got bool"),
+        ([{"payload": "a", "score": 10**400}], "OverflowError"),
         # Its message called repr: a raw RecursionError.
         ([_nested(100_000)], "items are MemoryItems or dicts"),
     ],
@@ -191,6 +195,21 @@ async def test_a_custom_memory_of_a_tenant_bound_connection_acts_in_its_tenant(t
     assert lm.MemoryHandle.custom(DictStore()).tenant is None
     with pytest.raises(lm.InvalidName):
         lm.CustomMemory(DictStore(), tenant="a\x00b")
+
+
+@pytest.mark.parametrize("size", [0, -1, "1024", True, 1.5, None])
+def test_a_custom_memory_refuses_a_body_cap_that_is_no_positive_size(size):
+    """A cap of "1024" failed every remember with a raw TypeError; 0 or -1 refused every
+    body with a message blaming it."""
+    with pytest.raises(lm.ConfigError, match="max_body_bytes is a positive number of bytes"):
+        lm.CustomMemory(DictStore(), max_body_bytes=size)
+
+
+def test_a_custom_memory_refuses_a_stream_that_is_no_name():
+    """It was taken, and every call then failed naming no setting."""
+    for stream in (5, "a\x00b"):
+        with pytest.raises(lm.InvalidName, match="stream"):
+            lm.CustomMemory(DictStore(), stream=stream)
 
 
 async def test_replies_no_list_of_items_can_be_made_of_are_backend_failed():
