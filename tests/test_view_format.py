@@ -4,7 +4,7 @@ A view is refused when its ``format`` is not `VIEW_FORMAT` (rebuild it), so a ch
 what the view stores must bump the number; a change that did not would have every
 reader of an existing view misread it, or fail on it as damaged. Nothing else notices:
 every other test folds its own view with the code under test. So
-``tests/fixtures/view-v<VIEW_FORMAT>/fixture.msgpack`` keeps a view as a folder of the
+``tests/fixtures/view-v<VIEW_FORMAT>/fixture.msgpack.gz`` keeps a view as a folder of the
 current format wrote it (every key and value of its tables), the embedded log it folded,
 and what reads of it answered when it was written. The tests restore both and check
 that today's code reads the same answers from it, and that a folder resumes it to
@@ -12,12 +12,15 @@ exactly the view a rebuild makes.
 
 After an intended change of layout: bump `VIEW_FORMAT`, delete the old fixture (views
 of other formats are rebuilt, never read) and write the new one with
-``python tests/test_view_format.py``.
+``python tests/test_view_format.py``. The fixture keeps the search index snapshots its
+reads saved too (`folders.index_snapshots`, of their own format number): after a change
+of their layout, bump that number and write the fixture again the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import sys
 import tempfile
@@ -28,6 +31,8 @@ import lmdb
 import msgspec
 import pytest
 
+import folders.index_snapshots as index_snapshots
+import folders.view as view_module
 import laser_memory as lm
 from folders.service import ViewFolder
 from folders.view import VIEW_FORMAT, MemoryView
@@ -37,11 +42,14 @@ from laser_memory.log import OutgoingRecord
 from laser_memory.records import Forget, encode_record
 from laser_memory.scope import MemoryScope
 
-FIXTURE = Path(__file__).parent / "fixtures" / f"view-v{VIEW_FORMAT}" / "fixture.msgpack"
+FIXTURE = Path(__file__).parent / "fixtures" / f"view-v{VIEW_FORMAT}" / "fixture.msgpack.gz"
 START_MS = 1_796_000_000_000
 #: The moment reads are made at: before the expiring items expire.
 READ_MS = START_MS + 3_600_000
 NAMESPACE = "notes"
+#: Readers that save every search index they build, and readers that never do.
+SNAPSHOTS = lm.MemoryConfig(index_snapshots_from=1)
+NO_SNAPSHOTS = lm.MemoryConfig(index_snapshots_from=None)
 
 
 class OtherModel(WordHashEmbedder):
@@ -117,7 +125,24 @@ def _item(item: lm.MemoryItem) -> dict[str, Any]:
     out = item.to_json()
     del out["score"], out["signals"]
     out["embedder"] = item.embedder
-    out["embedding"] = hashlib.sha256(item.embedding).hexdigest() if item.embedding else None
+    out["embedding"] = _digest(item.embedding)
+    return out
+
+
+def _digest(vector: bytes | None) -> str | None:
+    return hashlib.sha256(vector).hexdigest() if vector else None
+
+
+async def searches(laser: lm.Laser, tenant: str) -> dict[str, list[lm.MemoryItem]]:
+    """Searches of a tenant's items by text and by vectors of both models, each through
+    a search index a reader builds or loads from a snapshot."""
+    out = {}
+    for label, embedder in (("own", WordHashEmbedder()), ("other", OtherModel())):
+        memory = laser.memory(NAMESPACE, tenant=tenant, embedder=embedder)
+        for strategy in ("semantic", "keyword", "hybrid"):
+            out[f"{strategy}/{label}"] = await memory.recall(
+                text="which node runs the billing database", strategy=strategy, limit=100
+            )
     return out
 
 
@@ -139,12 +164,11 @@ async def reads(laser: lm.Laser) -> dict[str, Any]:
         }.items():
             items = await memory.recall(limit=100, **kwargs)
             out[f"{tenant}/{name}"] = [_item(item) for item in items]
-        for label, embedder in (("own", WordHashEmbedder()), ("other", OtherModel())):
-            found = await laser.memory(NAMESPACE, tenant=tenant, embedder=embedder).recall(
-                text="which node runs the billing database", strategy="semantic", limit=100
-            )
-            out[f"{tenant}/semantic/{label}"] = sorted(
-                (_item(item) for item in found), key=lambda item: item["id"]
+        for name, found in (await searches(laser, tenant)).items():
+            # Sorted: which items a search finds is the view's; their order, ranking's.
+            # Their other fields are the listings' above.
+            out[f"{tenant}/{name}"] = sorted(
+                (str(item.id), item.embedder, _digest(item.embedding)) for item in found
             )
         out[f"{tenant}/history"] = {
             row["id"]: [
@@ -202,13 +226,22 @@ async def write_the_fixture(path: Path) -> dict[str, Any]:
     async with lm.connect(f"local://{log}", clock=clock) as laser:
         await write_the_records(laser, clock)
         await ViewFolder(laser.log, laser.memory(NAMESPACE).topic, view).run(until_caught_up=True)
-    async with lm.connect(f"local://{log}", view=view, clock=SteppedClock(READ_MS)) as laser:
+    async with lm.connect(
+        f"local://{log}", view=view, clock=SteppedClock(READ_MS), config=SNAPSHOTS
+    ) as laser:
         expected = await reads(laser)
     return {
         "format": VIEW_FORMAT,
         "log": dump(log),
         "view": dump(view),
         "expected": expected,
+        "snapshot format": index_snapshots._FORMAT,
+        # The search indexes the reads saved (their lock files left out).
+        "search": {
+            path.name: path.read_bytes()
+            for path in sorted((view / "search").iterdir())
+            if not path.name.endswith(".lock")
+        },
     }
 
 
@@ -218,7 +251,13 @@ def fixture() -> dict[str, Any]:
             f"no view fixture of format {VIEW_FORMAT} (VIEW_FORMAT changed?): write one "
             "with 'python tests/test_view_format.py' (see this module's docstring)"
         )
-    raw = msgspec.msgpack.decode(FIXTURE.read_bytes())
+    raw = msgspec.msgpack.decode(gzip.decompress(FIXTURE.read_bytes()))
+    if raw["snapshot format"] != index_snapshots._FORMAT:
+        pytest.fail(
+            f"the view fixture's search snapshots are of format {raw['snapshot format']}, "
+            f"and snapshots are now format {index_snapshots._FORMAT}: write the fixture "
+            "again with 'python tests/test_view_format.py'"
+        )
     for part in ("log", "view"):
         raw[part] = {
             name: [(bytes(k), bytes(v)) for k, v in entries] for name, entries in raw[part].items()
@@ -232,6 +271,9 @@ def restored(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     assert written["format"] == VIEW_FORMAT
     restore(written["log"], tmp_path / "log")
     restore(written["view"], tmp_path / "view")
+    (tmp_path / "view" / "search").mkdir()
+    for name, data in written["search"].items():
+        (tmp_path / "view" / "search" / name).write_bytes(data)
     return tmp_path / "log", tmp_path / "view", written["expected"]
 
 
@@ -242,9 +284,44 @@ async def test_a_view_of_the_current_format_reads_as_it_was_written(restored):
     # The fixture holds what it says: items, vectors of both models, feedback, forgets,
     # expiry and replacements, named versions, and a record set aside.
     assert [len(expected[f"acme/{name}"]) for name in ("recent", "superseded")] == [9, 10]
-    assert {item["embedder"] for item in expected["acme/semantic/other"]} == {OtherModel.label}
+    assert {embedder for _, embedder, _ in expected["acme/semantic/other"]} == {OtherModel.label}
     assert [item["key"] for item in expected["acme/named"]] == ["draft", "profile"]
     assert len(expected["stats"][3]) == 1  # the record no fold can read
+
+
+async def test_search_snapshots_of_the_current_format_load_and_answer_as_a_build(
+    restored, monkeypatch
+):
+    """A snapshot is bytes laid out as its format says; one misread (two arrays of one
+    type swapped, say) passes its CRC-32s and answers wrongly. Loaded, the fixture's
+    snapshots give every search what an index built from the view gives, scores and
+    all, and no item is read to build one."""
+    log, view, _ = restored
+    built = [0]
+    real = view_module.index_entry
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(view_module, "index_entry", counting)
+    answers = {}
+    for config in (SNAPSHOTS, NO_SNAPSHOTS):
+        built[0] = 0
+        async with lm.connect(
+            f"local://{log}", view=view, clock=SteppedClock(READ_MS), config=config
+        ) as laser:
+            answers[config] = [
+                [(item.id, item.score, item.signals) for item in found]
+                for tenant in ("", "acme")
+                for found in (await searches(laser, tenant)).values()
+            ]
+            if config is SNAPSHOTS:
+                assert list(laser.managed_view().snapshots.errors) == []
+                assert built[0] == 0  # every index came from its snapshot
+    assert built[0] > 0  # and those of the reader that saves none were built
+    assert answers[SNAPSHOTS] == answers[NO_SNAPSHOTS]
+    assert all(answers[SNAPSHOTS])
 
 
 async def test_a_folder_resumes_a_view_of_the_current_format(restored, tmp_path):
@@ -273,5 +350,5 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
         written = asyncio.run(write_the_fixture(Path(folder)))
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    FIXTURE.write_bytes(msgspec.msgpack.encode(written))
+    FIXTURE.write_bytes(gzip.compress(msgspec.msgpack.encode(written), mtime=0))
     sys.stdout.write(f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes)\n")
