@@ -51,6 +51,7 @@ import numpy as np
 
 from laser_memory.errors import shown
 from laser_memory.search_index import SearchIndex, SnapshotError
+from laser_memory.terms import ANALYZER
 
 __all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots", "Read"]
 
@@ -63,8 +64,8 @@ __all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots", "Read"]
 #: that (about 3.5 ms a hundred items), not worth a file each.
 SNAPSHOTS_FROM = 1_000
 
-# 4: CRC-32s of the snapshot (see `_checksum`).
-_FORMAT = 4
+# 4: CRC-32s of the snapshot (see `_checksum`). 5: the terms' analyzer.
+_FORMAT = 5
 
 # The names of the files this module writes (a read's index, array and lock files, and
 # their temporary names): the only ones it ever removes. ``<view>/search/`` may be a
@@ -96,6 +97,7 @@ class _ArrayAt(msgspec.Struct, array_like=True):
 
 class _SnapshotFile(msgspec.Struct, array_like=True):
     format: int
+    analyzer: str  # `laser_memory.terms.ANALYZER` where it was saved
     read: bytes  # the read's key (tenant, namespace, conversation, embedder, superseded)
     epoch: bytes | None
     seq: int
@@ -110,6 +112,7 @@ class _SnapshotHead(msgspec.Struct, array_like=True):
     """The first fields of a `_SnapshotFile` (the rest are passed over unread)."""
 
     format: int
+    analyzer: str
     read: bytes
     epoch: bytes | None
     seq: int
@@ -134,7 +137,16 @@ def _checksum(file: _SnapshotFile) -> int:
     CRC-32, as Kafka checks its record batches: zlib's, with the file read, runs at about
     2.5 GB/s a thread here, and the chunks are checked on several threads."""
     head = _encoder.encode(
-        (file.format, file.read, file.epoch, file.seq, file.arrays, file.layout, file.chunks)
+        (
+            file.format,
+            file.analyzer,
+            file.read,
+            file.epoch,
+            file.seq,
+            file.arrays,
+            file.layout,
+            file.chunks,
+        )
     )
     return zlib.crc32(file.index, zlib.crc32(head))
 
@@ -316,6 +328,14 @@ class IndexSnapshots:
             return None
         if saved.format != _FORMAT or saved.read != key or saved.epoch != epoch:
             return None  # another format, read or epoch of the view: a rebuild made it stale
+        if saved.analyzer != ANALYZER:
+            # Saved where text split into other terms (another stemmer or Unicode): its
+            # postings would miss the words whose terms changed.
+            self.errors.append(
+                f"snapshot {name} unusable: its terms are of {shown(saved.analyzer)}, "
+                f"and this process makes them with {ANALYZER}"
+            )
+            return None
         return saved
 
     def _map(self, name: str, saved: _SnapshotFile) -> dict[str, np.ndarray]:
@@ -374,7 +394,7 @@ class IndexSnapshots:
                 arrays_name = f"{name}-{os.urandom(8).hex()}.arrays"
                 self._write(arrays_name, write_arrays)
                 file = _SnapshotFile(
-                    _FORMAT, key, epoch, seq, arrays_name, layout, data, crcs.done(), 0
+                    _FORMAT, ANALYZER, key, epoch, seq, arrays_name, layout, data, crcs.done(), 0
                 )
                 file.checksum = _checksum(file)
                 self._write(f"{name}.idx", lambda f: f.write(_encoder.encode(file)))

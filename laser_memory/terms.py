@@ -18,10 +18,11 @@ from __future__ import annotations
 import functools
 import re
 import string
+import unicodedata
 
 import Stemmer
 
-__all__ = ["STOP_WORDS", "count_terms", "forget_stems", "term_counts", "terms"]
+__all__ = ["ANALYZER", "STOP_WORDS", "count_terms", "forget_stems", "term_counts", "terms"]
 
 _TOKEN = re.compile(r"[^\W_]+(?:[-_.:/@][^\W_]+)*")
 _PART = re.compile(r"[^\W_]+")
@@ -41,6 +42,13 @@ STOP_WORDS = frozenset(
     was we were what when where which while who whom why will with would you your yours
     yourself yourselves s t d ll m re ve""".split()
 )
+
+#: What a text's terms depend on besides a text: this module's rules (the number, bumped
+#: with any change of them), the stemmer's release and Python's Unicode tables (case
+#: folding, which characters are letters). A search index saved beside a view holds its
+#: items' terms (`folders.index_snapshots`): one saved where any of these differed would
+#: miss the words whose terms changed, so it is rebuilt instead.
+ANALYZER = f"terms 1; PyStemmer {Stemmer.version()} english; Unicode {unicodedata.unidata_version}"
 
 
 def terms(text: str) -> list[str]:

@@ -172,6 +172,31 @@ async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
         assert rebuilt != want
 
 
+async def test_a_snapshot_whose_terms_were_made_otherwise_is_rebuilt(
+    tmp_path: Path, built, monkeypatch
+):
+    """A snapshot holds its items' terms, and they depend on the stemmer's release and
+    Python's Unicode tables: loaded under another PyStemmer, keyword recalls of words
+    whose stems changed would find nothing. It is rebuilt, and saved anew."""
+    view = tmp_path / "view"
+    async with folded(tmp_path, ENTRIES) as (laser, _):
+        want = await answers(laser.log.url, view, ALWAYS)
+        monkeypatch.setattr(index_snapshots, "ANALYZER", "terms 1; another stemmer")
+        built[0] = 0
+        got, errors = await answers_and_errors(laser.log.url, view, ALWAYS)
+        assert got == want
+        assert built[0] >= 2 * len(ENTRIES)  # rebuilt from the view, not loaded
+        assert any(
+            "its terms are of 'terms 1; PyStemmer" in reason
+            and reason.endswith("this process makes them with terms 1; another stemmer")
+            for reason in errors
+        )
+        # Saved again under this process's terms: the next reader loads it.
+        built[0] = 0
+        assert await answers_and_errors(laser.log.url, view, ALWAYS) == (want, [])
+        assert built[0] == 0
+
+
 async def test_the_reader_that_saves_a_snapshot_serves_from_it_and_keeps_no_build(
     tmp_path: Path, monkeypatch
 ):
