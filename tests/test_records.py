@@ -13,12 +13,14 @@ from laser_memory.records import (
     Embedded,
     Feedback,
     Forget,
+    MemoryRecord,
     NamedPatch,
     NamedRemove,
     NamedSet,
     Origin,
     Producer,
     Remember,
+    Retrieved,
     Superseded,
     decode_record,
     encode_record,
@@ -122,6 +124,14 @@ EXPECTED_V1 = {
     "named-remove-if-version": NamedRemove(
         ns="langgraph", scope=MemoryScope(tenant="acme"), key="users.u1..prefs", if_version=3
     ),
+    # Written with agent sessions (`Session.record_retrieval`), pinned since 2026-12-05.
+    "retrieved": Retrieved(
+        ns="stream:prod/notes",
+        scope=SCOPE,
+        target=bytes(range(16)),
+        query="where does node-7 sit?",
+        session=Origin(stream="prod", topic="prod.agent.sessions", partition=1, offset=7),
+    ),
 }
 
 
@@ -133,6 +143,25 @@ def test_v1_fixtures_keep_decoding(name: str):
 
 def test_every_fixture_is_checked():
     assert {p.stem for p in FIXTURES.glob("*.bin")} == set(EXPECTED_V1)
+
+
+def test_every_record_type_and_field_is_in_a_fixture():
+    """A record's encoding is pinned only where a fixture holds it: `Retrieved` had none,
+    so a change of its fields' order or names would have passed every test, and the
+    logs it was written to would no longer fold. Every type of the union has a fixture,
+    and every optional field but the version is set in one of its type's."""
+    for kind in MemoryRecord.__args__:
+        fixtures = [record for record in EXPECTED_V1.values() if type(record) is kind]
+        assert fixtures, f"no fixture of {kind.__name__}"
+        for field in msgspec.inspect.type_info(kind).fields:
+            if field.required or field.name == "v":
+                continue
+            default = (
+                field.default if field.default is not msgspec.NODEFAULT else field.default_factory()
+            )
+            assert any(getattr(record, field.name) != default for record in fixtures), (
+                f"no fixture of {kind.__name__} sets {field.name}"
+            )
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_V1))
