@@ -22,7 +22,7 @@ from laser_memory.items import MemoryItem, Source
 from laser_memory.kinds import MemoryKind
 from laser_memory.recall import rank, search_mode
 from laser_memory.scope import MemoryScope
-from laser_memory.search_index import CACHE_BYTES, SearchIndex, SnapshotError
+from laser_memory.search_index import _COUNT_TABLE, CACHE_BYTES, SearchIndex, SnapshotError
 from laser_memory.terms import terms
 from laser_memory.vector_clusters import ApproximateSearch
 
@@ -1191,6 +1191,24 @@ def test_feedback_counts_in_the_shortcuts_over_common_terms(common_from, items, 
     for item in made:
         index.put(item.id.bytes, item)
     _assert_keyword_as_scan(index, made, text, limit)
+
+
+def test_common_terms_one_of_them_said_past_the_count_table_rank_as_a_scan():
+    """A query of several common terms scores each group's rows from a table over counts;
+    a term said more than `_COUNT_TABLE` times in one item takes the arithmetic instead,
+    with the walked term's score added as known. That addition left out passed every
+    test (no item said a word over 4,096 times)."""
+    index = SearchIndex(None, common_from=4)
+    bodies = [
+        " ".join(WORDS[(n + k) % 4] for k in range(1 + n % 5)) for n in range(60)
+    ]  # alpha, beta, gamma, delta, each held by far more than four items
+    bodies[7] = " ".join(["alpha"] * (_COUNT_TABLE + 40) + ["beta"])
+    items = [_item(n, body, None, 0.0, None, (n, 0, n)) for n, body in enumerate(bodies)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    for text in ("alpha beta", "beta alpha", "beta gamma alpha"):
+        for limit in (1, 3, 10):
+            _assert_keyword_as_scan(index, items, text, limit)
 
 
 def test_queries_of_rare_words_rank_as_a_scan_without_arrays_as_long_as_the_index():
