@@ -172,6 +172,36 @@ async def test_a_snapshot_that_cannot_be_used_is_passed_over(tmp_path: Path):
         assert rebuilt != want
 
 
+async def test_a_reader_that_caught_up_over_many_changes_saves_a_newer_snapshot(
+    tmp_path: Path, built
+):
+    """From more than 1,000 changes behind (or a tenth of the index), a reader that
+    caught up saves its index again, so the next process starts from there instead of
+    reading every change since the first snapshot. Nothing tested it."""
+    view = tmp_path / "view"
+    async with writing(tmp_path) as (laser, memory, folder):
+        await memory.remember_many(ENTRIES)
+        await folder.run(until_caught_up=True)
+        await answers(laser.log.url, view, ALWAYS)
+        for first in range(0, 1_100, 100):
+            await memory.remember_many(
+                [f"rotate signing keys on host-{n}" for n in range(first, first + 100)]
+            )
+        await folder.run(until_caught_up=True)
+
+        def behind() -> set[int | None]:
+            with view_module.MemoryView.open(view, create=False) as opened:
+                return {snapshot.behind for snapshot in opened.search_snapshots()}
+
+        assert behind() == {1_100}
+        caught_up = await answers(laser.log.url, view, ALWAYS)
+        assert behind() == {0}
+        built[0] = 0
+        assert await answers(laser.log.url, view, ALWAYS) == caught_up
+        assert built[0] == 0  # the newer snapshots needed no change read
+        assert caught_up == await answers(laser.log.url, view, NEVER)
+
+
 async def test_a_snapshot_whose_terms_were_made_otherwise_is_rebuilt(
     tmp_path: Path, built, monkeypatch
 ):
