@@ -202,6 +202,35 @@ async def test_a_reader_that_caught_up_over_many_changes_saves_a_newer_snapshot(
         assert caught_up == await answers(laser.log.url, view, NEVER)
 
 
+@pytest.mark.parametrize("field", ["format", "epoch", "read"])
+async def test_a_snapshot_of_another_format_epoch_or_read_is_rebuilt(
+    tmp_path: Path, built, field: str
+):
+    """An older release's snapshot (another format), one of the view before a restore
+    (another epoch) or one whose index names another read is never loaded: the index is
+    built from the view and saved over it. Nothing reached that check before."""
+    view = tmp_path / "view"
+    async with folded(tmp_path, ENTRIES) as (laser, _):
+        want = await answers(laser.log.url, view, ALWAYS)
+        changed = {
+            "format": lambda saved: saved.format - 1,
+            "epoch": lambda saved: os.urandom(8),
+            "read": lambda saved: msgspec.msgpack.encode(("other", "notes", None, None, False)),
+        }[field]
+        for path in (view / "search").glob("*.idx"):
+            saved = index_snapshots._decoder.decode(path.read_bytes())
+            setattr(saved, field, changed(saved))
+            path.write_bytes(index_snapshots._encoder.encode(saved))
+        built[0] = 0
+        got, errors = await answers_and_errors(laser.log.url, view, ALWAYS)
+        assert got == want
+        assert errors == []  # stale, not damaged: nothing to report
+        assert built[0] >= 2 * len(ENTRIES)  # built from the view
+        built[0] = 0
+        assert await answers(laser.log.url, view, ALWAYS) == want
+        assert built[0] == 0  # and saved over the stale one
+
+
 async def test_a_snapshot_whose_terms_were_made_otherwise_is_rebuilt(
     tmp_path: Path, built, monkeypatch
 ):
