@@ -527,6 +527,32 @@ async def test_retention_passes_a_damaged_record_as_old_as_the_next(tmp_path):
         assert [r.value for r in await read_all(log, "t")] == [b"later", b"last"]
 
 
+async def test_retention_of_one_topic_never_reaches_another_in_the_same_commit(tmp_path):
+    """Appends to several topics share a commit, and the commit runs each retention
+    topic's cleanup over the partitions it touched: a topic kept for ever must lose
+    nothing to a neighbour's retention of a minute. No test made such a commit, so the
+    check that keeps each cleanup to its own topic could go unseen."""
+    minute = 60_000
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path, LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("brief", partitions=2, retention_s=60)
+        await log.create_topic("forever", partitions=2)
+        for topic in ("brief", "forever"):
+            await log.append_batch(topic, [OutgoingRecord(b"old", partition=p) for p in (0, 1)])
+        clock.step(2 * minute)
+        # Many appends to both at once: they go in a few commits, each with both topics.
+        await asyncio.gather(
+            *(
+                log.append(topic, OutgoingRecord(b"new", partition=n % 2))
+                for n in range(50)
+                for topic in ("brief", "forever")
+            )
+        )
+        forever = [r.value for r in await read_all(log, "forever")]
+        assert forever.count(b"old") == 2 and forever.count(b"new") == 50
+        assert {r.value for r in await read_all(log, "brief")} == {b"new"}
+
+
 async def test_a_topics_damaged_entry_or_head_is_a_log_error_for_that_topic(tmp_path):
     # What the log keeps of a topic and of each partition, damaged on disk: every read
     # and write of the topic was a raw DecodeError. Now LogUnavailable saying what to do,
