@@ -101,6 +101,17 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
             )
         ),
         (_outgoing(Remember(ns=ns, scope=scope, id=b"\x01" * 15, kind=1, body=b"v")), True),
+        # Kind codes no writer has: no test sent one, and folded, every read meeting the
+        # item would fail naming it.
+        *(
+            (
+                _outgoing(
+                    Remember(ns=ns, scope=scope, id=lm.MemoryId.new().bytes, kind=code, body=b"v")
+                ),
+                True,
+            )
+            for code in (99, -1, 1 << 40)
+        ),
         # Another namespace's remember under this namespace's header.
         (
             OutgoingRecord(
