@@ -17,12 +17,14 @@ from folders.state import MAX_NAMED_BODY_BYTES, ItemFilter
 from folders.view import MemoryView
 from laser_memory.clock import SteppedClock
 from laser_memory.log import OutgoingRecord
+from laser_memory.log.naming import MAX_PARTITIONS
 from laser_memory.records import (
     HEADER_NAMESPACE,
     HEADER_TENANT,
     HEADER_VERSION,
     Embedded,
     Feedback,
+    Forget,
     NamedPatch,
     NamedRemove,
     NamedSet,
@@ -111,6 +113,12 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
                 True,
             )
             for code in (99, -1, 1 << 40)
+        ),
+        # Forgets whose `seen` no log could have: offsets out of range, more partitions
+        # than a topic may have (every item it names would carry them all).
+        *(
+            (_outgoing(Forget(ns=ns, scope=scope, target=target, seen=seen)), True)
+            for seen in ((-1,), (0, 1 << 63), (0,) * (MAX_PARTITIONS + 1))
         ),
         # Another namespace's remember under this namespace's header.
         (
