@@ -1057,6 +1057,15 @@ for _ in range(5000):
         (lambda m: m.purge(_DEEP), lm.InvalidInput),
         # A huge one is shown cut short, not whole.
         (lambda m: m.recall(strategy="s" * 5_000_000), lm.InvalidInput),
+        # Refused by checks no test reached before (each could have gone unseen).
+        (lambda m: m.remember_many("one body"), lm.InvalidInput),
+        (lambda m: m.remember_many({"body": "x"}), lm.InvalidInput),
+        (lambda m: m.recall(text="x", min_similarity=1.5), lm.InvalidInput),
+        (lambda m: m.recall(text="x", min_similarity=float("nan")), lm.InvalidInput),
+        (lambda m: m.consolidate(10, prune_summarized="yes"), lm.InvalidInput),
+        (lambda m: m.named(prefix=5), lm.InvalidInput),
+        (lambda m: m.as_of(lm.MemoryId.new()), lm.InvalidInput),  # no receipt
+        (lambda m: m.scoped("c1").remember("x", conversation="c2"), lm.InvalidInput),
     ],
 )
 async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call, error):
