@@ -124,6 +124,32 @@ async def test_a_forget_from_before_seen_existed_still_uses_append_times(tmp_pat
         _agree(await _everywhere(laser, tmp_path), ["kept"])
 
 
+async def test_a_forget_from_before_seen_existed_follows_offsets_in_its_partition(tmp_path):
+    """In the forget's own partition its offset says what came before it, whatever the
+    clock: a remember written after it in the same millisecond stays, one written before
+    it goes. (Only the first case tells offsets from append times, and no test had it.)"""
+    from laser_memory.records import Forget, encode_record
+
+    clock = SteppedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s", clock=clock) as laser:
+        await laser.bootstrap(partitions=1)
+        memory = laser.memory("notes")
+
+        async def legacy_forget(mid: lm.MemoryId) -> None:
+            record = Forget(ns=memory.namespace, scope=lm.MemoryScope(stream="s"), target=mid.bytes)
+            wire = encode_record(record)
+            await laser.log.append(
+                memory.topic, OutgoingRecord(wire.value, key=wire.key, headers=wire.headers)
+            )
+
+        gone = await memory.remember("gone", conversation="c1")
+        await legacy_forget(gone)
+        renewed = lm.MemoryId.new()
+        await legacy_forget(renewed)
+        await memory.append(renewed, "renewed", kind="fact", conversation="c1")
+        _agree(await _everywhere(laser, tmp_path), ["renewed"])
+
+
 @pytest.mark.parametrize("partitions", [1, 4])
 @pytest.mark.parametrize("sweep", ["forget_expired", "purge", "consolidate"])
 async def test_a_forget_decided_on_a_fold_leaves_a_renewal_written_meanwhile(
