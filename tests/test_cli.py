@@ -266,6 +266,45 @@ def test_reads_never_create_a_log_a_view_or_a_topic(tmp_path):
     assert asyncio.run(topics()) == ["a.agent.memory"]
 
 
+def test_replay_says_what_each_record_did_and_which_it_set_aside(tmp_path):
+    """A replacement names the item that replaced, another model's vector its size and
+    model, and a record no fold can read is listed with why (operators only): none of
+    these lines had a test."""
+    import asyncio
+
+    import laser_memory as lm
+    from laser_memory.log import OutgoingRecord
+
+    class Other(lm.WordHashEmbedder):
+        label = "test/other"
+
+    url = f"local://{tmp_path / 'log'}"
+
+    async def write() -> tuple[lm.MemoryId, lm.MemoryId]:
+        async with lm.connect(url, embedder=lm.WordHashEmbedder()) as laser:
+            memory = laser.memory("notes")
+            old = await memory.remember("node-7 runs billing")
+            new = await memory.remember("node-7 runs billing and audit", supersedes=old)
+            await memory.reembed(Other())
+            await laser.log.append(memory.topic, OutgoingRecord(b"\xc1 junk", key=b"x"))
+            return old, new
+
+    old, new = asyncio.run(write())
+    lines = run("replay", "--url", url, "--all-tenants").splitlines()
+    assert any(f"superseded   {old}" in line and f"by {new}" in line for line in lines)
+    assert sum(f"64-d vector of {Other.label}" in line for line in lines) == 2
+    [aside] = [line for line in lines if "(set aside)" in line]
+    assert "not a memory record" in aside
+    records = [
+        json.loads(line)
+        for line in run("replay", "--url", url, "--all-tenants", "--json").splitlines()
+    ]
+    [error] = [r for r in records if "error" in r]
+    assert "not a memory record" in error["error"] and error["offset"] >= 0
+    # A tenant's replay leaves out what nobody can tell the tenant of.
+    assert "(set aside)" not in run("replay", "--url", url)
+
+
 def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
     common = ["--url", f"local://{tmp_path / 'log'}"]
     run("remember", "ours", *common, "--tenant", "acme")
