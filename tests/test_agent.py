@@ -23,6 +23,18 @@ async def until(check, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.02)
 
 
+async def test_a_message_to_an_agent_on_a_fresh_embedded_log_makes_its_topic(tmp_path):
+    """The library works on a fresh machine: on the embedded log the sessions topic is
+    made by the first message, as a memory topic by the first remember (no test sent a
+    message before `bootstrap`)."""
+    async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
+        sent = await laser.send_to_agent("triage", "hello", conversation="t-1")
+        info = await laser.log.describe_topic(sent.topic)
+        assert (sent.topic, info.partitions) == ("s.agent.sessions", 4)
+        [[record]] = [batch async for batch in laser.log.read(sent.topic)]
+        assert (record.partition, record.offset) == (sent.partition, sent.offset)
+
+
 async def test_an_agent_handles_remembers_links_and_records_retrievals(laser: lm.Laser):
     memory = laser.memory("triage")
     await memory.remember("node-7 logins fail after the key rotation", conversation="kb")
