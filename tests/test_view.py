@@ -1241,6 +1241,26 @@ async def test_a_damaged_view_is_a_log_error_that_says_to_rebuild(tmp_path):
             view.dump()
 
 
+@pytest.mark.parametrize("cut", [0, 100])
+async def test_a_view_whose_file_is_no_lmdb_file_says_to_rebuild_when_opened(tmp_path, cut):
+    """Its first page gone (overwritten, or the file cut short): opening it failed in a
+    way no test met. It is a `LogUnavailable` saying to rebuild, for readers and the
+    folder alike."""
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.memory("notes").remember("x")
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+        data = tmp_path / "view" / "data.mdb"
+        data.write_bytes(b"not an LMDB file " * 64 if not cut else data.read_bytes()[:cut])
+        with pytest.raises(lm.LogUnavailable, match=r"cannot open the view .*rebuild it"):
+            MemoryView.open(tmp_path / "view", create=False)
+        with pytest.raises(lm.LogUnavailable, match="rebuild it"):
+            await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+                until_caught_up=True
+            )
+
+
 #: A view's tables, and the reads that decode what each holds.
 DAMAGED_TABLES = {
     "items": ["recall", "history"],
