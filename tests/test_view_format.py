@@ -14,9 +14,11 @@ After an intended change of layout: bump `VIEW_FORMAT`, delete the old fixture (
 of other formats are rebuilt, never read) and write the new one with
 ``python tests/test_view_format.py``. Never write it again to make a failure pass
 without bumping the number: a failure here is what every existing view would meet. (A
-deliberate change of what a read answers, its ordering say, is the one other reason.) The fixture keeps the search index snapshots its
-reads saved too (`folders.index_snapshots`, of their own format number): after a change
-of their layout, bump that number and write the fixture again the same way.
+deliberate change of what a read answers, its ordering say, is the one other reason.)
+
+The fixture keeps the search index snapshots its reads saved too
+(`folders.index_snapshots`, of their own format number): after a change of their
+layout, bump that number and write the fixture again the same way.
 """
 
 from __future__ import annotations
