@@ -35,6 +35,30 @@ async def test_a_message_to_an_agent_on_a_fresh_embedded_log_makes_its_topic(tmp
         assert (record.partition, record.offset) == (sent.partition, sent.offset)
 
 
+async def test_drain_says_when_the_messages_were_not_handled_in_time(tmp_path):
+    """A handler still busy when the time is up: `WaitTimeout` saying how far the agent
+    got (no test let the time run out), and a later drain sees the work done."""
+    async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
+        await laser.bootstrap(partitions=1)
+        release = asyncio.Event()
+
+        async def slow(message: lm.AgentMessage) -> None:
+            await release.wait()
+
+        agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, slow)
+        try:
+            await agent.ready()
+            await laser.send_to_agent("triage", "first")
+            await laser.send_to_agent("triage", "second")
+            with pytest.raises(lm.WaitTimeout, match=r"'triage' .* within 0.2s \(0 handled"):
+                await agent.drain(timeout=0.2)
+            release.set()
+            await agent.drain(timeout=20)
+            assert agent.handled == 2
+        finally:
+            await agent.stop()
+
+
 async def test_an_agent_handles_remembers_links_and_records_retrievals(laser: lm.Laser):
     memory = laser.memory("triage")
     await memory.remember("node-7 logins fail after the key rotation", conversation="kb")
