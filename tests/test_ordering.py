@@ -150,6 +150,35 @@ async def test_a_forget_from_before_seen_existed_follows_offsets_in_its_partitio
         _agree(await _everywhere(laser, tmp_path), ["renewed"])
 
 
+async def test_a_forget_that_saw_fewer_partitions_spares_the_ones_it_did_not_see(tmp_path):
+    """A forget written before partitions were added lists the offsets of the partitions
+    there were: remembers in the others are after it (no test had such a forget; the
+    check that keeps a read from looking past its list could go unseen)."""
+    from laser_memory.records import Forget, encode_record
+
+    async with stepped(tmp_path) as (laser, _):
+        memory = laser.memory("notes")
+        mid = lm.MemoryId.new()
+        placed = {}
+        for conversation in (f"c{n}" for n in range(40)):
+            receipt = await memory.append(mid, conversation, kind="fact", conversation=conversation)
+            placed.setdefault(receipt.receipt.partition, conversation)
+            if {0, 1} <= placed.keys():
+                break
+        ends = await laser.log.end_offsets(memory.topic)
+        # Seen when the topic had one partition: it ends partition 0's remembers only.
+        record = Forget(
+            ns=memory.namespace, scope=lm.MemoryScope(stream="s"), target=mid.bytes, seen=(ends[0],)
+        )
+        wire = encode_record(record)
+        await laser.log.append(
+            memory.topic,
+            OutgoingRecord(wire.value, key=wire.key, headers=wire.headers, partition=0),
+        )
+        _agree(await _everywhere(laser, tmp_path, conversation=placed[0]), [])
+        _agree(await _everywhere(laser, tmp_path, conversation=placed[1]), [placed[1]])
+
+
 @pytest.mark.parametrize("partitions", [1, 4])
 @pytest.mark.parametrize("sweep", ["forget_expired", "purge", "consolidate"])
 async def test_a_forget_decided_on_a_fold_leaves_a_renewal_written_meanwhile(
