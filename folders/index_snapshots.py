@@ -244,7 +244,10 @@ class IndexSnapshots:
 
     def _names(self, read: tuple) -> tuple[bytes, str]:
         key = _encoder.encode(read)
-        return key, hashlib.blake2b(key, digest_size=16).hexdigest()
+        # Named by the terms' analyzer too: readers whose terms differ (another
+        # PyStemmer, another Python's Unicode tables) each keep a snapshot of their own,
+        # where they rebuilt over each other's at every start.
+        return key, hashlib.blake2b(key + ANALYZER.encode(), digest_size=16).hexdigest()
 
     def load(self, read: tuple, epoch: bytes | None) -> tuple[SearchIndex, int] | None:
         """The saved index of ``read`` for this epoch of the view, and the change number
