@@ -408,10 +408,16 @@ class IndexSnapshots:
             # opened one keeps its map. And the temporary files of saves killed before
             # they renamed theirs (a reader killed while it saved): none is being
             # written while this save holds the lock, and each was as large as a
-            # snapshot (a million items' couple of GB), left for ever.
+            # snapshot (a million items' couple of GB), left for ever. And this read's
+            # snapshot of releases before format 5, named without the analyzer: no
+            # reader of this release lists or loads it.
+            legacy = hashlib.blake2b(key, digest_size=16).hexdigest()
             for other in os.listdir(self.path):
                 if (
-                    (other.startswith(f"{name}-") or other.startswith(f"{name}.idx."))
+                    (
+                        other.startswith((f"{name}-", f"{name}.idx."))
+                        or other.startswith((f"{legacy}-", f"{legacy}.idx"))
+                    )
                     and other != arrays_name
                     and _OURS.fullmatch(other)
                 ):

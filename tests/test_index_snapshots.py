@@ -750,6 +750,32 @@ def test_a_save_removes_what_saves_killed_midway_left_of_its_read(tmp_path):
     assert snapshots.load(READ, b"e")[1] == 2
 
 
+def test_a_save_removes_the_snapshot_releases_before_format_5_made_of_its_read(tmp_path):
+    """Those named a read's snapshot without the terms' analyzer: after an upgrade no
+    reader lists or loads them, and they stayed for ever (a couple of GB at a million
+    items). A save of the read removes them; other reads' stay."""
+    import hashlib
+
+    snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
+    search = tmp_path / "search"
+    search.mkdir()
+    legacy = hashlib.blake2b(msgspec.msgpack.encode(READ), digest_size=16).hexdigest()
+    other = hashlib.blake2b(msgspec.msgpack.encode(("t", "other")), digest_size=16).hexdigest()
+    planted = {
+        f"{legacy}.idx": True,
+        f"{legacy}-{'1' * 16}.arrays": True,
+        f"{other}.idx": False,
+        f"{other}-{'2' * 16}.arrays": False,
+    }
+    for name in planted:
+        (search / name).write_bytes(b"a snapshot of format 4")
+    assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
+    remaining = set(os.listdir(search))
+    assert {name for name, gone in planted.items() if not gone} <= remaining
+    assert not {name for name, gone in planted.items() if gone} & remaining
+    assert snapshots.load(READ, b"e")[1] == 1
+
+
 def test_removing_the_snapshots_removes_only_files_snapshots_make(tmp_path):
     # A view made in a folder of the user's that had a `search/` of its own: a rebuild
     # removed every file in it, the user's with ours.
