@@ -508,6 +508,27 @@ async def test_named_items_keep_every_version(viewed):
         await memory.fetch("profile", version=0)
 
 
+def test_a_patch_may_make_a_named_body_exactly_as_large_as_the_limit():
+    """The fold's limit of a named body is inclusive: a patch making exactly
+    `MAX_NAMED_BODY_BYTES` applies, one byte more is set aside (no test held the
+    boundary)."""
+    from folders.state import MAX_NAMED_BODY_BYTES, NamedState, apply_named
+    from laser_memory.items import Source
+    from laser_memory.named import apply_patch_bytes
+    from laser_memory.records import NamedPatch
+
+    source = Source("", "t", 0, 0, "", None)
+
+    def previous(size: int) -> NamedState:
+        return NamedState(b'{"a":"' + b"x" * size + b'"}', 1, (1, 0, 0), source, "k")
+
+    patch = NamedPatch(ns="notes", scope=lm.MemoryScope(), key="k", patch=b'{"b":1}')
+    size = MAX_NAMED_BODY_BYTES - len(apply_patch_bytes(previous(0).body, patch.patch))
+    assert len(apply_named(previous(size), patch, (2, 0, 1), source).body) == MAX_NAMED_BODY_BYTES
+    with pytest.raises(lm.InvalidBody, match="over the 4194304-byte limit"):
+        apply_named(previous(size + 1), patch, (2, 0, 1), source)
+
+
 def test_named_versions_follow_the_partition_when_append_times_go_back(tmp_path: Path):
     """Kafka stamps records with the broker's clock, which can step back. A named item's
     writes share a partition, and its versions are those writes in offset order: in the
