@@ -12,7 +12,7 @@ import pytest
 import laser_memory as lm
 from folders.service import ViewFolder
 from folders.view import MemoryView
-from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord, partition_for
+from laser_memory.log import Appended, LocalLog, LocalLogConfig, OutgoingRecord, partition_for
 from log_conformance import read_all
 
 
@@ -1066,6 +1066,9 @@ for _ in range(5000):
         (lambda m: m.named(prefix=5), lm.InvalidInput),
         (lambda m: m.as_of(lm.MemoryId.new()), lm.InvalidInput),  # no receipt
         (lambda m: m.scoped("c1").remember("x", conversation="c2"), lm.InvalidInput),
+        # A receipt of another topic: its offset says nothing of this one's.
+        (lambda m: m.recall(after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
+        (lambda m: m.fetch("k", after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
     ],
 )
 async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call, error):
