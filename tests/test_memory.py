@@ -1066,6 +1066,22 @@ for _ in range(5000):
         (lambda m: m.named(prefix=5), lm.InvalidInput),
         (lambda m: m.as_of(lm.MemoryId.new()), lm.InvalidInput),  # no receipt
         (lambda m: m.scoped("c1").remember("x", conversation="c2"), lm.InvalidInput),
+        # Lineage of the wrong types, as mappings and as the records' own structs
+        # (msgspec does not check a struct's fields when it is made).
+        (
+            lambda m: m.remember("x", origin={"topic": 5, "partition": 0, "offset": 0}),
+            lm.InvalidInput,
+        ),
+        (
+            lambda m: m.remember("x", origin=lm.Origin(topic=5, partition=0, offset=0)),
+            lm.InvalidInput,
+        ),
+        (
+            lambda m: m.remember("x", origin=lm.Origin(topic="t", partition=0, offset=0, stream=7)),
+            lm.InvalidInput,
+        ),
+        (lambda m: m.remember("x", producer={"name": "p", "version": 2}), lm.InvalidInput),
+        (lambda m: m.remember("x", producer=lm.Producer(name="p", version=2)), lm.InvalidInput),
         # A receipt of another topic: its offset says nothing of this one's.
         (lambda m: m.recall(after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
         (lambda m: m.fetch("k", after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
