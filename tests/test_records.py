@@ -266,3 +266,19 @@ def test_bad_version_header_is_a_decode_error():
 def test_writing_another_version_is_refused():
     with pytest.raises(InvalidRecord, match="schema version 1"):
         encode_record(Forget(ns="n", target=bytes(16), v=2))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        Remember(ns="n", id=bytes(16), kind=1 << 70, body=b"x"),  # past msgpack's ints
+        Remember(ns="n", id=bytes(16), kind=1, body=object()),  # type: ignore[arg-type]
+        Feedback(ns="n", target=bytes(16), weight=1j),  # type: ignore[arg-type]
+    ],
+)
+def test_a_record_msgpack_cannot_carry_is_refused_when_encoded(record):
+    """Structs are not checked when built, and anyone may build one: what msgpack cannot
+    encode is an `InvalidRecord` naming why, never a raw `OverflowError` or `TypeError`
+    (no test built one)."""
+    with pytest.raises(InvalidRecord, match="record cannot be encoded: "):
+        encode_record(record)
