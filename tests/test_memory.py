@@ -1082,6 +1082,10 @@ for _ in range(5000):
         ),
         (lambda m: m.remember("x", producer={"name": "p", "version": 2}), lm.InvalidInput),
         (lambda m: m.remember("x", producer=lm.Producer(name="p", version=2)), lm.InvalidInput),
+        # A named body is text, bytes or JSON's own containers: a number or None is not
+        # one (bytes(5) would be five zero bytes).
+        (lambda m: m.set("k", 5), lm.InvalidBody),
+        (lambda m: m.set("k", None), lm.InvalidBody),
         # A receipt of another topic: its offset says nothing of this one's.
         (lambda m: m.recall(after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
         (lambda m: m.fetch("k", after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
@@ -1181,6 +1185,15 @@ async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
         with pytest.raises(error):
             await call()
     assert await _end_offsets(laser) == ends
+
+
+async def test_a_named_body_may_be_any_bytes_like_object(laser: lm.Laser):
+    """A bytearray or a memoryview is stored as the bytes it holds (no test gave one)."""
+    memory = laser.memory("notes")
+    await memory.set("json", bytearray(b'{"x": 1}'))
+    await memory.set("text", memoryview(b"plain text"))
+    assert (await memory.fetch("json", folded=True)).json() == {"x": 1}
+    assert (await memory.fetch("text", folded=True)).body == b"plain text"
 
 
 async def test_named_json_nests_to_the_limit_and_no_further(laser: lm.Laser):
