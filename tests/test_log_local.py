@@ -553,6 +553,21 @@ async def test_retention_of_one_topic_never_reaches_another_in_the_same_commit(t
         assert {r.value for r in await read_all(log, "brief")} == {b"new"}
 
 
+async def test_retention_drops_at_most_ten_thousand_records_a_partition_a_commit(tmp_path):
+    """An append after a long quiet spell never turns into a long cleanup: each commit
+    drops at most 10,000 expired records of a partition it writes to, and the next
+    commits take the rest (no test held the bound)."""
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path, LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=1, retention_s=60)
+        await log.append_batch("t", [OutgoingRecord(b"old")] * 10_050)
+        clock.step(61_000)
+        await log.append("t", OutgoingRecord(b"new"))
+        assert [r.value for r in await read_all(log, "t")] == [b"old"] * 50 + [b"new"]
+        await log.append("t", OutgoingRecord(b"newer"))
+        assert [r.value for r in await read_all(log, "t")] == [b"new", b"newer"]
+
+
 async def test_a_topics_damaged_entry_or_head_is_a_log_error_for_that_topic(tmp_path):
     # What the log keeps of a topic and of each partition, damaged on disk: every read
     # and write of the topic was a raw DecodeError. Now LogUnavailable saying what to do,
