@@ -47,7 +47,8 @@ STOP_WORDS = frozenset(
 #: with any change of them), the stemmer's release and Python's Unicode tables (case
 #: folding, which characters are letters). A search index saved beside a view holds its
 #: items' terms (`folders.index_snapshots`): one saved where any of these differed would
-#: miss the words whose terms changed, so it is rebuilt instead.
+#: miss the words whose terms changed, so snapshots are named by this, and each kind of
+#: reader loads only its own.
 ANALYZER = f"terms 1; PyStemmer {Stemmer.version()} english; Unicode {unicodedata.unidata_version}"
 
 
