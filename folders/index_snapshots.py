@@ -108,6 +108,13 @@ class _SnapshotFile(msgspec.Struct, array_like=True):
     checksum: int  # `_checksum` of the fields above
 
 
+class _Format(msgspec.Struct, array_like=True):
+    """The first field of every snapshot's index file, of any format: the rest of an
+    older format's fields may not decode as this format's."""
+
+    format: int
+
+
 class _SnapshotHead(msgspec.Struct, array_like=True):
     """The first fields of a `_SnapshotFile` (the rest are passed over unread)."""
 
@@ -124,6 +131,7 @@ Read = tuple[str, str, str | None, str | None, bool]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_SnapshotFile)
+_format_decoder = msgspec.msgpack.Decoder(_Format)
 _head_decoder = msgspec.msgpack.Decoder(_SnapshotHead)
 _read_decoder = msgspec.msgpack.Decoder(Read)
 
@@ -297,13 +305,18 @@ class IndexSnapshots:
         for name in names:
             try:
                 with _open_regular(os.path.join(self.path, name)) as file:
-                    head = _head_decoder.decode(file.read())
+                    raw = file.read()
+                if _format_decoder.decode(raw).format != _FORMAT:
+                    # An older release's: its fields are not this format's (reported
+                    # as unreadable after every upgrade), and no reader of this one uses it.
+                    continue
+                head = _head_decoder.decode(raw)
                 read = _read_decoder.decode(head.read)
             except (OSError, msgspec.DecodeError) as exc:
                 self.errors.append(f"snapshot {name} unreadable: {exc}")
                 continue
-            if head.format != _FORMAT or f"{self._names(read)[1]}.idx" != name:
-                continue  # another format's, or a file named for another read
+            if f"{self._names(read)[1]}.idx" != name:
+                continue  # a file named for another read, or under another analyzer
             found.append((read, head.epoch, head.seq))
         return found
 

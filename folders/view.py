@@ -1021,8 +1021,9 @@ class MemoryView:
                     try:
                         previous = _named_decoder.decode(raw) if raw is not None else None
                     except msgspec.DecodeError as exc:
-                        # The view's own state damaged, not the record: set aside, the
-                        # record was lost from the view, and the folder went on.
+                        # The view's own state is damaged, not the record: taken for the
+                        # record's fault below, the record was set aside and lost from the
+                        # view while the folder went on.
                         raise _damaged(self.path, exc) from exc
                 if named_unchanged(previous, record):
                     return

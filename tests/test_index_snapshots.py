@@ -753,7 +753,9 @@ def test_a_save_removes_what_saves_killed_midway_left_of_its_read(tmp_path):
 def test_a_save_removes_the_snapshot_releases_before_format_5_made_of_its_read(tmp_path):
     """Those named a read's snapshot without the terms' analyzer: after an upgrade no
     reader lists or loads them, and they stayed for ever (a couple of GB at a million
-    items). A save of the read removes them; other reads' stay."""
+    items). A save of the read removes them; other reads' stay. Until then a listing
+    passes over them without calling them unreadable (their fields are not this
+    format's: every listing said so after the upgrade)."""
     import hashlib
 
     snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
@@ -769,6 +771,25 @@ def test_a_save_removes_the_snapshot_releases_before_format_5_made_of_its_read(t
     }
     for name in planted:
         (search / name).write_bytes(b"a snapshot of format 4")
+    # Format 4's index file: format, read, epoch, seq, arrays, layout, index, chunks, CRC.
+    (search / f"{legacy}.idx").write_bytes(
+        msgspec.msgpack.encode(
+            [
+                4,
+                msgspec.msgpack.encode(READ),
+                b"e",
+                3,
+                f"{legacy}-{'1' * 16}.arrays",
+                [],
+                b"",
+                [],
+                0,
+            ]
+        )
+    )
+    del planted[f"{other}.idx"]
+    (search / f"{other}.idx").unlink()
+    assert snapshots.saved() == [] and list(snapshots.errors) == []
     assert snapshots.save(READ, b"e", 1, _small_index("alpha"))
     remaining = set(os.listdir(search))
     assert {name for name, gone in planted.items() if not gone} <= remaining
