@@ -64,8 +64,10 @@ __all__ = ["SAVE_WAIT_S", "SNAPSHOTS_FROM", "IndexSnapshots", "Read"]
 #: that (about 3.5 ms a hundred items), not worth a file each.
 SNAPSHOTS_FROM = 1_000
 
-# 4: CRC-32s of the snapshot (see `_checksum`). 5: the terms' analyzer.
-_FORMAT = 5
+# 4: CRC-32s of the snapshot (see `_checksum`). 5: the terms' analyzer. 6: the moment
+# a built index left expired entries out at (format 5 saved none for a build, so a reader
+# whose clock was behind loaded it and missed items not yet expired at its moment).
+_FORMAT = 6
 
 # The names of the files this module writes (a read's index, array and lock files, and
 # their temporary names): the only ones it ever removes. ``<view>/search/`` may be a

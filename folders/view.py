@@ -1268,16 +1268,7 @@ class MemoryView:
                 self._entry(txn, txn.get(db_key, db=items_db), db_key[len(scope) :], base)
                 for db_key in changed
             )
-        if base.now_ms is not None:
-            # Entries whose remember expired since: as this read sees them now.
-            for raw_id in index.due(base.now_ms):
-                raw = txn.get(scope + raw_id, db=items_db)
-                item, irregular = (
-                    index_entry(_decoded_state(raw), raw_id, base, *self._binding(txn))
-                    if raw is not None
-                    else (None, False)
-                )
-                index.put(raw_id, item, irregular=irregular)
+        self._bring_to_now(txn, index, scope, base)
         # Many changes since the snapshot: save a new one, so the next process
         # catches up from closer.
         if seq - saved > max(1000, len(index) // 10) and self._save(slot, epoch, seq, index):
@@ -1455,13 +1446,34 @@ class MemoryView:
         return raw_id, *index_entry(_decoded_state(raw), raw_id, where, *self._binding(txn))
 
     def _built(self, txn, embedder: str | None, scope: bytes, base: ItemFilter) -> SearchIndex:
-        """A read's search index built from every item of the view in ``scope``."""
+        """A read's search index built from every item of the view in ``scope``, as
+        the read sees them at its moment."""
         index = SearchIndex(embedder)
         index.put_many(
             self._entry(txn, raw, key[len(scope) :], base)
             for key, raw in _prefixed(txn.cursor(db=self._dbs["items"]), scope)
         )
+        # Before it is saved: its snapshot must carry the moment it left expired entries
+        # out at, or a reader whose clock is behind loads it (`went_back` cannot tell)
+        # and misses items that have not expired at its own moment.
+        self._bring_to_now(txn, index, scope, base)
         return index
+
+    def _bring_to_now(self, txn, index: SearchIndex, scope: bytes, base: ItemFilter) -> None:
+        """Put again, as the read sees them at its moment, the entries whose remember
+        expired since the index was last brought to a moment; the index keeps the
+        moment (`SearchIndex.went_back`)."""
+        if base.now_ms is None:
+            return
+        items_db = self._dbs["items"]
+        for raw_id in index.due(base.now_ms):
+            raw = txn.get(scope + raw_id, db=items_db)
+            item, irregular = (
+                index_entry(_decoded_state(raw), raw_id, base, *self._binding(txn))
+                if raw is not None
+                else (None, False)
+            )
+            index.put(raw_id, item, irregular=irregular)
 
     def _save(self, slot: tuple, epoch: bytes | None, seq: int, index: SearchIndex) -> bool:
         return self.snapshots is not None and self.snapshots.save(slot, epoch, seq, index)

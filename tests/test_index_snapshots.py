@@ -21,6 +21,7 @@ import folders.view as view_module
 import laser_memory as lm
 from folders.index_snapshots import IndexSnapshots
 from folders.service import ViewFolder
+from laser_memory.clock import SteppedClock
 from laser_memory.items import Source
 from laser_memory.search_index import SearchIndex
 
@@ -1183,3 +1184,57 @@ async def test_a_snapshot_ahead_of_a_restored_view_is_passed_over(tmp_path: Path
         restored = await answers(laser.log.url, view, ALWAYS)
         assert restored == await answers(laser.log.url, view, NEVER)
         assert items[0] in {mid for answer in restored for mid, _, _ in answer}
+
+
+async def test_a_serving_readers_index_takes_in_each_change_folded_alone(tmp_path: Path):
+    """A serving reader keeps its index and catches it up from the view's changes at each
+    read: a transaction that changed one item (a single remember or forget, folded as it
+    came) must be taken in like a larger one, by keyword, hybrid and semantic recall."""
+    view = tmp_path / "view"
+    async with writing(tmp_path) as (laser, memory, folder):
+        await memory.remember_many(ENTRIES)
+        await folder.run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
+        ) as serving:
+            reading = serving.memory("notes")
+            await _answers_of(reading)  # its index, built now and kept
+            for word in ("quartz", "basalt", "granite"):
+                mid = await memory.remember(f"the {word} shipment arrived")
+                await folder.run(until_caught_up=True)
+                for strategy in ("keyword", "hybrid", "semantic"):
+                    found = await reading.recall(text=word, strategy=strategy, limit=1)
+                    assert [i.id for i in found] == [mid], (word, strategy)
+                await memory.forget(mid)
+                await folder.run(until_caught_up=True)
+                assert mid not in [
+                    i.id for i in await reading.recall(text=word, strategy="keyword", limit=5)
+                ], word
+
+
+async def test_a_read_at_an_earlier_moment_than_a_snapshot_does_not_load_it(tmp_path: Path):
+    """Readers whose clocks differ (two hosts, or a clock set back): a snapshot saved by a
+    reader past an item's expiry has left the item out for good, so a reader at a moment
+    before the expiry builds its own index and finds the item."""
+    view, start = tmp_path / "view", 1_700_000_000_000
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", clock=SteppedClock(start)
+    ) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many(ENTRIES)
+        mid = await memory.remember("the quartz shipment arrived", ttl=60)
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        url = laser.log.url
+
+    async def found(now_ms: int) -> list[lm.MemoryId]:
+        async with lm.connect(
+            url, stream="s", view=view, config=ALWAYS, clock=SteppedClock(now_ms)
+        ) as reader:
+            recalled = await reader.memory("notes").recall(text="quartz", strategy="keyword")
+            reader.managed_view().close()
+            return [i.id for i in recalled]
+
+    assert await found(start + 120_000) == []  # past the expiry; saves its snapshot
+    assert any(name.endswith(".idx") for name in os.listdir(view / "search"))
+    assert await found(start + 1_000) == [mid]
+    assert await found(start + 120_000) == []
