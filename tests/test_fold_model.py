@@ -182,6 +182,22 @@ def _check(
         assert [i.version for i in items] == [version[i.id.bytes] for i in items], query
 
 
+def _first(expected) -> list[bytes]:
+    """The id of the model's first answer, to exclude (none if it has no answer)."""
+    return [expected[0].id] if expected else []
+
+
+def _check_excluding_the_first(
+    expected, query, items: list[lm.MemoryItem], limit: int = 1000
+) -> None:
+    """A recall that excluded ``expected``'s first item: the next ones take its place
+    up to the limit. Checked for queries without text only: text ranks fuse each
+    signal's ranks among the items that are left."""
+    if query.get("text") is not None:
+        return
+    _check(items, expected[1:], query, limit)
+
+
 def _now(laser: lm.Laser) -> int | None:
     """The moment recalls judge expiry at: the stepped clock's (the Kafka runs write no
     expiring items)."""
@@ -194,6 +210,9 @@ async def _compare(memory: lm.MemoryHandle, model: Model) -> None:
         want = _expected(model, query, now_ms=now)
         _check(await memory.recall(limit=1000, **query), want, query)
         _check(await memory.recall(limit=2, **query), want, query, 2)
+        _check_excluding_the_first(
+            want, query, await memory.recall(limit=2, exclude=_first(want), **query), 2
+        )
     for tenant in TENANTS:
         for key in KEYS:
             want = model.fetch(key, tenant=tenant)
@@ -253,6 +272,12 @@ async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, mode
             # model ranks first, not only return them in order.
             for limit in (1, 2):
                 _check(await managed.recall(limit=limit, **query), want, query, limit)
+            _check_excluding_the_first(
+                want, query, await managed.recall(limit=1000, exclude=_first(want), **query)
+            )
+            _check_excluding_the_first(
+                want, query, await managed.recall(limit=2, exclude=_first(want), **query), 2
+            )
             for text in (None, "alpha gamma"):
                 asked = {**query, "text": text} if text else query
                 assert await managed.recall(limit=1000, **asked) == await managed.recall(
