@@ -1618,3 +1618,41 @@ async def test_every_read_of_the_view_refuses_arguments_of_the_wrong_kind(tmp_pa
             read(view)
         # The view still reads.
         assert [i.text for i in view.recall("notes", _filter())] == ["hello"]
+
+
+async def test_an_items_history_keeps_each_remember_of_conversations_on_other_partitions(
+    tmp_path: Path,
+):
+    """Remembers of one item in two conversations on two partitions, at the same offsets
+    of each, then each replaced: the view keeps each replaced one as an audit line of its
+    own (keyed by partition and offset), so its history is replay's, every remember."""
+
+    async def partition_of(conversation: str) -> int:
+        async with lm.connect(f"local://{tmp_path / 'probe'}") as probe:
+            await probe.bootstrap(partitions=4)
+            return (
+                await probe.memory("notes").remember("x", conversation=conversation)
+            ).receipt.partition
+
+    first = await partition_of("c0")
+    other = "c1"
+    while await partition_of(other) == first:
+        other += "1"
+    async with lm.connect(f"local://{tmp_path / 'log'}", view=tmp_path / "view") as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        mid = lm.MemoryId.new()
+        writes = [
+            await memory.append(mid, body, kind="fact", conversation=conversation)
+            for body in ("a", "b")
+            for conversation in ("c0", other)
+        ]
+        assert [(w.receipt.partition == first, w.receipt.offset) for w in writes] == [
+            (True, 0), (False, 0), (True, 1), (False, 1)
+        ]  # fmt: skip
+        await catch_up(laser, tmp_path / "view")
+        managed = await memory.history(mid)
+        assert managed == await memory.history(mid, folded=True)
+        assert sorted((e.partition, e.offset) for e in managed) == sorted(
+            (w.receipt.partition, w.receipt.offset) for w in writes
+        )
