@@ -21,6 +21,8 @@ import folders.view as view_module
 import laser_memory as lm
 from folders.index_snapshots import IndexSnapshots
 from folders.service import ViewFolder
+from folders.state import ItemFilter
+from folders.view import MemoryView
 from laser_memory.clock import SteppedClock
 from laser_memory.items import Source
 from laser_memory.search_index import SearchIndex
@@ -459,6 +461,36 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
         got, errors = await answers_and_errors(laser.log.url, view, apart)
         assert got == want and started == []
         assert any("not saved" in e for e in errors)
+
+
+async def test_a_child_that_fails_a_views_own_recall_is_not_started_again(
+    tmp_path: Path, monkeypatch
+):
+    """`MemoryView.recall` called from no event loop (a thread of a server) starts the
+    child itself: when it fails, the reader builds, keeps the reason once, and starts no
+    child again for that read."""
+    import folders.index_build as index_build
+
+    entries = [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
+    async with folded(tmp_path, entries) as (_, memory):
+        namespace = memory.namespace
+    monkeypatch.setattr(index_build, "_BOOT", "import sys; sys.exit('no room to build')")
+    started = []
+    real = view_module.build_apart
+
+    def counted(request):
+        started.append(request)
+        return real(request)
+
+    monkeypatch.setattr(view_module, "build_apart", counted)
+    where = ItemFilter()
+    with MemoryView.open(tmp_path / "view", snapshots_from=1, build_apart_from=5) as view:
+        for _ in range(2):
+            found = view.recall(namespace, where, strategy="keyword", text="keys node-3")
+            assert found[0].text == "signing keys for node-3"
+        assert len(started) == 1
+        failed = [e for e in view.snapshots.errors if "(1): no room to build" in e]
+        assert len(failed) == 1
 
 
 def test_only_a_python_is_started_to_build_an_index(monkeypatch):
