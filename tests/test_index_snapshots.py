@@ -438,6 +438,19 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
     async with folded(tmp_path, entries) as (laser, _):
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         monkeypatch.setattr(index_build, "_BOOT", "import sys; sys.exit('no room to build')")
+        children = []
+        real_async, real_sync = view_module.build_apart_async, view_module.build_apart
+
+        async def counted_async(request):
+            children.append(request)
+            return await real_async(request)
+
+        def counted_sync(request):
+            children.append(request)
+            return real_sync(request)
+
+        monkeypatch.setattr(view_module, "build_apart_async", counted_async)
+        monkeypatch.setattr(view_module, "build_apart", counted_sync)
         built[0] = 0
         got, errors = await answers_and_errors(laser.log.url, view, apart)
         assert got == want
@@ -445,6 +458,7 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
         failed = [e for e in errors if "the process that built the search index failed" in e]
         # One child a read (the namespace's and c1's), never a second for the same read.
         assert len(failed) == 2
+        assert len(children) == 2
         assert all("(1): no room to build" in e for e in failed)
 
         started = []
@@ -922,6 +936,40 @@ async def test_prepare_search_says_why_it_saved_no_snapshot(tmp_path: Path):
         prepared = await early.memory("notes").prepare_search()
     assert prepared.entries == 0 and prepared.snapshot is None
     assert "folded nothing" in prepared.reason
+
+
+async def test_prepare_search_saves_from_the_threshold_and_reports_only_its_own_failure(
+    tmp_path: Path,
+):
+    """An index of exactly `index_snapshots_from` entries is saved. A read whose snapshot
+    cannot be written says why; the next read that saves reports no failure of the one
+    before it."""
+    view = tmp_path / "view"
+    async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(30)]) as (laser, memory):
+        await laser.memory("notes", tenant="acme").remember_many(
+            [{"body": f"acme fact {i}"} for i in range(30)]
+        )
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        url = laser.log.url
+    config = lm.MemoryConfig(index_snapshots_from=30, index_build_apart_from=None)
+    async with lm.connect(url, stream="s", view=view, config=config) as first:
+        prepared = await first.memory("notes").prepare_search()
+    assert prepared.entries == 30 and prepared.reason is None
+    name = Path(prepared.snapshot).name
+    # Where that snapshot goes, a folder now stands: it can be neither loaded nor saved.
+    for other in os.listdir(view / "search"):
+        if not other.endswith(".lock"):
+            os.remove(view / "search" / other)
+    (view / "search" / name).mkdir()
+    (view / "search" / name / "kept").write_bytes(b"")
+    async with lm.connect(url, stream="s", view=view, config=config) as second:
+        failed = await second.memory("notes").prepare_search()
+        acme = await second.memory("notes", tenant="acme").prepare_search()
+    assert failed.snapshot is None, failed.reason
+    # Both of its failures: the load passed over, then the save.
+    assert f"snapshot {name} unreadable" in failed.reason, failed.reason
+    assert f"snapshot {name[:-4]} not saved" in failed.reason
+    assert acme.entries == 30 and acme.snapshot is not None and acme.reason is None
 
 
 async def test_prepare_search_refuses_bad_input_and_handles_without_a_view(tmp_path: Path):
