@@ -342,6 +342,40 @@ async def test_vector_clusters_made_by_one_reader_are_saved_for_the_next(tmp_pat
         assert first == second == (await semantic(laser.log.url, never))[0]
 
 
+async def test_prepare_search_makes_and_saves_the_vector_clusters(tmp_path: Path, monkeypatch):
+    """With approximate search on, `prepare_search` makes the clusters a semantic recall
+    would and saves them: the next reader's first semantic recall makes none."""
+    view = tmp_path / "view"
+    clustered = lm.ApproximateSearch(from_vectors=20, probe_share=0.5)
+    config = lm.MemoryConfig(index_snapshots_from=1, approximate=clustered)
+    async with lm.connect(
+        f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
+    ) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([f"rotate the keys of node-{i}" for i in range(60)])
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        url = laser.log.url
+    async with lm.connect(
+        url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
+    ) as operator:
+        assert (await operator.memory("notes").prepare_search()).snapshot is not None
+    made = []
+    real = SearchIndex._cluster
+
+    def counting(self):
+        made.append(True)
+        return real(self)
+
+    monkeypatch.setattr(SearchIndex, "_cluster", counting)
+    async with lm.connect(
+        url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
+    ) as reader:
+        found = await reader.memory("notes").recall(
+            text="rotate keys node-7", strategy="semantic", limit=3
+        )
+    assert found and not made
+
+
 async def test_keyword_and_hybrid_recalls_of_a_handle_share_one_search_index(tmp_path: Path):
     """A handle with an embedder reads keyword recalls from the index its hybrid and
     semantic recalls use (one index a namespace in a reader, not two), ranking as a
