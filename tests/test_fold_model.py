@@ -306,6 +306,32 @@ async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, mode
             )
     finally:
         reader.managed_view().close()
+    if now is not None:
+        await _compare_snapshot_readers(laser, namespace, view_path, model, now)
+
+
+async def _compare_snapshot_readers(laser: lm.Laser, namespace, view_path, model, now) -> None:
+    """Readers that save the search index of each text query and load each other's: one
+    ahead of the moment, one behind it (a clock set back, another host's: the snapshot
+    of the one ahead left out what expired by then), then one at the moment, which
+    loads a snapshot and brings it to its own moment. Each answers as the model does at
+    its moment."""
+    for moment in (now + 40, now - 25, now):
+        reader = lm.Laser(
+            laser.log,
+            stream=laser.stream,
+            view=view_path,
+            clock=SteppedClock(moment),
+            config=lm.MemoryConfig(index_snapshots_from=1),
+        )
+        try:
+            managed = reader.memory(namespace)
+            for query in QUERIES:
+                if query.get("text") is not None:
+                    want = _expected(model, query, now_ms=moment)
+                    _check(await managed.recall(limit=1000, **query), want, (moment, query))
+        finally:
+            reader.managed_view().close()
 
 
 def _key(receipt) -> tuple[int, int, int]:
