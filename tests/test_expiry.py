@@ -175,6 +175,31 @@ async def test_an_item_in_two_conversations_expires_in_one(any_log_url, stream_n
         assert await scoped.forget_expired() == 1
 
 
+async def test_an_item_whose_feedback_outlived_a_remember_takes_one_place_of_the_limit(
+    any_log_url, stream_name, tmp_path
+):
+    """A feedback-ranked recall loads the items with feedback whose remember expired as
+    the read sees them, then the other weighted items: these still fill the limit, so an
+    expired item ranking last never pushes out one ranking before it."""
+    async with stepped(any_log_url, stream_name, tmp_path) as (laser, clock, view):
+        memory = laser.memory("notes")
+        faded = lm.MemoryId.new()
+        await memory.append(faded, "kept in c2", kind="fact", conversation="c2")
+        await memory.append(faded, "kept in c2", kind="fact", conversation="c1", ttl=60)
+        await memory.improve(faded, 0.5)
+        best = await memory.remember("best", conversation="c3")
+        second = await memory.remember("second", conversation="c3")
+        await memory.improve(best, 3.0)
+        await memory.improve(second, 1.0)
+        await fold(laser, view)
+        clock.step(61_000)  # c1's remember expired: the item is seen in c2 only
+        for folded in (True, False):
+            got = [i.id for i in await memory.recall(folded=folded, limit=2)]
+            assert got == [best, second], folded
+            got = [i.id for i in await memory.recall(folded=folded, limit=3)]
+            assert got == [best, second, faded], folded
+
+
 async def test_expiry_input_is_checked_before_anything_is_written(laser: lm.Laser):
     memory = laser.memory("notes")
     now = dt.datetime.now(dt.UTC)
