@@ -187,12 +187,17 @@ async def test_an_item_whose_feedback_outlived_a_remember_takes_one_place_of_the
         await memory.append(faded, "kept in c2", kind="fact", conversation="c2")
         await memory.append(faded, "kept in c2", kind="fact", conversation="c1", ttl=60)
         await memory.improve(faded, 0.5)
+        await memory.improve(faded, 5.0, conversation="c1")  # ranks it first, until c1 expires
         best = await memory.remember("best", conversation="c3")
         second = await memory.remember("second", conversation="c3")
         await memory.improve(best, 3.0)
         await memory.improve(second, 1.0)
         await fold(laser, view)
-        clock.step(61_000)  # c1's remember expired: the item is seen in c2 only
+        for folded in (True, False):
+            assert [i.id for i in await memory.recall(folded=folded, limit=1)] == [faded]
+        # Exactly at its expiry, c1's remember is gone: the item is seen in c2 only, with
+        # the feedback that was not c1's.
+        clock.step(60_000)
         for folded in (True, False):
             got = [i.id for i in await memory.recall(folded=folded, limit=2)]
             assert got == [best, second], folded
