@@ -1656,3 +1656,22 @@ async def test_an_items_history_keeps_each_remember_of_conversations_on_other_pa
         assert sorted((e.partition, e.offset) for e in managed) == sorted(
             (w.receipt.partition, w.receipt.offset) for w in writes
         )
+
+
+async def test_named_items_by_prefixes_at_the_length_the_view_keeps_keys_whole(tmp_path: Path):
+    """Keys up to 64 bytes are their own part of the view's keys, longer ones a digest:
+    prefixes and keys of 63, 64 and 65 bytes list the same items from the view as folded."""
+    keys = ["k" * 63, "k" * 64, "k" * 65, "k" * 63 + "é"]  # the last is 65 bytes too
+    async with lm.connect(f"local://{tmp_path / 'log'}", view=tmp_path / "view") as laser:
+        memory = laser.memory("notes")
+        for key in keys:
+            await memory.set(key, {"length": len(key.encode())})
+        await catch_up(laser, tmp_path / "view")
+        for prefix in ("", "k" * 63, "k" * 64, "k" * 65, "k" * 63 + "é", "k" * 62 + "é"):
+            want = sorted(key for key in keys if key.startswith(prefix))
+            for folded in (True, False):
+                listed = await memory.named(prefix, folded=folded)
+                assert [item.key for item in listed] == want, (len(prefix), folded)
+                for limit in (1, 2):
+                    listed = await memory.named(prefix, folded=folded, limit=limit)
+                    assert [item.key for item in listed] == want[:limit], (len(prefix), limit)
