@@ -169,6 +169,9 @@ async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.L
         reader.remove("k"),
         reader.purge(0),
         reader.consolidate(0),
+        reader.append(lm.MemoryId.new(), "x", kind="fact"),
+        reader.forget_expired(),
+        reader.reembed(lm.WordHashEmbedder()),
     ):
         with pytest.raises(lm.AccessDenied, match=f"publish:{topic}"):
             await call

@@ -461,6 +461,20 @@ async def test_each_id_remember_many_returns_carries_its_own_records_receipt(
     assert type(superseded) is Superseded
     assert (superseded.target, superseded.by) == (old.bytes, ids[5].bytes)
     assert all(mid.also == () for mid in ids if mid is not ids[5])
+    # One remember and one typed append replacing an item: the same for each.
+    for write in (
+        memory.remember("node-7 is in us-east", supersedes=ids[5]),
+        memory.append(lm.MemoryId.new(), "node-7 is in ap-south", kind="fact", supersedes=old),
+    ):
+        mid = await write
+        at = {
+            (record.partition, record.offset): decode_record(record.value, record.headers)
+            for record in await read_all(laser.log, laser.memory_topic_name)
+        }
+        assert at[(mid.receipt.partition, mid.receipt.offset)].id == mid.bytes
+        [replaced] = mid.also
+        superseded = at[(replaced.partition, replaced.offset)]
+        assert type(superseded) is Superseded and superseded.by == mid.bytes
 
 
 async def test_every_record_goes_under_its_own_key_and_headers(laser: lm.Laser):
@@ -1359,3 +1373,22 @@ async def test_writes_made_before_a_stop_are_written_before_the_log_stops(
     assert len(set(ids)) == 50
     async with lm.connect(any_log_url, stream=stream_name) as again:
         assert len(await again.memory("notes").recall(limit=100)) == 50
+
+
+async def test_new_ids_are_sixteen_bytes_of_their_millisecond_and_randomness(tmp_path):
+    """A new id is a ULID: the connection clock's millisecond (6 bytes), then 10 random
+    bytes; a batch's ids share the millisecond and differ in the rest, and each reads
+    back from its text."""
+    from laser_memory.clock import SteppedClock
+
+    at = 1_700_000_123_456
+    async with lm.connect(f"local://{tmp_path}", clock=SteppedClock(at)) as laser:
+        memory = laser.memory("notes")
+        ids = await memory.remember_many(["same body"] * 50 + [{"body": "x", "kind": "summary"}])
+        ids.append(await memory.remember("one more"))
+        ids.append(await memory.remember("with options", dedup=False, durable=True))
+        assert all(len(mid.bytes) == 16 for mid in ids)
+        assert {mid.bytes[:6] for mid in ids} == {at.to_bytes(6, "big")}
+        assert len({mid.bytes[6:] for mid in ids}) == len(ids)
+        assert [lm.MemoryId.parse(str(mid)) for mid in ids] == ids
+        assert sorted(i.id for i in await memory.recall(limit=100)) == sorted(ids)

@@ -106,10 +106,15 @@ async def test_vectors_and_their_label_go_in_the_records(embedded: lm.Laser):
     memory = embedded.memory("notes")
     mid = await memory.remember("rotate the signing keys monthly")
     await memory.remember_many(["one", {"body": "two", "embedding": [0.5] * 64}])
+    typed = await memory.append(lm.MemoryId.new(), "node-7 in eu-west", kind="entity")
     records = [
         decode_record(r.value, r.headers) for r in await read_all(embedded.log, memory.topic)
     ]
     assert {r.embedder for r in records} == {"test/word-hash"}
+    [appended] = [r for r in records if r.id == typed.bytes]
+    expected = np.asarray(WordHashEmbedder().embed_many(["node-7 in eu-west"])[0])
+    assert np.frombuffer(appended.embedding, dtype="<f4") == pytest.approx(expected)
+    records = [r for r in records if r.id != typed.bytes]
     [first] = [r for r in records if r.id == mid.bytes]
     expected = np.asarray(WordHashEmbedder().embed_many(["rotate the signing keys monthly"])[0])
     assert np.frombuffer(first.embedding, dtype="<f4") == pytest.approx(expected)
