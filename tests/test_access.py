@@ -190,6 +190,7 @@ async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.L
         publisher.as_of(mid),
         publisher.context("c1"),
         publisher.purge(0),
+        publisher.forget_expired(),
     ):
         with pytest.raises(lm.AccessDenied, match=f"kv:read:{namespace}"):
             await call

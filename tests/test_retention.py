@@ -126,7 +126,20 @@ async def test_bad_retention_arguments_write_nothing(laser: lm.Laser, older_than
     ends = await laser.log.end_offsets(memory.topic)
     with pytest.raises(lm.InvalidInput):
         await memory.purge(older_than, limit=limit)
+    if older_than == 60.0:  # a bad limit: the expiry sweep refuses it too
+        with pytest.raises(lm.InvalidInput, match="limit is a whole number from 1 to"):
+            await memory.forget_expired(limit=limit)
     assert await laser.log.end_offsets(memory.topic) == ends
+
+
+async def test_retention_on_a_namespace_never_written_forgets_nothing(tmp_path: Path):
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        memory = laser.memory("notes")
+        assert await memory.purge(0) == 0
+        assert await memory.forget_expired() == 0
+        await laser.memory("other").remember("a fact")  # the topic now exists
+        assert await memory.purge(0) == 0
+        assert await memory.forget_expired() == 0
 
 
 async def test_a_retention_driver_purges_on_a_timer_and_stops(tmp_path: Path):
