@@ -191,6 +191,7 @@ async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.L
         publisher.context("c1"),
         publisher.purge(0),
         publisher.forget_expired(),
+        publisher.consolidate(0),
     ):
         with pytest.raises(lm.AccessDenied, match=f"kv:read:{namespace}"):
             await call

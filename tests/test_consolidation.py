@@ -41,6 +41,18 @@ async def test_the_default_pass_keeps_the_newest_and_forgets_the_rest(laser: lm.
     assert [h.op for h in await memory.history(c2[0])] == ["remember", "forget"]
 
 
+async def test_a_scoped_handle_consolidates_its_conversation_only(laser: lm.Laser):
+    memory = laser.memory("notes")
+    c1 = await _turns(memory, "c1", 4, kind="fact")
+    await _turns(memory, "c2", 3, kind="fact")
+    scoped = memory.scoped("c1")
+    with pytest.raises(lm.InvalidInput, match="scoped to conversation"):
+        await scoped.consolidate(1, conversation="c2")
+    assert await scoped.consolidate(1) == lm.ConsolidationReport(pruned=3)
+    assert [i.id for i in await memory.recall(conversation="c1")] == [c1[3]]
+    assert len(await memory.recall(conversation="c2")) == 3
+
+
 async def test_one_pass_looks_at_the_newest_window_of_items(laser: lm.Laser):
     """A pass sees the scope's newest 10,000 items (the README's window): past it, the
     oldest are neither kept nor forgotten by that pass."""
