@@ -205,6 +205,45 @@ async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.L
         await elsewhere.recall()
 
 
+async def test_a_principal_without_the_read_grant_reads_nothing_through_a_view(
+    laser: lm.Laser, tmp_path: Path
+):
+    """Reads from the managed view check the grant as folded ones do: the view itself
+    knows no principal."""
+    writer = laser.memory("notes")
+    mid = await writer.remember("acme's secret", tenant="acme", conversation="c1")
+    receipt = await writer.set("profile", {"tier": "gold"}, tenant="acme")
+    await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+        until_caught_up=True
+    )
+    async with lm.connect(laser.log.url, stream=laser.stream, view=tmp_path / "view") as viewed:
+        allowed = viewed.memory("notes", tenant="acme")
+        assert [i.id for i in await allowed.recall()] == [mid]
+        assert (await allowed.fetch("profile")).json() == {"tier": "gold"}
+        publisher = viewed.memory(
+            "notes",
+            principal=Principal("agent", tenant="acme", grants={f"publish:{writer.topic}"}),
+        )
+        for call in (
+            publisher.recall(),
+            publisher.recall(text="secret", strategy="keyword"),
+            publisher.fetch("profile"),
+            publisher.fetch("profile", version=1),
+            publisher.fetch("profile", after=receipt),
+            publisher.fetch_folded("profile"),
+            publisher.named(),
+            publisher.named(folded=True),
+            publisher.history(mid),
+            publisher.history("profile"),
+            publisher.as_of(mid),
+            publisher.context("c1"),
+            publisher.prepare_search(),
+        ):
+            with pytest.raises(lm.AccessDenied, match=f"kv:read:{writer.namespace}"):
+                await call
+        viewed.managed_view().close()
+
+
 async def test_a_principal_binds_its_tenant_and_the_connection_default(any_log_url, stream_name):
     bot = Principal("bot", tenant="acme", grants={"kv:read:*", "publish:*"})
     async with lm.connect(any_log_url, stream=stream_name, principal=bot) as laser:

@@ -1392,3 +1392,28 @@ async def test_new_ids_are_sixteen_bytes_of_their_millisecond_and_randomness(tmp
         assert len({mid.bytes[6:] for mid in ids}) == len(ids)
         assert [lm.MemoryId.parse(str(mid)) for mid in ids] == ids
         assert sorted(i.id for i in await memory.recall(limit=100)) == sorted(ids)
+
+
+@pytest.mark.parametrize("key", [5, None, "", "a\x00b", b"profile"])
+async def test_named_item_reads_refuse_a_key_that_is_no_name(laser: lm.Laser, key):
+    memory = laser.memory("notes")
+    await memory.set("profile", {"a": 1})
+    for read in (memory.fetch, memory.fetch_folded):
+        with pytest.raises(lm.InvalidName, match="key"):
+            await read(key)
+    assert (await memory.fetch_folded("profile")).json() == {"a": 1}
+
+
+async def test_a_patch_whose_merged_item_is_at_the_limit_is_taken_one_byte_over_is_not(
+    tmp_path,
+):
+    config = lm.MemoryConfig(max_body_bytes=64)
+    async with lm.connect(f"local://{tmp_path}", config=config) as laser:
+        memory = laser.memory("notes")
+        await memory.set("k", {"a": "x"})  # {"a":"x","b":"<n>"} is 16 + n bytes
+        ends = await laser.log.end_offsets(memory.topic)
+        with pytest.raises(lm.BodyTooLarge, match="would be 65 bytes"):
+            await memory.update("k", {"b": "y" * 49})
+        assert await laser.log.end_offsets(memory.topic) == ends
+        await memory.update("k", {"b": "y" * 48})
+        assert len((await memory.fetch_folded("k")).body) == 64
