@@ -1078,6 +1078,12 @@ for _ in range(5000):
         (lambda m: m.recall(text="x", min_similarity=float("nan")), lm.InvalidInput),
         (lambda m: m.consolidate(10, prune_summarized="yes"), lm.InvalidInput),
         (lambda m: m.named(prefix=5), lm.InvalidInput),
+        (lambda m: m.named(limit=-1), lm.InvalidInput),
+        (lambda m: m.named(limit=True), lm.InvalidInput),
+        (lambda m: m.named(limit="3"), lm.InvalidInput),
+        (lambda m: m.recall(exclude="01M92HWRF8T7TZRQ15KHTXXVE8"), lm.InvalidInput),
+        (lambda m: m.recall(exclude=b"x" * 16), lm.InvalidInput),
+        (lambda m: m.recall(text="x", min_similarity=1.0000001), lm.InvalidInput),
         (lambda m: m.as_of(lm.MemoryId.new()), lm.InvalidInput),  # no receipt
         (lambda m: m.scoped("c1").remember("x", conversation="c2"), lm.InvalidInput),
         # Lineage of the wrong types, as mappings and as the records' own structs
@@ -1401,6 +1407,9 @@ async def test_named_item_reads_refuse_a_key_that_is_no_name(laser: lm.Laser, ke
     for read in (memory.fetch, memory.fetch_folded):
         with pytest.raises(lm.InvalidName, match="key"):
             await read(key)
+    if key is not None and not isinstance(key, int):  # an int or None is no history target
+        with pytest.raises(lm.InvalidName, match="key"):
+            await memory.history(key)
     assert (await memory.fetch_folded("profile")).json() == {"a": 1}
 
 

@@ -361,3 +361,16 @@ async def test_folded_and_managed_recall_score_an_item_the_same_to_the_bit(
                 assert [(i.id, i.score) for i in await managed.recall(**query)] == [
                     (i.id, i.score) for i in folded
                 ], query
+
+
+async def test_min_similarity_takes_its_bounds(embedded: lm.Laser, tmp_path):
+    """-1.0 and 1.0 are similarities a vector can have, so both are taken: 1.0 keeps
+    only an item whose vector points the query's way, -1.0 every item."""
+    memory = embedded.memory("notes")
+    same = await memory.remember("rotate the signing keys")
+    await memory.remember("lunch is served at noon")
+    query = {"text": "rotate the signing keys", "strategy": "semantic"}
+    exact = await _both_ways(embedded, tmp_path, min_similarity=1.0, **query)
+    # The same words: 1.0, or a rounding under it where float32 sums round so.
+    assert [i.id for i in exact] in ([same], [])
+    assert len(await _both_ways(embedded, tmp_path, min_similarity=-1.0, **query)) == 2
