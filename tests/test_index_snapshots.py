@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import inspect
 import os
 import sys
 import threading
@@ -53,6 +54,25 @@ def built(monkeypatch) -> list[int]:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(view_module, "index_entry", counting)
+    return calls
+
+
+def calls_of(monkeypatch, owner: object, name: str) -> list[tuple]:
+    """Patch ``owner.name`` to note the arguments of each call, then make it."""
+    calls: list[tuple] = []
+    real = getattr(owner, name)
+    if inspect.iscoroutinefunction(real):
+
+        async def noting(*args):
+            calls.append(args)
+            return await real(*args)
+    else:
+
+        def noting(*args):
+            calls.append(args)
+            return real(*args)
+
+    monkeypatch.setattr(owner, name, noting)
     return calls
 
 
@@ -359,14 +379,7 @@ async def test_prepare_search_makes_and_saves_the_vector_clusters(tmp_path: Path
         url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
     ) as operator:
         assert (await operator.memory("notes").prepare_search()).snapshot is not None
-    made = []
-    real = SearchIndex._cluster
-
-    def counting(self):
-        made.append(True)
-        return real(self)
-
-    monkeypatch.setattr(SearchIndex, "_cluster", counting)
+    made = calls_of(monkeypatch, SearchIndex, "_cluster")
     async with lm.connect(
         url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
     ) as reader:
@@ -472,19 +485,8 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
     async with folded(tmp_path, entries) as (laser, _):
         want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
         monkeypatch.setattr(index_build, "_BOOT", "import sys; sys.exit('no room to build')")
-        children = []
-        real_async, real_sync = view_module.build_apart_async, view_module.build_apart
-
-        async def counted_async(request):
-            children.append(request)
-            return await real_async(request)
-
-        def counted_sync(request):
-            children.append(request)
-            return real_sync(request)
-
-        monkeypatch.setattr(view_module, "build_apart_async", counted_async)
-        monkeypatch.setattr(view_module, "build_apart", counted_sync)
+        children = calls_of(monkeypatch, view_module, "build_apart_async")
+        children_here = calls_of(monkeypatch, view_module, "build_apart")
         built[0] = 0
         got, errors = await answers_and_errors(laser.log.url, view, apart)
         assert got == want
@@ -492,7 +494,7 @@ async def test_a_child_that_fails_leaves_the_build_to_the_reader(
         failed = [e for e in errors if "the process that built the search index failed" in e]
         # One child a read (the namespace's and c1's), never a second for the same read.
         assert len(failed) == 2
-        assert len(children) == 2
+        assert len(children) + len(children_here) == 2
         assert all("(1): no room to build" in e for e in failed)
 
         started = []
@@ -523,14 +525,7 @@ async def test_a_child_that_fails_a_views_own_recall_is_not_started_again(
     async with folded(tmp_path, entries) as (_, memory):
         namespace = memory.namespace
     monkeypatch.setattr(index_build, "_BOOT", "import sys; sys.exit('no room to build')")
-    started = []
-    real = view_module.build_apart
-
-    def counted(request):
-        started.append(request)
-        return real(request)
-
-    monkeypatch.setattr(view_module, "build_apart", counted)
+    started = calls_of(monkeypatch, view_module, "build_apart")
     where = ItemFilter()
     with MemoryView.open(tmp_path / "view", snapshots_from=1, build_apart_from=5) as view:
         for _ in range(2):
@@ -1218,6 +1213,24 @@ async def _answers_of(memory: lm.MemoryHandle) -> list[list]:
     return [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
 
 
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path) -> AsyncIterator[tuple]:
+    """`writing` with `ENTRIES` folded, and a reader of the view that keeps its search
+    indexes between reads, as a server does, saving no snapshot: (laser, memory, folder,
+    ids of the entries, the reader's connection)."""
+    async with writing(tmp_path) as (laser, memory, folder):
+        items = await memory.remember_many(ENTRIES)
+        await folder.run(until_caught_up=True)
+        async with lm.connect(
+            laser.log.url,
+            stream="s",
+            view=tmp_path / "view",
+            embedder=lm.WordHashEmbedder(),
+            config=NEVER,
+        ) as reader:
+            yield laser, memory, folder, items, reader
+
+
 async def test_a_reader_that_kept_its_index_across_a_rebuild_answers_from_the_new_view(
     tmp_path: Path,
 ):
@@ -1225,23 +1238,17 @@ async def test_a_reader_that_kept_its_index_across_a_rebuild_answers_from_the_ne
     and folds the view again in place: its next recalls answer from the rebuilt view (a
     new epoch), never from the old view's index, even where the rebuilt view has made
     fewer changes than the old one had."""
-    view = tmp_path / "view"
-    async with writing(tmp_path) as (laser, memory, folder):
-        items = await memory.remember_many(ENTRIES)
-        await folder.run(until_caught_up=True)
-        async with lm.connect(
-            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
-        ) as serving:
-            kept = serving.memory("notes")
-            before = await _answers_of(kept)
-            # Each forget folds in a transaction of its own: the old view's changes
-            # outnumber the rebuild's, which folds all in one.
-            for mid in items[:10]:
-                await memory.forget(mid)
-                await folder.run(until_caught_up=True)
-            await folder.run(until_caught_up=True, rebuild=True)
-            after = await _answers_of(kept)
-        assert after == await answers(laser.log.url, view, NEVER)
+    async with serving(tmp_path) as (laser, memory, folder, items, reader):
+        kept = reader.memory("notes")
+        before = await _answers_of(kept)
+        # Each forget folds in a transaction of its own: the old view's changes
+        # outnumber the rebuild's, which folds all in one.
+        for mid in items[:10]:
+            await memory.forget(mid)
+            await folder.run(until_caught_up=True)
+        await folder.run(until_caught_up=True, rebuild=True)
+        after = await _answers_of(kept)
+        assert after == await answers(laser.log.url, tmp_path / "view", NEVER)
         assert after != before
 
 
@@ -1250,27 +1257,21 @@ async def test_a_readers_index_takes_in_no_other_tenants_changes(tmp_path: Path)
     its own tenant's only, so another tenant's better matches never take the places of
     its own answers."""
     view = tmp_path / "view"
-    async with writing(tmp_path) as (laser, memory, folder):
-        await memory.remember_many(ENTRIES)
+    async with serving(tmp_path) as (laser, _, folder, _, reader):
+        await _answers_of(reader.memory("notes"))  # built before the other tenant writes
+        # Tenant names as long as the reader's ("" against "b" would differ in
+        # length): their items' keys are as long as the reader's.
+        mine = laser.memory("notes", tenant="a")
+        theirs = laser.memory("notes", tenant="b")
+        await mine.remember_many(ENTRIES)
         await folder.run(until_caught_up=True)
-        async with lm.connect(
-            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
-        ) as serving:
-            kept = serving.memory("notes")
-            await _answers_of(kept)  # its index, built before the other tenant writes
-            # Tenant names as long as the reader's ("" against "b" would differ in
-            # length): their items' keys are as long as the reader's.
-            mine = laser.memory("notes", tenant="a")
-            theirs = laser.memory("notes", tenant="b")
-            await mine.remember_many(ENTRIES)
-            await folder.run(until_caught_up=True)
-            reading = serving.memory("notes", tenant="a")
-            await _answers_of(reading)
-            await theirs.remember_many(
-                [{"body": f"signing keys node-7 noon lunch keys {i}"} for i in range(30)]
-            )
-            await folder.run(until_caught_up=True)
-            got = await _answers_of(reading)
+        reading = reader.memory("notes", tenant="a")
+        await _answers_of(reading)
+        await theirs.remember_many(
+            [{"body": f"signing keys node-7 noon lunch keys {i}"} for i in range(30)]
+        )
+        await folder.run(until_caught_up=True)
+        got = await _answers_of(reading)
         async with lm.connect(
             laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
         ) as fresh:
@@ -1304,26 +1305,20 @@ async def test_a_serving_readers_index_takes_in_each_change_folded_alone(tmp_pat
     """A serving reader keeps its index and catches it up from the view's changes at each
     read: a transaction that changed one item (a single remember or forget, folded as it
     came) must be taken in like a larger one, by keyword, hybrid and semantic recall."""
-    view = tmp_path / "view"
-    async with writing(tmp_path) as (laser, memory, folder):
-        await memory.remember_many(ENTRIES)
-        await folder.run(until_caught_up=True)
-        async with lm.connect(
-            laser.log.url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=NEVER
-        ) as serving:
-            reading = serving.memory("notes")
-            await _answers_of(reading)  # its index, built now and kept
-            for word in ("quartz", "basalt", "granite"):
-                mid = await memory.remember(f"the {word} shipment arrived")
-                await folder.run(until_caught_up=True)
-                for strategy in ("keyword", "hybrid", "semantic"):
-                    found = await reading.recall(text=word, strategy=strategy, limit=1)
-                    assert [i.id for i in found] == [mid], (word, strategy)
-                await memory.forget(mid)
-                await folder.run(until_caught_up=True)
-                assert mid not in [
-                    i.id for i in await reading.recall(text=word, strategy="keyword", limit=5)
-                ], word
+    async with serving(tmp_path) as (_, memory, folder, _, reader):
+        reading = reader.memory("notes")
+        await _answers_of(reading)  # its index, built now and kept
+        for word in ("quartz", "basalt", "granite"):
+            mid = await memory.remember(f"the {word} shipment arrived")
+            await folder.run(until_caught_up=True)
+            for strategy in ("keyword", "hybrid", "semantic"):
+                found = await reading.recall(text=word, strategy=strategy, limit=1)
+                assert [i.id for i in found] == [mid], (word, strategy)
+            await memory.forget(mid)
+            await folder.run(until_caught_up=True)
+            assert mid not in [
+                i.id for i in await reading.recall(text=word, strategy="keyword", limit=5)
+            ], word
 
 
 async def test_a_read_at_an_earlier_moment_than_a_snapshot_does_not_load_it(tmp_path: Path):
