@@ -313,7 +313,9 @@ def test_index_snapshots_from_is_checked():
         lm.MemoryConfig(index_snapshots_from=0)
 
 
-async def test_vector_clusters_made_by_one_reader_are_saved_for_the_next(tmp_path: Path):
+async def test_vector_clusters_made_by_one_reader_are_saved_for_the_next(
+    tmp_path: Path, monkeypatch
+):
     """Making vector clusters moves every entry of an index; the reader that made them
     saves a new snapshot, so the next reader starts from the clusters instead of
     making them again, and both answer as readers that never saved anything."""
@@ -346,18 +348,8 @@ async def test_vector_clusters_made_by_one_reader_are_saved_for_the_next(tmp_pat
         await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
         first, made = await semantic(laser.log.url, always)
         assert made
-        made_again = []
-        real = SearchIndex._cluster
-
-        def counting(self):
-            made_again.append(True)
-            return real(self)
-
-        SearchIndex._cluster = counting
-        try:
-            second, made = await semantic(laser.log.url, always)
-        finally:
-            SearchIndex._cluster = real
+        made_again = calls_of(monkeypatch, SearchIndex, "_cluster")
+        second, made = await semantic(laser.log.url, always)
         assert made and not made_again  # restored with its clusters
         assert first == second == (await semantic(laser.log.url, never))[0]
 
