@@ -1201,9 +1201,9 @@ class MemoryView:
             )
             give_back_after_search(mode, len(index))
             reorganized = index.reorganized
-            del index  # see `_save_reorganized`
+            del index  # see `_save_served`
             if reorganized:
-                self._save_reorganized(slot, epoch, seq)
+                self._save_served(slot, epoch, seq)
         if found is None:
             return None
         out = []
@@ -1241,6 +1241,7 @@ class MemoryView:
         if index is None:
             index = self._built(txn, where.embedder, scope, base)
             seen = seq
+            saved = -1  # no snapshot of this index yet (`prepare_index` tries again)
             if self._save(slot, epoch, seq, index):
                 saved = seq
                 # The built index goes before its snapshot is loaded back, with the
@@ -1282,12 +1283,13 @@ class MemoryView:
             del self._indexes[next(iter(self._indexes))]
         return index, slot, seq, epoch
 
-    def _save_reorganized(self, slot: tuple, epoch: bytes | None, seq: int) -> None:
-        """After the index of ``slot`` made its vector clusters (moving every entry):
-        save it, so the next reader starts from them, and serve from the map, not this
-        process's copies, which go before the map is loaded (as after a build) and so
-        must have no other reference left. If the snapshot cannot be read back, the
-        next read loads or builds one. The caller holds ``_search_lock``."""
+    def _save_served(self, slot: tuple, epoch: bytes | None, seq: int) -> None:
+        """Save the index this process serves for ``slot`` (after its vector clusters
+        moved every entry, so the next reader starts from them; or after its first save
+        failed), and serve from the map, not this process's copies, which go before the
+        map is loaded (as after a build) and so must have no other reference left. If
+        the snapshot cannot be read back, the next read loads or builds one. The caller
+        holds ``_search_lock``."""
         index = self._indexes[slot][0]
         if not self._save(slot, epoch, seq, index):
             return
@@ -1405,10 +1407,12 @@ class MemoryView:
             index, slot, seq, epoch = self._current_index(txn, namespace, where)
             entries = len(index)
             index.cluster_for(approximate)
-            reorganized = index.reorganized
-            del index  # see `_save_reorganized`
-            if reorganized:
-                self._save_reorganized(slot, epoch, seq)
+            # Saved again when its clusters moved every entry, or when the save of its
+            # build failed (a full disk since freed): asked to save, a read tries again.
+            unsaved = index.reorganized or self._indexes[slot][3] < 0
+            del index  # see `_save_served`
+            if unsaved:
+                self._save_served(slot, epoch, seq)
         snapshot = reason = None
         if snapshots is None or snapshots.keep_from is None:
             reason = "search index snapshots are off (MemoryConfig.index_snapshots_from)"

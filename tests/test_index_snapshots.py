@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import inspect
 import os
+import shutil
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -960,11 +961,11 @@ async def test_prepare_search_says_why_it_saved_no_snapshot(tmp_path: Path):
 
 
 async def test_prepare_search_saves_from_the_threshold_and_reports_only_its_own_failure(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch
 ):
     """An index of exactly `index_snapshots_from` entries is saved. A read whose snapshot
     cannot be written says why; the next read that saves reports no failure of the one
-    before it."""
+    before it, and asked again once the way is clear it saves."""
     view = tmp_path / "view"
     async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(30)]) as (laser, memory):
         await laser.memory("notes", tenant="acme").remember_many(
@@ -986,11 +987,20 @@ async def test_prepare_search_saves_from_the_threshold_and_reports_only_its_own_
     async with lm.connect(url, stream="s", view=view, config=config) as second:
         failed = await second.memory("notes").prepare_search()
         acme = await second.memory("notes", tenant="acme").prepare_search()
-    assert failed.snapshot is None, failed.reason
-    # Both of its failures: the load passed over, then the save.
-    assert f"snapshot {name} unreadable" in failed.reason, failed.reason
-    assert f"snapshot {name[:-4]} not saved" in failed.reason
-    assert acme.entries == 30 and acme.snapshot is not None and acme.reason is None
+        assert failed.snapshot is None, failed.reason
+        # Both of its failures: the load passed over, then the save.
+        assert f"snapshot {name} unreadable" in failed.reason, failed.reason
+        assert f"snapshot {name[:-4]} not saved" in failed.reason
+        assert acme.entries == 30 and acme.snapshot is not None and acme.reason is None
+        # Once what stood in the way is gone, asking again saves it: the failed save
+        # is not taken for a saved snapshot while this process keeps the index.
+        shutil.rmtree(view / "search" / name)
+        again = await second.memory("notes").prepare_search()
+        assert again.snapshot == prepared.snapshot and again.reason is None, again.reason
+    async with lm.connect(url, stream="s", view=view, config=config) as third:
+        built = calls_of(monkeypatch, view_module.MemoryView, "_built")
+        loaded = await third.memory("notes").prepare_search()
+    assert loaded.snapshot == prepared.snapshot and built == []
 
 
 async def test_prepare_search_refuses_bad_input_and_handles_without_a_view(tmp_path: Path):
