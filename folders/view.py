@@ -1734,10 +1734,15 @@ class MemoryView:
         _check_count(aside_limit, "aside_limit")
         topic, generation = self.topic()
         with self._read() as txn:
+            # Only the records shown are read: a topic flooded with bad records must not
+            # make a look at the view read them all.
             aside = [
                 _aside_decoder.decode(v)
-                for _, v in _prefixed(txn.cursor(db=self._dbs["aside"]), b"")
+                for _, v in itertools.islice(
+                    _prefixed(txn.cursor(db=self._dbs["aside"]), b""), aside_limit
+                )
             ]
+            set_aside = txn.stat(self._dbs["aside"])["entries"]
             items = txn.stat(self._dbs["items"])["entries"]
             named = sum(
                 1
@@ -1751,8 +1756,8 @@ class MemoryView:
             watermark=self.watermark(),
             items=items,
             named_items=named,
-            set_aside=len(aside),
-            set_aside_records=aside[:aside_limit],
+            set_aside=set_aside,
+            set_aside_records=aside,
         )
 
     def search_snapshots(self) -> list[SearchSnapshot]:

@@ -733,6 +733,11 @@ def stats(view: str, url: str | None, as_json: bool) -> None:
     for aside in result.set_aside_records:
         position = aside.position
         click.echo(f"  partition {position.partition} offset {position.offset}: {aside.reason}")
+    if result.set_aside > len(result.set_aside_records):
+        click.echo(
+            f"  ... and {result.set_aside - len(result.set_aside_records)} more "
+            "(MemoryView.stats(aside_limit=N) lists them)"
+        )
     click.echo(f"search:     {len(snapshots)} index snapshot(s)")
     for snapshot in snapshots:
         state = (

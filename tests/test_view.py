@@ -116,6 +116,26 @@ async def test_bad_records_are_set_aside_and_counted(viewed):
     assert "schema version 7" in where[(newer.partition, newer.offset)]
     out = await cli("stats", "--view", str(view))
     assert "set aside:  2" in out.output and "schema version 7" in out.output
+    # The count is of them all; the records shown are the first by position, up to the
+    # limit (a flood of bad records is counted, not read in full).
+    first = min((bad.partition, bad.offset), (newer.partition, newer.offset))
+    shown = laser.managed_view().stats(aside_limit=1)
+    assert shown.set_aside == 2
+    assert [(a.position.partition, a.position.offset) for a in shown.set_aside_records] == [first]
+    none = laser.managed_view().stats(aside_limit=0)
+    assert none.set_aside == 2 and none.set_aside_records == []
+
+
+async def test_stats_counts_every_record_set_aside_and_says_how_many_it_leaves_out(viewed):
+    laser, view = viewed
+    junk = OutgoingRecord(b"\xc1junk")
+    await asyncio.gather(*(laser.log.append(laser.memory_topic_name, junk) for _ in range(103)))
+    await catch_up(laser, view)
+    stats = laser.managed_view().stats()
+    assert stats.set_aside == 103 and len(stats.set_aside_records) == 100
+    out = await cli("stats", "--view", str(view))
+    assert "set aside:  103" in out.output and "... and 3 more" in out.output
+    assert out.output.count("not a memory record") == 100
 
 
 async def test_stats_with_the_log_say_how_far_the_view_is_behind(viewed):
