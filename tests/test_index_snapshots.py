@@ -725,6 +725,35 @@ def test_processes_saving_one_read_at_once_leave_a_snapshot_that_loads(tmp_path,
     assert len(arrays) == 1
 
 
+@pytest.mark.parametrize("replaced", [1, 2])
+def test_a_snapshot_replaced_while_it_is_loaded_is_read_again_once(tmp_path, monkeypatch, replaced):
+    """Another process may save the read's snapshot between a load's reading of the
+    index file and its mapping of the arrays that file names (a save removes the older
+    array file): the load reads the new index file again. Replaced again meanwhile, it
+    is passed over, saying why, and the reader builds its index."""
+    snapshots = IndexSnapshots(str(tmp_path), keep_from=1)
+    other = IndexSnapshots(str(tmp_path), keep_from=1)  # another process's
+    assert other.save(READ, b"e", 1, _small_index("alpha"))
+    real_file = IndexSnapshots._file
+    seq = iter(range(2, 2 + replaced))
+
+    def then_replaced(self, read, epoch):
+        found = real_file(self, read, epoch)
+        following = next(seq, None)
+        if self is snapshots and following is not None:
+            assert other.save(READ, b"e", following, _small_index("beta"))
+        return found
+
+    monkeypatch.setattr(IndexSnapshots, "_file", then_replaced)
+    loaded = snapshots.load(READ, b"e")
+    if replaced == 1:
+        assert loaded is not None and loaded[1] == 2 and not snapshots.errors
+        assert len(loaded[0]) == 40
+    else:
+        assert loaded is None
+        assert len(snapshots.errors) == 1 and "unusable" in snapshots.errors[0]
+
+
 @pytest.mark.parametrize("preadv", [True, False], ids=["preadv", "no-preadv"])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_an_array_file_is_checked_chunk_by_chunk_on_threads(tmp_path, monkeypatch, threads, preadv):
@@ -1139,6 +1168,19 @@ async def test_a_reader_passes_over_a_snapshot_planted_as_a_link_or_a_pipe(tmp_p
     reasons = "\n".join(errors)
     assert f"snapshot {indexes[0]} unreadable" in reasons, reasons
     assert f"{other} is not a regular file" in reasons, reasons
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="lists open files by /proc")
+def test_a_planted_file_refused_as_no_regular_file_is_closed(tmp_path: Path):
+    """A pipe or a folder where a snapshot's file should be is refused without leaving
+    its descriptor open: a reader passing over one at every recall would run out."""
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "folder").mkdir()
+    before = sorted(os.listdir("/proc/self/fd"))
+    for name in ("pipe", "folder") * 5:
+        with pytest.raises(OSError, match="is not a regular file"):
+            index_snapshots._open_regular(str(tmp_path / name))
+    assert sorted(os.listdir("/proc/self/fd")) == before
 
 
 async def test_a_snapshot_damaged_in_place_is_passed_over(tmp_path: Path):
