@@ -246,7 +246,14 @@ async def test_a_snapshot_of_another_format_epoch_read_or_analyzer_is_rebuilt(
         for path in (view / "search").glob("*.idx"):
             saved = index_snapshots._decoder.decode(path.read_bytes())
             setattr(saved, field, changed(saved))
+            # Checksummed anew, so that each check is what refuses it, not the checksum.
+            saved.checksum = index_snapshots._checksum(saved)
             path.write_bytes(index_snapshots._encoder.encode(saved))
+        if field == "format":
+            # Listed by no one either (what rebuild remakes, what stats shows), and not
+            # reported as unreadable after an upgrade.
+            listing = IndexSnapshots(str(view))
+            assert listing.reads() == [] and not listing.errors
         built[0] = 0
         got, errors = await answers_and_errors(laser.log.url, view, ALWAYS)
         assert got == want
@@ -1130,6 +1137,7 @@ async def test_listing_snapshots_passes_over_files_planted_among_them(tmp_path: 
     search = view / "search"
     one = next(name for name in os.listdir(search) if name.endswith(".idx"))
     (search / "garbage.idx").write_bytes(b"\x01\x02")
+    (search / "-listed-first.idx").write_bytes(b"")  # before any snapshot's hex name
     (search / "folder.idx").mkdir()
     os.mkfifo(search / "pipe.idx")
     os.symlink("/dev/zero", search / "zero.idx")
@@ -1139,7 +1147,7 @@ async def test_listing_snapshots_passes_over_files_planted_among_them(tmp_path: 
     listing = IndexSnapshots(str(view))
     assert sorted(listing.reads()) == sorted(real)
     reasons = "\n".join(listing.errors)
-    for name in ("garbage", "folder", "pipe", "zero", "copy"):
+    for name in ("garbage", "-listed-first", "folder", "pipe", "zero", "copy"):
         assert f"snapshot {name}.idx unreadable" in reasons, reasons
 
 
@@ -1168,6 +1176,72 @@ async def test_a_reader_passes_over_a_snapshot_planted_as_a_link_or_a_pipe(tmp_p
     reasons = "\n".join(errors)
     assert f"snapshot {indexes[0]} unreadable" in reasons, reasons
     assert f"{other} is not a regular file" in reasons, reasons
+
+
+def _replanned(saved, name: str, case: str, other_arrays: str):
+    """``saved`` (the index file ``name``.idx) with its array file's name or layout
+    changed as ``case`` says."""
+    layout = list(saved.layout)
+    first = layout[0]
+    if case == "arrays outside":  # <search>/<name>-/../../<arrays>: <view>/<arrays>
+        outside = os.sep.join((f"{name}-", "..", "..", saved.arrays))
+        return msgspec.structs.replace(saved, arrays=outside)
+    if case == "arrays of another read":
+        return msgspec.structs.replace(saved, arrays=other_arrays)
+    layout[0] = {
+        "object dtype": lambda: msgspec.structs.replace(first, dtype="|O"),
+        "negative shape": lambda: msgspec.structs.replace(first, shape=(-1, *first.shape[1:])),
+        "negative offset": lambda: msgspec.structs.replace(first, offset=-64),
+    }[case]()
+    return msgspec.structs.replace(saved, layout=layout)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "arrays outside",
+        "arrays of another read",
+        "object dtype",
+        "negative shape",
+        "negative offset",
+    ],
+)
+async def test_a_snapshot_naming_arrays_not_its_own_or_an_unknown_layout_is_passed_over(
+    tmp_path: Path, case: str
+):
+    """An index file is trusted for nothing its checksum cannot vouch for (anyone who
+    writes the folder can checksum what they write): it may name only its own read's
+    array file in the folder, and arrays of the types and places a save writes."""
+    view = tmp_path / "view"
+    entries = [{"body": f"fact {i} about keys", "conversation": f"c{i % 2}"} for i in range(20)]
+    async with folded(tmp_path, entries) as (laser, _):
+        url = laser.log.url
+        want = await answers(url, view, ALWAYS)
+    search = view / "search"
+    indexes = sorted(name for name in os.listdir(search) if name.endswith(".idx"))
+    arrays = sorted(name for name in os.listdir(search) if name.endswith(".arrays"))
+    for index_name in indexes:
+        saved = index_snapshots._decoder.decode((search / index_name).read_bytes())
+        other = next(name for name in arrays if name != saved.arrays)
+        # Where an array file outside the folder would be found, the read's own.
+        (search / f"{index_name[:-4]}-").mkdir()
+        shutil.copy(search / saved.arrays, view / saved.arrays)
+        changed = _replanned(saved, index_name[:-4], case, other)
+        changed = msgspec.structs.replace(changed, checksum=index_snapshots._checksum(changed))
+        (search / index_name).write_bytes(index_snapshots._encoder.encode(changed))
+    got, errors = await answers_and_errors(url, view, lm.MemoryConfig(index_snapshots_from=10**9))
+    assert got == want
+    reason = "is not this read's" if case.startswith("arrays") else "has an unknown layout"
+    assert sum(reason in error for error in errors) >= len(indexes), errors
+
+
+def test_snapshots_kept_from_none_or_more_entries_than_an_index_has_save_nothing(tmp_path):
+    index = _small_index("alpha")  # 40 entries
+    for keep_from in (None, 41):
+        assert not IndexSnapshots(str(tmp_path), keep_from=keep_from).save(READ, b"e", 1, index)
+        assert not (tmp_path / "search").exists()
+    assert IndexSnapshots(str(tmp_path), keep_from=40).save(READ, b"e", 1, index)
+    assert IndexSnapshots(str(tmp_path)).load(READ, b"e")[1] == 1
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="lists open files by /proc")
