@@ -1327,6 +1327,21 @@ def test_a_save_never_writes_through_a_link_planted_at_its_temporary_name(tmp_pa
     assert Path(final).read_bytes() == b"snapshot" and not os.path.lexists(temporary)
 
 
+def test_a_write_that_fails_leaves_neither_its_file_nor_its_temporary_one(tmp_path: Path):
+    """A save that fails half-way (a full disk) leaves the folder as it was: no file of
+    part of a snapshot, which would hold its space for ever, and nothing under the name."""
+    snapshots = IndexSnapshots(str(tmp_path / "view"))
+    os.makedirs(snapshots.path)
+
+    def failing(file) -> None:
+        file.write(b"part of a snapshot")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        snapshots._write("x.idx", failing)
+    assert os.listdir(snapshots.path) == []
+
+
 async def _answers_of(memory: lm.MemoryHandle) -> list[list]:
     return [[(i.id, i.score, i.signals) for i in await memory.recall(**q)] for q in QUERIES]
 
