@@ -985,6 +985,7 @@ async def test_prepare_search_says_why_it_saved_no_snapshot(tmp_path: Path):
     assert "fewer than index_snapshots_from (1000)" in prepared.reason
     async with lm.connect(url, stream="s", view=view, config=NEVER) as off:
         prepared = await off.memory("notes").prepare_search()
+        assert off.managed_view().search_snapshots() == []  # none listed, nothing raised
     assert prepared.snapshot is None and "snapshots are off" in prepared.reason
     assert not (view / "search").exists()
     # A view no folder has written yet holds no index.
