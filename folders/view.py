@@ -203,8 +203,9 @@ class ViewStats(msgspec.Struct, frozen=True, kw_only=True):
 class SearchSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """A search index snapshot beside a view (``laser-memory stats`` lists them): the
     read it serves, the view change it reflects, and how many changes the view has made
-    since (None: it is of an earlier view, made before a rebuild, and no reader uses it;
-    ``laser-memory index`` makes it again)."""
+    since (None: it is of an earlier view, made before a rebuild, or of changes a view
+    restored from an older copy no longer holds, and no reader uses it; ``laser-memory
+    index`` makes it again)."""
 
     tenant: str
     namespace: str

@@ -741,7 +741,7 @@ def stats(view: str, url: str | None, as_json: bool) -> None:
     click.echo(f"search:     {len(snapshots)} index snapshot(s)")
     for snapshot in snapshots:
         state = (
-            "of an earlier view (rebuilt since): 'laser-memory index' makes it again"
+            "of an earlier view (rebuilt or restored since): 'laser-memory index' makes it again"
             if snapshot.behind is None
             else f"at change {snapshot.changes}, {snapshot.behind} change(s) behind"
         )
