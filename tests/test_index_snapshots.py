@@ -379,6 +379,11 @@ async def test_prepare_search_makes_and_saves_the_vector_clusters(tmp_path: Path
         url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
     ) as operator:
         assert (await operator.memory("notes").prepare_search()).snapshot is not None
+        # Asked again with nothing changed, it saves nothing more: the saved clusters
+        # are no longer news.
+        saves = calls_of(monkeypatch, IndexSnapshots, "save")
+        assert (await operator.memory("notes").prepare_search()).snapshot is not None
+        assert saves == []
     made = calls_of(monkeypatch, SearchIndex, "_cluster")
     async with lm.connect(
         url, stream="s", view=view, embedder=lm.WordHashEmbedder(), config=config
