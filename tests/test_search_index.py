@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
+import laser_memory.search_index as search_index_module
 from folders.service import ViewFolder
 from laser_memory.embedding import row_norms
 from laser_memory.ids import MemoryId
@@ -655,6 +656,160 @@ def test_a_snapshot_keeps_at_most_a_quarter_more_rows_than_its_slots():
     assert arrays["_time"].shape == (64,)
     restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
     assert _answers(restored, 0) == _answers(small, 0)
+
+
+def _crafted(snap, arrays: dict, case: str) -> None:
+    """Change a decoded snapshot or its arrays in place as ``case`` says: each just past
+    what a snapshot of the index could hold."""
+    size, capacity = snap.size, snap.capacity
+    first_run_end = int(arrays["_run_end"][0])
+    members = np.frombuffer(snap.members[0], dtype=np.int64).copy()
+    if case == "size over capacity":
+        snap.size = capacity + 1
+    elif case == "negative size":
+        snap.size = -1
+    elif case == "free slot at size":
+        snap.free = [size]
+    elif case == "free slot negative":
+        snap.free = [-1]
+    elif case == "sorted slot at size":
+        arrays["id_sorted_slots"][0] = size
+    elif case == "sorted slot negative":
+        arrays["id_sorted_slots"][0] = -1
+    elif case == "neighbour at capacity":
+        arrays["_after"][0] = capacity
+    elif case == "neighbour below -1":
+        arrays["_before"][0] = -2
+    elif case == "term listed twice":
+        snap.terms[1] = snap.terms[0]
+    elif case == "term number negative":
+        arrays["slot_terms"][0] = -1
+    elif case == "a column of two dimensions":
+        arrays["_time"] = np.ascontiguousarray(np.stack([arrays["_time"]] * 2, axis=1))
+    elif case == "ids missing":
+        del arrays["ids"]
+    elif case == "term number past the table":
+        arrays["slot_terms"][0] = len(snap.terms)
+    elif case == "run start past its end":
+        arrays["_run_start"][0] = first_run_end + 1
+    elif case == "run start negative":
+        arrays["_run_start"][0] = -1
+    elif case == "run end past the runs":
+        arrays["_run_start"][0] = arrays["_run_end"][0] = len(arrays["slot_terms"]) + 1
+    elif case == "posting slot at capacity":
+        arrays["posting_slots"][0] = capacity
+    elif case == "posting slot negative":
+        arrays["posting_slots"][0] = -1
+    elif case == "group of a slot missing":
+        snap.group_of = snap.group_of[:-4]
+    elif case == "group member at size":
+        members[0] = size
+        snap.members[0] = members.tobytes()
+    elif case == "group member negative":
+        members[0] = -1
+        snap.members[0] = members.tobytes()
+    elif case == "ids not 16 bytes":
+        arrays["ids"] = np.ascontiguousarray(arrays["ids"][:, :15])
+    elif case == "ids of fewer slots":
+        arrays["id_present"] = arrays["id_present"][:-1].copy()
+    elif case == "vectors of float64":
+        arrays["vectors"] = arrays["vectors"].astype(np.float64)
+    elif case == "vectors read-only":
+        arrays["vectors"].flags.writeable = False
+    elif case == "vectors of other dimensions":
+        arrays["vectors"] = np.ascontiguousarray(arrays["vectors"][:, :2])
+    elif case == "vectors missing":
+        del arrays["vectors"]
+    elif case == "vectors for an index without":
+        snap.dimensions = None
+    else:
+        raise AssertionError(case)
+
+
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("size over capacity", "over the capacity"),
+        ("negative size", "over the capacity"),
+        ("free slot at size", "a free slot is out of the index"),
+        ("free slot negative", "a free slot is out of the index"),
+        ("sorted slot at size", "a sorted id names a slot out of the index"),
+        ("sorted slot negative", "a sorted id names a slot out of the index"),
+        ("neighbour at capacity", "column _after names a slot out of the index"),
+        ("neighbour below -1", "column _before names a slot out of the index"),
+        ("term listed twice", "a term is listed twice"),
+        ("term number past the table", "a term number out of the table"),
+        ("term number negative", "a term number out of the table"),
+        ("a column of two dimensions", "array _time is missing or not int64"),
+        ("ids missing", "the id arrays do not fit the slots"),
+        ("run start past its end", "slot terms do not fit the slots"),
+        ("run start negative", "slot terms do not fit the slots"),
+        ("run end past the runs", "slot terms do not fit the slots"),
+        ("posting slot at capacity", "a posting list names a slot out of the index"),
+        ("posting slot negative", "a posting list names a slot out of the index"),
+        ("group of a slot missing", "groups do not fit the slots"),
+        ("group member at size", "names a slot out of the index"),
+        ("group member negative", "names a slot out of the index"),
+        ("ids not 16 bytes", "the id arrays do not fit the slots"),
+        ("ids of fewer slots", "the id arrays do not fit the slots"),
+        ("vectors of float64", "not a writable float32 array"),
+        ("vectors read-only", "not a writable float32 array"),
+        ("vectors of other dimensions", "does not fit the snapshot"),
+        ("vectors missing", "does not fit the snapshot"),
+        ("vectors for an index without", "vectors for an index without them"),
+    ],
+)
+def test_a_snapshot_that_does_not_fit_its_own_slots_is_refused_saying_how(case, reason):
+    """A snapshot's checksum says it was not damaged, not that its writer was right: a
+    restored index trusts no number that names a slot, a term or a row without checking
+    it fits, so an index built on one fails with `SnapshotError` (the reader builds from
+    the view) instead of answering from other entries' rows or with an `IndexError`."""
+    index = SearchIndex(LABEL)
+    items = [
+        _item(n, f"alpha w{n % 7}", f"c{n % 2}", 0.0, [1.0, n % 5, 0.5], (n, 0, n))
+        for n in range(80)
+    ]
+    index.put_many((item.id.bytes, item, False) for item in items)
+    for gone in (items[0], items[3]):  # free slots, the first among them
+        index.put(gone.id.bytes, None)
+    data, arrays = index.snapshot()
+    arrays = {name: array_.copy() for name, array_ in arrays.items()}
+    SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})  # as saved
+    snap = msgspec.msgpack.decode(data, type=search_index_module._Snapshot)
+    _crafted(snap, arrays, case)
+    with pytest.raises(SnapshotError, match=reason):
+        SearchIndex.from_snapshot(msgspec.msgpack.encode(snap), arrays)
+
+
+def test_a_restored_index_finds_every_term_as_the_index_it_was_saved_from():
+    """Each term's posting list is cut from the snapshot's joined arrays by the ends it
+    saved: the first term, a term of one entry, and a term no entry holds any more
+    (no list) each find what they found before the save."""
+    index = SearchIndex(None)
+    items = [
+        _item(n, f"first{n % 3} alpha w{n % 7} only{n}", f"c{n % 2}", 0.0, None, (n, 0, n))
+        for n in range(60)
+    ]
+    index.put_many((item.id.bytes, item, False) for item in items)
+    index.put(items[5].id.bytes, None)  # "only5" is held by no entry now
+    data, arrays = index.snapshot()
+    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    assert "only5" in restored._term_table and restored._term_table[0] == terms("first0")[0]
+
+    def found(of: SearchIndex, term: str) -> list:
+        hits = of.find(
+            term,
+            mode="keyword",
+            query_vector=None,
+            min_similarity=None,
+            limit=100,
+            exclude=frozenset(),
+        )
+        return [(raw_id, hit.score) for raw_id, hit in hits]
+
+    for term in index._term_table:
+        assert found(restored, term) == found(index, term), term
+    assert found(restored, "only7") and not found(restored, "only5")
 
 
 def test_counts_too_large_for_16_bits_keep_their_value():
