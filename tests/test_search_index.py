@@ -812,6 +812,49 @@ def test_a_restored_index_finds_every_term_as_the_index_it_was_saved_from():
     assert found(restored, "only7") and not found(restored, "only5")
 
 
+def test_an_entry_whose_vector_changed_after_clustering_is_found_where_it_now_points():
+    """Clusters keep their slots together: an entry whose vector is put anew (its item
+    embedded again) leaves its old cluster, so an approximate search probing only the
+    clusters near the new vector finds it, as an exact one does."""
+    approximate = ApproximateSearch(from_vectors=50, probe_share=0.1)
+    rng = np.random.default_rng(7)
+    east = [[1.0, *(rng.normal(0, 0.05, 2))] for _ in range(150)]
+    north = [[rng.normal(0, 0.05), 1.0, rng.normal(0, 0.05)] for _ in range(150)]
+    items = [
+        _item(n, f"note {n}", None, 0.0, vector, (n, 0, n)) for n, vector in enumerate(east + north)
+    ]
+    index = SearchIndex(LABEL)
+    index.put_many((item.id.bytes, item, False) for item in items)
+    index.cluster_for(approximate)
+    assert index._clusters is not None and index._clustered_until == len(items)
+    query = np.asarray([0.0, 1.0, 0.0], dtype=np.float32)
+
+    def nearest(exact: bool) -> list[bytes]:
+        hits = index.find(
+            "",
+            mode="semantic",
+            query_vector=query,
+            min_similarity=None,
+            limit=3,
+            exclude=frozenset(),
+            approximate=None if exact else approximate,
+        )
+        return [raw_id for raw_id, _ in hits]
+
+    moved = msgspec.structs.replace(
+        items[0], embedding=np.asarray([0.0, 1.0, 0.0], dtype="<f4").tobytes()
+    )
+    assert moved.id.bytes not in nearest(exact=False)
+    # Put again with the same vector (its feedback changed), an entry keeps its slot.
+    kept = msgspec.structs.replace(items[1], weight=2.0)
+    slot = index._ids.slot_of(kept.id.bytes)
+    index.put(kept.id.bytes, kept)
+    assert index._ids.slot_of(kept.id.bytes) == slot and not index._free
+    index.put(moved.id.bytes, moved)
+    assert nearest(exact=True)[0] == moved.id.bytes
+    assert nearest(exact=False)[0] == moved.id.bytes
+
+
 def test_counts_too_large_for_16_bits_keep_their_value():
     """A reader keeps a common word's counts in 8 or 16 bits when they fit: a word said
     70,000 times in one item must still count 70,000, one said 300 times 300."""
