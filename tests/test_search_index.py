@@ -855,6 +855,23 @@ def test_an_entry_whose_vector_changed_after_clustering_is_found_where_it_now_po
     assert nearest(exact=False)[0] == moved.id.bytes
 
 
+def test_slots_of_forgotten_entries_are_taken_by_new_ones():
+    """A serving reader's index under churn (items forgotten, new ones remembered)
+    stays the size of what it holds: a new entry takes a slot an entry left, so its
+    columns and vectors do not grow with every item it ever held."""
+    index = SearchIndex(LABEL)
+    for round_ in range(5):
+        items = [
+            _item(n, f"round {round_} note {n}", "c1", 0.0, [1.0, n % 5, 0.5], (n, 0, n))
+            for n in range(round_ * 100, round_ * 100 + 100)
+        ]
+        index.put_many((item.id.bytes, item, False) for item in items)
+        assert len(index) == 100 and len(index._ids) == 100
+        for item in items:
+            index.put(item.id.bytes, None)
+    assert len(index) == 0 and len(index._time) == 128
+
+
 def test_counts_too_large_for_16_bits_keep_their_value():
     """A reader keeps a common word's counts in 8 or 16 bits when they fit: a word said
     70,000 times in one item must still count 70,000, one said 300 times 300."""
