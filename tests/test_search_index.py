@@ -872,6 +872,26 @@ def test_slots_of_forgotten_entries_are_taken_by_new_ones():
     assert len(index) == 0 and len(index._time) == 128
 
 
+def test_feedback_of_entries_put_together_after_a_feedback_ranked_read_ranks_them():
+    """A feedback-ranked read keeps the entries with feedback; entries put after it a
+    block at a time (a catch-up of many new items) with feedback of their own rank by
+    it at the next read, as entries put one by one do."""
+    index = SearchIndex(None)
+    first = [_item(n, f"note {n}", "c1", 1.0 if n == 0 else 0.0, None, (n, 0, n)) for n in range(5)]
+    index.put_many((item.id.bytes, item, False) for item in first)
+
+    def best(limit: int) -> list[bytes]:
+        found = index.ordered(strategy="auto", limit=limit, exclude=frozenset())
+        return [raw_id for raw_id, _ in found]
+
+    assert best(1) == [first[0].id.bytes]
+    later = [
+        _item(n, f"note {n}", "c1", 5.0 if n == 7 else 0.0, None, (n, 0, n)) for n in range(5, 10)
+    ]
+    index.put_many((item.id.bytes, item, False) for item in later)
+    assert best(2) == [later[2].id.bytes, first[0].id.bytes]
+
+
 def test_counts_too_large_for_16_bits_keep_their_value():
     """A reader keeps a common word's counts in 8 or 16 bits when they fit: a word said
     70,000 times in one item must still count 70,000, one said 300 times 300."""
