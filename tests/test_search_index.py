@@ -960,6 +960,8 @@ owned_put = st.tuples(
     st.integers(0, 3),
     st.sampled_from([None, "a1", "a2"]),  # agent
     st.sampled_from([MemoryKind.FACT, MemoryKind.MESSAGE]),
+    st.sampled_from([None, "u1", "u2"]),  # user
+    st.sampled_from([None, "app"]),  # application
 )
 
 
@@ -969,11 +971,15 @@ owned_put = st.tuples(
     query=queries,
     agent=st.sampled_from([None, "a1", "a3"]),
     kind=st.sampled_from([None, MemoryKind.FACT]),
+    user=st.sampled_from([None, "u1"]),
+    application=st.sampled_from([None, "app"]),
 )
-def test_owner_filters_make_the_owners_entries_the_candidates(ops, query, agent, kind):
+def test_owner_filters_make_the_owners_entries_the_candidates(
+    ops, query, agent, kind, user, application
+):
     """With owner filters the candidates are that owner's entries: BM25's statistics,
     the best scores and the order are theirs, as a scan of them has it."""
-    if agent is None and kind is None:
+    if agent is None and kind is None and user is None and application is None:
         agent = "a1"
     index = SearchIndex(LABEL)
     ordering = SearchIndex(LABEL, ordering_only=True)
@@ -985,18 +991,19 @@ def test_owner_filters_make_the_owners_entries_the_candidates(ops, query, agent,
             index.put(op[1].to_bytes(16, "big"), None)
             ordering.put(op[1].to_bytes(16, "big"), None)
             continue
-        _, n, body, conversation, weight, vector, time, who, what = op
+        _, n, body, conversation, weight, vector, time, who, what, whom, where = op
         item = _item(n, body, conversation, weight, vector, (time, 0, next(offsets)))
-        item = msgspec.structs.replace(
-            item, kind=what, scope=MemoryScope(conversation=conversation, agent=who)
-        )
+        scope = MemoryScope(conversation=conversation, agent=who, user=whom, application=where)
+        item = msgspec.structs.replace(item, kind=what, scope=scope)
         live[item.id.bytes] = item
         index.put(item.id.bytes, item)
         ordering.put(item.id.bytes, item)
-    owner = (agent, None, None, kind.code if kind is not None else None)
+    owner = (agent, user, application, kind.code if kind is not None else None)
     mine = [
         i for i in live.values()
         if (agent is None or i.scope.agent == agent) and (kind is None or i.kind == kind)
+        and (user is None or i.scope.user == user)
+        and (application is None or i.scope.application == application)
     ]  # fmt: skip
     strategy, text, limit, min_similarity, excluded = query
     exclude = frozenset(n.to_bytes(16, "big") for n in excluded)
