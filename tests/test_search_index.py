@@ -892,6 +892,28 @@ def test_feedback_of_entries_put_together_after_a_feedback_ranked_read_ranks_the
     assert best(2) == [later[2].id.bytes, first[0].id.bytes]
 
 
+def test_a_vector_of_another_length_under_the_label_leaves_semantic_ranking_to_a_scan():
+    """An index keeps one vector length per label: an item whose vector under that
+    label has another length (a model swapped under its label) makes the index decline
+    to rank by vectors, so the read falls to a scan, which says what is wrong, until the
+    item is gone; keyword reads still rank from the index."""
+    index = SearchIndex(LABEL)
+    items = [_item(n, f"note {n}", None, 0.0, [1.0, n, 0.5], (n, 0, n)) for n in range(4)]
+    index.put_many((item.id.bytes, item, False) for item in items)
+    query = np.asarray([1.0, 0.5, -0.25], dtype=np.float32)
+    assert index.can_rank(query)
+    odd = _item(9, "note 9", None, 0.0, [1.0, 2.0], (9, 0, 9))
+    index.put(odd.id.bytes, odd)
+    assert not index.can_rank(query) and index.can_rank(None)
+    found = index.find(
+        "note", mode="semantic", query_vector=query, min_similarity=None, limit=3,
+        exclude=frozenset(),
+    )  # fmt: skip
+    assert found is None
+    index.put(odd.id.bytes, None)
+    assert index.can_rank(query)
+
+
 def test_counts_too_large_for_16_bits_keep_their_value():
     """A reader keeps a common word's counts in 8 or 16 bits when they fit: a word said
     70,000 times in one item must still count 70,000, one said 300 times 300."""
