@@ -914,6 +914,49 @@ def test_a_vector_of_another_length_under_the_label_leaves_semantic_ranking_to_a
     assert index.can_rank(query)
 
 
+def test_removing_the_entry_before_the_first_slots_links_its_neighbours_as_a_scan_has_them():
+    """An entry's neighbours in its conversation (a hybrid score takes 0.3 of theirs)
+    are relinked when one between them goes, the entry in the index's first slot too."""
+    index = SearchIndex(None)
+    # Slots 0, 1, 2 in that order, but in time the conversation reads 2, 1, 0.
+    items = [
+        _item(n, body, "c1", 0.0, None, (time, 0, n))
+        for n, body, time in ((0, "later note", 30), (1, "middle note", 20), (2, "alpha", 10))
+    ]
+    index.put_many((item.id.bytes, item, False) for item in items)
+    index.put(items[1].id.bytes, None)
+    live = [items[0], items[2]]
+    want = rank(live, strategy="hybrid", text="alpha", limit=2)
+    got = index.find(
+        "alpha", mode="hybrid", query_vector=None, min_similarity=None, limit=2,
+        exclude=frozenset(),
+    )  # fmt: skip
+    assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+        (i.id.bytes, i.score, i.signals) for i in want
+    ]
+    assert len(want) == 2  # the later note scores by its neighbour alone
+
+
+def test_a_feedback_ranked_read_after_a_weighted_entry_left_lists_each_entry_once():
+    """The entries with feedback a feedback-ranked read keeps are forgotten with one that
+    leaves: an entry put in its slot afterwards is listed once, by its own weight."""
+    index = SearchIndex(None)
+    weights = {0: 1.0, 1: 2.0}
+    items = [_item(n, f"note {n}", "c1", weights.get(n, 0.0), None, (n, 0, n)) for n in range(3)]
+    index.put_many((item.id.bytes, item, False) for item in items)
+
+    def order() -> list[bytes]:
+        found = index.ordered(strategy="auto", limit=5, exclude=frozenset())
+        return [raw_id for raw_id, _ in found]
+
+    assert order()[:2] == [items[1].id.bytes, items[0].id.bytes]
+    index.put(items[0].id.bytes, None)
+    newer = _item(7, "note 7", "c1", 0.0, None, (7, 0, 7))
+    index.put(newer.id.bytes, newer)
+    assert index._ids.slot_of(newer.id.bytes) == 0  # the slot the weighted entry left
+    assert order() == [items[1].id.bytes, newer.id.bytes, items[2].id.bytes]
+
+
 def test_counts_too_large_for_16_bits_keep_their_value():
     """A reader keeps a common word's counts in 8 or 16 bits when they fit: a word said
     70,000 times in one item must still count 70,000, one said 300 times 300."""
