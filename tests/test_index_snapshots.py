@@ -1157,15 +1157,22 @@ async def test_listing_snapshots_passes_over_files_planted_among_them(tmp_path: 
         assert f"snapshot {name}.idx unreadable" in reasons, reasons
 
 
-async def test_a_reader_passes_over_a_snapshot_planted_as_a_link_or_a_pipe(tmp_path: Path):
-    """A reader opens ``<read>.idx`` and the array file it names as regular files only:
-    one replaced by a link (to ``/dev/zero``, read without end before) or by a pipe
-    (waited on before) is passed over with its reason, and the reader builds."""
+async def two_reads_saved(tmp_path: Path) -> tuple[str, Path, list[list]]:
+    """A view whose reader saved the snapshots of two reads (the namespace's and
+    conversation c1's): the log's url, the view, and the reader's answers."""
     view = tmp_path / "view"
     entries = [{"body": f"fact {i} about keys", "conversation": f"c{i % 2}"} for i in range(20)]
     async with folded(tmp_path, entries) as (laser, _):
         url = laser.log.url
         want = await answers(url, view, ALWAYS)
+    return url, view, want
+
+
+async def test_a_reader_passes_over_a_snapshot_planted_as_a_link_or_a_pipe(tmp_path: Path):
+    """A reader opens ``<read>.idx`` and the array file it names as regular files only:
+    one replaced by a link (to ``/dev/zero``, read without end before) or by a pipe
+    (waited on before) is passed over with its reason, and the reader builds."""
+    url, view, want = await two_reads_saved(tmp_path)
     search = view / "search"
     indexes = sorted(name for name in os.listdir(search) if name.endswith(".idx"))
     arrays = sorted(name for name in os.listdir(search) if name.endswith(".arrays"))
@@ -1218,11 +1225,7 @@ async def test_a_snapshot_naming_arrays_not_its_own_or_an_unknown_layout_is_pass
     """An index file is trusted for nothing its checksum cannot vouch for (anyone who
     writes the folder can checksum what they write): it may name only its own read's
     array file in the folder, and arrays of the types and places a save writes."""
-    view = tmp_path / "view"
-    entries = [{"body": f"fact {i} about keys", "conversation": f"c{i % 2}"} for i in range(20)]
-    async with folded(tmp_path, entries) as (laser, _):
-        url = laser.log.url
-        want = await answers(url, view, ALWAYS)
+    url, view, want = await two_reads_saved(tmp_path)
     search = view / "search"
     indexes = sorted(name for name in os.listdir(search) if name.endswith(".idx"))
     arrays = sorted(name for name in os.listdir(search) if name.endswith(".arrays"))
