@@ -1737,13 +1737,14 @@ class MemoryView:
         with self._read() as txn:
             # Only the records shown are read: a topic flooded with bad records must not
             # make a look at the view read them all.
+            set_aside = txn.stat(self._dbs["aside"])["entries"]
             aside = [
                 _aside_decoder.decode(v)
                 for _, v in itertools.islice(
-                    _prefixed(txn.cursor(db=self._dbs["aside"]), b""), aside_limit
+                    _prefixed(txn.cursor(db=self._dbs["aside"]), b""),
+                    min(aside_limit, set_aside),
                 )
             ]
-            set_aside = txn.stat(self._dbs["aside"])["entries"]
             items = txn.stat(self._dbs["items"])["entries"]
             named = sum(
                 1

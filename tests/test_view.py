@@ -133,6 +133,8 @@ async def test_stats_counts_every_record_set_aside_and_says_how_many_it_leaves_o
     await catch_up(laser, view)
     stats = laser.managed_view().stats()
     assert stats.set_aside == 103 and len(stats.set_aside_records) == 100
+    every = laser.managed_view().stats(aside_limit=10**30)  # past any count: all of them
+    assert every.set_aside == len(every.set_aside_records) == 103
     out = await cli("stats", "--view", str(view))
     assert "set aside:  103" in out.output and "... and 3 more" in out.output
     assert out.output.count("not a memory record") == 100
