@@ -957,6 +957,45 @@ def test_a_feedback_ranked_read_after_a_weighted_entry_left_lists_each_entry_onc
     assert order() == [items[1].id.bytes, newer.id.bytes, items[2].id.bytes]
 
 
+def test_clustering_moves_every_entrys_expiry_and_terms_with_it():
+    """Clustering puts the entries in new slots, cluster by cluster: the expiries due
+    later name the same items (a read at each moment learns exactly which expired), the
+    keyword answers stay the scan's, and entries put since are searched too."""
+    approximate = ApproximateSearch(from_vectors=50, probe_share=0.1)
+    rng = np.random.default_rng(11)
+    items = []
+    for n in range(200):
+        # Two directions, interleaved, so clustering moves nearly every entry.
+        vector = [1.0, *(rng.normal(0, 0.05, 2))] if n % 2 else [rng.normal(0, 0.05), 1.0, 0.0]
+        item = _item(n, f"note w{n % 9} alpha" if n % 3 else f"note w{n % 9}", None, 0.0,
+                     vector, (n, 0, n))  # fmt: skip
+        if n % 10 == 0:  # expiring at times that are no heap in slot order
+            item = msgspec.structs.replace(item, expires_at_ms=10_000 - 37 * n)
+        items.append(item)
+    index = SearchIndex(LABEL)
+    index.put_many((item.id.bytes, item, False) for item in items)
+    for text in ("alpha", "note w3", "w4 alpha"):
+        _assert_keyword_as_scan(index, items, text, 10)
+    index.cluster_for(approximate)
+    assert index._clustered_until == 200
+    assert any(index._ids.slot_of(item.id.bytes) != n for n, item in enumerate(items))
+    for text in ("alpha", "note w3", "w4 alpha"):
+        _assert_keyword_as_scan(index, items, text, 10)
+    expiring = [(item.expires_at_ms, item.id.bytes) for item in items if item.expires_at_ms]
+    earlier = 0
+    for moment in (3_000, 6_000, 9_000, 10_000):
+        want = sorted(raw_id for at, raw_id in expiring if earlier < at <= moment)
+        assert sorted(index.due(moment)) == want, moment
+        earlier = moment
+    late = _item(900, "note late", None, 0.0, [0.0, 1.0, 0.0], (900, 0, 900))
+    index.put(late.id.bytes, late)
+    found = index.find(
+        "", mode="semantic", query_vector=np.asarray([0.0, 1.0, 0.0], dtype=np.float32),
+        min_similarity=0.999, limit=300, exclude=frozenset(), approximate=approximate,
+    )  # fmt: skip
+    assert late.id.bytes in {raw_id for raw_id, _ in found}
+
+
 def test_counts_too_large_for_16_bits_keep_their_value():
     """A reader keeps a common word's counts in 8 or 16 bits when they fit: a word said
     70,000 times in one item must still count 70,000, one said 300 times 300."""
