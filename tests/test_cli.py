@@ -374,6 +374,32 @@ def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
     assert "no age" in run("remember", "x", "--ttl", "soon", *common, ok=False)
 
 
+def test_writes_say_what_they_wrote_and_an_age_without_a_unit_is_seconds(tmp_path):
+    """Each write prints what it wrote and where (the id or key, then topic/partition@offset;
+    with --json, both as JSON), progress goes to stderr so stdout stays the answer, JSON
+    keeps a body's letters as they are, and an age given as a bare number is seconds."""
+    common = ["--url", f"local://{tmp_path / 'log'}", "--stream", "s"]
+    topics = run("bootstrap", *common, "--partitions", "2")
+    assert re.search(r"^s\.agent\.memory: 2 partitions$", topics, re.M), topics
+    written = json.loads(run("remember", "café au lait", *common, "--ttl", "90", "--json"))
+    where = re.compile(r"s\.agent\.memory/\d+@\d+")
+    improved = run("improve", written["id"], "1.5", *common)
+    assert improved.startswith(f"{written['id']} ") and where.search(improved), improved
+    as_json = json.loads(run("improve", written["id"], "1", *common, "--json"))
+    assert as_json["id"] == written["id"] and as_json["receipt"]["topic"] == "s.agent.memory"
+    named = run("set", "profile", '{"channel": "email"}', *common)
+    assert named.startswith("profile ") and where.search(named), named
+    raw = CliRunner().invoke(main, ["recall", *common, "--json"], catch_exceptions=False)
+    assert "café au lait" in raw.output  # not "caf\u00e9"
+    (item,) = json.loads(raw.output)
+    assert item["expires_at_ms"] - item["append_time_ms"] == 90_000
+    # An hour given in seconds: the item, a second old, is not older than that.
+    assert json.loads(run("purge", "--older-than", "3600", *common, "--json")) == {"forgotten": 0}
+    rebuilt = CliRunner().invoke(main, ["rebuild", "--view", str(tmp_path / "view"), *common])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "rebuilt" in rebuilt.stderr and "rebuilt" not in rebuilt.stdout
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_running_folder_stops_cleanly_on_a_signal_and_a_restart_resumes(tmp_path, stop):
     # What a service manager does: start the folder, later ask it to stop.
