@@ -398,6 +398,9 @@ def test_writes_say_what_they_wrote_and_an_age_without_a_unit_is_seconds(tmp_pat
     rebuilt = CliRunner().invoke(main, ["rebuild", "--view", str(tmp_path / "view"), *common])
     assert rebuilt.exit_code == 0, rebuilt.output
     assert "rebuilt" in rebuilt.stderr and "rebuilt" not in rebuilt.stdout
+    stats = run("stats", "--view", str(tmp_path / "view"))
+    for line in ("items:      1", "named:      1", "set aside:  0", "watermark:  {"):
+        assert f"\n{line}" in stats, stats
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
