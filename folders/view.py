@@ -578,6 +578,8 @@ class MemoryView:
         # last snapshot). Reads run on
         # several threads (the HTTP server), so one lock guards them.
         self._indexes: dict[tuple, tuple[SearchIndex, int, bytes | None, int]] = {}
+        # Reads whose index this process built and could not save (see `_current_index`).
+        self._unsaved: set[tuple] = set()
         self._search_lock = threading.Lock()
         #: Where readers save and load their search indexes (see `IndexSnapshots`);
         #: None: every process builds its own.
@@ -1241,10 +1243,13 @@ class MemoryView:
                 saved = seen
         if index is None:
             index = self._built(txn, where.embedder, scope, base)
-            seen = seq
-            saved = -1  # no snapshot of this index yet (`prepare_index` tries again)
+            # ``saved`` is the change of the last try: a failed save (a full disk) is
+            # tried again by a read only after as many changes as a saved one waits for
+            # (each try writes the whole index), and at once by `prepare_index`.
+            seen = saved = seq
+            self._unsaved.add(slot)
             if self._save(slot, epoch, seq, index):
-                saved = seq
+                self._unsaved.discard(slot)
                 # The built index goes before its snapshot is loaded back, with the
                 # words its build left in the stem cache: alive, they held pages of
                 # the build's heap that the loaded index's objects then filled, and a
@@ -1273,11 +1278,12 @@ class MemoryView:
         self._bring_to_now(txn, index, scope, base)
         # Many changes since the snapshot: save a new one, so the next process
         # catches up from closer.
-        if seq - saved > max(1000, len(index) // 10) and self._save(slot, epoch, seq, index):
+        if seq - saved > max(1000, len(index) // 10):
             saved = seq
-            saved_index = self._saved(slot, epoch, seq)
-            if saved_index is not None:
-                index = saved_index
+            if self._save(slot, epoch, seq, index):
+                saved_index = self._saved(slot, epoch, seq)
+                if saved_index is not None:
+                    index = saved_index
         index.cache_bytes = self.search_cache_bytes  # a loaded index has the default
         self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
         while len(self._indexes) > MAX_SEARCH_INDEXES:
@@ -1294,6 +1300,7 @@ class MemoryView:
         index = self._indexes[slot][0]
         if not self._save(slot, epoch, seq, index):
             return
+        self._unsaved.discard(slot)
         del self._indexes[slot], index
         saved_index = self._saved(slot, epoch, seq)
         if saved_index is not None:
@@ -1410,7 +1417,7 @@ class MemoryView:
             index.cluster_for(approximate)
             # Saved again when its clusters moved every entry, or when the save of its
             # build failed (a full disk since freed): asked to save, a read tries again.
-            unsaved = index.reorganized or self._indexes[slot][3] < 0
+            unsaved = index.reorganized or slot in self._unsaved
             del index  # see `_save_served`
             if unsaved:
                 self._save_served(slot, epoch, seq)

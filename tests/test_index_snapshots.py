@@ -1045,6 +1045,32 @@ async def test_prepare_search_saves_from_the_threshold_and_reports_only_its_own_
     assert loaded.snapshot == prepared.snapshot and built == []
 
 
+async def test_a_read_tries_a_failed_save_again_only_after_as_many_changes_as_a_saved_one(
+    tmp_path: Path, monkeypatch
+):
+    """Each try writes the whole index: a reader whose save failed (a full disk) does not
+    try again at every read of a view past 1,000 changes, only once as many changes have
+    come as a saved snapshot waits for; `prepare_search` tries at once."""
+    view = tmp_path / "view"
+    async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(1_100)]) as (laser, _):
+        url = laser.log.url
+    config = lm.MemoryConfig(index_snapshots_from=30, index_build_apart_from=None)
+    async with lm.connect(url, stream="s", view=view, config=config) as first:
+        name = Path((await first.memory("notes").prepare_search()).snapshot).name
+    for other in os.listdir(view / "search"):
+        if not other.endswith(".lock"):
+            os.remove(view / "search" / other)
+    (view / "search" / name).mkdir()  # where the snapshot goes: it cannot be saved
+    saves = calls_of(monkeypatch, IndexSnapshots, "save")
+    async with lm.connect(url, stream="s", view=view, config=config) as reader:
+        memory = reader.memory("notes")
+        for _ in range(3):
+            assert await memory.recall(text="fact 7", strategy="keyword", limit=1)
+        assert len(saves) == 1  # the build's
+        assert (await memory.prepare_search()).snapshot is None
+        assert len(saves) == 2
+
+
 async def test_prepare_search_refuses_bad_input_and_handles_without_a_view(tmp_path: Path):
     async with folded(tmp_path, [{"body": "one fact"}]) as (laser, memory):
         with pytest.raises(lm.NoView, match="view=PATH"):
