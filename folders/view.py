@@ -578,7 +578,8 @@ class MemoryView:
         # last snapshot). Reads run on
         # several threads (the HTTP server), so one lock guards them.
         self._indexes: dict[tuple, tuple[SearchIndex, int, bytes | None, int]] = {}
-        # Reads whose index this process built and could not save (see `_current_index`).
+        # Reads among ``_indexes`` whose index this process built and did not save (see
+        # `_current_index`).
         self._unsaved: set[tuple] = set()
         self._search_lock = threading.Lock()
         #: Where readers save and load their search indexes (see `IndexSnapshots`);
@@ -1287,7 +1288,9 @@ class MemoryView:
         index.cache_bytes = self.search_cache_bytes  # a loaded index has the default
         self._indexes[slot] = (index, seq, epoch, saved)  # most recently used last
         while len(self._indexes) > MAX_SEARCH_INDEXES:
-            del self._indexes[next(iter(self._indexes))]
+            evicted = next(iter(self._indexes))
+            del self._indexes[evicted]
+            self._unsaved.discard(evicted)  # bounded as the indexes are
         return index, slot, seq, epoch
 
     def _save_served(self, slot: tuple, epoch: bytes | None, seq: int) -> None:

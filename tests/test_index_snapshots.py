@@ -1071,6 +1071,26 @@ async def test_a_read_tries_a_failed_save_again_only_after_as_many_changes_as_a_
         assert len(saves) == 2
 
 
+async def test_reads_noted_as_unsaved_are_bounded_as_the_kept_indexes_are(tmp_path: Path):
+    """A serving reader of many conversations keeps at most `MAX_SEARCH_INDEXES` indexes;
+    the reads it notes as built and not saved (here: too small to save) go with them."""
+    from folders.state import MAX_SEARCH_INDEXES
+
+    view = tmp_path / "view"
+    conversations = [f"c{i}" for i in range(MAX_SEARCH_INDEXES + 5)]
+    entries = [{"body": f"fact in {c}", "conversation": c} for c in conversations]
+    async with folded(tmp_path, entries) as (laser, _):
+        url = laser.log.url
+    async with lm.connect(url, stream="s", view=view) as reader:
+        memory = reader.memory("notes")
+        for c in conversations:
+            [item] = await memory.recall(conversation=c, text="fact", strategy="keyword")
+            assert item.conversation == c
+        opened = reader.managed_view()
+        assert len(opened._indexes) == MAX_SEARCH_INDEXES
+        assert opened._unsaved and opened._unsaved <= set(opened._indexes)
+
+
 async def test_prepare_search_refuses_bad_input_and_handles_without_a_view(tmp_path: Path):
     async with folded(tmp_path, [{"body": "one fact"}]) as (laser, memory):
         with pytest.raises(lm.NoView, match="view=PATH"):
