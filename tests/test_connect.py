@@ -152,7 +152,7 @@ def test_a_connection_over_no_log_is_refused_when_made(tmp_path, log):
         (lambda: KafkaLogConfig("h:1", request_timeout_s=0), "request_timeout_s"),
         # Past Kafka's int32 milliseconds and int16 replicas: raw struct errors from
         # aiokafka at the first request before.
-        (lambda: KafkaLogConfig("h:1", request_timeout_s=2.0**31), "at most 2.14748e\\+06"),
+        (lambda: KafkaLogConfig("h:1", request_timeout_s=2.0**31), "at most 2147483.647 seconds"),
         (lambda: KafkaLogConfig("h:1", replication_factor=2**15), "up to 32767"),
         # As long as a request's deadline or an append's: every fetch, or every lone
         # append, failed (and stop waited out the linger).
@@ -278,6 +278,50 @@ async def test_a_view_path_reads_a_leading_tilde_as_home_as_a_local_url_does(tmp
     assert not (tmp_path / "~").exists()
     async with lm.connect("local://~/log", view="~/view") as reader:
         assert [i.text for i in await reader.memory("notes").recall()] == ["at home"]
+
+
+def test_kafka_settings_take_kafkas_own_limits_and_nothing_past_them():
+    # Each limit is Kafka's (int32 milliseconds and bytes, int16 replicas, a batch's
+    # overhead beside a record): the value at the limit is taken, the next one refused,
+    # so a topic or request the broker would refuse is caught when the config is made.
+    from laser_memory.log.kafka import _BATCH_OVERHEAD, _INT32_MAX
+
+    largest = _INT32_MAX - _BATCH_OVERHEAD
+    edge = KafkaLogConfig(
+        "h:1",
+        request_timeout_s=_INT32_MAX / 1000,
+        max_batch_bytes=largest,
+        max_record_bytes=largest,
+        max_request_bytes=_INT32_MAX,
+        replication_factor=32767,
+    )
+    assert (edge.max_batch_bytes, edge.max_record_bytes) == (largest, largest)
+    assert KafkaLogConfig("h:1", replication_factor=1).replication_factor == 1
+    assert KafkaLogConfig("h:1", replication_factor=None).replication_factor is None
+    # A request as large as one record and its batch's overhead carries it.
+    snug = KafkaLogConfig("h:1", max_record_bytes=1 << 20, max_request_bytes=(1 << 20) + 16384)
+    assert snug.max_request_bytes == (1 << 20) + _BATCH_OVERHEAD
+    for make, says in (
+        (lambda: KafkaLogConfig("h:1", request_timeout_s=(_INT32_MAX + 1) / 1000), "at most"),
+        (lambda: KafkaLogConfig("h:1", max_batch_bytes=largest + 1), "at most"),
+        (lambda: KafkaLogConfig("h:1", max_record_bytes=largest + 1), "at most"),
+        (
+            lambda: KafkaLogConfig(
+                "h:1", max_record_bytes=1 << 20, max_request_bytes=(1 << 20) + 16383
+            ),
+            "must exceed",
+        ),
+        (lambda: KafkaLogConfig("h:1", linger_s=1.0, write_timeout_s=1.0), "shorter than"),
+        # A bool is an int to Python; neither it, nor a str or float of a count, is taken.
+        (lambda: KafkaLogConfig("h:1", replication_factor=True), "replication_factor"),
+        (lambda: KafkaLogConfig("h:1", replication_factor="3"), "replication_factor"),
+        (lambda: KafkaLogConfig("h:1", replication_factor=3.0), "replication_factor"),
+        (lambda: KafkaLogConfig("h:1", replication_factor=32768), "up to 32767"),
+        (lambda: KafkaLogConfig("h:1", extra_topic_configs=[("a", "b")]), "maps str names"),
+        (lambda: KafkaLogConfig("h:1", extra_topic_configs={1: "b"}), "maps str names"),
+    ):
+        with pytest.raises(lm.ConfigError, match=says):
+            make()
 
 
 def test_config_fields_take_their_boundaries_and_none_only_where_it_means_no_limit():

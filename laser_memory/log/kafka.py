@@ -189,7 +189,7 @@ class KafkaLogConfig:
         # them aiokafka failed with a raw struct error at the first request.
         if self.request_timeout_s * 1000 > _INT32_MAX:
             raise ConfigError(
-                f"KafkaLogConfig.request_timeout_s is at most {_INT32_MAX / 1000:g} seconds, "
+                f"KafkaLogConfig.request_timeout_s is at most {_INT32_MAX / 1000} seconds, "
                 f"got {shown(self.request_timeout_s)}"
             )
         # A wait or a linger as long as the request's deadline fails every request, or
