@@ -281,6 +281,49 @@ async def test_a_batch_the_broker_refuses_never_poisons_later_appends(kafka_boot
         assert values == [b"before", b"after 0", b"after 1", b"after 2"]
 
 
+def _producer_tasks() -> list[asyncio.Task]:
+    """The tasks of started aiokafka producers: each runs a sender until stopped."""
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if "_sender_routine" in repr(task.get_coro()) and not task.done()
+    ]
+
+
+async def test_appends_refused_together_replace_the_producer_once(kafka_bootstrap, topic_name):
+    # Every append the broker refused asks for a new producer; the first replaces it and
+    # the rest find it replaced. Each replacing again made one more producer, and left
+    # the one before it running after the log's stop.
+    async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"before"))
+        await _shrink_behind_the_logs_back(kafka_bootstrap, topic_name)
+        refused = await asyncio.gather(
+            *(log.append(topic_name, OutgoingRecord(b"%d" % i + b"x" * 60_000)) for i in range(4)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, lm.LogUnavailable) for r in refused), refused
+        await log.append(topic_name, OutgoingRecord(b"after"))
+        assert len(_producer_tasks()) == 1
+    assert _producer_tasks() == []
+
+
+async def test_a_kafka_log_without_a_write_deadline_appends_and_stops(kafka_bootstrap, topic_name):
+    # write_timeout_s=None is "no limit", as the config says: appends wait as long as
+    # Kafka takes, and the stop has no deadline timer to close.
+    config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap, write_timeout_s=None)
+    async with KafkaLog(config) as log:
+        await log.create_topic(topic_name, partitions=1)
+        receipts = await log.append_batch(topic_name, [OutgoingRecord(b"a"), OutgoingRecord(b"b")])
+        assert [r.offset for r in receipts] == [0, 1]
+    assert [r.value for r in await _read_with_new_log(kafka_bootstrap, topic_name)] == [b"a", b"b"]
+
+
+async def _read_with_new_log(bootstrap: str, topic: str) -> list:
+    async with connect_log(f"kafka://{bootstrap}") as log:
+        return await read_all(log, topic)
+
+
 async def test_a_record_batch_the_broker_refuses_never_poisons_later_ones(
     kafka_bootstrap, topic_name
 ):
