@@ -289,6 +289,10 @@ def test_principals_and_grants_are_checked_when_made():
         Principal("")
     with pytest.raises(lm.ConfigError, match="grants is a set"):
         Principal("p", grants="kv:read:*")  # a string is no set of grants
+    with pytest.raises(lm.ConfigError, match="grants is a set"):
+        Principal("p", grants=5)
+    with pytest.raises(lm.ConfigError, match="name is a non-empty string"):
+        Principal(5)
     for empty in ("kv:read:", "publish:"):  # a family with no name after it
         with pytest.raises(lm.ConfigError, match="unknown grant"):
             Principal("p", grants={empty})

@@ -132,11 +132,22 @@ def test_probing_the_nearest_clusters_finds_most_of_the_exact_best():
 
 
 def test_settings_are_checked():
-    for bad in ({"from_vectors": 0}, {"from_vectors": 2.5}, {"probe_share": 0}):
+    # Each refused when made, not as a raw TypeError at the first large recall: a
+    # bool is no count or share, a share is at most all the vectors.
+    for bad in (
+        {"from_vectors": 0},
+        {"from_vectors": 2.5},
+        {"from_vectors": True},
+        {"probe_share": 0},
+        {"probe_share": True},
+        {"probe_share": "0.5"},
+        {"probe_share": 1.01},
+    ):
         with pytest.raises(lm.ConfigError):
             lm.ApproximateSearch(**bad)
     with pytest.raises(lm.ConfigError, match="ApproximateSearch"):
         lm.MemoryConfig(approximate=0.1)
+    assert lm.ApproximateSearch(from_vectors=1, probe_share=1).probe_share == 1
 
 
 async def test_a_handle_searches_by_clusters_or_exactly_on_request(tmp_path: Path):
