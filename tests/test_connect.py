@@ -331,7 +331,13 @@ def test_config_fields_take_their_boundaries_and_none_only_where_it_means_no_lim
     assert LocalLogConfig(write_timeout_s=None).write_timeout_s is None
     assert KafkaLogConfig("h:1", linger_s=0, fetch_wait_s=0).linger_s == 0
     assert KafkaLogConfig("h:1", write_timeout_s=None).write_timeout_s is None
+    assert lm.MemoryConfig(default_partitions=10_000).default_partitions == 10_000
+    assert lm.MemoryConfig(approximate=None).approximate is None
     for make in (
+        # None is "no limit" only where it says so; below it, each needs a deadline.
+        lambda: LocalLogConfig(write_timeout_s=0),
+        lambda: LocalLogConfig(write_timeout_s=-1.0),
+        lambda: KafkaLogConfig("h:1", write_timeout_s=-1.0),
         lambda: LocalLogConfig(poll_interval_s=None),
         lambda: KafkaLogConfig("h:1", linger_s=None),
         lambda: KafkaLogConfig("h:1", request_timeout_s=None),
