@@ -290,6 +290,38 @@ def _producer_tasks() -> list[asyncio.Task]:
     ]
 
 
+async def test_create_topic_reads_a_retention_changed_behind_the_logs_back(
+    kafka_bootstrap, topic_name
+):
+    # An operator lengthened the retention after this log had learned the topic: asked
+    # for the old retention again, create_topic must see the topic as it is now, not as
+    # this log first learned it.
+    async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+        await log.create_topic(topic_name, partitions=1, retention_s=3600)
+        await log.append(topic_name, OutgoingRecord(b"learned"))
+        async with admin(kafka_bootstrap) as client:
+            await client.alter_configs(
+                [
+                    ConfigResource(
+                        ConfigResourceType.TOPIC,
+                        topic_name,
+                        {
+                            "retention.ms": "7200000",
+                            "message.timestamp.type": "LogAppendTime",
+                            "cleanup.policy": "delete",
+                            "retention.bytes": "-1",
+                        },
+                    )
+                ]
+            )
+        deadline = time.monotonic() + 10
+        while await _topic_config(kafka_bootstrap, topic_name, "retention.ms") != "7200000":
+            assert time.monotonic() < deadline, "the broker never took the new retention"
+            await asyncio.sleep(0.2)
+        with pytest.raises(lm.TopicConflict, match="exists with retention 7200s, not 3600s"):
+            await log.create_topic(topic_name, partitions=1, retention_s=3600)
+
+
 async def test_appends_refused_together_replace_the_producer_once(kafka_bootstrap, topic_name):
     # Every append the broker refused asks for a new producer; the first replaces it and
     # the rest find it replaced. Each replacing again made one more producer, and left
