@@ -1173,6 +1173,13 @@ def test_a_rebuild_makes_again_the_snapshots_its_readers_had(tmp_path: Path, bui
     assert built[0] == 0  # every read loaded the snapshot the rebuild made
     assert after == asyncio.run(answers(NEVER))
     assert all(text.startswith("acme keys") for text, _ in after[-1])
+    # `stats` lists each read's snapshot, by what sets the read apart, as up to date.
+    stats = CliRunner().invoke(main, ["stats", "--view", str(view)])
+    assert stats.exit_code == 0, stats.output
+    assert "\nsearch:     2 index snapshot(s)\n" in stats.output, stats.output
+    for read in ("(tenant 'acme')", f"(embedder '{embedder.label}')"):
+        assert f"  stream:s/notes {read}: at change " in stats.output, stats.output
+    assert stats.output.count(", 0 change(s) behind") == 2
 
 
 async def test_listing_snapshots_passes_over_files_planted_among_them(tmp_path: Path):

@@ -116,6 +116,7 @@ async def test_bad_records_are_set_aside_and_counted(viewed):
     assert "schema version 7" in where[(newer.partition, newer.offset)]
     out = await cli("stats", "--view", str(view))
     assert "set aside:  2" in out.output and "schema version 7" in out.output
+    assert "more" not in out.output  # both are shown: none left out
     # The count is of them all; the records shown are the first by position, up to the
     # limit (a flood of bad records is counted, not read in full).
     first = min((bad.partition, bad.offset), (newer.partition, newer.offset))
