@@ -481,10 +481,17 @@ def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
     prepared = json.loads(run("index", "--url", url, "--view", view, "--json"))
     assert prepared["entries"] == 1200 and prepared["embedder"] is None
     assert prepared["reason"] is None
+    assert 0 <= prepared["seconds"] < 60  # how long it took, not a clock reading
     assert os.path.dirname(prepared["snapshot"]) == os.path.join(view, "search")
     assert os.path.isfile(prepared["snapshot"])
-    shown = run("index", "--url", url, "--view", view, "--embedder", "word-hash")
-    assert "entries:    1200" in shown and "snapshot:   " in shown
+    shown = CliRunner().invoke(
+        main, ["index", "--url", url, "--view", view, "--embedder", "word-hash"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "entries:    1200" in shown.stdout and "snapshot:   " in shown.stdout
+    # Progress goes to stderr, so stdout stays the answer.
+    assert "preparing the search index of 'notes'" in shown.stderr
+    assert "preparing" not in shown.stdout
     assert "fewer than index_snapshots_from" in run(
         "index", "--url", url, "--view", view, "--conversation", "c9"
     )
@@ -517,3 +524,7 @@ def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
     assert result.exit_code == 2 and "give --view PATH" in result.output
     assert "no view at" in run("index", "--url", url, "--view", str(tmp_path / "typo"), ok=False)
     assert not (tmp_path / "typo").exists()
+    # A read: a mistyped --url is no log, and none is made there.
+    missing = tmp_path / "no-log"
+    run("index", "--url", f"local://{missing}", "--view", view, ok=False)
+    assert not missing.exists()
