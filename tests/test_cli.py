@@ -488,7 +488,8 @@ def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
         main, ["index", "--url", url, "--view", view, "--embedder", "word-hash"]
     )
     assert shown.exit_code == 0, shown.output
-    assert "entries:    1200" in shown.stdout and "snapshot:   " in shown.stdout
+    for line in ("entries:    1200", "embedder:   test/word-hash", "snapshot:   ", "took:       "):
+        assert line in shown.stdout, shown.stdout
     # Progress goes to stderr, so stdout stays the answer.
     assert "preparing the search index of 'notes'" in shown.stderr
     assert "preparing" not in shown.stdout
@@ -527,4 +528,5 @@ def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
     # A read: a mistyped --url is no log, and none is made there.
     missing = tmp_path / "no-log"
     run("index", "--url", f"local://{missing}", "--view", view, ok=False)
+    assert "no log" in run("stats", "--view", view, "--url", f"local://{missing}", ok=False)
     assert not missing.exists()
