@@ -459,6 +459,52 @@ def test_serve_on_a_port_in_use_or_out_of_range_says_so(tmp_path):
     assert f"ConfigError: cannot serve on 127.0.0.1:{port}" in result.output
     result = CliRunner().invoke(main, ["serve", "--view", view, "--port", "80000"])
     assert result.exit_code == 2 and "80000 is not in the range" in result.output
+    # A mistyped --view is no view, and none is made there.
+    typo = tmp_path / "veiw"
+    assert "no view at" in run("serve", "--view", str(typo), ok=False)
+    assert not typo.exists()
+    # With --auth, any address is served: the error is the taken port's, not the host's.
+    auth = tmp_path / "auth.toml"
+    auth.write_text(CliRunner().invoke(main, ["token", "reader", "--grant", "kv:read:*"]).stdout)
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            main,
+            [
+                "serve",
+                "--view",
+                view,
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(port),
+                "--auth",
+                str(auth),
+            ],
+        )
+    assert f"cannot serve on 0.0.0.0:{port}" in result.output, result.output
+
+
+def test_audit_prints_each_record_with_its_time_and_conversation(tmp_path):
+    import datetime as dt
+
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    written = json.loads(run("remember", "café au lait", *common, "--conversation", "c7", "--json"))
+    run("improve", written["id"], "2", *common)
+    raw = CliRunner().invoke(main, ["audit", written["id"], *common, "--json"])
+    assert "café au lait" in raw.output  # not "caf\u00e9"
+    assert [e["op"] for e in json.loads(raw.output)] == ["remember", "feedback"]
+    [remembered, feedback] = run("audit", written["id"], *common).splitlines()
+    millis = written["receipt"]["append_time_ms"]
+    when = dt.datetime.fromtimestamp(millis / 1000, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    assert remembered.startswith(when[:-3] + "Z "), remembered  # the append time, in UTC
+    assert " c7 " in remembered and remembered.endswith("café au lait")
+    assert feedback.endswith("weight 2")
+    # The last millisecond a log holds is a moment; the next is not.
+    run("replay", *common, "--since", str((1 << 63) - 1))
+    assert "past the last millisecond" in run("replay", *common, "--since", str(1 << 63), ok=False)
 
 
 def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
