@@ -123,9 +123,35 @@ def test_cli_errors_are_clear_and_write_nothing(tmp_path):
     assert json.loads(run("recall", "--url", url, "--json")) == []
 
 
-def test_demo_runs_on_the_embedded_log(tmp_path):
-    out = run("demo", "--url", f"local://{tmp_path / 'demo'}")
-    assert "the reporter prefers email over phone calls" in out
+def test_demo_runs_on_the_embedded_log(tmp_path, monkeypatch):
+    # `make demo` runs it without --url: a log of its own in a new temporary folder.
+    import asyncio
+    import tempfile
+
+    import laser_memory as lm
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    out = run("demo")
+    assert out.startswith(f"log: local://{tmp_path}/laser-demo-"), out[:200]
+    log_url = out.split("\n", 1)[0].removeprefix("log: ")
+
+    def bodies(section: str) -> list[str]:
+        block = out.split(section, 1)[1].split("\n\n", 1)[0]
+        return [line.split("  ")[-1].strip() for line in block.splitlines()[1:]]
+
+    email, ticket = "the reporter prefers email over phone calls", "ticket 42 is a login bug"
+    berlin, pool = "the reporter is in the Berlin office", "node-7 sits in the eu-west pool"
+    assert bodies("recall, newest first") == [pool, berlin, ticket + " on the mobile app", email]
+    assert bodies("recall ranked by feedback")[0] == email  # improved by 2.0
+    assert bodies("sharing a word with 'login email'") == [email, ticket + " on the mobile app"]
+    assert 'profile (version 3): {"name":"Ada","channel":"email","office":"Berlin"}' in out
+    partition = int(re.search(r"came from demo\.agent\.memory partition (\d+)", out)[1])
+
+    async def partitions() -> int:
+        async with lm.connect(log_url, create=False) as laser:
+            return (await laser.log.describe_topic("demo.agent.memory")).partitions
+
+    assert 0 <= partition < asyncio.run(partitions()) == 4
     recalled = out.split("recall, newest first")[1].split("named item")[0]
     assert "node-7" in recalled and "node-9" not in recalled
     assert '"channel":"email"' in out and "omitted" in out
