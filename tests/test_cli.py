@@ -272,7 +272,8 @@ def test_reads_never_create_a_log_a_view_or_a_topic(tmp_path):
     log = tmp_path / "empty"
     run("bootstrap", "--url", f"local://{log}", "--stream", "a")
     run("recall", "--url", f"local://{log}", "--stream", "b")
-    run("replay", "--url", f"local://{log}", "--stream", "b", ok=False)
+    said = run("replay", "--url", f"local://{log}", "--stream", "b", ok=False)
+    assert "topic 'b.agent.memory' does not exist" in said, said
 
     async def topics() -> list[str]:
         from laser_memory.log import connect_log
@@ -329,6 +330,33 @@ def test_replay_says_what_each_record_did_and_which_it_set_aside(tmp_path):
     assert "not a memory record" in error["error"] and error["offset"] >= 0
     # A tenant's replay leaves out what nobody can tell the tenant of.
     assert "(set aside)" not in run("replay", "--url", url)
+
+
+def test_replay_names_the_item_each_record_touched(tmp_path):
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    mid = json.loads(run("remember", "café au lait", *common, "--conversation", "c1", "--json"))[
+        "id"
+    ]
+    run("improve", mid, "1.5", *common)
+    run("forget", mid, *common, "--conversation", "c1")
+    run("set", "profile", '{"channel": "email"}', *common)
+    remembered, improved, forgot, named = run("replay", *common).splitlines()
+    assert f" remember     {mid} c1 " in remembered and remembered.endswith("café au lait")
+    assert f" feedback     {mid} " in improved and improved.endswith("weight 1.5")
+    assert f" forget       {mid} c1" in forgot
+    assert " named.set    profile " in named and named.endswith('{"channel":"email"}')
+    raw = CliRunner().invoke(main, ["replay", *common, "--json"])
+    assert "café au lait" in raw.output  # not "caf\u00e9"
+    records = [json.loads(line) for line in raw.output.splitlines()]
+    assert [(r["op"], r.get("id")) for r in records] == [
+        ("remember", mid),
+        ("feedback", mid),
+        ("forget", mid),
+        ("named.set", None),
+    ]
+    assert not any("version" in r for r in records)  # a version is the view's, not the log's
+    said = run("replay", *common, "--tenant", "bad\x00tenant", ok=False)
+    assert "tenant" in said, said
 
 
 def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
