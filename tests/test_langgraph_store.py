@@ -149,6 +149,8 @@ async def test_put_get_update_delete(memory):
     # An update keeps when the item was created and moves when it was updated.
     assert updated.created_at == item.created_at
     assert updated.updated_at > item.updated_at
+    [found] = await store.asearch(ns)  # a search's items say so too
+    assert (found.created_at, found.updated_at) == (item.created_at, updated.updated_at)
 
     assert await store.aget(("test", "other"), "doc1") is None
     assert await store.aget(("test",), "doc1") is None
@@ -161,6 +163,28 @@ async def test_put_get_update_delete(memory):
     await store.aput(ns, "doc1", {"title": "Again"})
     again = await store.aget(ns, "doc1")
     assert again.created_at > item.created_at
+
+
+async def test_puts_in_one_millisecond_list_as_a_fresh_store_lists_them(tmp_path):
+    # A store keeps its newest-first listing and puts each new item in its place; items
+    # appended in one millisecond (one group commit) are ordered by partition, then
+    # offset, as a fresh store's sort has them. The log's clock is held still so every
+    # put lands in the same millisecond.
+    from laser_memory.log import LocalLog, LocalLogConfig
+
+    async with LocalLog(tmp_path / "log", LocalLogConfig(clock=SteppedClock())) as log:
+        laser = lm.Laser(log, stream="s")
+        await laser.bootstrap(partitions=4)
+        ns = ("docs",)
+        kept = LaserStore(laser.memory("lg"))
+        await kept.aput(ns, "k0", {"n": 0})
+        assert [i.key for i in await kept.asearch(ns)] == ["k0"]  # its listing, kept
+        for n in range(1, 12):
+            await kept.aput(ns, f"k{n}", {"n": n})
+        listed = [i.key for i in await kept.asearch(ns, limit=20)]
+        fresh = [i.key for i in await LaserStore(laser.memory("lg")).asearch(ns, limit=20)]
+        assert listed == fresh and sorted(listed) == sorted(f"k{n}" for n in range(12))
+        assert len({i.updated_at for i in await kept.asearch(ns, limit=20)}) == 1
 
 
 async def test_every_put_and_delete_is_a_record_on_the_log(memory):
