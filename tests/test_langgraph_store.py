@@ -187,6 +187,25 @@ async def test_puts_in_one_millisecond_list_as_a_fresh_store_lists_them(tmp_path
         assert len({i.updated_at for i in await kept.asearch(ns, limit=20)}) == 1
 
 
+async def test_named_items_of_another_shape_in_its_namespace_are_not_the_stores(memory):
+    # The store's items are named items whose body is {"value": {...}, ...}. Another
+    # writer of the same memory namespace may set a key of the store's form to anything:
+    # such an item is no store item, read or searched, and nothing raises.
+    store = LaserStore(memory)
+    await store.aput(("docs",), "ok", {"text": "a real item"})
+    for key, body in (
+        ("docs..scalar", {"value": 5}),
+        ("docs..listed", {"value": ["a", "b"]}),
+        ("docs..bare", {"expires_at": 1}),
+        ("docs..text", "plain text"),
+        ("docs..array", [1, 2]),
+    ):
+        await memory.set(key, body)
+        assert await store.aget(("docs",), key.split("..")[1]) is None, key
+    assert [i.key for i in await store.asearch(("docs",))] == ["ok"]
+    assert [i.key for i in await store.asearch(("docs",), query="real item")] == ["ok"]
+
+
 async def test_every_put_and_delete_is_a_record_on_the_log(memory):
     store = LaserStore(memory)
     await store.aput(("users", "u1"), "prefs", {"theme": "dark"})
