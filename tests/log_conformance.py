@@ -358,6 +358,12 @@ class LogConformance:
             ):
                 await asyncio.wait_for(task, 20)
             assert seen == [b"old"]
+            if again:
+                # What the read found, the log's appends know: they go to the new topic
+                # and their receipts say so.
+                receipt = await log.append(topic_name, OutgoingRecord(b"new"))
+                new = await other.describe_topic(topic_name)
+                assert receipt.generation == new.generation
 
     async def test_receipts_name_a_topic_created_again_elsewhere_once_described(
         self, log_url: str, topic_name: str

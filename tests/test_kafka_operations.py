@@ -118,13 +118,15 @@ async def test_bootstrap_refuses_a_topic_kafka_compacts(kafka_bootstrap, policy)
     assert set(ends.values()) == {0}  # nothing was written
 
 
-async def test_bootstrap_refuses_a_topic_kafka_trims_by_size(kafka_bootstrap):
+@pytest.mark.parametrize("limit", ["1048576", "0"])
+async def test_bootstrap_refuses_a_topic_kafka_trims_by_size(kafka_bootstrap, limit):
     """retention.bytes deletes a partition's oldest records once it grows past the
     limit, whatever time retention the topic has: such a topic was accepted, and the
-    oldest memories, feedback and forgets would have gone without a word."""
-    stream = await _stream_with_memory_topic(kafka_bootstrap, {"retention.bytes": "1048576"})
+    oldest memories, feedback and forgets would have gone without a word. A limit of
+    0 keeps nothing at all."""
+    stream = await _stream_with_memory_topic(kafka_bootstrap, {"retention.bytes": limit})
     async with lm.connect(f"kafka://{kafka_bootstrap}", stream=stream) as laser:
-        with pytest.raises(lm.TopicConflict, match=r"retention\.bytes=1048576"):
+        with pytest.raises(lm.TopicConflict, match=rf"retention\.bytes={limit}:"):
             await laser.bootstrap(partitions=4)
         memory = laser.memory("notes")
         with pytest.raises(lm.TopicConflict, match=r"--add-config retention\.bytes=-1"):
