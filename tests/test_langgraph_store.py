@@ -807,6 +807,10 @@ async def test_filters_compare_like_langgraph(memory):
     assert await keys({"missing": 1}) == []
     with pytest.raises(lm.InvalidInput, match=r"\$regex"):
         await store.asearch(("f",), filter={"color": {"$regex": "r.*"}})
+    # Refused before any item is matched: where no item is, it would match nothing.
+    for nested in ({"color": {"$regex": "r"}}, {"meta": {"lang": {"$in": ["en"]}}}):
+        with pytest.raises(lm.InvalidInput, match=r"filter\.\w+.* uses the operator"):
+            await store.asearch(("nothing-here",), filter=nested)
 
 
 async def test_plain_value_filters_match_by_equality_on_a_kept_listing(memory):
