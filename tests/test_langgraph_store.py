@@ -1482,6 +1482,30 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 LaserStore(memory, index=5)  # type: ignore[arg-type]
             with pytest.raises(lm.ConfigError, match="memory handle"):
                 LaserStore("notes")
+            # Refused when made, not at the first read (after the first writes went in),
+            # and never as a raw TypeError.
+            for bad in ("10", -1, float("nan"), True):
+                with pytest.raises(lm.ConfigError, match="timeout is a number of seconds"):
+                    LaserStore(memory, timeout=bad)
+            for bad in ("yes", 1):
+                with pytest.raises(lm.ConfigError, match="folded is True, False or None"):
+                    LaserStore(memory, folded=bad)
+            index = {"dims": 128, "embed": TrigramEmbeddings()}
+            for bad in (5, b"x/y"):
+                with pytest.raises(lm.ConfigError, match="label is a str"):
+                    LaserStore(memory, index=index, label=bad)
+            for bad in ("noslash", "a/" + "x" * 300, "a/b\x00"):
+                with pytest.raises(lm.ConfigError, match="'<provider>/<model>' of at most 255"):
+                    LaserStore(memory, index=index, label=bad)
+            assert LaserStore(memory, index=index, label="a/" + "x" * 253).index_config
+            # dims is the vectors' length: a count from 1, never a bool or a str.
+            for dims in (True, "8", 1.5, 0, 1 << 20):
+                with pytest.raises(lm.ConfigError, match="index dims"):
+                    LaserStore(memory, index={"dims": dims, "embed": TrigramEmbeddings()})
+            assert LaserStore(memory, index={"dims": 1, "embed": TrigramEmbeddings()})
+            for fields in ("text", [""], [5]):
+                with pytest.raises(lm.ConfigError, match="index fields"):
+                    LaserStore(memory, index={**index, "fields": fields})
 
     asyncio.run(check())
 

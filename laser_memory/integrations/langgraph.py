@@ -84,6 +84,7 @@ from ..errors import (
     LaserError,
     shown,
 )
+from ..inputs import wait_seconds
 from ..items import NamedItem
 from ..latest import Latest
 from ..log import Appended, LogRecord
@@ -899,6 +900,16 @@ class LaserStore(BaseStore):
             raise ConfigError(
                 f"LaserStore takes a memory handle (laser.memory(...)), got {type(memory).__name__}"
             )
+        # Checked here, as the other settings are: taken, a bad one was refused only at
+        # the first read, as InvalidInput, after the store's first writes had gone in.
+        if folded is not None and not isinstance(folded, bool):
+            raise ConfigError(f"LaserStore folded is True, False or None, got {shown(folded)}")
+        try:
+            timeout = wait_seconds(timeout)
+        except InvalidInput as exc:
+            raise ConfigError(f"LaserStore {exc}") from None
+        if label is not None and not isinstance(label, str):
+            raise ConfigError(f"LaserStore label is a str, got {shown(label)}")
         self._memory = memory
         self._folded = folded
         self._timeout = timeout
