@@ -49,6 +49,7 @@ from .errors import ConfigError, InvalidInput, RecordDecodeError, WaitTimeout, s
 from .ids import validate_name
 from .items import MemoryItem
 from .latest import Latest
+from .log.naming import check_topic_name
 from .log.port import Appended, LogRecord, OutgoingRecord
 from .periodic import ConsolidationDriver
 from .records import Origin, Producer, Retrieved
@@ -213,6 +214,21 @@ class Agent:
         consolidate_every: float | None = None,
         consolidator: Any = None,
     ) -> None:
+        # Imported here: the connection imports this module (it spawns agents).
+        from .client import Laser
+        from .memory import MemoryHandle
+
+        # Each checked now: taken, a wrong one failed only once the agent ran (a raw
+        # AttributeError, or a failure of every message its sessions linked memory to).
+        if not isinstance(laser, Laser):
+            raise ConfigError(
+                f"an agent runs on a connection (laser_memory.connect(...)), got {shown(laser)}"
+            )
+        check_topic_name(topic)
+        if memory is not None and not isinstance(memory, MemoryHandle):
+            raise ConfigError(
+                f"an agent's memory is a memory handle (laser.memory(...)), got {shown(memory)}"
+            )
         agent_id = validate_name(agent_id, "agent id")
         if not callable(handler):
             raise ConfigError(f"an agent's handler is a callable, got {type(handler).__name__}")

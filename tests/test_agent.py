@@ -343,6 +343,16 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
         await laser.spawn_agent("", AgentTopic.SESSIONS, print)
     with pytest.raises(lm.InvalidInput):
         await laser.send_to_agent("triage", "")
+    # A memory of another kind failed every message whose session linked it, once the
+    # agent ran; an agent made by hand on no connection was a raw AttributeError, and
+    # one on no topic failed only when started.
+    with pytest.raises(lm.ConfigError, match="memory handle"):
+        await laser.spawn_agent("triage", AgentTopic.SESSIONS, print, memory="notes")
+    with pytest.raises(lm.ConfigError, match="runs on a connection"):
+        lm.Agent(laser.log, "triage", print, topic="t")
+    for topic in (5, "bad topic!"):
+        with pytest.raises(lm.InvalidName):
+            lm.Agent(laser, "triage", print, topic=topic)
 
 
 async def test_an_agent_on_a_stream_not_bootstrapped(any_log_url: str, stream_name: str):
