@@ -63,6 +63,15 @@ class RerankedMemory:
         reranker: Reranker | RerankFunction,
         depth: int = 50,
     ):
+        # Checked now: everything else passes through to it, and a value of another
+        # kind (a namespace's name, the connection) was a raw AttributeError at the
+        # first recall.
+        from .memory import MemoryHandle
+
+        if not isinstance(inner, MemoryHandle | RerankedMemory):
+            raise InvalidInput(
+                f"RerankedMemory wraps a memory handle (laser.memory(...)), got {shown(inner)}"
+            )
         if not callable(getattr(reranker, "rerank", None)):
             if not callable(reranker):
                 raise InvalidInput(

@@ -110,6 +110,13 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
             memory.reranker(ShortestFirst(), depth=depth)
     with pytest.raises(lm.InvalidInput, match="rerank"):
         memory.reranker(object())
+    # It wraps a handle (or a reranked one): the connection or a namespace's name was a
+    # raw AttributeError at the first recall.
+    for inner in (memory._laser, "notes"):
+        with pytest.raises(lm.InvalidInput, match="wraps a memory handle"):
+            lm.RerankedMemory(inner, longest_first)
+    twice = lm.RerankedMemory(lm.RerankedMemory(memory, longest_first), longest_first)
+    assert (await twice.recall(text="keys"))[0].text == BODIES[0]
 
 
 @pytest.mark.parametrize(
