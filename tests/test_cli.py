@@ -428,6 +428,21 @@ def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
     assert "no age" in run("remember", "x", "--ttl", "soon", *common, ok=False)
 
 
+def test_fold_prints_status_lines_as_often_as_asked_and_none_at_0(tmp_path):
+    url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
+    run("remember", "first", "--url", url)
+    fold = ["fold", "--url", url, "--view", view, "--exit-when-caught-up"]
+    quiet = CliRunner().invoke(main, [*fold, "--status-every", "0"])
+    assert quiet.exit_code == 0, quiet.output
+    assert "folded 1 records\n" in quiet.stderr and "watermark" not in quiet.stderr
+    run("remember", "second", "--url", url)
+    chatty = CliRunner().invoke(main, [*fold, "--status-every", "0.000001"])
+    assert chatty.exit_code == 0, chatty.output
+    assert re.search(r"^folded 1 records; watermark \{.*\}$", chatty.stderr, re.M), chatty.stderr
+    assert chatty.stdout == ""  # status is for people: stdout stays empty
+    assert "view:       " + view in run("stats", "--view", view)
+
+
 def test_writes_say_what_they_wrote_and_an_age_without_a_unit_is_seconds(tmp_path):
     """Each write prints what it wrote and where (the id or key, then topic/partition@offset;
     with --json, both as JSON), progress goes to stderr so stdout stays the answer, JSON
