@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import json
@@ -155,6 +156,8 @@ async def test_stats_with_the_log_say_how_far_the_view_is_behind(viewed):
     ends = await laser.log.end_offsets(laser.memory_topic_name)
     assert report["log"]["end_offsets"] == {str(p): o for p, o in ends.items()}
     assert sum(report["log"]["behind"].values()) == 3
+    [printed] = [line for line in out.output.splitlines() if line.startswith("log ends:   ")]
+    assert ast.literal_eval(printed.removeprefix("log ends:   ")) == ends
     await catch_up(laser, view)
     out = await cli("stats", "--view", str(view), "--url", url)
     assert "behind:     0 record(s) (caught up)" in out.output
