@@ -244,24 +244,25 @@ async def test_a_record_too_large_for_its_topic_is_refused_before_sending(
         assert [r.value for r in await read_all(log, topic_name)] == [b"small", b"still fine"]
 
 
+async def _alter_behind_the_logs_back(bootstrap: str, topic: str, configs: dict) -> None:
+    """Set the topic's configs as an operator would, without the log knowing.
+    AlterConfigs replaces the topic's whole set: ``configs`` restates what it keeps."""
+    async with admin(bootstrap) as client:
+        await client.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs)])
+
+
 async def _shrink_behind_the_logs_back(bootstrap: str, topic: str) -> None:
     """Lower the topic's max.message.bytes to 50,000 without the log knowing: it still
     believes the larger limit, so the broker is the one to refuse."""
-    async with admin(bootstrap) as client:
-        await client.alter_configs(
-            [
-                ConfigResource(
-                    ConfigResourceType.TOPIC,
-                    topic,
-                    # AlterConfigs replaces the topic's whole set: restate the rest.
-                    {
-                        "max.message.bytes": "50000",
-                        "message.timestamp.type": "LogAppendTime",
-                        "retention.ms": "-1",
-                    },
-                )
-            ]
-        )
+    await _alter_behind_the_logs_back(
+        bootstrap,
+        topic,
+        {
+            "max.message.bytes": "50000",
+            "message.timestamp.type": "LogAppendTime",
+            "retention.ms": "-1",
+        },
+    )
     await asyncio.sleep(1.0)  # config changes reach the broker asynchronously
 
 
@@ -301,21 +302,16 @@ async def test_create_topic_reads_a_retention_changed_behind_the_logs_back(
     async with connect_log(f"kafka://{kafka_bootstrap}") as log:
         await log.create_topic(topic_name, partitions=1, retention_s=3600)
         await log.append(topic_name, OutgoingRecord(b"learned"))
-        async with admin(kafka_bootstrap) as client:
-            await client.alter_configs(
-                [
-                    ConfigResource(
-                        ConfigResourceType.TOPIC,
-                        topic_name,
-                        {
-                            "retention.ms": "7200000",
-                            "message.timestamp.type": "LogAppendTime",
-                            "cleanup.policy": "delete",
-                            "retention.bytes": "-1",
-                        },
-                    )
-                ]
-            )
+        await _alter_behind_the_logs_back(
+            kafka_bootstrap,
+            topic_name,
+            {
+                "retention.ms": "7200000",
+                "message.timestamp.type": "LogAppendTime",
+                "cleanup.policy": "delete",
+                "retention.bytes": "-1",
+            },
+        )
         deadline = time.monotonic() + 10
         while await _topic_config(kafka_bootstrap, topic_name, "retention.ms") != "7200000":
             assert time.monotonic() < deadline, "the broker never took the new retention"
