@@ -413,7 +413,8 @@ def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
     assert out == {"forgotten": 3}  # two batches: 2, then 1
     left = json.loads(run("recall", *common, "--json"))
     assert [i["body"] for i in left] == ["new fact"]
-    assert "0 forgotten" in run("purge", "--older-than", "1d", *common)
+    nothing = CliRunner().invoke(main, ["purge", "--older-than", "1d", *common])
+    assert "0 forgotten" in nothing.stdout and "forgot" not in nothing.stderr  # no progress
     for bad in ("-5s", "90x", "", "nan"):
         assert "no age" in run("purge", "--older-than", bad, *common, ok=False)
     # Expiry: remember --ttl, then purge --expired once it passed.
@@ -426,6 +427,9 @@ def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
     assert "1 forgotten" in run("purge", "--expired", *common)
     assert "say what to forget" in run("purge", *common, ok=False)
     assert "no age" in run("remember", "x", "--ttl", "soon", *common, ok=False)
+    # An age of 0 is every item, as asked.
+    assert "2 forgotten" in run("purge", "--older-than", "0s", *common)
+    assert json.loads(run("recall", *common, "--json")) == []
 
 
 def test_fold_prints_status_lines_as_often_as_asked_and_none_at_0(tmp_path):
@@ -458,6 +462,8 @@ def test_writes_say_what_they_wrote_and_an_age_without_a_unit_is_seconds(tmp_pat
     assert as_json["id"] == written["id"] and as_json["receipt"]["topic"] == "s.agent.memory"
     named = run("set", "profile", '{"channel": "email"}', *common)
     assert named.startswith("profile ") and where.search(named), named
+    patched = run("update", "profile", '{"office": "Berlin"}', *common)
+    assert patched.startswith("profile ") and where.search(patched), patched
     raw = CliRunner().invoke(main, ["recall", *common, "--json"], catch_exceptions=False)
     assert "café au lait" in raw.output  # not "caf\u00e9"
     (item,) = json.loads(raw.output)
@@ -640,8 +646,9 @@ def test_index_prepares_a_views_search_index_for_the_readers(tmp_path):
     assert result.exit_code == 2 and "give --view PATH" in result.output
     assert "no view at" in run("index", "--url", url, "--view", str(tmp_path / "typo"), ok=False)
     assert not (tmp_path / "typo").exists()
-    # A read: a mistyped --url is no log, and none is made there.
+    # A read: a mistyped --url is no log, and none is made there (nor by a folder).
     missing = tmp_path / "no-log"
     run("index", "--url", f"local://{missing}", "--view", view, ok=False)
+    run("fold", "--url", f"local://{missing}", "--view", view, "--exit-when-caught-up", ok=False)
     assert "no log" in run("stats", "--view", view, "--url", f"local://{missing}", ok=False)
     assert not missing.exists()

@@ -1165,8 +1165,8 @@ def test_a_rebuild_makes_again_the_snapshots_its_readers_had(tmp_path: Path, bui
         main, ["rebuild", "--url", url, "--stream", "s", "--view", str(view)]
     )
     assert result.exit_code == 0, result.output
-    assert "making 2 search index snapshot(s)" in result.output
-    assert "stream:s/notes (tenant 'acme'): 1050 entries, saved" in result.output
+    assert "making 2 search index snapshot(s)" in result.stderr  # progress, as the rest
+    assert "stream:s/notes (tenant 'acme'): 1050 entries, saved" in result.stderr
     assert sorted(IndexSnapshots(str(view)).reads()) == sorted(saved)
     built[0] = 0
     after = asyncio.run(answers(lm.MemoryConfig()))
