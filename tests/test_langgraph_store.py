@@ -687,7 +687,11 @@ async def test_posting_lists_made_at_once_follow_the_listings_writes(
             if rng.random() < 0.3:
                 await store.adelete(("docs",), key)
             else:
-                text = " ".join(rng.choices(words, k=rng.randint(1, 4)))
+                # Words repeated, so an item's count of a term matters to its score.
+                text = " ".join(
+                    word for word in rng.choices(words, k=rng.randint(1, 4))
+                    for _ in range(rng.randint(1, 3))
+                )  # fmt: skip
                 await store.aput(("docs",), key, {"text": text})
         fresh = [w for w in words if w not in asked]
         if not fresh:
@@ -699,6 +703,38 @@ async def test_posting_lists_made_at_once_follow_the_listings_writes(
         assert [(i.key, i.value, i.score) for i in got] == [
             (i.key, i.value, i.score) for i in want
         ], (step, word)
+
+
+async def test_a_kept_listing_that_lost_most_vectors_ranks_the_rest_as_before(memory):
+    # Once most of its rows belong to items gone, a listing's vector stack keeps only the
+    # others; the newest item (row 0) among them. And a stack made with no vector at all
+    # (every item put without one) takes the first item put with one.
+    store = vector_store(memory)
+    await store.abatch(
+        [PutOp(("docs",), str(n), {"text": f"note {n} about w{n % 5}"}) for n in range(12)]
+    )
+
+    async def same_as_fresh(query: str) -> list[str]:
+        oracle = _RankedTheLongWay(memory, index={"dims": 128, "embed": TrigramEmbeddings()})
+        got = await store.asearch(("docs",), query=query, limit=20)
+        want = await oracle.asearch(("docs",), query=query, limit=20)
+        assert [(i.key, i.score) for i in got] == [(i.key, i.score) for i in want], query
+        return [i.key for i in got]
+
+    await same_as_fresh("note w1")  # the listing and its stack, kept
+    for n in range(8):  # two thirds of the rows go
+        await store.adelete(("docs",), str(n))
+    assert "11" in await same_as_fresh("note 11 about w1")
+    bare = vector_store(memory)
+    for n in range(3):
+        await bare.aput(("bare",), str(n), {"text": f"plain {n}"}, index=False)
+    await bare.asearch(("bare",), query="plain")  # a stack of no vector
+    await bare.aput(("bare",), "v", {"text": "vector note"})
+    oracle = _RankedTheLongWay(memory, index={"dims": 128, "embed": TrigramEmbeddings()})
+    got = await bare.asearch(("bare",), query="vector note")
+    want = await oracle.asearch(("bare",), query="vector note")
+    assert [(i.key, i.score) for i in got] == [(i.key, i.score) for i in want]
+    assert got[0].key == "v"
 
 
 async def test_a_kept_listing_holds_each_items_vectors_once(memory):
