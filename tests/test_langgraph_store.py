@@ -1508,6 +1508,13 @@ def test_bad_store_settings_are_config_errors(tmp_path):
             # and flags that are no bools ("no" read as true).
             with pytest.raises(lm.ConfigError, match="minutes ends past the year"):
                 LaserStore(memory, ttl={"default_ttl": 1e300})
+            # The last millisecond a record holds is 2**63 - 1: about 1.537e14 minutes
+            # from the epoch. A default just inside it is taken, and its puts go in.
+            with pytest.raises(lm.ConfigError, match="minutes ends past the year"):
+                LaserStore(memory, ttl={"default_ttl": 1.54e14})
+            far = LaserStore(memory, ttl={"default_ttl": 1.5e14})
+            await far.aput(("far",), "k", {"v": 1})
+            assert (await far.aget(("far",), "k")).value == {"v": 1}
             for flag in ("refresh_on_read", "omit_expired"):
                 with pytest.raises(lm.ConfigError, match=f"{flag} is True or False"):
                     LaserStore(memory, ttl={flag: "no"})
