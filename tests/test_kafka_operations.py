@@ -320,6 +320,35 @@ async def test_create_topic_reads_a_retention_changed_behind_the_logs_back(
             await log.create_topic(topic_name, partitions=1, retention_s=3600)
 
 
+async def test_a_read_of_records_removed_by_retention_reads_what_is_left_and_ends(
+    kafka_bootstrap, topic_name
+):
+    # Retention removes a partition's oldest records (here at once, by DeleteRecords):
+    # a read from offset 0 starts where the partition now starts, and one whose every
+    # record below the end it saw is gone ends with nothing instead of waiting for them.
+    from aiokafka.admin import RecordsToDelete
+
+    async with connect_log(f"kafka://{kafka_bootstrap}") as log:
+        await log.create_topic(topic_name, partitions=2)
+        for n in range(5):
+            await log.append(topic_name, OutgoingRecord(b"%d" % n, partition=0))
+            await log.append(topic_name, OutgoingRecord(b"p1-%d" % n, partition=1))
+        async with admin(kafka_bootstrap) as client:
+            await client.delete_records(
+                {
+                    TopicPartition(topic_name, 0): RecordsToDelete(before_offset=3),
+                    TopicPartition(topic_name, 1): RecordsToDelete(before_offset=5),
+                }
+            )
+        left = await asyncio.wait_for(read_all(log, topic_name), 30)
+        assert [(r.partition, r.offset, r.value) for r in left] == [(0, 3, b"3"), (0, 4, b"4")]
+
+        async def partition_1() -> list:
+            return [r async for batch in log.read(topic_name, partitions=[1]) for r in batch]
+
+        assert await asyncio.wait_for(partition_1(), 30) == []
+
+
 async def test_appends_refused_together_replace_the_producer_once(kafka_bootstrap, topic_name):
     # Every append the broker refused asks for a new producer; the first replaces it and
     # the rest find it replaced. Each replacing again made one more producer, and left
