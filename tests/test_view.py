@@ -693,6 +693,14 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
         await memory.as_of(moment.replace(tzinfo=None))
     with pytest.raises(lm.InvalidInput, match="after the epoch"):
         await memory.as_of(dt.datetime(1969, 12, 31, tzinfo=dt.UTC))
+    # The edges a log's append times hold, 0 and 2**63 - 1 milliseconds, are moments
+    # (before everything, after everything); one past either is not.
+    for before in (0, 0.0, dt.datetime(1970, 1, 1, tzinfo=dt.UTC)):
+        assert (await memory.as_of(before)).recall() == []
+    assert [i.text for i in (await memory.as_of((1 << 63) - 1)).recall()] == ["second"]
+    for past in (1 << 63, -1, -0.001):
+        with pytest.raises(lm.InvalidInput, match="between the epoch and the year 292 million"):
+            await memory.as_of(past)
 
 
 @pytest.mark.parametrize(
