@@ -1253,9 +1253,27 @@ async def test_sync_calls_on_the_store_loop_are_refused(memory):
 
 def test_a_store_made_outside_a_loop_says_so(tmp_path):
     laser = lm.connect(f"local://{tmp_path / 'log'}")
-    store = LaserStore(laser.memory("notes"))
+    store, entered = LaserStore(laser.memory("notes")), LaserStore(laser.memory("notes"))
     with pytest.raises(lm.ConfigError, match="no running event loop"):
         store.get(("t",), "k")
+
+    # Its first async call (or `async with`) binds it to that loop, where its sync
+    # calls from other threads then run.
+    async def use() -> None:
+        async with laser:
+            await store.aput(("t",), "k", {"v": 1})
+            assert (await asyncio.to_thread(store.get, ("t",), "k")).value == {"v": 1}
+            async with entered:
+                assert (await asyncio.to_thread(entered.get, ("t",), "k")).value == {"v": 1}
+
+    asyncio.run(use())
+
+    async def elsewhere() -> None:
+        for bound in (store, entered):
+            with pytest.raises(lm.ConfigError, match="belongs to another event loop"):
+                await bound.aget(("t",), "k")
+
+    asyncio.run(elsewhere())
 
 
 # -- TTL ----------------------------------------------------------------------------------
