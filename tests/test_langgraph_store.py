@@ -1500,10 +1500,22 @@ async def test_a_store_that_may_not_write_reads_without_refreshing(memory, clock
     with pytest.raises(lm.AccessDenied, match=r"sweep_interval_minutes.*publish:"):
         async with LaserStore(handle, ttl={"sweep_interval_minutes": 1}):
             pass
-    # A store that may write still refreshes on read (the expiry moves: a patch).
+    # A store that may write still refreshes on read (the expiry moves: a patch), with
+    # a principal that may publish as without one.
     assert (await writer.aget(("t",), "k")).value == {"v": 1}
     assert [e.op for e in await timed.history("t..k", folded=True)] == [
         "named.set", "named.patch",
+    ]  # fmt: skip
+    publisher = lm.Principal(
+        "publisher", grants={f"kv:read:{memory.namespace}", f"publish:{handle.topic}"}
+    )
+    granted = LaserStore(
+        stepped.memory(memory.namespace, principal=publisher), ttl={"default_ttl": 10}
+    )
+    clock.step(5 * MINUTE)
+    assert (await granted.aget(("t",), "k")).value == {"v": 1}
+    assert [e.op for e in await timed.history("t..k", folded=True)] == [
+        "named.set", "named.patch", "named.patch",
     ]  # fmt: skip
 
 
