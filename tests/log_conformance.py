@@ -467,6 +467,22 @@ class LogConformance:
         with pytest.raises(UnknownTopic):
             await log.delete_topic(topic_name)
 
+    async def test_a_topic_this_log_deleted_is_unknown_to_its_appends(
+        self, log: Log, topic_name: str
+    ):
+        # The log forgets what it learned of a topic it deletes: an append to it then
+        # said UnknownTopic on the embedded log, and waited out its 30 s deadline on
+        # Kafka when the log kept the deleted topic's settings.
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"before"))
+        await log.delete_topic(topic_name)
+        for append in (
+            lambda: log.append(topic_name, OutgoingRecord(b"after")),
+            lambda: log.append_batch(topic_name, [OutgoingRecord(b"a"), OutgoingRecord(b"b")]),
+        ):
+            with pytest.raises(UnknownTopic, match=topic_name):
+                await asyncio.wait_for(append(), 10)
+
     @pytest.mark.parametrize(
         ("arguments", "error"),
         [
