@@ -303,6 +303,11 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.aput(("t",), "k", {"ok": 1}, ttl=1e300)
     with pytest.raises(lm.InvalidInput, match="ttl"):  # past float: a raw OverflowError
         await store.aput(("t",), "k", {"ok": 1}, ttl=10**400)
+    # A bool is no number of minutes (True was a minute); a ttl ending just past the last
+    # millisecond a record holds (about 1.537e14 minutes from the epoch) is refused.
+    for ttl, says in ((True, "number of minutes"), (1.54e14, "past the year 292 million")):
+        with pytest.raises(lm.InvalidInput, match=says):
+            await store.aput(("t",), "k", {"ok": 1}, ttl=ttl)
     # Deeper than a fold parses back: refused, never stored unreadable.
     deep: Any = "leaf"
     for _ in range(150):
@@ -318,6 +323,8 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.asearch(("t",), query=5)  # type: ignore[arg-type]
     assert await store.asearch(("t",)) == []
     assert await memory.named(folded=True) == []
+    await store.aput(("t",), "far", {"ok": 1}, ttl=1.5e14)  # just inside it: taken
+    assert (await store.aget(("t",), "far")).value == {"ok": 1}
 
 
 async def test_an_embedder_that_fails_writes_nothing(memory):
