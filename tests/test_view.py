@@ -753,6 +753,16 @@ async def test_replay_prints_a_namespace_in_order(laser: lm.Laser):
     assert str(mid) in human.output and "weight 1.5" in human.output
     bad = await cli("replay", *common, "--since", "last tuesday")
     assert bad.exit_code != 0 and "ISO 8601" in bad.output
+    # An auditor's own replay without a namespace reads every namespace of the topic.
+    from folders.replay import replay
+
+    every = await replay(laser.log, memory.topic, tenant="")
+    assert sorted({r.record.ns for r in every}) == sorted(
+        {memory.namespace, laser.memory("elsewhere").namespace}
+    )
+    assert len(every) == 4
+    mine = await replay(laser.log, memory.topic, namespace=memory.namespace, tenant="")
+    assert [r.record.ns for r in mine] == [memory.namespace] * 3
 
 
 async def test_http_server_serves_the_view(viewed):
