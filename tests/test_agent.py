@@ -348,6 +348,9 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
     # one on no topic failed only when started.
     with pytest.raises(lm.ConfigError, match="memory handle"):
         await laser.spawn_agent("triage", AgentTopic.SESSIONS, print, memory="notes")
+    # A reranked handle is a handle: taken, as before.
+    reranked = laser.memory("notes").reranker(lambda query, texts: [0.0] * len(texts))
+    assert lm.Agent(laser, "triage", print, topic="t", memory=reranked).memory is reranked
     with pytest.raises(lm.ConfigError, match="runs on a connection"):
         lm.Agent(laser.log, "triage", print, topic="t")
     for topic in (5, "bad topic!"):
