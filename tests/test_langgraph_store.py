@@ -1578,6 +1578,13 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 with pytest.raises(lm.ConfigError, match="'<provider>/<model>' of at most 255"):
                     LaserStore(memory, index=index, label=bad)
             assert LaserStore(memory, index=index, label="a/" + "x" * 253).index_config
+
+            class Label(str):
+                def __contains__(self, part: object) -> bool:  # claims to hold '/'
+                    return part == "/"
+
+            with pytest.raises(lm.ConfigError, match="'<provider>/<model>'"):
+                LaserStore(memory, index=index, label=Label("noslash"))
             # dims is the vectors' length: a count from 1, never a bool or a str.
             for dims in (True, "8", 1.5, 0, 1 << 20):
                 with pytest.raises(lm.ConfigError, match="index dims"):

@@ -908,8 +908,10 @@ class LaserStore(BaseStore):
             timeout = wait_seconds(timeout)
         except InvalidInput as exc:
             raise ConfigError(f"LaserStore {exc}") from None
-        if label is not None and not isinstance(label, str):
-            raise ConfigError(f"LaserStore label is a str, got {shown(label)}")
+        if label is not None:
+            if not isinstance(label, str):
+                raise ConfigError(f"LaserStore label is a str, got {shown(label)}")
+            label = str.__str__(label)  # a subclass: the text it holds, as for names
         self._memory = memory
         self._folded = folded
         self._timeout = timeout
