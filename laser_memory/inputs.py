@@ -323,5 +323,7 @@ def wait_seconds(timeout: Any) -> float:
     """A wait's ``timeout``: a number of seconds from 0 to 1e9 (NaN, infinity, a string or
     a bool are refused with `InvalidInput`)."""
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 1e9:
-        raise InvalidInput(f"timeout is a number of seconds, 0 or more, got {shown(timeout)}")
+        raise InvalidInput(
+            f"timeout is a number of seconds from 0 to below 1e9, got {shown(timeout)}"
+        )
     return float(timeout)
