@@ -120,6 +120,33 @@ async def test_bad_parameters_are_400s_never_500s(big_view: Path):
                 assert (await response.json())["error"]
 
 
+async def test_counts_are_ascii_digits_within_their_range(big_view: Path):
+    """int() read "1_0" as 10, " 5 " and "+5" as 5, and Arabic-Indic digits as theirs:
+    each was answered as that number. The message names the range the server takes."""
+    ns = ("namespace", "stream:s/notes")
+    async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
+        for path, params, says in [
+            ("/v1/recall", [ns, ("limit", "1_0")], "limit must be a whole number from 0 to 1000"),
+            ("/v1/recall", [ns, ("limit", " 5")], "got ' 5'"),
+            ("/v1/recall", [ns, ("limit", "1001")], "from 0 to 1000, got '1001'"),
+            ("/v1/named", [ns, ("limit", "+5")], "from 0 to 1000, got '+5'"),
+            ("/v1/named", [ns, ("limit", "\u0665")], "limit must be a whole number"),
+            ("/v1/fetch", [ns, ("key", "profile"), ("version", "0")], "from 1 to "),
+            ("/v1/fetch", [ns, ("key", "profile"), ("version", "+1")], "version must be"),
+        ]:
+            async with http.get(path, params=params) as response:
+                assert response.status == 400, (path, params, await response.text())
+                assert says in (await response.json())["message"], (params, says)
+        for path, params in [
+            ("/v1/recall", [ns, ("limit", "0005")]),
+            ("/v1/fetch", [ns, ("key", "profile"), ("version", "1")]),
+        ]:
+            async with http.get(path, params=params) as response:
+                assert response.status == 200, (path, params, await response.text())
+        async with http.get("/v1/recall", params=[ns, ("limit", "0005")]) as response:
+            assert len(await response.json()) == 5
+
+
 async def test_a_query_that_is_no_utf8_once_percent_decoded_is_a_400(big_view: Path):
     """Read with replacement, ``key=%FF`` and ``key=%FE`` both fetched the key U+FFFD
     (and ``namespace=%FF`` recalled the namespace of that name): a 200 for bytes the
