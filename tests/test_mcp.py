@@ -154,3 +154,33 @@ async def test_every_tool_takes_hostile_arguments_as_tool_errors(laser: lm.Laser
     with MemoryView.open(tmp_path / "view") as view:
         assert view.stats().set_aside == 0
     assert await laser.memory("notes").recall(tenant="") == []
+
+
+async def test_a_server_is_made_over_a_memory_handle_only(laser: lm.Laser):
+    """A namespace's name or the connection was taken, and every tool call then failed
+    as a crash the model could not read; a name that is no str ended the session."""
+    for memory, name in (
+        ("notes", "laser-memory"),
+        (laser, "laser-memory"),
+        (None, "laser-memory"),
+        (laser.memory("notes", tenant="acme"), 5),
+        (laser.memory("notes", tenant="acme"), " "),
+    ):
+        with pytest.raises(lm.ConfigError, match=r"memory handle|non-empty str"):
+            memory_server(memory, name=name)  # type: ignore[arg-type]
+
+    # A reranked handle serves as the handle does, with its recalls reranked.
+    def longest_first(query: str, texts: list[str]) -> list[float]:
+        return [float(len(text)) for text in texts]
+
+    handle = laser.memory("notes", tenant="acme")
+    server = memory_server(lm.RerankedMemory(handle, longest_first), name="reranked")
+    async with Client(server) as client:
+        for text in ("keys on the hook", "the keys are in the blue bowl by the door"):
+            data(await client.call_tool("remember", {"text": text}))
+        found = data(await client.call_tool("recall", {"text": "keys", "limit": 2}))
+        assert [item["text"] for item in found] == [
+            "the keys are in the blue bowl by the door",
+            "keys on the hook",
+        ]
+    assert len(await laser.memory("notes").recall(tenant="acme", folded=True)) == 2

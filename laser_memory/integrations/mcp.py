@@ -29,10 +29,11 @@ try:
 except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra(__name__, "mcp", exc) from exc
 
-from ..errors import LaserError
+from ..errors import ConfigError, LaserError, shown
 from ..ids import MemoryId
 from ..items import MemoryItem
 from ..memory import MemoryHandle
+from ..rerank import RerankedMemory
 
 __all__ = ["memory_server"]
 
@@ -71,9 +72,21 @@ def _tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[A
     return wrapper
 
 
-def memory_server(memory: MemoryHandle, *, name: str = "laser-memory") -> MCPServer:
+def memory_server(
+    memory: MemoryHandle | RerankedMemory, *, name: str = "laser-memory"
+) -> MCPServer:
     """An MCP server whose tools read and write ``memory`` (bind it to a tenant with
-    ``laser.memory(ns, tenant=...)``: tool calls cannot name one)."""
+    ``laser.memory(ns, tenant=...)``: tool calls cannot name one). Raises `ConfigError`
+    for anything but a memory handle, or a name that is no text."""
+    # Checked now: taken, a namespace's name or the connection failed every tool call as
+    # a crash the model could not read, and a name that is no str ended the session.
+    if not isinstance(memory, MemoryHandle | RerankedMemory):
+        raise ConfigError(
+            f"memory_server serves a memory handle (laser.memory(ns, tenant=...)), got "
+            f"{shown(memory)}"
+        )
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"an MCP server's name is a non-empty str, got {shown(name)}")
     server = MCPServer(name=name, instructions=_INSTRUCTIONS)
 
     @server.tool(
