@@ -511,3 +511,68 @@ async def test_recall_by_meaning_over_http(tmp_path: Path):
             async with http.get("/v1/recall", params={**query, "strategy": "semantic"}) as got:
                 body = await got.json()
         assert body[0]["signals"][0]["strategy"] == "keyword"
+
+
+async def test_what_each_route_reads_of_its_parameters(tmp_path: Path):
+    """Each part of a route's reading of its query that no test held: a recall by
+    recency with text ranks no vectors (it listed only the items of the server's
+    embedder), blank text or none embeds nothing, an item expiring in ten minutes is
+    served (the clock of the filter is the server's, in milliseconds), a prefix narrows
+    the named items, and a missing namespace or key is named."""
+    url = f"local://{tmp_path / 'log'}"
+    async with lm.connect(url, stream="s", embedder=lm.WordHashEmbedder()) as laser:
+        embedded = laser.memory("notes")
+        await embedded.remember("rotate signing keys every month")
+        for key in ("profile", "plan", "settings"):
+            await embedded.set(key, key.upper())
+    async with lm.connect(url, stream="s") as laser:
+        plain = laser.memory("notes")
+        await plain.remember("the cafeteria serves lunch at noon")
+        await plain.remember("the visitor badge for the keys room", ttl=600.0)
+        newest = [str(item.id) for item in await plain.recall(strategy="recent", folded=True)]
+        assert len(newest) == 3
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+    embedded_texts: list[str] = []
+
+    class Counting(lm.WordHashEmbedder):
+        def embed_many(self, texts):
+            embedded_texts.extend(texts)
+            return super().embed_many(texts)
+
+    notes = ("namespace", "stream:s/notes")
+    config = ServerConfig(embedder=Counting())
+    async with serving(tmp_path / "view", config) as base, ClientSession(base) as http:
+
+        async def ids(*params: tuple[str, str]) -> list[str]:
+            async with http.get("/v1/recall", params=[notes, *params]) as response:
+                assert response.status == 200, (params, await response.text())
+                return [item["id"] for item in await response.json()]
+
+        # Neither a recency recall nor blank text is ranked by meaning: the model (which
+        # may be paid by the call) is not asked.
+        assert await ids(("strategy", "recent"), ("text", "keys")) == newest
+        assert await ids(("strategy", "recent")) == newest
+        assert await ids(("text", "  ")) == await ids() == newest
+        assert embedded_texts == []
+        assert (await ids(("strategy", "semantic"), ("text", "keys")))[0] == newest[-1]
+        assert embedded_texts == ["keys"]
+
+        async def keys(*params: tuple[str, str]) -> list[str]:
+            async with http.get("/v1/named", params=[notes, *params]) as response:
+                return [item["key"] for item in await response.json()]
+
+        assert await keys(("prefix", "p")) == ["plan", "profile"]
+        assert await keys(("prefix", "pro")) == ["profile"]
+        assert await keys() == ["plan", "profile", "settings"]
+
+        for path, params, says in [
+            ("/v1/recall", [], "query parameter 'namespace' is required"),
+            ("/v1/recall", [("namespace", "")], "query parameter 'namespace' is required"),
+            ("/v1/fetch", [notes], "query parameter 'key' is required"),
+            ("/v1/history", [notes], "query parameter 'key' is required"),
+        ]:
+            async with http.get(path, params=params) as response:
+                assert response.status == 400, (path, params)
+                assert (await response.json())["message"] == says
