@@ -517,20 +517,29 @@ async def test_what_each_route_reads_of_its_parameters(tmp_path: Path):
     """Each part of a route's reading of its query that no test held: a recall by
     recency with text ranks no vectors (it listed only the items of the server's
     embedder), blank text or none embeds nothing, an item expiring in ten minutes is
-    served (the clock of the filter is the server's, in milliseconds), a prefix narrows
-    the named items, and a missing namespace or key is named."""
+    served (the clock of the filter is the server's, in milliseconds), a recall by
+    meaning compares the server's model's vectors only, a prefix narrows the named
+    items, and a missing namespace or key is named."""
     url = f"local://{tmp_path / 'log'}"
     async with lm.connect(url, stream="s", embedder=lm.WordHashEmbedder()) as laser:
         embedded = laser.memory("notes")
-        await embedded.remember("rotate signing keys every month")
+        rotate = await embedded.remember("rotate signing keys every month")
+        planner = await embedded.remember("the planner keeps spare keys", agent="planner")
         for key in ("profile", "plan", "settings"):
             await embedded.set(key, key.upper())
+
+    class Narrower(lm.WordHashEmbedder):
+        label, dimensions = "test/narrower", 32
+
+    async with lm.connect(url, stream="s", embedder=Narrower()) as laser:
+        # Vectors of two models, of two lengths, in the namespace.
+        await laser.memory("notes").remember("keys keys keys, of another model")
     async with lm.connect(url, stream="s") as laser:
         plain = laser.memory("notes")
         await plain.remember("the cafeteria serves lunch at noon")
         await plain.remember("the visitor badge for the keys room", ttl=600.0)
         newest = [str(item.id) for item in await plain.recall(strategy="recent", folded=True)]
-        assert len(newest) == 3
+        assert len(newest) == 5
         await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
             until_caught_up=True
         )
@@ -556,7 +565,13 @@ async def test_what_each_route_reads_of_its_parameters(tmp_path: Path):
         assert await ids(("strategy", "recent")) == newest
         assert await ids(("text", "  ")) == await ids() == newest
         assert embedded_texts == []
-        assert (await ids(("strategy", "semantic"), ("text", "keys")))[0] == newest[-1]
+        # The items with the server's model's vectors, by meaning; the other model's
+        # vectors are not compared (nor refused for their length).
+        params = [notes, ("strategy", "semantic"), ("text", "keys")]
+        async with http.get("/v1/recall", params=params) as response:
+            by_meaning = await response.json()
+        assert [item["id"] for item in by_meaning] == [str(planner), str(rotate)]
+        assert {item["signals"][0]["strategy"] for item in by_meaning} == {"semantic"}
         assert embedded_texts == ["keys"]
 
         async def keys(*params: tuple[str, str]) -> list[str]:
