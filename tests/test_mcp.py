@@ -57,14 +57,28 @@ async def test_every_tool_through_an_mcp_session(laser: lm.Laser):
         )
         texts = [i["text"] for i in data(await client.call_tool("recall", {"limit": 10}))]
         assert "node-7 sits in eu-west" not in texts and "node-7 moved to us-east" in texts
-        data(await client.call_tool("forget", {"id": correction["id"]}))
+        forgot = data(await client.call_tool("forget", {"id": correction["id"]}))
+        assert forgot == {"id": correction["id"], "forgotten": True}
         texts = [i["text"] for i in data(await client.call_tool("recall", {"limit": 10}))]
         assert texts == ["the reporter prefers email"]
 
-        data(await client.call_tool("set", {"key": "profile", "value": {"channel": "email"}}))
-        data(await client.call_tool("update", {"key": "profile", "patch": {"tier": "gold"}}))
+        done = data(
+            await client.call_tool("set", {"key": "profile", "value": {"channel": "email"}})
+        )
+        assert done == {"key": "profile", "set": True}
+        done = data(await client.call_tool("update", {"key": "profile", "patch": {"tier": "gold"}}))
+        assert done == {"key": "profile", "updated": True}
         fetched = data(await client.call_tool("fetch", {"key": "profile"}))
-        assert fetched["value"] == {"channel": "email", "tier": "gold"}
+        assert fetched == {
+            "key": "profile",
+            "value": {"channel": "email", "tier": "gold"},
+            "version": 2,
+        }
+        # A value that is no JSON comes back as its text.
+        data(await client.call_tool("set", {"key": "motto", "value": "ship it {"}))
+        fetched = data(await client.call_tool("fetch", {"key": "motto"}))
+        assert fetched == {"key": "motto", "value": "ship it {", "version": 1}
+        assert data(await client.call_tool("fetch", {"key": "absent"})) is None
 
         # Bad input is a tool error with the LaserError's message; the server goes on.
         for name, arguments, message in (
