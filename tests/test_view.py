@@ -701,6 +701,13 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
     for past in (1 << 63, -1, -0.001):
         with pytest.raises(lm.InvalidInput, match="between the epoch and the year 292 million"):
             await memory.as_of(past)
+    # True was read as 1 ms (an empty memory), NaN and infinity as out of range.
+    for flag in (True, False):
+        with pytest.raises(lm.InvalidInput, match="a moment is a datetime, seconds"):
+            await memory.as_of(flag)
+    for endless in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(lm.InvalidInput, match="a moment must be a finite number"):
+            await memory.as_of(endless)
 
 
 @pytest.mark.parametrize(
