@@ -140,8 +140,15 @@ async def test_histories_over_an_operators_replay_keep_one_tenant(laser: lm.Lase
     await globex.append(mid, "globex's fact with acme's id", kind="fact")
     await acme.set("profile", {"owner": "acme"})
     await globex.set("profile", {"owner": "globex"})
+    # A record no reader can decode: the operator's replay lists it, with no record.
+    from laser_memory.log.port import OutgoingRecord
+    from laser_memory.records import HEADER_NAMESPACE
+
+    header = ((HEADER_NAMESPACE, acme.namespace.encode()),)
+    await laser.log.append(acme.topic, OutgoingRecord(b"\xc1 no msgpack", key=b"x", headers=header))
     everyone = await replay(laser.log, laser.memory_topic_name, namespace=acme.namespace)
-    assert {r.record.scope.tenant for r in everyone} == {"acme", "globex"}
+    assert [r.error is not None for r in everyone].count(True) == 1
+    assert {r.record.scope.tenant for r in everyone if r.record} == {"acme", "globex"}
     assert [e.body for e in item_history(everyone, mid.bytes, tenant="acme")] == [b"acme's fact"]
     assert [e.body for e in named_history(everyone, "profile", tenant="globex")] == [
         b'{"owner":"globex"}'
