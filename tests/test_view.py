@@ -667,16 +667,25 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
     await memory.update("profile", {"v": 2})
     then = await memory.as_of(second.receipt.append_time_ms - 1)
     assert [i.text for i in then.recall()] == ["first"]
+    assert then.as_of_ms == second.receipt.append_time_ms - 1
     assert then.fetch("profile").json() == {"v": 1}
     now = await memory.as_of(10**13)
     assert [i.text for i in now.recall()] == ["second"]
     assert now.fetch("profile").json() == {"v": 2}
     by_position = await memory.as_of({first.receipt.partition: first.receipt.offset + 1})
     assert [i.text for i in by_position.recall(conversation="c1")] == ["first"]
+    assert by_position.as_of_ms is None  # positions, not a moment
     # What each snapshot folded: per partition, the first offset it did not.
     assert by_position.positions == {first.receipt.partition: first.receipt.offset + 1}
     just_after = await memory.as_of(second)
     assert just_after.positions[second.receipt.partition] == second.receipt.offset + 1
+    assert just_after.as_of_ms == second.receipt.append_time_ms
+    # No receipts, and an offset before the first, name no moment: refused, not an
+    # empty past (nor a raw ValueError).
+    with pytest.raises(lm.InvalidInput, match="a moment is a datetime"):
+        await memory.as_of(())
+    with pytest.raises(lm.InvalidInput, match="positions map partitions to offsets"):
+        await memory.as_of({first.receipt.partition: -1})
     assert [i.text for i in just_after.recall()] == ["second", "first"]
     import datetime as dt
 
