@@ -103,6 +103,8 @@ async def test_the_auditors_functions_refuse_what_they_cannot_read(laser: lm.Las
         (lambda: replay(log, topic, since_ms=float("nan")), lm.InvalidInput),
         (lambda: replay(log, topic, until_ms=True), lm.InvalidInput),
         (lambda: replay(log, topic, until_ms=-1), lm.InvalidInput),
+        (lambda: replay(log, topic, until_ms=1 << 63), lm.InvalidInput),  # past any time
+        (lambda: replay(log, topic, since_ms=1 << 63), lm.InvalidInput),
         (lambda: replay(log, topic, since_ms=10, until_ms=9), lm.InvalidInput),
         (lambda: replay(log, topic, until=5), lm.InvalidInput),
         (lambda: snapshot(log, topic, 5, 0), lm.InvalidName),
