@@ -12,6 +12,7 @@ import math
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,8 @@ async def test_put_get_update_delete(memory):
         {"title": "Test Document", "content": "Hello"},
     )
     assert item.created_at == item.updated_at
+    # The time of the write, in UTC (an append time's milliseconds).
+    assert abs(item.created_at - datetime.now(UTC)) < timedelta(seconds=60)
 
     await asyncio.sleep(0.005)
     await store.aput(ns, "doc1", {"title": "Updated"})
@@ -292,6 +295,9 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
             assert isinstance(refused.value, InvalidNamespaceError)
     with pytest.raises(InvalidStoreNamespace, match="prefix is a tuple"):
         await store.alist_namespaces(prefix=5)  # type: ignore[arg-type]
+    # Through abatch, a match condition's path that is a str was read letter by letter.
+    with pytest.raises(lm.InvalidName, match="a store namespace is a tuple of strings"):
+        await store.abatch([ListNamespacesOp(match_conditions=(MatchCondition("prefix", "t"),))])
     with pytest.raises(lm.InvalidInput, match="list of store operations"):
         await store.abatch(5)  # type: ignore[arg-type]
     # A number, not a list of paths: a raw TypeError before.
@@ -854,6 +860,18 @@ async def test_filters_compare_like_langgraph(memory):
     for nested in ({"color": {"$regex": "r"}}, {"meta": {"lang": {"$in": ["en"]}}}):
         with pytest.raises(lm.InvalidInput, match=r"filter\.\w+.* uses the operator"):
             await store.asearch(("nothing-here",), filter=nested)
+    # An object of operators with a field (or a number) among them: each such key was
+    # applied as "$lte" (score 3.0 <= 5 matched); LangGraph's store refuses it too.
+    for mixed in (
+        {"score": {"$gt": 0, "x": 5}},
+        {"score": {"$eq": 3.0, 5: 2}},
+        {"meta": {"lang": {"$ne": "fr", "lang": "en"}}},
+    ):
+        with pytest.raises(lm.InvalidInput, match=r"mixes operators with the field"):
+            await store.asearch(("f",), filter=mixed)
+    # The filter's own keys are fields, "$eq" too; a key that is no str names no field.
+    assert await keys({"$eq": "red"}) == []
+    assert await keys({5: "red"}) == await keys({"meta": {5: "en"}}) == []
 
 
 async def test_plain_value_filters_match_by_equality_on_a_kept_listing(memory):

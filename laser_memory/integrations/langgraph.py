@@ -738,15 +738,24 @@ def _compared(value: Any) -> float | int | None:
         return None
 
 
-def _check_filter(wanted: Any, path: str = "filter") -> None:
+def _check_filter(wanted: Any, path: str = "filter", nested: bool = False) -> None:
     if isinstance(wanted, dict):
+        # The filter's own keys are fields, each matched on its own (as LangGraph's are).
+        operators = nested and any(isinstance(k, str) and k.startswith("$") for k in wanted)
         for k, v in wanted.items():
             if isinstance(k, str) and k.startswith("$") and k not in _OPERATORS:
                 raise InvalidInput(
                     f"{path} uses the operator {shown(k)}; LangGraph filters know "
                     f"{', '.join(_OPERATORS)}"
                 )
-            _check_filter(v, f"{path}.{k}")
+            if operators and k not in _OPERATORS:
+                # Taken, such a key was applied as "$lte" (LangGraph's store refuses it).
+                raise InvalidInput(
+                    f"{path} mixes operators with the field {shown(k)}: an object of "
+                    f"operators holds operators only ({', '.join(_OPERATORS)}); filter a "
+                    "nested field as {'field': {'$gt': 1}}"
+                )
+            _check_filter(v, f"{path}.{k}", nested=True)
 
 
 def _plain(value: Any) -> Any:
