@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -1216,6 +1217,32 @@ async def test_vectors_come_from_the_log_not_the_model(memory):
     assert all(i.score is None for i in found)
 
 
+async def test_a_models_default_label_names_its_kind_model_and_size(memory):
+    """Without ``label=``, the records' label is made from ``embed``: its class (or a
+    function's name), its ``model`` or ``model_name``, and ``dims``. Two models of one
+    class get two labels, so neither's vectors are compared with the other's."""
+
+    class Named(TrigramEmbeddings):
+        def __init__(self, **names: str) -> None:
+            super().__init__()
+            for attribute, name in names.items():
+                setattr(self, attribute, name)
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [TrigramEmbeddings()._one(text) for text in texts]
+
+    kind = Named.__qualname__
+    for key, model, label in [
+        ("a", Named(model="tri-a"), f"langgraph/{kind}:tri-a:128"),
+        ("b", Named(model_name="tri-b"), f"langgraph/{kind}:tri-b:128"),
+        ("c", Named(), f"langgraph/{kind}:128"),
+        ("d", embed, f"langgraph/{embed.__qualname__}:128"),
+    ]:
+        store = LaserStore(memory, index={"dims": 128, "embed": model})
+        await store.aput(("labels",), key, {"text": "the cat sat on the mat"})
+        assert (await memory.fetch(f"labels..{key}", folded=True)).embedder == label
+
+
 async def test_a_laser_embedder_can_be_the_index(memory):
     store = LaserStore(memory, index={"dims": 64, "embed": WordHashEmbedder(), "fields": ["text"]})
     await store.aput(("kb",), "k1", {"text": "rotate the signing keys monthly"})
@@ -1552,7 +1579,7 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 LaserStore(memory, index={"dims": 0, "embed": TrigramEmbeddings()})
             with pytest.raises(lm.ConfigError, match="embed"):
                 LaserStore(memory, index={"dims": 8})
-            for bad in (-1, float("inf"), 10**400):
+            for bad in (-1, float("inf"), 10**400, True):  # True is no minute
                 with pytest.raises(lm.ConfigError, match="default_ttl"):
                     LaserStore(memory, ttl={"default_ttl": bad})
                 with pytest.raises(lm.ConfigError, match="sweep_interval_minutes"):
@@ -1568,6 +1595,9 @@ def test_bad_store_settings_are_config_errors(tmp_path):
             with pytest.raises(lm.ConfigError, match="minutes ends past the year"):
                 LaserStore(memory, ttl={"default_ttl": 1.54e14})
             far = LaserStore(memory, ttl={"default_ttl": 1.5e14})
+            # A week inside the edge, from now: taken.
+            week = ((1 << 63) - time.time() * 1000) / 60_000 - 7 * 24 * 60
+            assert LaserStore(memory, ttl={"default_ttl": week}).ttl_config
             await far.aput(("far",), "k", {"v": 1})
             assert (await far.aget(("far",), "k")).value == {"v": 1}
             for flag in ("refresh_on_read", "omit_expired"):
@@ -1588,6 +1618,8 @@ def test_bad_store_settings_are_config_errors(tmp_path):
             for bad in ("yes", 1):
                 with pytest.raises(lm.ConfigError, match="folded is True, False or None"):
                     LaserStore(memory, folded=bad)
+            for good in (True, False, None):
+                assert LaserStore(memory, folded=good).supports_ttl
             index = {"dims": 128, "embed": TrigramEmbeddings()}
             for bad in (5, b"x/y"):
                 with pytest.raises(lm.ConfigError, match="label is a str"):
