@@ -1575,8 +1575,13 @@ def test_bad_store_settings_are_config_errors(tmp_path):
     async def check():
         async with lm.connect(f"local://{tmp_path / 'log'}") as laser:
             memory = laser.memory("notes")
-            with pytest.raises(lm.ConfigError, match="dims"):
-                LaserStore(memory, index={"dims": 0, "embed": TrigramEmbeddings()})
+            from laser_memory.records import MAX_DIMENSIONS
+
+            for dims in (0, MAX_DIMENSIONS + 1, True):
+                with pytest.raises(lm.ConfigError, match="dims"):
+                    LaserStore(memory, index={"dims": dims, "embed": TrigramEmbeddings()})
+            wide = {"dims": MAX_DIMENSIONS, "embed": TrigramEmbeddings(MAX_DIMENSIONS)}
+            assert LaserStore(memory, index=wide).index_config
             with pytest.raises(lm.ConfigError, match="embed"):
                 LaserStore(memory, index={"dims": 8})
             for bad in (-1, float("inf"), 10**400, True):  # True is no minute
