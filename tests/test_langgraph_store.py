@@ -870,6 +870,24 @@ async def test_filters_compare_like_langgraph(memory):
     ):
         with pytest.raises(lm.InvalidInput, match=r"mixes operators with the field"):
             await store.asearch(("f",), filter=mixed)
+    # Objects nested as deep as a value may be are walked; deeper, no value can match,
+    # and walking them was a raw RecursionError.
+    value: Any = "leaf"
+    for _ in range(90):
+        value = {"n": value}
+    await store.aput(("f",), "deep", {"deep": value})
+    match = {"deep": value}
+    assert await keys(match) == ["deep"]
+    for over in ({"n": 1}, {"$eq": 1}):
+        for _ in range(5_000):
+            over = {"n": over} if "n" in over else {"$eq": over}
+        with pytest.raises(lm.InvalidInput, match="nests objects more than 100 levels"):
+            await store.asearch(("f",), filter={"deep": over})
+    await store.adelete(("f",), "deep")
+    # Where the filter went wrong, its keys cut short.
+    with pytest.raises(lm.InvalidInput, match=r"^filter\.x{40}\.b uses the operator") as cut:
+        await store.asearch(("f",), filter={"x" * 10_000: {"b": {"$in": [1]}}})
+    assert len(str(cut.value)) < 200
     # The filter's own keys are fields, "$eq" too; a key that is no str names no field.
     assert await keys({"$eq": "red"}) == []
     assert await keys({5: "red"}) == await keys({"meta": {5: "en"}}) == []

@@ -738,24 +738,39 @@ def _compared(value: Any) -> float | int | None:
         return None
 
 
-def _check_filter(wanted: Any, path: str = "filter", nested: bool = False) -> None:
+def _check_filter(wanted: Any, keys: tuple[Any, ...] = ()) -> None:
+    """Refuse an operator LangGraph does not know, an object of operators with a field
+    among them, and objects nested deeper than any value; ``keys`` lead to ``wanted``."""
     if isinstance(wanted, dict):
+        if len(keys) >= MAX_JSON_DEPTH:
+            # Walked on, such a filter was a raw RecursionError; no value nests as deep.
+            raise InvalidInput(
+                f"the filter nests objects more than {MAX_JSON_DEPTH} levels deep; no "
+                f"stored value nests deeper than {MAX_JSON_DEPTH - 1}"
+            )
         # The filter's own keys are fields, each matched on its own (as LangGraph's are).
-        operators = nested and any(isinstance(k, str) and k.startswith("$") for k in wanted)
+        operators = bool(keys) and any(isinstance(k, str) and k.startswith("$") for k in wanted)
         for k, v in wanted.items():
             if isinstance(k, str) and k.startswith("$") and k not in _OPERATORS:
                 raise InvalidInput(
-                    f"{path} uses the operator {shown(k)}; LangGraph filters know "
-                    f"{', '.join(_OPERATORS)}"
+                    f"{_filter_path(keys)} uses the operator {shown(k)}; LangGraph filters "
+                    f"know {', '.join(_OPERATORS)}"
                 )
             if operators and k not in _OPERATORS:
                 # Taken, such a key was applied as "$lte" (LangGraph's store refuses it).
                 raise InvalidInput(
-                    f"{path} mixes operators with the field {shown(k)}: an object of "
-                    f"operators holds operators only ({', '.join(_OPERATORS)}); filter a "
-                    "nested field as {'field': {'$gt': 1}}"
+                    f"{_filter_path(keys)} mixes operators with the field {shown(k)}: an "
+                    f"object of operators holds operators only ({', '.join(_OPERATORS)}); "
+                    "filter a nested field as {'field': {'$gt': 1}}"
                 )
-            _check_filter(v, f"{path}.{k}", nested=True)
+            _check_filter(v, (*keys, k))
+
+
+def _filter_path(keys: tuple[Any, ...]) -> str:
+    """Where in a filter, as ``filter.a.b`` (made only for an error: keys may be long)."""
+    shown_keys = [k[:40] if type(k) is str else type(k).__name__ for k in keys[:6]]
+    shown_keys += ["..."] if len(keys) > 6 else []
+    return ".".join(["filter", *shown_keys])
 
 
 def _plain(value: Any) -> Any:
