@@ -301,6 +301,13 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.abatch([ListNamespacesOp(match_conditions=(MatchCondition("prefix", "t"),))])
     with pytest.raises(lm.InvalidInput, match="list of store operations"):
         await store.abatch(5)  # type: ignore[arg-type]
+    # Pages: a whole number from 0 (a bool, a str or a float is none).
+    for page in ({"limit": -1}, {"limit": True}, {"limit": "5"}, {"offset": -1}, {"offset": 1.0}):
+        with pytest.raises(lm.InvalidInput, match=r"(limit|offset) is a whole number, 0 or more"):
+            await store.asearch(("t",), **page)
+        with pytest.raises(lm.InvalidInput, match=r"(limit|offset) is a whole number, 0 or more"):
+            await store.alist_namespaces(**page)
+    assert await store.asearch(("t",), limit=0) == []
     # A number, not a list of paths: a raw TypeError before.
     with pytest.raises(lm.InvalidInput, match="index is False or a list of JSON paths"):
         await store.aput(("t",), "k", {"ok": 1}, index=5)  # type: ignore[arg-type]
