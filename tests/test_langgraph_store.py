@@ -1377,6 +1377,20 @@ async def test_ttl_default_override_and_sweep(memory, clock):
     assert [i.key for i in await store.asearch(("t",))] == ["forever"]
 
 
+async def test_an_item_expires_at_its_last_millisecond(memory, clock):
+    """An item is gone at the millisecond its TTL ends (as reads with omit_expired see
+    it), not one later: a sweep at that moment removes it."""
+    timed = with_clock(memory, clock)
+    store = LaserStore(timed, ttl={"omit_expired": True})
+    await store.aput(("t",), "k", {"v": 1}, ttl=1)
+    clock.step(MINUTE - 1)
+    assert (await store.aget(("t",), "k", refresh_ttl=False)).value == {"v": 1}
+    assert await store.sweep_ttl() == 0
+    clock.step(1)
+    assert await store.aget(("t",), "k", refresh_ttl=False) is None
+    assert await store.sweep_ttl() == 1
+
+
 async def test_reads_refuse_a_query_or_refresh_no_value_could_answer(memory):
     # A query that is no valid Unicode matched nothing (no value holds it), and a
     # refresh_ttl that is no bool was read as true: each refused, as recall refuses
