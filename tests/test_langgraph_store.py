@@ -284,6 +284,7 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         # No tuple at all: LangGraph's checks raised TypeError (an int), KeyError (a
         # dict) or numpy's ValueError (an array) before the store saw it.
         (5, "tuple of strings", ("aput", "aget", "asearch", "adelete")),
+        (None, "tuple of strings", ("aput", "aget", "asearch", "adelete")),
         ({"a": 1}, "tuple of strings", ("aput", "aget", "asearch", "adelete")),
         (np.array(["a", "b"]), "tuple of strings", ("aput", "aget", "asearch", "adelete")),
     ]:
@@ -308,6 +309,9 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         with pytest.raises(lm.InvalidInput, match=r"(limit|offset) is a whole number, 0 or more"):
             await store.alist_namespaces(**page)
     assert await store.asearch(("t",), limit=0) == []
+    for depth in (0, True, 1.0):  # True was a depth of 1
+        with pytest.raises(lm.InvalidInput, match="max_depth is a whole number above 0"):
+            await store.alist_namespaces(max_depth=depth)
     # A number, not a list of paths: a raw TypeError before.
     with pytest.raises(lm.InvalidInput, match="index is False or a list of JSON paths"):
         await store.aput(("t",), "k", {"ok": 1}, index=5)  # type: ignore[arg-type]
