@@ -853,7 +853,10 @@ async def test_filters_compare_like_langgraph(memory):
     assert await keys({"color": "red"}) == ["a", "b"]
     assert await keys({"color": {"$eq": "red"}}) == ["a", "b"]
     assert await keys({"color": {"$ne": "red"}}) == ["c", "d"]
-    # An order operator on a value that is no number ("high") is no match.
+    # An order operator on a value that is no number ("high") is no match, and so is
+    # one whose operand is no number (LangGraph's store raises ValueError for both).
+    for operand in ("abc", None, [1]):
+        assert await keys({"score": {"$gt": operand}}) == []
     assert await keys({"score": {"$gt": 3.0}}) == ["a", "c"]
     assert await keys({"score": {"$gte": 3.0}}) == ["a", "b", "c"]
     assert await keys({"score": {"$lt": 4.0}}) == ["b"]
@@ -889,6 +892,13 @@ async def test_filters_compare_like_langgraph(memory):
     await store.aput(("f",), "deep", {"deep": value})
     match = {"deep": value}
     assert await keys(match) == ["deep"]
+    # The edge: 100 objects nested (the filter's own and 99 below it) are walked.
+    edge: Any = "leaf"
+    for _ in range(99):
+        edge = {"n": edge}
+    assert await keys({"deep": edge}) == []
+    with pytest.raises(lm.InvalidInput, match="nests objects more than 100 levels"):
+        await store.asearch(("f",), filter={"deep": {"n": edge}})
     for over in ({"n": 1}, {"$eq": 1}):
         for _ in range(5_000):
             over = {"n": over} if "n" in over else {"$eq": over}
