@@ -875,11 +875,19 @@ async def test_filters_compare_like_langgraph(memory):
     for nested in ({"color": {"$regex": "r"}}, {"meta": {"lang": {"$in": ["en"]}}}):
         with pytest.raises(lm.InvalidInput, match=r"filter\.\w+.* uses the operator"):
             await store.asearch(("nothing-here",), filter=nested)
+
     # An object of operators with a field (or a number) among them: each such key was
     # applied as "$lte" (score 3.0 <= 5 matched); LangGraph's store refuses it too.
+    class Key:  # a key no filter could mean, whose equality raises
+        def __eq__(self, other):
+            raise ZeroDivisionError("a hostile __eq__")
+
+        __hash__ = object.__hash__
+
     for mixed in (
         {"score": {"$gt": 0, "x": 5}},
         {"score": {"$eq": 3.0, 5: 2}},
+        {"score": {"$eq": 3.0, Key(): 2}},
         {"meta": {"lang": {"$ne": "fr", "lang": "en"}}},
     ):
         with pytest.raises(lm.InvalidInput, match=r"mixes operators with the field"):

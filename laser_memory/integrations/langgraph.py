@@ -756,7 +756,7 @@ def _check_filter(wanted: Any, keys: tuple[Any, ...] = ()) -> None:
                     f"{_filter_path(keys)} uses the operator {shown(k)}; LangGraph filters "
                     f"know {', '.join(_OPERATORS)}"
                 )
-            if operators and k not in _OPERATORS:
+            if operators and not (isinstance(k, str) and k in _OPERATORS):
                 # Taken, such a key was applied as "$lte" (LangGraph's store refuses it).
                 raise InvalidInput(
                     f"{_filter_path(keys)} mixes operators with the field {shown(k)}: an "
