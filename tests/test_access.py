@@ -543,7 +543,17 @@ def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path)
         (result.stdout.replace('tenant = "acme"\n', ""), "missing \\['tenant'\\]"),
         (result.stdout + "\n" + result.stdout.replace('"bot"', '"bot2"'), "same token"),
         (result.stdout.replace(hash_token(token), "abc"), "64 lower-case hex"),
+        # Upper case hex no token's hash is: its principal could never sign in.
+        (result.stdout.replace(hash_token(token), hash_token(token).upper()), "lower-case hex"),
+        (result.stdout.replace(f'"{hash_token(token)}"', "5"), "64 lower-case hex"),
         ("[[principal]\n", "not TOML"),
+        # Keys beside the tables, no tables, an empty list, a table that is no table.
+        ("verbose = true\n" + result.stdout, "and nothing else"),
+        ('principal = "bot"\n', "and nothing else"),
+        ("principal = []\n", "and nothing else"),
+        ('principal = ["bot"]\n', "principal 1: a \\[\\[principal\\]\\] table, got 'bot'"),
+        (result.stdout + 'role = "admin"\n', "principal 1: .*unknown \\['role'\\]"),
+        (result.stdout.replace('tenant = "acme"', "tenant = 5"), "tenant is a string"),
     ):
         path.write_text(text)
         with pytest.raises(lm.ConfigError, match=match):
@@ -591,6 +601,12 @@ def test_serving_beyond_loopback_needs_auth(tmp_path: Path):
     assert result.exit_code != 0 and "without --auth" in result.output
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1")
+    assert is_loopback("127.0.0.2")
+    # A host name other than localhost may resolve to any address: not loopback.
+    for name in ("example.com", "localhost.example.com", "my-host", ""):
+        assert not is_loopback(name), name
+    result = CliRunner().invoke(main, ["serve", "--view", str(tmp_path / "v"), "--host", "my-host"])
+    assert result.exit_code != 0 and "without --auth" in result.output
 
 
 # -- no read crosses a tenant or a grant, whatever the history ------------------------
