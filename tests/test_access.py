@@ -513,6 +513,8 @@ async def test_a_token_counts_only_as_a_bearer_token_with_its_whole_digest():
         ({"acme-token": None}, "64 lower-case hex digits"),  # a token, not its digest
         ({hash_token("t").upper(): None}, "64 lower-case hex digits"),
         ({hash_token("t").encode(): None}, "64 lower-case hex digits"),
+        ({hash_token("t")[:63]: None}, "64 lower-case hex digits"),  # no hash is as short
+        ({5: None}, "64 lower-case hex digits"),
         ({hash_token("t"): "acme-bot"}, "a token's principal is a Principal"),
     ],
 )
@@ -554,6 +556,10 @@ def test_auth_files_are_checked_whole_and_tokens_made_by_the_cli(tmp_path: Path)
         ('principal = ["bot"]\n', "principal 1: a \\[\\[principal\\]\\] table, got 'bot'"),
         (result.stdout + 'role = "admin"\n', "principal 1: .*unknown \\['role'\\]"),
         (result.stdout.replace('tenant = "acme"', "tenant = 5"), "tenant is a string"),
+        (
+            result.stdout.replace('["kv:read:stream:s/*"]', '"kv:read:stream:s/*"'),
+            "grants is a list",
+        ),
     ):
         path.write_text(text)
         with pytest.raises(lm.ConfigError, match=match):
