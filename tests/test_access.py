@@ -504,6 +504,10 @@ async def test_a_token_counts_only_as_a_bearer_token_with_its_whole_digest():
     for header in (f"Basic {token}", f"Token {token}", token, "Bearer", "Bearer   "):
         with pytest.raises(Unauthorized):
             await TokenAuth({digest: acme})(asking(header))
+    # No token is none, even where a hand-written file holds the digest of no text.
+    for header in ("Bearer", "Bearer   "):
+        with pytest.raises(Unauthorized, match="send 'Authorization: Bearer <token>'"):
+            await TokenAuth({hash_token(""): acme})(asking(header))
 
 
 @pytest.mark.parametrize(
