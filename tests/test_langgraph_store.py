@@ -297,6 +297,11 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
             assert isinstance(refused.value, InvalidNamespaceError)
     with pytest.raises(InvalidStoreNamespace, match="prefix is a tuple"):
         await store.alist_namespaces(prefix=5)  # type: ignore[arg-type]
+    # A match type LangGraph does not have (it knows prefix and suffix).
+    await store.aput(("t", "u"), "k", {"ok": 1})
+    with pytest.raises(lm.InvalidInput, match="match_type is 'prefix' or 'suffix'"):
+        await store.abatch([ListNamespacesOp(match_conditions=(MatchCondition("middle", ("t",)),))])
+    await store.adelete(("t", "u"), "k")
     # Through abatch, a match condition's path that is a str was read letter by letter.
     with pytest.raises(lm.InvalidName, match="a store namespace is a tuple of strings"):
         await store.abatch([ListNamespacesOp(match_conditions=(MatchCondition("prefix", "t"),))])
