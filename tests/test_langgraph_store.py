@@ -322,6 +322,13 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
         await store.aput(("t",), "k", {"ok": 1}, index=5)  # type: ignore[arg-type]
     with pytest.raises(lm.InvalidInput, match="ttl"):
         await store.aput(("t",), "k", {"ok": 1}, ttl=-1)
+    for ttl in (0, 0.0, "5"):  # no minute at all; a str was a raw TypeError
+        with pytest.raises(lm.InvalidInput, match="ttl is a number of minutes above 0"):
+            await store.aput(("t",), "k", {"ok": 1}, ttl=ttl)  # type: ignore[arg-type]
+    with pytest.raises(lm.InvalidInput, match="index is False or a list of JSON paths"):
+        await store.aput(("t",), "k", {"ok": 1}, index=[""])
+    with pytest.raises(lm.InvalidName, match="a store key is a string, got int"):
+        await store.abatch([PutOp(("t",), 5, {"ok": 1})])  # type: ignore[arg-type]
     with pytest.raises(lm.InvalidInput, match="ttl"):
         await store.aput(("t",), "k", {"ok": 1}, ttl=1e300)
     with pytest.raises(lm.InvalidInput, match="ttl"):  # past float: a raw OverflowError
@@ -1669,6 +1676,8 @@ def test_bad_store_settings_are_config_errors(tmp_path):
             # A week inside the edge, from now: taken.
             week = ((1 << 63) - time.time() * 1000) / 60_000 - 7 * 24 * 60
             assert LaserStore(memory, ttl={"default_ttl": week}).ttl_config
+            with pytest.raises(lm.ConfigError, match="minutes ends past the year"):
+                LaserStore(memory, ttl={"default_ttl": week + 14 * 24 * 60})  # a week past
             await far.aput(("far",), "k", {"v": 1})
             assert (await far.aget(("far",), "k")).value == {"v": 1}
             for flag in ("refresh_on_read", "omit_expired"):
@@ -1699,6 +1708,8 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 with pytest.raises(lm.ConfigError, match="'<provider>/<model>' of at most 255"):
                     LaserStore(memory, index=index, label=bad)
             assert LaserStore(memory, index=index, label="a/" + "x" * 253).index_config
+            with pytest.raises(lm.ConfigError, match="of at most 255"):
+                LaserStore(memory, index=index, label="a/" + "x" * 254)
 
             class Label(str):
                 def __contains__(self, part: object) -> bool:  # claims to hold '/'
