@@ -172,7 +172,8 @@ def _whole_number(request: web.Request, name: str, low: int, high: int) -> int |
     if raw is None:
         return None
     # ASCII digits only: int() also reads "1_0" as 10, " 5 " and "+5" as 5, and other
-    # scripts' digits, none of which a client that means a number sends.
+    # scripts' digits, none of which a client that means a number sends. At most 20
+    # (past every limit): int() raises ValueError beyond 4,300 digits.
     number = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 20 else None
     if number is None or not low <= number <= high:
         raise InvalidInput(f"{name} must be a whole number from {low} to {high}, got {shown(raw)}")

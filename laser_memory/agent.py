@@ -216,8 +216,7 @@ class Agent:
     ) -> None:
         # Imported here: the connection imports this module (it spawns agents).
         from .client import Laser
-        from .memory import MemoryHandle
-        from .rerank import RerankedMemory
+        from .rerank import is_memory_handle
 
         # Each checked now: taken, a wrong one failed only once the agent ran (a raw
         # AttributeError, or a failure of every message its sessions linked memory to).
@@ -226,7 +225,7 @@ class Agent:
                 f"an agent runs on a connection (laser_memory.connect(...)), got {shown(laser)}"
             )
         check_topic_name(topic)
-        if memory is not None and not isinstance(memory, MemoryHandle | RerankedMemory):
+        if memory is not None and not is_memory_handle(memory):
             raise ConfigError(
                 f"an agent's memory is a memory handle (laser.memory(...)), got {shown(memory)}"
             )

@@ -66,9 +66,7 @@ class RerankedMemory:
         # Checked now: everything else passes through to it, and a value of another
         # kind (a namespace's name, the connection) was a raw AttributeError at the
         # first recall.
-        from .memory import MemoryHandle
-
-        if not isinstance(inner, MemoryHandle | RerankedMemory):
+        if not is_memory_handle(inner):
             raise InvalidInput(
                 f"RerankedMemory wraps a memory handle (laser.memory(...)), got {shown(inner)}"
             )
@@ -153,6 +151,14 @@ class RerankedMemory:
         ]
         items = (reranked + tail)[:limit]
         return to_context_block(items, token_budget) if block else items
+
+
+def is_memory_handle(value: object) -> bool:
+    """Whether ``value`` serves as a memory handle: a `MemoryHandle`, or a
+    `RerankedMemory` (which passes everything but text recalls through to one)."""
+    from .memory import MemoryHandle  # here: the handle's module imports this one
+
+    return isinstance(value, MemoryHandle | RerankedMemory)
 
 
 class _CallableReranker:

@@ -33,7 +33,7 @@ from ..errors import ConfigError, LaserError, shown
 from ..ids import MemoryId
 from ..items import MemoryItem
 from ..memory import MemoryHandle
-from ..rerank import RerankedMemory
+from ..rerank import RerankedMemory, is_memory_handle
 
 __all__ = ["memory_server"]
 
@@ -80,7 +80,7 @@ def memory_server(
     for anything but a memory handle, or a name that is no text."""
     # Checked now: taken, a namespace's name or the connection failed every tool call as
     # a crash the model could not read, and a name that is no str ended the session.
-    if not isinstance(memory, MemoryHandle | RerankedMemory):
+    if not is_memory_handle(memory):
         raise ConfigError(
             f"memory_server serves a memory handle (laser.memory(ns, tenant=...)), got "
             f"{shown(memory)}"
