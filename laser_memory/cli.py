@@ -909,7 +909,7 @@ def token(name: str, tenant: str, grants: tuple[str, ...]) -> None:
     "--http-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.",
+    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp, not stdio (0: a free port, printed).",
 )
 @_embedder_option
 def mcp(url, stream, namespace, as_json, view, tenant, http_port, embedder) -> None:
@@ -917,7 +917,7 @@ def mcp(url, stream, namespace, as_json, view, tenant, http_port, embedder) -> N
     remember, recall, context, improve, forget, fetch, set and update. The namespace and
     tenant are fixed here, never by the model. Needs 'laser-memory[mcp]'."""
     try:
-        from .integrations.mcp import memory_server
+        from .integrations.mcp import memory_server, serve_streamable_http
     except ImportError as exc:
         raise click.ClickException(f"the MCP server cannot start: {exc}") from None
 
@@ -929,7 +929,9 @@ def mcp(url, stream, namespace, as_json, view, tenant, http_port, embedder) -> N
                 if http_port is None:
                     await server.run_stdio_async()
                 else:
-                    await server.run_streamable_http_async(host="127.0.0.1", port=http_port)
+                    await serve_streamable_http(
+                        server, port=http_port, ready=lambda line: click.echo(line, err=True)
+                    )
         except LaserError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 

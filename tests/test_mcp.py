@@ -5,8 +5,11 @@ in process, and once over stdio through `laser-memory mcp`."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import socket
+import subprocess
 import sys
 
 import pytest
@@ -117,6 +120,43 @@ async def test_the_cli_serves_mcp_over_stdio(tmp_path):
     async with lm.connect(log, create=False) as laser:
         [item] = await laser.memory("notes").recall(tenant="acme", folded=True)
         assert item.text == "remembered over stdio"
+
+
+async def test_the_cli_serves_mcp_over_http_on_the_port_it_prints(tmp_path):
+    log = f"local://{tmp_path / 'log'}"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laser_memory.cli", "mcp", "--url", log, "--tenant", "acme",
+        "--http-port", "0", stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+        url = re.fullmatch(r"serving MCP on (http://127\.0\.0\.1:\d+/mcp)\n", line)
+        assert url, line
+        async with Client(url[1]) as client:
+            data(await client.call_tool("remember", {"text": "remembered over http"}))
+            [item] = data(await client.call_tool("recall", {}))
+            assert item["text"] == "remembered over http"
+    finally:
+        process.terminate()
+        await process.wait()
+    async with lm.connect(log, create=False) as laser:
+        [item] = await laser.memory("notes").recall(tenant="acme", folded=True)
+        assert item.text == "remembered over http"
+
+
+def test_the_cli_says_when_its_http_port_is_in_use(tmp_path):
+    # Was uvicorn's log line and exit code 3 after the app had started.
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "laser_memory.cli", "mcp", "--url",
+             f"local://{tmp_path / 'log'}", "--http-port", str(port)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert f"ConfigError: cannot serve MCP on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 #: Arguments a model (or a client) can send that no tool's schema expects.

@@ -176,3 +176,40 @@ def memory_server(
         return {"key": key, "updated": True}
 
     return server
+
+
+async def serve_streamable_http(
+    server: MCPServer,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``http://HOST:PORT/mcp`` until cancelled.
+
+    The address is bound before anything starts, so one in use (or not this host's) is a
+    `ConfigError` naming it; ``port=0`` takes a free port, and ``ready`` gets the URL
+    actually served.
+
+    >>> await serve_streamable_http(server, port=8765, ready=print)   # doctest: +SKIP
+    serving MCP on http://127.0.0.1:8765/mcp
+    """
+    import socket
+
+    import uvicorn
+
+    # Bound here, not by uvicorn: a port in use was uvicorn's log line and sys.exit(3),
+    # after the app had started, where `serve` says ConfigError and exits 1.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family)
+    except (OSError, OverflowError) as exc:  # in use, not this host's, no such port
+        raise ConfigError(f"cannot serve MCP on {host}:{port}: {exc}") from None
+    with sock:
+        bound = sock.getsockname()[1]
+        app = server.streamable_http_app(host=host)
+        config = uvicorn.Config(app, log_level=server.settings.log_level.lower())
+        if ready is not None:
+            where = f"[{host}]" if family == socket.AF_INET6 else host
+            ready(f"serving MCP on http://{where}:{bound}/mcp")
+        await uvicorn.Server(config).serve(sockets=[sock])
