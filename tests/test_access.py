@@ -56,6 +56,10 @@ async def test_a_bound_handle_acts_in_its_tenant_and_refuses_another(laser: lm.L
     await acme.set("profile", {"tier": "gold"})
     assert (await acme.fetch("profile")).json() == {"tier": "gold"}
     assert await unbound.fetch("profile") is None
+    # A tenant no record can hold is refused when the handle is made, not at its first call.
+    for bad in ("a\x00b", 5, "x" * 300):
+        with pytest.raises(lm.ConfigError, match="tenant"):
+            laser.memory("notes", tenant=bad)
 
     before = await _ends(laser)
     for call in (
@@ -307,9 +311,16 @@ def test_principals_and_grants_are_checked_when_made():
             Principal("p", grants={empty})
     with pytest.raises(lm.ConfigError):
         Principal("p", tenant="a\x00b")
+    with pytest.raises(lm.ConfigError, match="a grant is a string, got int"):
+        Principal("p", grants=[5])  # was a raw AttributeError if this check went
     p = Principal("p", grants=["kv:read:team-*", "publish:t", "view:stats"])
     assert p.may_read("team-a") and not p.may_read("team") and not p.may_read("other")
     assert p.may_publish("t") and not p.may_publish("t2") and p.may_see_stats()
+    # Checked once, when made: a principal cannot be given other grants or a tenant later.
+    with pytest.raises(AttributeError):
+        p.grants = frozenset({"kv:read:*"})  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        p.tenant = "globex"  # type: ignore[misc]
 
 
 async def test_the_governor_sees_every_write_and_a_refusal_writes_nothing(laser: lm.Laser):
@@ -336,6 +347,8 @@ async def test_the_governor_sees_every_write_and_a_refusal_writes_nothing(laser:
     before = await _ends(laser)
     with pytest.raises(lm.PolicyDenied, match="entry 1: the governor refused a remember"):
         await memory.remember_many(["fine", "the password is hunter2", "also fine"])
+    with pytest.raises(lm.PolicyDenied, match=r"^entry 1: the governor refused"):
+        await memory.remember_many(["fine", "the password is hunter2"])
     with pytest.raises(lm.PolicyDenied):
         await memory.update("k", {"password": "x"})
     assert await _ends(laser) == before
@@ -347,10 +360,16 @@ async def test_the_governor_sees_every_write_and_a_refusal_writes_nothing(laser:
     def broken(proposal):
         raise RuntimeError("policy store down")
 
+    def meddling(proposal):
+        proposal.body = b"something else"  # a governor decides; it cannot rewrite
+        return True
+
+    # One record: its refusal names no entry (a batch's names the entry, above).
     for governor, match in (
-        (slow_no, "refused"),
-        (broken, "failed deciding.*policy store down"),
-        (lambda p: "yes", "answered 'yes'"),
+        (slow_no, "^the governor refused a remember"),
+        (broken, "^the governor failed deciding.*policy store down"),
+        (lambda p: "yes", "^the governor answered 'yes'"),
+        (meddling, "failed deciding on a remember record.*AttributeError"),
     ):
         with pytest.raises(lm.PolicyDenied, match=match):
             await laser.memory("notes", governor=governor).remember("x")
