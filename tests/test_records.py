@@ -8,7 +8,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from laser_memory.errors import InvalidRecord, RecordDecodeError, UnsupportedSchemaVersion
+from laser_memory.errors import (
+    InvalidName,
+    InvalidRecord,
+    RecordDecodeError,
+    UnsupportedSchemaVersion,
+)
 from laser_memory.records import (
     Embedded,
     Feedback,
@@ -162,6 +167,43 @@ def test_every_record_type_and_field_is_in_a_fixture():
             assert any(getattr(record, field.name) != default for record in fixtures), (
                 f"no fixture of {kind.__name__} sets {field.name}"
             )
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_V1))
+def test_a_records_scope_is_written_as_the_fixtures_hold_it(name: str):
+    # A scope writes only the fields it sets (an empty scope is an empty map): what every
+    # record carries, and what the fixtures of schema v1 hold.
+    written = msgspec.msgpack.decode(encode_record(EXPECTED_V1[name]).value)["scope"]
+    assert written == msgspec.msgpack.decode((FIXTURES / f"{name}.bin").read_bytes())["scope"]
+    assert None not in written.values() and "" not in written.values()
+
+
+class _LyingText(str):
+    """Text that claims to equal every string, and hashes as "c1" does."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    def __hash__(self):
+        return hash("c1")
+
+
+@pytest.mark.parametrize(
+    "field", ["stream", "tenant", "agent", "user", "application", "conversation"]
+)
+def test_a_scope_is_checked_as_the_plain_text_it_holds(field: str):
+    with pytest.raises(InvalidName, match=field):
+        MemoryScope(**{field: "a\x00b"}).validated()
+    MemoryScope(**{field: "c1"}).validated()  # checked, and kept as checked
+    # Text that claims to equal the checked scope's, and hashes as it does, is checked
+    # itself: never taken for the scope it claims to be.
+    with pytest.raises(InvalidName, match=field):
+        MemoryScope(**{field: _LyingText("a\x00b")}).validated()
+    taken = MemoryScope(**{field: _LyingText("c9")}).validated()
+    assert type(getattr(taken, field)) is str and getattr(taken, field) == "c9"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_V1))
