@@ -8,6 +8,7 @@ import os
 import pytest
 
 import laser_memory as lm
+from folders.http import ServerConfig
 from folders.service import FolderConfig
 from laser_memory.ids import MemoryId
 from laser_memory.log import (
@@ -246,6 +247,8 @@ async def test_a_connection_used_before_it_starts_says_how_to_start_it(tmp_path)
         lambda: KafkaLogConfig("h:1"),
         lambda: lm.MemoryConfig(),
         lambda: FolderConfig(),
+        lambda: ServerConfig(),
+        lambda: lm.ApproximateSearch(),
     ],
 )
 def test_a_config_cannot_change_once_checked(config):
