@@ -21,6 +21,7 @@ from folders.http import make_app
 from folders.service import ViewFolder
 from folders.view import MemoryView
 from laser_memory.clock import SteppedClock
+from laser_memory.inputs import MAX_TTL_S
 from laser_memory.log import OutgoingRecord
 from laser_memory.records import Remember, encode_record
 from laser_memory.scope import MemoryScope
@@ -217,6 +218,7 @@ async def test_expiry_input_is_checked_before_anything_is_written(laser: lm.Lase
         ({"ttl": -5}, "ttl is from 0"),
         ({"ttl": float("inf")}, "ttl is from 0"),
         ({"ttl": 10**400}, "ttl is from 0"),
+        ({"ttl": MAX_TTL_S + 1}, "ttl is from 0"),
         ({"ttl": True}, "ttl is a timedelta"),
         ({"ttl": "1h"}, "ttl is a timedelta"),
     ):
@@ -226,7 +228,8 @@ async def test_expiry_input_is_checked_before_anything_is_written(laser: lm.Lase
             await memory.remember_many(["fine", {"body": "x", **options}])
     assert await memory.recall(folded=True) == []
     await memory.remember("ok", ttl=dt.timedelta(days=1))
-    assert len(await memory.recall(folded=True)) == 1
+    await memory.remember("for ever, nearly", ttl=MAX_TTL_S)  # the longest ttl is taken
+    assert len(await memory.recall(folded=True)) == 2
 
 
 async def test_an_expiry_must_fall_after_now_to_the_millisecond(tmp_path):
