@@ -5,6 +5,7 @@ the managed view, ``as_of`` and replay — and the fold goes on. Over both logs.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import msgspec
@@ -460,6 +461,20 @@ async def test_the_folder_lock_never_follows_a_link(tmp_path: Path):
         with pytest.raises(lm.ConfigError, match="regular file"):
             await folder.run(until_caught_up=True)
     assert victim.read_text() == "precious"
+
+
+async def test_a_folder_lock_that_is_no_regular_file_is_refused(tmp_path: Path):
+    view = tmp_path / "view"
+    view.mkdir()
+    os.mkfifo(view / "folder.lock")  # opens for writing, and locks, like a file
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        await laser.memory("notes").remember("a fact")
+        folder = ViewFolder(laser.log, laser.memory_topic_name, view)
+        fds = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(lm.ConfigError, match=r"folder\.lock is not a regular file; remove it"):
+            await folder.run(until_caught_up=True)
+        assert len(os.listdir("/proc/self/fd")) == fds
+    assert not (view / "data.mdb").exists()
 
 
 async def test_a_receipt_of_an_earlier_topic_generation_is_refused(laser: lm.Laser, tmp_path):

@@ -170,10 +170,20 @@ async def test_stats_with_the_log_say_how_far_the_view_is_behind(viewed):
 async def test_one_folder_writes_a_view_at_a_time(viewed):
     laser, view = viewed
     await laser.memory("notes").remember("x")
+    # A lock file a folder that died left behind, longer than the new holder's line.
+    view.mkdir(exist_ok=True)
+    (view / "folder.lock").write_text("pid 999999999999 (a folder long gone)")
     async with running_folder(laser, view) as first:
         await asyncio.sleep(0.3)
-        with pytest.raises(lm.ViewLocked, match="one folder writes a view at a time"):
-            await catch_up(laser, view)
+        fds = len(os.listdir("/proc/self/fd"))
+        for _ in range(3):
+            # The refusal names the folder that holds the view, and nothing else.
+            with pytest.raises(
+                lm.ViewLocked,
+                match=rf"being folded by pid {os.getpid()}; one folder writes a view at a time",
+            ):
+                await catch_up(laser, view)
+        assert len(os.listdir("/proc/self/fd")) == fds  # each refused folder let go of its file
         assert not first.done()
 
 
