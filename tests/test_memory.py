@@ -1121,6 +1121,17 @@ async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call
     assert await _end_offsets(laser) == before
 
 
+async def test_an_origin_of_the_wrong_shape_is_refused_naming_what_is_wrong(laser: lm.Laser):
+    memory = laser.memory("notes")
+    for origin, where in (
+        ({"topic": "t", "partition": "zero", "offset": 0}, r"\$\.partition"),
+        ({"topic": "t", "partition": 0}, "offset"),
+    ):
+        with pytest.raises(lm.InvalidInput, match=f"origin is not a log position: .*{where}"):
+            await memory.remember("x", origin=origin)
+    assert await memory.recall(folded=True) == []
+
+
 async def test_embeddings_of_any_real_number_type_are_taken(laser: lm.Laser):
     """Ints, ints past int64, numpy scalars and float16 arrays are numbers: taken as
     float32, as a list of floats is."""
