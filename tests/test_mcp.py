@@ -19,7 +19,7 @@ pytest.importorskip("mcp", reason="the mcp extra")  # dev installs it; CI fails 
 from mcp import Client, StdioServerParameters
 
 import laser_memory as lm
-from laser_memory.integrations.mcp import memory_server
+from laser_memory.integrations.mcp import memory_server, serve_streamable_http
 
 TOOLS = {"remember", "recall", "context", "improve", "forget", "fetch", "set", "update"}
 
@@ -143,6 +143,26 @@ async def test_the_cli_serves_mcp_over_http_on_the_port_it_prints(tmp_path):
     async with lm.connect(log, create=False) as laser:
         [item] = await laser.memory("notes").recall(tenant="acme", folded=True)
         assert item.text == "remembered over http"
+
+
+async def test_an_http_server_in_process_serves_until_cancelled(laser: lm.Laser, capfd):
+    memory = laser.memory("notes", tenant="acme")
+    server = memory_server(memory)
+    for bad in ({"port": "80"}, {"port": True}, {"port": 70000}, {"port": 0, "host": ""}):
+        with pytest.raises(lm.ConfigError, match=r"an MCP server's (port|host)"):
+            await serve_streamable_http(server, **bad)
+    with pytest.raises(lm.ConfigError, match="serves an MCPServer"):
+        await serve_streamable_http(memory, port=0)
+    said: asyncio.Queue[str] = asyncio.Queue()
+    serving = asyncio.create_task(serve_streamable_http(server, port=0, ready=said.put_nowait))
+    url = (await asyncio.wait_for(said.get(), 30)).removeprefix("serving MCP on ")
+    async with Client(url) as client:
+        data(await client.call_tool("remember", {"text": "over http in process"}))
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(serving, 30)
+    assert "Traceback" not in capfd.readouterr().err  # stopped as on Ctrl-C, not torn down
+    assert [i.text for i in await memory.recall(folded=True)] == ["over http in process"]
 
 
 def test_the_cli_says_when_its_http_port_is_in_use(tmp_path):

@@ -16,6 +16,7 @@ Needs the optional extra: ``pip install 'laser-memory[mcp]'`` (the official ``mc
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Awaitable, Callable
@@ -178,6 +179,10 @@ def memory_server(
     return server
 
 
+#: Seconds a cancelled HTTP server gives its open sessions before it closes them.
+_SHUTDOWN_S = 5.0
+
+
 async def serve_streamable_http(
     server: MCPServer,
     *,
@@ -198,6 +203,12 @@ async def serve_streamable_http(
 
     import uvicorn
 
+    if not isinstance(server, MCPServer):
+        raise ConfigError(f"serve_streamable_http serves an MCPServer, got {shown(server)}")
+    if type(port) is not int or not 0 <= port <= 65535:  # True was port 1
+        raise ConfigError(f"an MCP server's port is an int from 0 to 65535, got {shown(port)}")
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"an MCP server's host is a non-empty str, got {shown(host)}")
     # Bound here, not by uvicorn: a port in use was uvicorn's log line and sys.exit(3),
     # after the app had started, where `serve` says ConfigError and exits 1.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -208,8 +219,21 @@ async def serve_streamable_http(
     with sock:
         bound = sock.getsockname()[1]
         app = server.streamable_http_app(host=host)
-        config = uvicorn.Config(app, log_level=server.settings.log_level.lower())
+        config = uvicorn.Config(
+            app,
+            log_level=server.settings.log_level.lower(),
+            timeout_graceful_shutdown=_SHUTDOWN_S,
+        )
+        http = uvicorn.Server(config)
+        serving = asyncio.ensure_future(http.serve(sockets=[sock]))
         if ready is not None:
             where = f"[{host}]" if family == socket.AF_INET6 else host
             ready(f"serving MCP on http://{where}:{bound}/mcp")
-        await uvicorn.Server(config).serve(sockets=[sock])
+        try:
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            # Cancelled, uvicorn's own task logged a traceback from the app's lifespan;
+            # asked to stop, it shuts down as on Ctrl-C (open sessions get _SHUTDOWN_S).
+            http.should_exit = True
+            await asyncio.wait([serving])
+            raise
