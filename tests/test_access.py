@@ -293,6 +293,28 @@ async def test_a_connection_bound_to_a_tenant_binds_every_handle(any_log_url, st
         lm.connect(any_log_url, tenant="globex", principal=Principal("p", tenant="acme"))
 
 
+async def test_the_record_writer_checks_the_publish_grant_itself(laser: lm.Laser):
+    # Every handle checks the grant before it makes a record; the writer checks it again
+    # as it sends, so a path through it that forgot the check would still write nothing.
+    from laser_memory.records import Remember
+    from laser_memory.writes import RecordWriter
+
+    await laser.memory("notes").remember("baseline")
+    before = await _ends(laser)
+    record = Remember(ns="stream:x/notes", id=bytes(16), kind=1, body=b"not allowed")
+    for principal in (
+        Principal("reader", grants={"kv:read:*"}),
+        Principal("elsewhere", grants={"publish:other.*"}),
+    ):
+        writer = RecordWriter(
+            laser, namespace="notes", topic=laser.memory_topic_name, principal=principal,
+            governor=None,
+        )  # fmt: skip
+        with pytest.raises(lm.AccessDenied, match="may not write to topic"):
+            await writer.write([record])
+    assert await _ends(laser) == before
+
+
 def test_principals_and_grants_are_checked_when_made():
     with pytest.raises(lm.ConfigError, match="unknown grant 'kv:write:notes'"):
         Principal("p", grants={"kv:write:notes"})
