@@ -570,6 +570,22 @@ async def test_lineage_is_stamped_never_filters_and_never_changes_ids(laser: lm.
         )
 
 
+async def test_a_producer_is_taken_in_each_of_its_shapes(laser: lm.Laser):
+    memory = laser.memory("notes")
+    for given, wanted in (
+        ("extractor", lm.Producer(name="extractor")),
+        (("extractor", "3"), lm.Producer(name="extractor", version="3")),  # (name, version)
+        ({"name": "extractor", "version": "4"}, lm.Producer(name="extractor", version="4")),
+        (lm.Producer(name="extractor", version="5"), lm.Producer(name="extractor", version="5")),
+    ):
+        mid = await memory.remember(f"made by {given}", producer=given)
+        [item] = [i for i in await memory.recall(folded=True, limit=100) if i.id == mid]
+        assert item.producer == wanted, given
+    # A mapping without a name: a raw AttributeError if its check went.
+    with pytest.raises(lm.InvalidInput, match="producer needs a 'name'"):
+        await memory.remember("x", producer={"version": "2"})
+
+
 async def test_a_handles_lineage_stamps_every_entry_of_a_batch(laser: lm.Laser):
     """Plain entries (a body, a body and owner) take the handle's origin and producer,
     as entries with other options do: the first of an owner and the later ones, which
