@@ -1125,6 +1125,10 @@ for _ in range(5000):
         # A receipt of another topic: its offset says nothing of this one's.
         (lambda m: m.recall(after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
         (lambda m: m.fetch("k", after=Appended("other.topic", 0, 0, 0)), lm.InvalidInput),
+        # A receipt no write returned, on the folded path too (which never waits on it).
+        (lambda m: m.recall(after=Appended(m.topic, "0", 0, 0), folded=True), lm.InvalidInput),
+        (lambda m: m.fetch("k", after=Appended(m.topic, 0, 1.5, 0), folded=True), lm.InvalidInput),
+        (lambda m: m.named(after=Appended(m.topic, 0, 2**70, 0), folded=True), lm.InvalidInput),
     ],
 )
 async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call, error):
