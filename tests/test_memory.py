@@ -1025,6 +1025,7 @@ for _ in range(5000):
         (lambda m: m.remember("x", embedding=[1 + 2j, 0.5]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1.0, None]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding="0.5"), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=[]), lm.InvalidInput),  # was written, set aside
         (lambda m: m.remember("x", embedding=[[0.5, 0.5], [0.5, 0.5]]), lm.InvalidInput),
         (lambda m: m.remember("x", producer=["p", "1"]), lm.InvalidInput),  # a pair is a tuple
         (lambda m: m.remember_many([{"body": "x", "embedding": ["0.5"]}]), lm.InvalidInput),
@@ -1154,9 +1155,11 @@ async def test_an_origin_of_the_wrong_shape_is_refused_naming_what_is_wrong(lase
 
 async def test_embeddings_of_any_real_number_type_are_taken(laser: lm.Laser):
     """Ints, ints past int64, numpy scalars and float16 arrays are numbers: taken as
-    float32, as a list of floats is."""
+    float32, as a list of floats is; one number is a vector too."""
     memory = laser.memory("notes")
-    for given in ([1, 2**70, 3], [np.float64(0.5), np.int8(-2), 1.5], np.ones(4, np.float16)):
+    for given in (
+        [1, 2**70, 3], [np.float64(0.5), np.int8(-2), 1.5], np.ones(4, np.float16), [0.5]
+    ):  # fmt: skip
         mid = await memory.remember("x", embedding=given)
         [item] = [i for i in await memory.recall(folded=True, limit=100) if i.id == mid]
         assert np.frombuffer(item.embedding, "<f4").tolist() == [
