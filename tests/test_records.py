@@ -197,6 +197,8 @@ class _LyingText(str):
 def test_a_scope_is_checked_as_the_plain_text_it_holds(field: str):
     with pytest.raises(InvalidName, match=field):
         MemoryScope(**{field: "a\x00b"}).validated()
+    with pytest.raises(InvalidName, match="not valid Unicode text"):
+        MemoryScope(**{field: "a\ud800"}).validated()  # a lone surrogate: no UTF-8 holds it
     MemoryScope(**{field: "c1"}).validated()  # checked, and kept as checked
     # Text that claims to equal the checked scope's, and hashes as it does, is checked
     # itself: never taken for the scope it claims to be.
