@@ -39,6 +39,9 @@ def test_printed_ids_parse_back():
     retyped = "00041061050R3GG28A1C60T3GF".replace("0", "O").replace("1", "I")
     assert MemoryId.parse(retyped) == MemoryId(bytes(range(16)))
     assert MemoryId.parse(retyped.replace("I", "l").lower()) == MemoryId(bytes(range(16)))
+    # An id no write returned (parsed, or made from bytes) has no receipt to wait for.
+    for unwritten in (MemoryId.parse(str(mid)), MemoryId(bytes(16))):
+        assert unwritten.receipt is None and unwritten.also == ()
 
 
 @pytest.mark.parametrize("bad", ["", "short", "U" * 26, "8" + "0" * 25, "0" * 27, b"\x00" * 15, 42])
