@@ -126,6 +126,8 @@ def test_a_content_id_reads_a_str_subclass_as_its_text():
 def test_memory_ids_order_among_themselves_only():
     low, high = MemoryId(bytes(16)), MemoryId(b"\xff" * 16)
     assert sorted([high, low]) == [low, high]
+    assert low < high and not high < low and not low < MemoryId(bytes(16))  # strict
+    assert repr(low) == "MemoryId('00000000000000000000000000')"
     with pytest.raises(TypeError, match="not supported"):
         _ = low < 5
 
