@@ -178,6 +178,20 @@ def test_a_records_scope_is_written_as_the_fixtures_hold_it(name: str):
     assert None not in written.values() and "" not in written.values()
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED_V1))
+def test_a_record_and_its_parts_cannot_change_once_made(name: str):
+    # Records are handed to governors, replays and folds alike: none may change one
+    # under the others (and a fold keeps the records it folded).
+    record = EXPECTED_V1[name]
+    parts = [record, record.scope]
+    parts += [p for p in (getattr(record, "origin", None), getattr(record, "producer", None)) if p]
+    for part in parts:
+        field = part.__struct_fields__[-1]
+        with pytest.raises(AttributeError):
+            setattr(part, field, getattr(part, field))
+        hash(part)
+
+
 class _LyingText(str):
     """Text that claims to equal every string, and hashes as "c1" does."""
 
