@@ -146,6 +146,10 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
                 await session.record_retrieval("q", items)
             except lm.InvalidInput as exc:
                 refused.append(str(exc))
+        try:  # a query that is no text was written, and set aside by every fold
+            await session.record_retrieval(5, [item])
+        except lm.InvalidInput as exc:
+            refused.append(str(exc))
 
     agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lm.MemoryHandler(answer, memory))
     try:
@@ -154,10 +158,9 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
         assert agent.failures == [] and agent.handled == 1
     finally:
         await agent.stop()
-    assert (
-        refused
-        == [str, lm.MemoryId, type(None)] + ["items are the MemoryItems a recall returned"] * 4
-    )
+    assert refused == [str, lm.MemoryId, type(None)] + [
+        "items are the MemoryItems a recall returned"
+    ] * 4 + ["query is a string, got int"]
     by_text = {i.text: i.origin for i in await memory.recall(conversation="a")}
     where = {text: (o.topic, o.partition, o.offset) for text, o in by_text.items()}
     assert where == {
@@ -309,6 +312,38 @@ async def test_an_agent_consolidates_on_a_timer(laser: lm.Laser):
     assert len(await memory.recall(agent="triage")) == 2
     await asyncio.sleep(0.2)
     assert len(scopes) == passes  # stopped with the agent
+
+
+async def test_a_session_of_an_agent_without_memory_says_so(laser: lm.Laser):
+    said: list[str] = []
+
+    async def handler(message: lm.AgentMessage) -> None:
+        # Each was a raw AttributeError on None if its check went.
+        try:
+            message.session.linked_memory()
+        except lm.ConfigError as exc:
+            said.append(str(exc))
+        try:
+            await message.session.record_retrieval("q", [])
+        except lm.ConfigError as exc:
+            said.append(str(exc))
+
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, handler)
+    try:
+        await laser.send_to_agent("triage", "hello")
+        await agent.drain(timeout=20)
+        assert agent.failures == [] and agent.handled == 1
+    finally:
+        await agent.stop()
+    assert said == [
+        "this agent has no memory: pass one to linked_memory(memory)",
+        "this agent has no memory: pass one to record_retrieval",
+    ]
+
+
+def test_an_unknown_agent_topic_says_which_there_are():
+    with pytest.raises(lm.InvalidInput, match=r"unknown agent topic 'agent\.inbox'; use one of"):
+        AgentTopic("agent.inbox")
 
 
 async def test_agent_configuration_is_checked(laser: lm.Laser):
