@@ -7,7 +7,7 @@ caller as it was. A memory write that fails does not fail the message (its effec
 done and must not be repeated by a retry): it is kept in `failures`, logged, and
 dropped.
 
->>> handler = MemoryHandler(answer_ticket, memory).auto_remember("message")
+>>> handler = MemoryHandler(answer_ticket, memory).auto_remember("message")  # doctest: +SKIP
 >>> await handler(message)                      # doctest: +SKIP
 """
 

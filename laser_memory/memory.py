@@ -1,9 +1,9 @@
 """The memory handle: every write becomes a record on the memory topic; recall folds them.
 
 >>> memory = laser.memory("notes")                                     # doctest: +SKIP
->>> mid = await memory.remember("the reporter prefers email", conversation="c-1")
->>> await memory.improve(mid, 1.0)
->>> [item.text for item in await memory.recall(conversation="c-1")]
+>>> mid = await memory.remember("the reporter prefers email", conversation="c-1")  # doctest: +SKIP
+>>> await memory.improve(mid, 1.0)                                     # doctest: +SKIP
+>>> [item.text for item in await memory.recall(conversation="c-1")]    # doctest: +SKIP
 ['the reporter prefers email']
 """
 

@@ -7,7 +7,7 @@ with ordinary forget records: the history keeps them, and ``as_of`` still shows 
 was known before. Ages are measured against the connection's clock; on Kafka append
 times are the broker's. There is no default age: keeping everything is the default.
 
->>> driver = RetentionDriver(memory, older_than=timedelta(days=30), every=3600.0)
+>>> driver = RetentionDriver(memory, older_than=timedelta(days=30), every=3600.0)  # doctest: +SKIP
 >>> async with driver:                                          # doctest: +SKIP
 ...     await serve_forever()
 """
