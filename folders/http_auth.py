@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 import secrets
 import stat
@@ -32,7 +31,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from laser_memory.access import Principal
+from laser_memory.access import Principal, is_loopback
 from laser_memory.errors import ConfigError, shown
 
 __all__ = [
@@ -68,15 +67,6 @@ def hash_token(token: str) -> str:
 def new_token() -> str:
     """A fresh random token (256 bits, URL-safe)."""
     return secrets.token_urlsafe(32)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 #: An auth file holds a table per principal: a few hundred bytes each.

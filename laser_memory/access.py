@@ -34,6 +34,7 @@ anything is written; one refusal (or exception) in a batch writes none of it.
 from __future__ import annotations
 
 import inspect
+import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 from collections.abc import Set as AbstractSet
 
@@ -49,6 +50,7 @@ __all__ = [
     "ProposedWrite",
     "bound_tenant",
     "check_governor",
+    "is_loopback",
     "resolve_tenant",
     "validate_governor",
 ]
@@ -139,6 +141,21 @@ class Principal(msgspec.Struct, frozen=True):
                 f"principal {shown(self.name)} may not write to topic {shown(topic)}: it needs the "
                 f"grant 'publish:{topic}' (or a prefix of it ending in '*')"
             )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only (``localhost``,
+    127.0.0.0/8, ``::1``): the only address a server without authentication may take.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # any other name may resolve to any address
+        return False
 
 
 def bound_tenant(tenant: str | None, principal: Principal | None) -> str | None:

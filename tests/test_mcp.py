@@ -151,6 +151,9 @@ async def test_an_http_server_in_process_serves_until_cancelled(laser: lm.Laser,
     for bad in ({"port": "80"}, {"port": True}, {"port": 70000}, {"port": 0, "host": ""}):
         with pytest.raises(lm.ConfigError, match=r"an MCP server's (port|host)"):
             await serve_streamable_http(server, **bad)
+    for host in ("0.0.0.0", "::", "10.0.0.1", "my-host"):  # it asks no caller who it is
+        with pytest.raises(lm.ConfigError, match="anyone who reaches it could read and write"):
+            await serve_streamable_http(server, port=0, host=host)
     with pytest.raises(lm.ConfigError, match="serves an MCPServer"):
         await serve_streamable_http(memory, port=0)
     said: asyncio.Queue[str] = asyncio.Queue()

@@ -30,6 +30,7 @@ try:
 except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra(__name__, "mcp", exc) from exc
 
+from ..access import is_loopback
 from ..errors import ConfigError, LaserError, shown
 from ..ids import MemoryId
 from ..items import MemoryItem
@@ -209,6 +210,13 @@ async def serve_streamable_http(
         raise ConfigError(f"an MCP server's port is an int from 0 to 65535, got {shown(port)}")
     if not isinstance(host, str) or not host:
         raise ConfigError(f"an MCP server's host is a non-empty str, got {shown(host)}")
+    if not is_loopback(host):
+        # Its tools read and write the handle's tenant, and it asks no caller who it is.
+        raise ConfigError(
+            f"the MCP server asks no caller who it is: served on {shown(host)}, anyone who "
+            "reaches it could read and write this tenant's memory; serve it on 127.0.0.1 "
+            "(with an authenticating proxy in front for remote clients)"
+        )
     # Bound here, not by uvicorn: a port in use was uvicorn's log line and sys.exit(3),
     # after the app had started, where `serve` says ConfigError and exits 1.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
