@@ -25,6 +25,7 @@ import laser_memory as lm
 from folders.http import make_app
 from folders.service import ViewFolder
 from folders.view import MemoryView
+from hostile_text import LyingText
 from laser_memory.cli import main
 
 # Text as hostile callers send it: lone surrogates, controls, NULs, very long runs.
@@ -682,19 +683,6 @@ def test_named_bodies_parse_as_the_standard_library_parses_them(text):
         assert _same_json(load_json(text), wanted)
 
 
-class _LyingText(str):
-    """Text that claims to equal every string, and hashes as "c1" does."""
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    def __hash__(self):
-        return hash("c1")
-
-
 @pytest.mark.parametrize("field", ["conversation", "agent", "user", "application"])
 def test_text_claiming_to_equal_a_checked_name_is_filed_under_its_own(field, tmp_path):
     # A handle keeps the scopes it has checked; a str subclass's own equality and hash
@@ -704,8 +692,8 @@ def test_text_claiming_to_equal_a_checked_name_is_filed_under_its_own(field, tmp
         async with lm.connect(f"local://{tmp_path}") as laser:
             memory = laser.memory("notes")
             await memory.remember("warm", **{field: "c1"})  # its scope checked and kept
-            await memory.remember("one", **{field: _LyingText("c9")})
-            await memory.remember_many([{"body": "many", field: _LyingText("c9")}])
+            await memory.remember("one", **{field: LyingText("c9")})
+            await memory.remember_many([{"body": "many", field: LyingText("c9")}])
             items = await memory.recall(limit=10)
             assert {i.text: getattr(i.scope, field) for i in items} == {
                 "warm": "c1",
@@ -714,13 +702,13 @@ def test_text_claiming_to_equal_a_checked_name_is_filed_under_its_own(field, tmp
             }
             ends = await laser.log.end_offsets(memory.topic)
             for call in (
-                lambda: memory.remember("bad", **{field: _LyingText("a\x00b")}),
-                lambda: memory.remember_many([{"body": "bad", field: _LyingText("a\x00b")}]),
+                lambda: memory.remember("bad", **{field: LyingText("a\x00b")}),
+                lambda: memory.remember_many([{"body": "bad", field: LyingText("a\x00b")}]),
             ):
                 with pytest.raises(lm.InvalidName):
                     await call()
             assert await laser.log.end_offsets(memory.topic) == ends
-            scope = lm.MemoryScope(stream=laser.stream, **{field: _LyingText("a\x00b")})
+            scope = lm.MemoryScope(stream=laser.stream, **{field: LyingText("a\x00b")})
             with pytest.raises(lm.InvalidName):
                 scope.validated()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from hostile_text import LyingText
 from laser_memory.errors import (
     InvalidName,
     InvalidRecord,
@@ -192,19 +193,6 @@ def test_a_record_and_its_parts_cannot_change_once_made(name: str):
         hash(part)
 
 
-class _LyingText(str):
-    """Text that claims to equal every string, and hashes as "c1" does."""
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    def __hash__(self):
-        return hash("c1")
-
-
 @pytest.mark.parametrize(
     "field", ["stream", "tenant", "agent", "user", "application", "conversation"]
 )
@@ -217,8 +205,8 @@ def test_a_scope_is_checked_as_the_plain_text_it_holds(field: str):
     # Text that claims to equal the checked scope's, and hashes as it does, is checked
     # itself: never taken for the scope it claims to be.
     with pytest.raises(InvalidName, match=field):
-        MemoryScope(**{field: _LyingText("a\x00b")}).validated()
-    taken = MemoryScope(**{field: _LyingText("c9")}).validated()
+        MemoryScope(**{field: LyingText("a\x00b")}).validated()
+    taken = MemoryScope(**{field: LyingText("c9")}).validated()
     assert type(getattr(taken, field)) is str and getattr(taken, field) == "c9"
 
 
