@@ -29,6 +29,10 @@ async def test_the_default_pass_keeps_the_newest_and_forgets_the_rest(laser: lm.
     c2 = await _turns(memory, "c2", 2, kind="fact")
     report = await memory.consolidate(2, conversation="c1")
     assert report == lm.ConsolidationReport(pruned=3)
+    # Counted, not compared with the defaults: a pass that reweighted nothing says 0.
+    assert (report.summarized, report.reweighted, report.pruned, report.derived) == (0, 0, 3, 0)
+    with pytest.raises(AttributeError):
+        report.pruned = 0  # type: ignore[misc]  # a report a driver keeps stays as made
     assert [i.id for i in await memory.recall(conversation="c1", strategy="recent")] == [
         c1[4],
         c1[3],
