@@ -12,6 +12,7 @@ import pytest
 
 import laser_memory as lm
 from laser_memory.clock import SteppedClock
+from laser_memory.retention import MAX_AGE_S
 
 
 async def _spaced(memory, bodies, **scope) -> list[lm.MemoryId]:
@@ -33,13 +34,15 @@ async def test_purge_forgets_the_oldest_first_up_to_the_limit(laser: lm.Laser):
     kept = await _spaced(memory, ["new fact"])
     await memory.improve(old[1], 1.0)  # feedback is a write: it keeps old[1]
     cutoff = _moment(kept[0])
-    assert await memory.purge(cutoff, limit=2) == 2
+    assert await memory.purge(cutoff, limit=1) == 1  # the smallest limit: one a pass
+    assert await memory.purge(cutoff, limit=1) == 1
     left = {i.id for i in await memory.recall(folded=True, limit=100)}
     assert left == {old[1], old[3], old[4], kept[0]}  # old[0] and old[2] went first
     assert await memory.purge(cutoff, limit=2) == 2
     assert await memory.purge(cutoff, limit=2) == 0  # call again while it returns limit
     left = {i.id for i in await memory.recall(folded=True, limit=100)}
     assert left == {old[1], kept[0]}
+    assert await memory.purge(MAX_AGE_S, limit=1) == 0  # the oldest age taken: none so old
     # Ordinary forgets: the history keeps the item and what happened to it.
     assert [h.op for h in await memory.history(old[0], folded=True)] == ["remember", "forget"]
 
@@ -118,8 +121,11 @@ async def test_a_moment_without_a_timezone_is_refused(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "older_than, limit",
-    [(-1.0, 10), (float("nan"), 10), ("30d", 10), (True, 10), (60.0, 0), (60.0, 10_001)],
-)
+    [
+        (-1.0, 10), (float("nan"), 10), ("30d", 10), (True, 10), (60.0, 0), (60.0, 10_001),
+        (MAX_AGE_S + 1, 10),
+    ],
+)  # fmt: skip
 async def test_bad_retention_arguments_write_nothing(laser: lm.Laser, older_than, limit):
     memory = laser.memory("notes")
     await memory.remember("a fact")
