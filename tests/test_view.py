@@ -66,6 +66,28 @@ async def viewed(laser: lm.Laser, tmp_path: Path) -> AsyncIterator[tuple[lm.Lase
         yield connection, view
 
 
+def test_a_view_opened_twice_in_a_process_stays_open_until_both_close(tmp_path: Path):
+    # A process opens each folder's environment once and shares it: closing one opener
+    # must leave the other reading, and closing the last must let go of the files.
+    path = tmp_path / "view"
+
+    def files_held() -> int:
+        return sum(
+            os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(path))
+            for fd in os.listdir("/proc/self/fd")
+        )
+
+    first = MemoryView.open(path)
+    second = MemoryView.open(path)
+    third = MemoryView.open(path)
+    assert files_held() > 0
+    first.close()
+    third.close()
+    assert second.stats().items == 0  # still open, and readable
+    second.close()
+    assert files_held() == 0
+
+
 async def test_read_your_writes_while_a_folder_runs(viewed):
     laser, view = viewed
     memory = laser.memory("notes")
