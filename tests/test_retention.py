@@ -201,6 +201,8 @@ async def test_one_retention_pass_repeats_while_it_forgets_a_whole_limit(tmp_pat
         {"older_than": -1.0},  # refused when made, not in every pass
         {"older_than": float("nan")},
         {"older_than": "30d"},
+        # A moment, not an age: every pass would purge before the same fixed moment.
+        {"older_than": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)},
     ],
 )
 async def test_a_retention_driver_refuses_bad_settings(tmp_path: Path, options):
