@@ -232,16 +232,16 @@ async def serve_streamable_http(
             log_level=server.settings.log_level.lower(),
             timeout_graceful_shutdown=_SHUTDOWN_S,
         )
-        http = uvicorn.Server(config)
-        serving = asyncio.ensure_future(http.serve(sockets=[sock]))
-        if ready is not None:
+        if ready is not None:  # the socket listens: a client may connect from now on
             where = f"[{host}]" if family == socket.AF_INET6 else host
             ready(f"serving MCP on http://{where}:{bound}/mcp")
+        http = uvicorn.Server(config)
+        serving = asyncio.ensure_future(http.serve(sockets=[sock]))
         try:
             await asyncio.shield(serving)
         except asyncio.CancelledError:
-            # Cancelled, uvicorn's own task logged a traceback from the app's lifespan;
-            # asked to stop, it shuts down as on Ctrl-C (open sessions get _SHUTDOWN_S).
+            # Cancelling uvicorn's task tore the app's lifespan down with a traceback in
+            # the log; asked to exit, it shuts down as on Ctrl-C (sessions get _SHUTDOWN_S).
             http.should_exit = True
             await asyncio.wait([serving])
             raise
