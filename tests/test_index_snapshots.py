@@ -10,6 +10,7 @@ import fcntl
 import inspect
 import os
 import shutil
+import signal
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -615,6 +616,26 @@ async def test_the_event_loop_runs_on_while_a_child_builds_the_index(tmp_path: P
         assert together[0] and together[0] == together[1] == together[2]
 
 
+async def test_a_child_that_cannot_start_leaves_the_build_to_the_reader(
+    tmp_path: Path, monkeypatch
+):
+    """No Python to start (an executable gone since the reader started): the reader
+    builds the index itself, answers as ever, and keeps why no child built it."""
+    import folders.index_build as index_build
+
+    view = tmp_path / "view"
+    apart = lm.MemoryConfig(index_snapshots_from=1, index_build_apart_from=5)
+    entries = [{"body": f"signing keys for node-{i}", "conversation": "c1"} for i in range(10)]
+    async with folded(tmp_path, entries) as (laser, _):
+        want = await answers(laser.log.url, view, lm.MemoryConfig(index_snapshots_from=None))
+        monkeypatch.setattr(index_build, "_command", lambda: [str(tmp_path / "no-python")])
+        got, errors = await answers_and_errors(laser.log.url, view, apart)
+    assert got == want
+    # One a read that would start a child (the namespace's and c1's, as above).
+    unstarted = [e for e in errors if "could not start a process to build the search index" in e]
+    assert len(unstarted) == 2, errors
+
+
 async def test_a_cancelled_recall_stops_the_child_building_its_index(tmp_path: Path, monkeypatch):
     """Cancelling a recall that waits for a child process kills the child (here one that
     would sleep for a minute) and waits for it: no process is left behind."""
@@ -643,7 +664,7 @@ async def test_a_cancelled_recall_stops_the_child_building_its_index(tmp_path: P
             recall.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await recall
-            assert children[0].returncode is not None  # killed and reaped
+            assert children[0].returncode == -signal.SIGKILL  # killed, not slept out, and reaped
             reader.managed_view().close()
 
 
