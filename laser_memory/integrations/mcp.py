@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -200,9 +201,7 @@ async def serve_streamable_http(
     >>> await serve_streamable_http(server, port=8765, ready=print)   # doctest: +SKIP
     serving MCP on http://127.0.0.1:8765/mcp
     """
-    import socket
-
-    import uvicorn
+    import uvicorn  # the mcp extra's server, imported only to serve HTTP, as the SDK does
 
     if not isinstance(server, MCPServer):
         raise ConfigError(f"serve_streamable_http serves an MCPServer, got {shown(server)}")
