@@ -192,7 +192,14 @@ class CustomMemory:
                     f"of tenant {shown(scope.tenant)}; nothing was returned"
                 )
             return entry
-        if not isinstance(entry, Mapping) or "payload" not in entry:
+        try:
+            # A mapping's lookup is the backend's code: what it raises is a bad item.
+            has_payload = isinstance(entry, Mapping) and "payload" in entry
+        except Exception as exc:
+            raise BackendFailed(
+                f"the backend's recall returned a bad item: {type(exc).__name__}: {exc}"
+            ) from None
+        if not has_payload:
             raise BackendFailed(
                 f"the backend's recall returned {shown(entry)}: items are MemoryItems or dicts "
                 "with a 'payload'"

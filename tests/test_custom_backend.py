@@ -4,6 +4,8 @@ handle (append) or by the backend, and every backend failure a BackendFailed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 import laser_memory as lm
@@ -135,6 +137,19 @@ def _nested(depth: int) -> list:
     return outer
 
 
+class _LookupFails(Mapping):
+    """A mapping whose every lookup raises, as a backend's own mapping type may."""
+
+    def __getitem__(self, key):
+        raise ValueError("the store is closed")
+
+    def __iter__(self):
+        return iter(["payload"])
+
+    def __len__(self):
+        return 1
+
+
 @pytest.mark.parametrize(
     ("answer", "says"),
     [
@@ -150,6 +165,8 @@ def _nested(depth: int) -> list:
         ([{"payload": "a", "score": 10**400}], "OverflowError"),
         # Its message called repr: a raw RecursionError.
         ([_nested(100_000)], "items are MemoryItems or dicts"),
+        # Asking whether it held a payload ran its lookup: a raw ValueError.
+        ([_LookupFails()], "bad item: ValueError: the store is closed"),
     ],
 )
 async def test_a_backend_answer_that_breaks_the_rules_is_backend_failed(answer, says):
