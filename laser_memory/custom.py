@@ -10,7 +10,7 @@ kind; without it ``remember`` gets the payload and returns the id it chose (or N
 ``recall`` returns `MemoryItem` s, or dicts with a ``payload`` and optional ``id``,
 ``kind``, ``score`` and ``conversation``. Arguments are checked as the log handle checks
 them, before the backend is called; whatever the backend raises comes back as
-`BackendFailed`.
+`BackendFailed`, but a `LaserError`, which comes back as it is.
 
 >>> memory = laser.memory_custom(MyStore())                 # doctest: +SKIP
 >>> await memory.remember("the reporter prefers email", conversation="c-1")  # doctest: +SKIP

@@ -268,3 +268,30 @@ async def test_a_custom_memory_defaults_as_the_log_handle_does():
     await default.remember("mine")
     with pytest.raises(lm.AccessDenied, match="bound to tenant ''"):
         await default.recall(tenant="acme")
+
+
+async def test_a_laser_error_the_backend_raises_comes_back_as_it_is():
+    """A backend over another laser handle, or with its own access rules, raises the
+    library's errors: the caller gets that error, not a BackendFailed wrapping it."""
+
+    class Guarded(DictStore):
+        def recall(self, scope, query):
+            raise lm.AccessDenied("this store serves acme only")
+
+        async def forget(self, scope, mid):
+            raise lm.InvalidInput("no such item here")
+
+    memory = lm.MemoryHandle.custom(Guarded())
+    with pytest.raises(lm.AccessDenied, match="acme only"):
+        await memory.recall()
+    with pytest.raises(lm.InvalidInput, match="no such item"):
+        await memory.forget(lm.MemoryId.new())
+
+
+async def test_the_smallest_body_cap_takes_one_byte():
+    backend = DictStore()
+    memory = lm.CustomMemory(backend, max_body_bytes=1)
+    assert await memory.remember("a") is not None
+    with pytest.raises(lm.InvalidBody):
+        await memory.remember("ab")
+    assert [i["payload"] for i in backend.items.values()] == [b"a"]

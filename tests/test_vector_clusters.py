@@ -256,3 +256,61 @@ def test_rows_too_long_or_short_for_float32_go_to_their_directions_cluster():
             trained = VectorClusters.train(scaled, np.arange(30), row_norms(scaled))
         assert np.array_equal(got, want), scale
         assert np.all(np.isfinite(trained))
+
+
+def _unit(*values: float) -> np.ndarray:
+    vector = np.asarray(values, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_a_probe_takes_the_nearest_clusters_until_the_share_and_no_more():
+    """Five clusters of 10, 0, 30, 20 and 40 rows (100): a query nearest cluster 3, then
+    2, 0, 4, 1. A share of 0.2 is cluster 3 alone (20 rows); 0.21 adds cluster 2, whose
+    rows run on from cluster 0's gap, and 0.6 adds cluster 0 too (60 rows), adjacent to
+    cluster 2, merged into one range. An empty cluster is never a range."""
+    centroids = np.stack(
+        [_unit(1, 1, 0), _unit(-1, 0, 0), _unit(1, 2, 0), _unit(0, 1, 0), _unit(0, -1, 1)]
+    )
+    clusters = VectorClusters(centroids, np.asarray([0, 10, 10, 40, 60, 100]))
+    query = _unit(0, 1, 0)
+    assert clusters.rows == 100
+    assert clusters.probe(query, 0.2) == [(40, 60)]
+    assert clusters.probe(query, 0.21) == [(10, 60)]
+    assert clusters.probe(query, 0.6) == [(0, 60)]
+    assert clusters.probe(query, 0.61) == [(0, 100)]
+    # Cluster 1 is empty and comes last: probing all of it adds no range.
+    assert clusters.probe(query, 1.0) == [(0, 100)]
+    # The nearest cluster always, however small the share.
+    assert clusters.probe(_unit(0, -1, 1), 0.001) == [(60, 100)]
+    # Two clusters apart stay two ranges.
+    far = VectorClusters(centroids[[3, 1, 4]], np.asarray([0, 20, 50, 100]))
+    assert far.probe(_unit(0, 1, 1), 0.7) == [(0, 20), (50, 100)]
+
+
+def test_training_on_few_distinct_vectors_gives_unit_centroids_at_those_vectors():
+    """300 rows that are three vectors repeated train 17 clusters, most of which lose
+    their members: each restarts at a sample vector, so every centroid is one of the
+    three vectors scaled to length 1, never a zero or NaN centroid that no query is
+    near."""
+    distinct = np.asarray([[3, 0, 0], [0, 2, 0], [1, 1, 1]], dtype=np.float32)
+    vectors = np.repeat(distinct, 100, axis=0)
+    rows = np.arange(len(vectors))
+    centroids = VectorClusters.train(vectors, rows, np.linalg.norm(vectors, axis=1))
+    assert centroids.shape == (17, 3)
+    units = distinct / np.linalg.norm(distinct, axis=1)[:, None]
+    nearest = np.abs(centroids @ units.T - 1).min(axis=1)
+    assert np.all(nearest < 1e-6), centroids
+    assert {int(i) for i in np.argmax(centroids @ units.T, axis=1)} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30, 1.0])
+@pytest.mark.parametrize("with_norms", [True, False])
+def test_rows_too_long_or_short_for_float32_go_to_their_nearest_cluster(scale, with_norms):
+    """A row of length 1e30 overflows its float32 products with the centroids to inf,
+    and one of 1e-30 loses them to 0: either went to whichever cluster came first. Each
+    goes where the same row of length 1 goes, with its norms given or not."""
+    centroids = np.stack([_unit(1, 0, 0), _unit(0, 1, 0), _unit(0, 0, 1)])
+    rows = np.asarray([[0.1, 0.2, 0.9], [0.2, 0.9, 0.1]], dtype=np.float32)
+    scaled = (rows / np.linalg.norm(rows, axis=1)[:, None] * np.float32(scale)).astype(np.float32)
+    norms = np.sqrt((scaled.astype(np.float64) ** 2).sum(axis=1)) if with_norms else None
+    assert VectorClusters.assign(scaled, centroids, norms).tolist() == [2, 1]
