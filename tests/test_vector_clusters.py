@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import laser_memory as lm
 from folders.service import ViewFolder
+from laser_memory.embedding import row_norms
 from laser_memory.recall import rank, search_mode
 from laser_memory.search_index import SearchIndex
 from laser_memory.terms import terms
@@ -303,14 +304,26 @@ def test_training_on_few_distinct_vectors_gives_unit_centroids_at_those_vectors(
     assert {int(i) for i in np.argmax(centroids @ units.T, axis=1)} == {0, 1, 2}
 
 
-@pytest.mark.parametrize("scale", [1e30, 1e-30, 1.0])
+_TINY = float(np.finfo(np.float32).smallest_subnormal)
+
+
+@pytest.mark.parametrize(
+    ("row", "nearest"),
+    [
+        # Its float32 products with clusters 1 and 2 both overflow to inf: the first
+        # inf won, cluster 1, where the row points exactly at cluster 2.
+        ((3e38, 3e38, 3e38), 2),
+        # Products of the smallest float32 numbers all round to the same two steps: a
+        # tie the first cluster won, where cluster 1 is nearest (0.95 to 0.89 and 0.77).
+        ((2 * _TINY, _TINY, 0.0), 1),
+        ((2.0, 1.0, 0.0), 1),
+    ],
+)
 @pytest.mark.parametrize("with_norms", [True, False])
-def test_rows_too_long_or_short_for_float32_go_to_their_nearest_cluster(scale, with_norms):
-    """A row of length 1e30 overflows its float32 products with the centroids to inf,
-    and one of 1e-30 loses them to 0: either went to whichever cluster came first. Each
-    goes where the same row of length 1 goes, with its norms given or not."""
-    centroids = np.stack([_unit(1, 0, 0), _unit(0, 1, 0), _unit(0, 0, 1)])
-    rows = np.asarray([[0.1, 0.2, 0.9], [0.2, 0.9, 0.1]], dtype=np.float32)
-    scaled = (rows / np.linalg.norm(rows, axis=1)[:, None] * np.float32(scale)).astype(np.float32)
-    norms = np.sqrt((scaled.astype(np.float64) ** 2).sum(axis=1)) if with_norms else None
-    assert VectorClusters.assign(scaled, centroids, norms).tolist() == [2, 1]
+def test_rows_too_long_or_short_for_float32_go_to_their_nearest_cluster(row, nearest, with_norms):
+    """A row whose float32 products with the centroids overflow or lose their digits is
+    scaled to length 1 and multiplied in float64, its norms given or not."""
+    centroids = np.stack([_unit(1, 0, 0), _unit(1, 1, 0), _unit(1, 1, 1)])
+    rows = np.asarray([row], dtype=np.float32)
+    norms = row_norms(rows) if with_norms else None
+    assert VectorClusters.assign(rows, centroids, norms).tolist() == [nearest]
