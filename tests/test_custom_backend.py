@@ -86,6 +86,10 @@ async def test_bad_arguments_never_reach_the_backend():
         memory.recall(strategy="psychic"),
         memory.improve("not-an-id", 1.0),
         memory.improve(lm.MemoryId.new(), float("nan")),
+        memory.remember("x", durable="yes"),
+        memory.recall(text=5),
+        memory.improve(lm.MemoryId.new(), 1.0, colour="red"),
+        memory.forget(lm.MemoryId.new(), stream="other"),
     ):
         with pytest.raises(lm.InvalidInput):
             await call
@@ -295,3 +299,35 @@ async def test_the_smallest_body_cap_takes_one_byte():
     with pytest.raises(lm.InvalidBody):
         await memory.remember("ab")
     assert [i["payload"] for i in backend.items.values()] == [b"a"]
+
+
+async def test_an_item_a_backend_gives_as_a_dict():
+    """Its id, kind, score and conversation as given (a score left out is 0.0, the
+    conversation the read's); in the read's stream and tenant, its place in the
+    backend's answer its signal, and no topic, position, generation or time (the
+    backend has none to give)."""
+    given = lm.MemoryId.new()
+
+    class Answering(DictStore):
+        def recall(self, scope, query):
+            return [
+                {"payload": "a", "id": str(given), "kind": "summary", "score": 2,
+                 "conversation": "c-9"},
+                {"payload": b"b"},
+            ]  # fmt: skip
+
+    memory = lm.CustomMemory(Answering(), stream="s")
+    first, second = await memory.recall(tenant="acme", conversation="c-1")
+    assert (first.id, first.kind, first.score, first.conversation) == (
+        given, lm.MemoryKind.SUMMARY, 2.0, "c-9"
+    )  # fmt: skip
+    assert (second.text, second.kind, second.score, second.conversation) == (
+        "b", lm.MemoryKind.FACT, 0.0, "c-1"
+    )  # fmt: skip
+    assert second.id != first.id and isinstance(second.id, lm.MemoryId)
+    for rank, item in enumerate((first, second)):
+        assert (item.scope.stream, item.scope.tenant) == ("s", "acme")
+        assert item.append_time_ms == 0
+        assert item.source[:5] == ("s", "", 0, 0, "")
+        assert item.source.conversation == item.conversation
+        assert [(s.strategy, s.rank) for s in item.signals] == [("custom", rank)]
