@@ -131,3 +131,16 @@ async def test_the_readme_error_code_example(tmp_path: Path, minilm: MiniLMEmbed
             ("keyword", 0),
             ("semantic", 1),
         ]
+
+
+def test_laser_minilm_dir_names_the_model_folder(tmp_path: Path, monkeypatch):
+    """The folder in $LASER_MINILM_DIR comes before the installed package's, and a
+    MiniLMEmbedder made without a folder loads from it (here one without the model)."""
+    from laser_memory.minilm import default_model_dir
+
+    monkeypatch.setenv("LASER_MINILM_DIR", str(tmp_path))
+    assert default_model_dir() == tmp_path
+    with pytest.raises(lm.InvalidInput, match="no all-MiniLM-L6-v2 model found"):
+        MiniLMEmbedder()
+    monkeypatch.setenv("LASER_MINILM_DIR", "")
+    assert default_model_dir() != tmp_path
