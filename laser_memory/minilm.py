@@ -20,6 +20,8 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from types import UnionType
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +83,15 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     return (x - mean) / np.sqrt(var + eps) * weight + bias
 
 
+def _setting(config: dict, key: str, default: object, kind: type | UnionType) -> Any:
+    """``config[key]`` (``default`` if absent), if a ``kind`` and no bool; else a
+    ValueError naming it (text such as "12" or true was read as a number)."""
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"config.json's {key} is {shown(value)}, not a number of the model")
+    return value
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions, label ``sentence-transformers/all-MiniLM-L6-v2``):
     mean-pooled, L2-normalised sentence vectors, computed on the CPU with numpy.
@@ -113,9 +124,9 @@ class MiniLMEmbedder:
                 if (folder / "config.json").is_file()
                 else {}
             )
-            self._heads = int(config.get("num_attention_heads", 12))
-            self._layers = int(config.get("num_hidden_layers", 6))
-            self._eps = float(config.get("layer_norm_eps", 1e-12))
+            self._heads = _setting(config, "num_attention_heads", 12, int)
+            self._layers = _setting(config, "num_hidden_layers", 6, int)
+            self._eps = float(_setting(config, "layer_norm_eps", 1e-12, int | float))
             weights = load_file(str(folder / "model.safetensors"))
             tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as exc:  # a damaged file: whatever json, safetensors or tokenizers raise
@@ -140,10 +151,54 @@ class MiniLMEmbedder:
         for name, value in self._w.items():
             if name.startswith("encoder.") and value.ndim == 2:
                 self._w[name] = np.ascontiguousarray(self._w[name].T)
+        self._check_shape(folder, tokenizer.get_vocab_size())
         tokenizer.no_padding()
         tokenizer.enable_truncation(self.max_tokens)
         self._tokenizer = tokenizer
         self._lock = threading.Lock()
+
+    def _check_shape(self, folder: Path, vocabulary: int) -> None:
+        """Refuse (`InvalidInput`) a config.json, weights and tokenizer that do not make
+        a model of this shape: each was found only by the first embedding, as a raw
+        ZeroDivisionError, ValueError, KeyError or IndexError, or not at all (vectors
+        of NaN from an epsilon of NaN; vectors from the first layers only, from a
+        count of layers below the weights')."""
+        stored = {
+            int(name.split(".")[2]) + 1
+            for name in self._w
+            if name.startswith("encoder.layer.") and name.split(".")[2].isdigit()
+        }
+        heads, layers, eps = self._heads, self._layers, self._eps
+        words = len(self._w["embeddings.word_embeddings.weight"])
+        places = len(self._w["embeddings.position_embeddings.weight"])
+        wrong = (
+            f"{heads} attention heads, which do not divide its {self.dimensions} dimensions"
+            if not 1 <= heads <= self.dimensions or self.dimensions % heads
+            else f"{layers} layers, where its weights hold {max(stored, default=0)}"
+            if layers != max(stored, default=0) or layers < 1
+            else f"a layer norm epsilon of {eps}, which is no small positive number"
+            if not 0 < eps < 1
+            else f"{words} word embeddings for the {vocabulary} word pieces of its tokenizer"
+            if words < vocabulary
+            else f"{places} positions, where texts are cut at {self.max_tokens} word pieces"
+            if places < self.max_tokens
+            else None
+        )
+        if wrong is None:
+            # One word through every layer: weights of the wrong shape fail here, once.
+            try:
+                probe = self._forward(np.zeros((1, 1), np.int64), np.ones((1, 1), np.float32))
+            except Exception as exc:
+                wrong = f"weights that do not fit together ({type(exc).__name__}: {exc})"
+            else:
+                if probe.shape != (1, self.dimensions):
+                    wrong = f"weights that make vectors of {probe.shape[-1]} numbers"
+                elif not np.isfinite(probe).all():
+                    wrong = "weights that make vectors of NaN"
+        if wrong is not None:
+            raise InvalidInput(
+                f"the model at {folder} is no all-MiniLM-L6-v2: it has {wrong}: {_INSTALL_HINT}"
+            )
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         """One normalised float32 vector per text, shape (len(texts), 384)."""

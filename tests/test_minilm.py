@@ -144,3 +144,115 @@ def test_laser_minilm_dir_names_the_model_folder(tmp_path: Path, monkeypatch):
         MiniLMEmbedder()
     monkeypatch.setenv("LASER_MINILM_DIR", "")
     assert default_model_dir() != tmp_path
+
+
+def _model_with_config(tmp_path: Path, change: dict) -> Path:
+    """The installed model's files (linked, not copied) with ``change`` in its config."""
+    from laser_memory.minilm import default_model_dir
+
+    source = default_model_dir()
+    assert source is not None
+    for name in ("tokenizer.json", "model.safetensors"):
+        (tmp_path / name).symlink_to(source / name)
+    config = json.loads((source / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        # A raw ZeroDivisionError at the first embedding.
+        ({"num_attention_heads": 0}, "0 attention heads, which do not divide"),
+        # A raw ValueError from a reshape at the first embedding.
+        ({"num_attention_heads": 5}, "5 attention heads"),
+        # A raw KeyError for layer 6's weights at the first embedding.
+        ({"num_hidden_layers": 7}, "7 layers, where its weights hold 6"),
+        # Vectors from the embeddings alone, or from the first layers: no error at all.
+        ({"num_hidden_layers": -1}, "-1 layers, where its weights hold 6"),
+        ({"num_hidden_layers": 5}, "5 layers, where its weights hold 6"),
+        # Every vector NaN.
+        ({"layer_norm_eps": float("nan")}, "epsilon of nan"),
+        # Read as numbers: 1 head, and 12.
+        ({"num_attention_heads": True}, "num_attention_heads is True"),
+        ({"num_attention_heads": "12"}, "num_attention_heads is '12'"),
+        ({"layer_norm_eps": "1e-12"}, "layer_norm_eps is '1e-12'"),
+    ],
+)
+def test_a_config_that_does_not_fit_the_weights_is_refused_when_made(tmp_path, change, says):
+    with pytest.raises(lm.InvalidInput, match=says):
+        MiniLMEmbedder(_model_with_config(tmp_path, change))
+
+
+def _tiny_model(
+    tmp_path: Path,
+    hidden: int,
+    query_columns: int,
+    *,
+    nan: bool = False,
+    words: int = 30522,
+    places: int = 256,
+) -> Path:
+    """A one-layer model of ``hidden`` numbers a token, its query weight
+    ``query_columns`` wide, ``words`` word embeddings and ``places`` positions (and a
+    NaN in its word embeddings if ``nan``), with the installed tokenizer."""
+    from safetensors.numpy import save_file
+
+    from laser_memory.minilm import default_model_dir
+
+    source = default_model_dir()
+    assert source is not None
+    rng = np.random.default_rng(0)
+
+    def weights(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    tensors = {
+        "embeddings.word_embeddings.weight": weights(words, hidden),
+        "embeddings.position_embeddings.weight": weights(places, hidden),
+        "embeddings.token_type_embeddings.weight": weights(2, hidden),
+        "embeddings.LayerNorm.weight": weights(hidden),
+        "embeddings.LayerNorm.bias": weights(hidden),
+    }
+    for name, rows, columns in (
+        ("attention.self.query", query_columns, hidden),
+        ("attention.self.key", hidden, hidden),
+        ("attention.self.value", hidden, hidden),
+        ("attention.output.dense", hidden, hidden),
+        ("intermediate.dense", 2 * hidden, hidden),
+        ("output.dense", hidden, 2 * hidden),
+    ):
+        tensors[f"encoder.layer.0.{name}.weight"] = weights(rows, columns)
+        tensors[f"encoder.layer.0.{name}.bias"] = weights(rows)
+    for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+        tensors[f"encoder.layer.0.{norm}.weight"] = weights(hidden)
+        tensors[f"encoder.layer.0.{norm}.bias"] = weights(hidden)
+    if nan:
+        tensors["embeddings.word_embeddings.weight"][0, 0] = np.nan
+    tmp_path.mkdir()
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "tokenizer.json").symlink_to(source / "tokenizer.json")
+    config = {"num_attention_heads": 2, "num_hidden_layers": 1, "layer_norm_eps": 1e-12}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_weights_of_another_shape_are_refused_when_made(tmp_path: Path):
+    """A model of 8 numbers a token made vectors that did not fit the 384 columns of
+    every answer (a raw ValueError at the first embedding); one whose query weight is
+    the wrong width failed inside its first layer the same way; a NaN among the weights
+    made every vector NaN."""
+    with pytest.raises(lm.InvalidInput, match="make vectors of 8 numbers"):
+        MiniLMEmbedder(_tiny_model(tmp_path / "small", 8, 8))
+    with pytest.raises(lm.InvalidInput, match="weights that do not fit together"):
+        MiniLMEmbedder(_tiny_model(tmp_path / "odd", 8, 6))
+    # Text with a word piece past the embeddings was a raw IndexError.
+    with pytest.raises(lm.InvalidInput, match="4 word embeddings for the 30522 word pieces"):
+        MiniLMEmbedder(_tiny_model(tmp_path / "few", 8, 8, words=4))
+    with pytest.raises(lm.InvalidInput, match="8 positions, where texts are cut at 256"):
+        MiniLMEmbedder(_tiny_model(tmp_path / "short", 8, 8, places=8))
+    with pytest.raises(lm.InvalidInput, match="make vectors of NaN"):
+        MiniLMEmbedder(_tiny_model(tmp_path / "nan", 384, 384, nan=True))
+    assert MiniLMEmbedder(_tiny_model(tmp_path / "fine", 384, 384)).embed_many(["a"]).shape == (
+        1, 384
+    )  # fmt: skip
