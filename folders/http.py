@@ -242,7 +242,9 @@ class ViewServer:
         ranking: dict[str, Any] = {}
         if embedder is not None and text and text.strip() and strategy != "recent":
             if strategy != "keyword":
-                ranking["query_vector"] = (await embed_texts(embedder, [text]))[0]
+                ranking["query_vector"] = (
+                    await embed_texts(embedder, [text], then="nothing was recalled")
+                )[0]
                 ranking["embedder"] = embedder.label
                 where = msgspec.structs.replace(where, embedder=embedder.label)
         items = await self._off_loop(

@@ -159,9 +159,13 @@ _KIND_NAMES = {
 }
 
 
-async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+async def embed_texts(
+    embedder: Embedder, texts: Sequence[str], *, then: str = "nothing was written"
+) -> np.ndarray:
     """Embed texts in one call; a (len(texts), dimensions) float32 array. Whatever the
-    model does wrong (raises, returns the wrong shape, NaN) is `EmbeddingFailed`."""
+    model does wrong (raises, returns the wrong shape, NaN) is `EmbeddingFailed`, its
+    message ending with ``then``: what the caller did not do for it (a read says so,
+    not that nothing was written)."""
     try:
         if inspect.iscoroutinefunction(embedder.embed_many):
             result = await embedder.embed_many(list(texts))
@@ -172,17 +176,16 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
         vectors = real_numbers(result)
     except Exception as exc:
         raise EmbeddingFailed(
-            f"the embedder {embedder.label} failed: {type(exc).__name__}: {exc}; nothing was "
-            "written"
+            f"the embedder {embedder.label} failed: {type(exc).__name__}: {exc}; {then}"
         ) from exc
     expected = (len(texts), embedder.dimensions)
     if vectors.shape != expected:
         raise EmbeddingFailed(
             f"the embedder {embedder.label} returned vectors of shape {vectors.shape}, not "
-            f"{expected}; nothing was written"
+            f"{expected}; {then}"
         )
     if not np.all(np.isfinite(vectors)):
-        raise EmbeddingFailed(f"the embedder {embedder.label} returned a non-finite value")
+        raise EmbeddingFailed(f"the embedder {embedder.label} returned a non-finite value; {then}")
     return vectors
 
 

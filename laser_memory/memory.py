@@ -1064,7 +1064,8 @@ class MemoryHandle:
             and text.strip()
             and self._embedder is not None
         ):
-            query_vector = (await embed_texts(self._embedder, [text]))[0]
+            vectors = await embed_texts(self._embedder, [text], then="nothing was recalled")
+            query_vector = vectors[0]
         if query_vector is not None or (
             strategy == "keyword" and text and self._embedder is not None
         ):

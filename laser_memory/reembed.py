@@ -59,7 +59,9 @@ async def reembed(
     for start in range(0, len(missing), batch_size):
         batch = missing[start : start + batch_size]
         texts = [record.body.decode("utf-8", "replace") for _, record in batch]
-        vectors = await embed_texts(embedder, texts)
+        vectors = await embed_texts(
+            embedder, texts, then="the batches before this one were written; run it again to go on"
+        )
         await memory._write(
             [
                 Embedded(

@@ -221,9 +221,24 @@ async def test_a_failing_embedder_writes_nothing(embedded: lm.Laser, embed):
 
     memory = embedded.memory("notes", embedder=Broken())
     before = await embedded.log.end_offsets(memory.topic)
-    with pytest.raises(lm.EmbeddingFailed, match="test/broken"):
+    with pytest.raises(lm.EmbeddingFailed, match=r"test/broken.*; nothing was written$"):
         await memory.remember_many(["a", "b"])
     assert await embedded.log.end_offsets(memory.topic) == before
+
+
+async def test_a_failing_embedder_of_a_read_says_nothing_was_recalled(embedded: lm.Laser):
+    """It said nothing was written, as a write does."""
+
+    class Broken(WordHashEmbedder):
+        label = "test/broken"
+
+        def embed_many(self, texts):
+            return [[float("nan")] * 64 for _ in texts]
+
+    memory = embedded.memory("notes", embedder=Broken())
+    for strategy in ("semantic", "hybrid"):
+        with pytest.raises(lm.EmbeddingFailed, match=r"non-finite value; nothing was recalled$"):
+            await memory.recall(text="a", strategy=strategy)
 
 
 async def test_embedding_checks_and_an_async_embedder(embedded: lm.Laser):

@@ -1624,7 +1624,7 @@ class LaserStore(BaseStore):
             keyword = bm25(query_terms, documents, TermStatistics.of(documents, query_terms))
         semantic = has_vector = None
         if self._queries is not None:
-            q = (await embed_texts(self._queries, [query]))[0]
+            q = (await embed_texts(self._queries, [query], then="nothing was searched"))[0]
             semantic = np.zeros(len(candidates), dtype=np.float64)
             has_vector = np.zeros(len(candidates), dtype=bool)
             if whole is not None:
