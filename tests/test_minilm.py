@@ -256,3 +256,17 @@ def test_weights_of_another_shape_are_refused_when_made(tmp_path: Path):
     assert MiniLMEmbedder(_tiny_model(tmp_path / "fine", 384, 384)).embed_many(["a"]).shape == (
         1, 384
     )  # fmt: skip
+
+
+def test_one_text_a_batch_gives_the_same_vectors(minilm: MiniLMEmbedder):
+    texts = REFERENCE["texts"][:3]
+    alone = MiniLMEmbedder(batch_size=1).embed_many(texts)
+    assert np.allclose(alone, minilm.embed_many(texts), atol=1e-5)
+
+
+def test_without_the_tokenizer_installed_the_error_says_how_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # its import fails
+    with pytest.raises(lm.InvalidInput, match="MiniLMEmbedder needs tokenizers: install"):
+        MiniLMEmbedder()
