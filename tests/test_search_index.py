@@ -602,6 +602,8 @@ async def test_search_cache_bytes_bounds_the_caches_of_both_readers(tmp_path: Pa
         opened.close()
     with pytest.raises(lm.ConfigError, match="search_cache_bytes"):
         lm.MemoryConfig(search_cache_bytes=0)
+    # The README's default, written as it says it.
+    assert lm.MemoryConfig().search_cache_bytes == 16 * 1024 * 1024
 
 
 def test_a_restored_index_scores_from_the_snapshots_own_arrays():
