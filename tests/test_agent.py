@@ -438,6 +438,23 @@ async def test_an_agent_started_again_after_stop_listens_anew(laser: lm.Laser):
         await agent.stop()
 
 
+async def test_drain_waits_only_for_what_an_agent_listens_to(laser: lm.Laser):
+    """Messages sent before an agent started are not its to handle: a drain right after
+    it starts returns at once, not after waiting for them until its timeout."""
+    for n in range(8):
+        await laser.send_to_agent("triage", f"before {n}", conversation=f"c-{n}")
+    got: list[bytes] = []
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: got.append(m.payload))
+    try:
+        await agent.ready()
+        await agent.drain(timeout=5)
+        await laser.send_to_agent("triage", "after", conversation="c-0")
+        await agent.drain(timeout=20)
+        assert got == [b"after"]
+    finally:
+        await agent.stop()
+
+
 async def test_two_starts_at_once_make_one_listener_and_a_stop_meanwhile_wins(laser: lm.Laser):
     """`start` looks up the topic's end before it listens: a second `start` made while
     the first looked, or a `stop`, must not leave two listeners or a stopped agent
