@@ -270,3 +270,15 @@ def test_without_the_tokenizer_installed_the_error_says_how_to_install(monkeypat
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # its import fails
     with pytest.raises(lm.InvalidInput, match="MiniLMEmbedder needs tokenizers: install"):
         MiniLMEmbedder()
+
+
+def test_a_model_without_config_json_takes_all_minilm_l6_v2s_shape(tmp_path, minilm):
+    """Its 12 heads, 6 layers and epsilon: the same vectors as with the config."""
+    from laser_memory.minilm import default_model_dir
+
+    source = default_model_dir()
+    assert source is not None
+    for name in ("tokenizer.json", "model.safetensors"):
+        (tmp_path / name).symlink_to(source / name)
+    texts = REFERENCE["texts"][:2]
+    assert np.allclose(MiniLMEmbedder(tmp_path).embed_many(texts), minilm.embed_many(texts))
