@@ -1833,3 +1833,32 @@ def test_term_groups_made_in_bulk_are_the_groups_add_makes(entries):
     )  # fmt: skip
     assert [a.tobytes() for a in bulk.slots] == [a.tobytes() for a in one.slots]
     assert [a.tobytes() for a in bulk.generations] == [a.tobytes() for a in one.generations]
+
+
+def test_the_term_cache_keeps_the_most_recently_used_within_its_budget():
+    """What bounds a reader's memory (`search_cache_bytes`): entries go least recently
+    used first once the bytes pass the budget, the newest always stays, a get counts as
+    a use, and a smaller budget lets go at once. A view of a mapped snapshot costs the
+    cache 256 bytes, an array of its own its bytes and 256."""
+    from laser_memory.index_arrays import TermCache
+
+    cache = TermCache(1000)
+    assert (len(cache), cache.size, cache.get("a")) == (0, 0, None)
+    for term in "abc":
+        cache.put(term, term.upper(), 300)
+    assert (len(cache), cache.size) == (3, 900)
+    assert cache.get("a") == "A"  # now the most recently used
+    cache.put("d", "D", 300)  # 1200 bytes: b, the least recently used, goes
+    assert (cache.get("b"), cache.size, len(cache)) == (None, 900, 3)
+    cache.put("c", "C2", 100)  # put again: replaced, counted once
+    assert (cache.get("c"), cache.size) == ("C2", 700)
+    cache.put("huge", "H", 5000)  # past the budget alone: kept, the rest go
+    assert (len(cache), cache.size, cache.get("huge")) == (1, 5000, "H")
+    cache.resize(4999)
+    assert (len(cache), cache.size) == (0, 0)
+    cache.put("e", "E", 10)
+    cache.pop("e")
+    cache.pop("e")  # absent: nothing to take back
+    assert (len(cache), cache.size) == (0, 0)
+    own = np.zeros(100, dtype=np.int32)
+    assert TermCache.owned_bytes(own, own[10:]) == 400 + 256 + 256
