@@ -607,3 +607,17 @@ def test_session_messages_of_version_1_keep_decoding_and_encode_the_same(name, r
     assert encode_session(record).value == raw
     fields = msgspec.msgpack.decode(raw)
     assert (fields["op"], fields["v"]) == ("session.message", 1)
+
+
+def test_an_agent_never_stopped_warns(tmp_path):
+    """As a log never stopped does: its listener was cancelled with the loop, unseen."""
+    import gc
+
+    async def leak() -> None:
+        async with lm.connect(f"local://{tmp_path}", stream="s") as laser:
+            agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lambda m: None)
+            await agent.ready()
+
+    with pytest.warns(ResourceWarning, match="agent 'triage' was never stopped; await agent.stop"):
+        asyncio.run(leak())
+        gc.collect()
