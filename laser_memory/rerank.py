@@ -29,7 +29,13 @@ import numpy as np
 from .embedding import real_numbers
 from .errors import InvalidInput, RerankFailed, shown
 from .items import MemoryItem, Signal
-from .recall import MAX_LIMIT, query_text, to_context_block, validate_limit
+from .recall import (
+    MAX_LIMIT,
+    query_text,
+    to_context_block,
+    validate_limit,
+    validate_token_budget,
+)
 
 if TYPE_CHECKING:
     from .memory import MemoryHandle
@@ -130,6 +136,9 @@ class RerankedMemory:
         text = query_text(text)
         if not isinstance(block, bool):
             raise InvalidInput(f"block is True or False, got a {type(block).__name__}")
+        # Checked here too: a reranked recall without a block never formats one, so a
+        # bad budget passed there and failed only the same call without text.
+        validate_token_budget(token_budget)
         if not text or not text.strip() or strategy == "recent" or limit == 0:
             return await self.inner.recall(
                 text=text, strategy=strategy, limit=limit, block=block,

@@ -108,6 +108,9 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
     for depth in (0, True, 1001, "5"):
         with pytest.raises(lm.InvalidInput, match="depth"):
             memory.reranker(ShortestFirst(), depth=depth)
+    assert memory.reranker(ShortestFirst(), depth=1000).depth == 1000  # recall's most
+    # A function names itself in the handle's repr (and in a failure's message).
+    assert repr(lm.RerankedMemory(memory, longest_first)).endswith(", longest_first, depth=50)")
     with pytest.raises(lm.InvalidInput, match="rerank"):
         memory.reranker(object())
     # It wraps a handle (or a reranked one): the connection or a namespace's name was a
@@ -126,6 +129,9 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
         ({"text": b"keys"}, "text must be a string"),
         ({"text": "keys", "block": "yes"}, "block is True or False"),
         ({"text": "keys", "block": 1}, "block is True or False"),
+        # Taken without a block (none was formatted); refused without text.
+        ({"text": "keys", "token_budget": -5}, "token_budget must be a whole number"),
+        ({"text": "keys", "token_budget": "x"}, "token_budget must be a whole number"),
     ],
 )
 async def test_a_reranked_recall_refuses_what_recall_refuses(tmp_path, arguments, says):
