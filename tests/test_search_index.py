@@ -1860,5 +1860,14 @@ def test_the_term_cache_keeps_the_most_recently_used_within_its_budget():
     cache.pop("e")
     cache.pop("e")  # absent: nothing to take back
     assert (len(cache), cache.size) == (0, 0)
+    # Exactly the budget is within it.
+    cache.resize(5000)
+    for term in "fg":
+        cache.put(term, term, 2500)
+    assert (len(cache), cache.size) == (2, 5000)
+    cache.resize(5000)
+    assert (len(cache), cache.size) == (2, 5000)
+    cache.clear()
+    assert (len(cache), cache.size, cache.get("f")) == (0, 0, None)
     own = np.zeros(100, dtype=np.int32)
     assert TermCache.owned_bytes(own, own[10:]) == 400 + 256 + 256
