@@ -621,3 +621,27 @@ def test_an_agent_never_stopped_warns(tmp_path):
     with pytest.warns(ResourceWarning, match="agent 'triage' was never stopped; await agent.stop"):
         asyncio.run(leak())
         gc.collect()
+
+
+async def test_stop_returns_once_the_message_being_handled_is_cancelled(laser: lm.Laser):
+    """Nothing of the agent runs after `stop` returns: a handler mid-message has been
+    cancelled and has finished its cleanup by then."""
+    started = asyncio.Event()
+    ended: list[str] = []
+
+    async def slow(message: lm.AgentMessage) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append(message.text)
+
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, slow)
+    try:
+        await agent.ready()
+        await laser.send_to_agent("triage", "long")
+        await asyncio.wait_for(started.wait(), 20)
+        await agent.stop()
+        assert ended == ["long"] and agent.handled == 0
+    finally:
+        await agent.stop()
