@@ -5,6 +5,7 @@ folded and managed recall, over both logs."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from pathlib import Path
 
@@ -389,3 +390,38 @@ async def test_min_similarity_takes_its_bounds(embedded: lm.Laser, tmp_path):
     # The same words: 1.0, or a rounding under it where float32 sums round so.
     assert [i.id for i in exact] in ([same], [])
     assert len(await _both_ways(embedded, tmp_path, min_similarity=-1.0, **query)) == 2
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"embed_many": None}, "an embedder has an embed_many"),
+        ({"label": None}, "label is '<provider>/<model>'"),
+        ({"label": "no-provider"}, "label is '<provider>/<model>'"),
+        ({"dimensions": 0}, "dimensions are 1 to 65536, got 0"),
+        ({"dimensions": 65537}, "dimensions are 1 to 65536, got 65537"),
+        ({"dimensions": True}, "dimensions are 1 to 65536, got True"),
+        ({"dimensions": 64.0}, "dimensions are 1 to 65536, got 64.0"),
+    ],
+)
+async def test_what_is_no_embedder_is_refused_when_given(tmp_path, changes, says):
+    """To a connection and to a handle, before anything is embedded or written."""
+
+    class Odd(lm.WordHashEmbedder):
+        pass
+
+    for name, value in changes.items():
+        setattr(Odd, name, value)
+    with pytest.raises(lm.InvalidInput, match=re.escape(says)):
+        lm.connect(f"local://{tmp_path}", embedder=Odd())
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        with pytest.raises(lm.InvalidInput, match=re.escape(says)):
+            laser.memory("notes", embedder=Odd())
+
+
+def test_the_largest_and_smallest_embedders_are_taken():
+    from laser_memory.embedding import validate_embedder
+
+    for dimensions in (1, 65536):
+        wide = type("Wide", (lm.WordHashEmbedder,), {"dimensions": dimensions})()
+        assert validate_embedder(wide) is wide
