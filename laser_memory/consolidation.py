@@ -1,4 +1,5 @@
-"""Consolidation: keeping a scope's memory small (`MemoryHandle.consolidate`).
+"""Consolidation: keeping a scope's memory small (`MemoryHandle.consolidate`, which runs
+`consolidate` here).
 
 The default pass looks at the newest `WINDOW` items of the scope in arrival order,
 keeps the newest ``max_items`` of them and forgets the rest (``max_items=0`` forgets
@@ -20,17 +21,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
 from .errors import InvalidInput, SummarizeFailed, shown
+from .ids import MemoryId
+from .items import MemoryItem
+from .kinds import MemoryKind
+from .records import Forget, MemoryRecord, Remember
+
+if TYPE_CHECKING:
+    from .memory import MemoryHandle
 
 __all__ = [
     "WINDOW",
     "ConsolidationReport",
     "Consolidator",
     "Summarizer",
+    "consolidate",
     "summarize",
     "validate_max_items",
 ]
@@ -110,3 +119,86 @@ async def summarize(call: Callable[[list[bytes]], Any], bodies: Sequence[bytes])
             "must return a non-empty str or bytes"
         )
     return body
+
+
+async def consolidate(
+    memory: MemoryHandle,
+    max_items: int,
+    *,
+    conversation: str | None,
+    agent: str | None,
+    user: str | None,
+    application: str | None,
+    tenant: str | None,
+    summarizer: Any,
+    prune_summarized: bool,
+) -> ConsolidationReport:
+    """`MemoryHandle.consolidate`: one pass over a scope of ``memory``."""
+    memory._check_read()
+    memory._check_publish()
+    tenant = memory._tenant(tenant)
+    validate_max_items(max_items)
+    if not isinstance(prune_summarized, bool):
+        raise InvalidInput(f"prune_summarized is True or False, got {shown(prune_summarized)}")
+    call = summarizer_call(summarizer) if summarizer is not None else None
+    conversation = memory._conversation(conversation)
+    where = memory._where(tenant, conversation, agent, user, application)
+    info = await memory._topic_info()
+    if info is None:
+        return ConsolidationReport()
+    state = await memory._reader.catch_up()
+    # What this pass read, taken now: a recall of this handle while the summarizer
+    # runs may fold further, and the forgets must not end what the pass never saw.
+    seen = memory._folded(info.partitions)
+    window = state.recall(where, strategy="recent", limit=WINDOW)
+    doomed = {item.id.bytes: item for item in window[max_items:]}
+    summaries: list[Remember] = []
+    summarized = 0
+    if call is not None:
+        threads: dict[str | None, list[MemoryItem]] = {}
+        for item in reversed(window):  # oldest first: a transcript's order
+            if item.kind is MemoryKind.MESSAGE:
+                threads.setdefault(item.scope.conversation, []).append(item)
+        for thread, messages in threads.items():
+            body = await summarize(call, [m.body for m in messages])
+            # The summary's id comes from the messages it folds, so two workers that
+            # consolidate the same window at once write one item, not two.
+            summary_id = MemoryId.content(
+                MemoryKind.SUMMARY,
+                b"laser-memory/consolidate\0" + b"".join(sorted(m.id.bytes for m in messages)),
+                stream=memory.stream,
+                tenant=tenant,
+                agent=agent,
+                user=user,
+                application=application,
+            )
+            summaries.append(
+                memory._remembers.record(
+                    {
+                        "body": body,
+                        "kind": "summary",
+                        "durable": True,
+                        "conversation": thread,
+                        "tenant": tenant,
+                        "agent": agent,
+                        "user": user,
+                        "application": application,
+                        "producer": ("laser-memory/consolidate", "1"),
+                    },
+                    memory_id=summary_id,
+                )
+            )
+            summarized += len(messages)
+            if prune_summarized:
+                doomed.update((m.id.bytes, m) for m in messages)
+    forgets: list[Forget] = []
+    if doomed:
+        scope = memory._scope(conversation=conversation, tenant=tenant)
+        forgets = [
+            Forget(ns=memory.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
+            for raw_id in doomed
+        ]
+    records: list[MemoryRecord] = [*await memory._remembers.embedded(summaries), *forgets]
+    if records:
+        await memory._write(records)
+    return ConsolidationReport(summarized=summarized, pruned=len(forgets))

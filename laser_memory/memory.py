@@ -80,7 +80,6 @@ from .records import (
     NamedSet,
     Origin,
     Producer,
-    Remember,
 )
 from .retention import Age
 from .scope import MemoryScope
@@ -547,28 +546,7 @@ class MemoryHandle:
         >>> await memory.purge(timedelta(days=90))                    # doctest: +SKIP
         1000
         """
-        self._check_read()
-        self._check_publish()
-        before_ms = retention.cutoff_ms(older_than, self._laser.clock)
-        retention.validate_purge_limit(limit)
-        scope = self._scope(tenant=tenant)  # checks the tenant before anything is read
-        info = await self._topic_info()
-        if info is None:
-            return 0
-        state = await self._reader.catch_up()
-        seen = self._folded(info.partitions)
-        oldest = state.last_written(
-            scope.tenant, before_ms=before_ms, limit=limit, conversation=scope.conversation
-        )
-        if not oldest:
-            return 0
-        await self._write(
-            [
-                Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
-                for raw_id in oldest
-            ]
-        )
-        return len(oldest)
+        return await retention.purge(self, older_than, tenant=tenant, limit=limit)
 
     async def forget_expired(self, *, tenant: str | None = None, limit: int = 1000) -> int:
         """Write the forgets of items whose remembers expired (``expires_at`` or
@@ -582,35 +560,7 @@ class MemoryHandle:
         >>> await memory.forget_expired()                              # doctest: +SKIP
         0
         """
-        self._check_read()
-        self._check_publish()
-        retention.validate_purge_limit(limit)
-        scope = self._scope(tenant=tenant)
-        info = await self._topic_info()
-        if info is None:
-            return 0
-        state = await self._reader.catch_up()
-        seen = self._folded(info.partitions)
-        due = state.expired(
-            scope.tenant,
-            now_ms=self._laser.clock.now_ms(),
-            limit=limit,
-            conversation=scope.conversation,
-        )
-        forgets = [
-            Forget(
-                ns=self.namespace,
-                scope=msgspec.structs.replace(scope, conversation=conversation),
-                target=raw_id,
-                seen=seen,
-                only_seen=True,
-            )
-            for raw_id, conversations in due
-            for conversation in conversations
-        ]
-        if forgets:
-            await self._write(forgets)
-        return len(due)
+        return await retention.forget_expired(self, tenant=tenant, limit=limit)
 
     async def consolidate(
         self,
@@ -633,74 +583,17 @@ class MemoryHandle:
 
         >>> report = await memory.consolidate(100, conversation="c-1")  # doctest: +SKIP
         """
-        self._check_read()
-        self._check_publish()
-        tenant = self._tenant(tenant)
-        consolidation.validate_max_items(max_items)
-        if not isinstance(prune_summarized, bool):
-            raise InvalidInput(f"prune_summarized is True or False, got {shown(prune_summarized)}")
-        call = consolidation.summarizer_call(summarizer) if summarizer is not None else None
-        conversation = self._conversation(conversation)
-        where = self._where(tenant, conversation, agent, user, application)
-        info = await self._topic_info()
-        if info is None:
-            return ConsolidationReport()
-        state = await self._reader.catch_up()
-        # What this pass read, taken now: a recall of this handle while the summarizer
-        # runs may fold further, and the forgets must not end what the pass never saw.
-        seen = self._folded(info.partitions)
-        window = state.recall(where, strategy="recent", limit=consolidation.WINDOW)
-        doomed = {item.id.bytes: item for item in window[max_items:]}
-        summaries: list[Remember] = []
-        summarized = 0
-        if call is not None:
-            threads: dict[str | None, list[MemoryItem]] = {}
-            for item in reversed(window):  # oldest first: a transcript's order
-                if item.kind is MemoryKind.MESSAGE:
-                    threads.setdefault(item.scope.conversation, []).append(item)
-            for thread, messages in threads.items():
-                body = await consolidation.summarize(call, [m.body for m in messages])
-                # The summary's id comes from the messages it folds, so two workers that
-                # consolidate the same window at once write one item, not two.
-                summary_id = MemoryId.content(
-                    MemoryKind.SUMMARY,
-                    b"laser-memory/consolidate\0" + b"".join(sorted(m.id.bytes for m in messages)),
-                    stream=self.stream,
-                    tenant=tenant,
-                    agent=agent,
-                    user=user,
-                    application=application,
-                )
-                summaries.append(
-                    self._remembers.record(
-                        {
-                            "body": body,
-                            "kind": "summary",
-                            "durable": True,
-                            "conversation": thread,
-                            "tenant": tenant,
-                            "agent": agent,
-                            "user": user,
-                            "application": application,
-                            "producer": ("laser-memory/consolidate", "1"),
-                        },
-                        memory_id=summary_id,
-                    )
-                )
-                summarized += len(messages)
-                if prune_summarized:
-                    doomed.update((m.id.bytes, m) for m in messages)
-        forgets: list[Forget] = []
-        if doomed:
-            scope = self._scope(conversation=conversation, tenant=tenant)
-            forgets = [
-                Forget(ns=self.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
-                for raw_id in doomed
-            ]
-        records: list[MemoryRecord] = [*await self._remembers.embedded(summaries), *forgets]
-        if records:
-            await self._write(records)
-        return ConsolidationReport(summarized=summarized, pruned=len(forgets))
+        return await consolidation.consolidate(
+            self,
+            max_items,
+            conversation=conversation,
+            agent=agent,
+            user=user,
+            application=application,
+            tenant=tenant,
+            summarizer=summarizer,
+            prune_summarized=prune_summarized,
+        )
 
     async def set(
         self, key: str, body: str | bytes | dict | list, *, tenant: str | None = None

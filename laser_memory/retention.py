@@ -1,5 +1,6 @@
-"""Retention: forgetting what was last written long ago, by hand (`MemoryHandle.purge`)
-or on a timer (`RetentionDriver`).
+"""Retention: forgetting what was last written long ago, by hand (`MemoryHandle.purge`,
+which runs `purge` here, as `MemoryHandle.forget_expired` runs `forget_expired`) or on a
+timer (`RetentionDriver`).
 
 A pass forgets, oldest first, the live items whose latest record (remember,
 feedback, embedded vector) was appended before a cutoff, at most ``limit`` of them,
@@ -18,16 +19,27 @@ import datetime
 import math
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from .access import resolve_tenant
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ConfigError, InvalidInput, shown
 from .inputs import aware_millis
 from .periodic import PeriodicPass
+from .records import Forget
 
 if TYPE_CHECKING:
     from .memory import MemoryHandle
 
-__all__ = ["MAX_AGE_S", "MAX_PURGE", "RetentionDriver", "cutoff_ms", "validate_purge_limit"]
+__all__ = [
+    "MAX_AGE_S",
+    "MAX_PURGE",
+    "RetentionDriver",
+    "cutoff_ms",
+    "forget_expired",
+    "purge",
+    "validate_purge_limit",
+]
 
 #: The most items one pass forgets (its forgets go in one batch).
 MAX_PURGE = 10_000
@@ -69,6 +81,67 @@ def validate_purge_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PURGE:
         raise InvalidInput(f"limit is a whole number from 1 to {MAX_PURGE}, got {shown(limit)}")
     return limit
+
+
+async def purge(memory: MemoryHandle, older_than: Age, *, tenant: str | None, limit: int) -> int:
+    """`MemoryHandle.purge`: forget ``memory``'s items last written before the cutoff,
+    oldest first, at most ``limit``; returns how many."""
+    memory._check_read()
+    memory._check_publish()
+    before_ms = cutoff_ms(older_than, memory._laser.clock)
+    validate_purge_limit(limit)
+    scope = memory._scope(tenant=tenant)  # checks the tenant before anything is read
+    info = await memory._topic_info()
+    if info is None:
+        return 0
+    state = await memory._reader.catch_up()
+    seen = memory._folded(info.partitions)
+    oldest = state.last_written(
+        scope.tenant, before_ms=before_ms, limit=limit, conversation=scope.conversation
+    )
+    if not oldest:
+        return 0
+    await memory._write(
+        [
+            Forget(ns=memory.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
+            for raw_id in oldest
+        ]
+    )
+    return len(oldest)
+
+
+async def forget_expired(memory: MemoryHandle, *, tenant: str | None, limit: int) -> int:
+    """`MemoryHandle.forget_expired`: write the forgets of ``memory``'s items whose
+    remembers expired, oldest expiry first, at most ``limit``; returns how many."""
+    memory._check_read()
+    memory._check_publish()
+    validate_purge_limit(limit)
+    scope = memory._scope(tenant=tenant)
+    info = await memory._topic_info()
+    if info is None:
+        return 0
+    state = await memory._reader.catch_up()
+    seen = memory._folded(info.partitions)
+    due = state.expired(
+        scope.tenant,
+        now_ms=memory._laser.clock.now_ms(),
+        limit=limit,
+        conversation=scope.conversation,
+    )
+    forgets = [
+        Forget(
+            ns=memory.namespace,
+            scope=msgspec.structs.replace(scope, conversation=conversation),
+            target=raw_id,
+            seen=seen,
+            only_seen=True,
+        )
+        for raw_id, conversations in due
+        for conversation in conversations
+    ]
+    if forgets:
+        await memory._write(forgets)
+    return len(due)
 
 
 class RetentionDriver(PeriodicPass):
