@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -30,6 +30,7 @@ from .records import Forget
 
 if TYPE_CHECKING:
     from .memory import MemoryHandle
+    from .scope import MemoryScope
 
 __all__ = [
     "MAX_AGE_S",
@@ -83,19 +84,32 @@ def validate_purge_limit(limit: int) -> int:
     return limit
 
 
+async def _folded_for_forgets(
+    memory: MemoryHandle, tenant: str | None, limit: int
+) -> tuple[MemoryScope, Any, tuple[int, ...]] | None:
+    """What a pass that writes forgets starts from, once the caller's grants and the
+    arguments are checked and before anything is read: the scope it acts in, the
+    handle's fold caught up, and how far that fold had read each partition (each
+    forget ends only what it saw). None when the topic does not exist yet."""
+    validate_purge_limit(limit)
+    scope = memory._scope(tenant=tenant)
+    info = await memory._topic_info()
+    if info is None:
+        return None
+    state = await memory._reader.catch_up()
+    return scope, state, memory._folded(info.partitions)
+
+
 async def purge(memory: MemoryHandle, older_than: Age, *, tenant: str | None, limit: int) -> int:
     """`MemoryHandle.purge`: forget ``memory``'s items last written before the cutoff,
     oldest first, at most ``limit``; returns how many."""
     memory._check_read()
     memory._check_publish()
     before_ms = cutoff_ms(older_than, memory._laser.clock)
-    validate_purge_limit(limit)
-    scope = memory._scope(tenant=tenant)  # checks the tenant before anything is read
-    info = await memory._topic_info()
-    if info is None:
+    folded = await _folded_for_forgets(memory, tenant, limit)
+    if folded is None:
         return 0
-    state = await memory._reader.catch_up()
-    seen = memory._folded(info.partitions)
+    scope, state, seen = folded
     oldest = state.last_written(
         scope.tenant, before_ms=before_ms, limit=limit, conversation=scope.conversation
     )
@@ -115,13 +129,10 @@ async def forget_expired(memory: MemoryHandle, *, tenant: str | None, limit: int
     remembers expired, oldest expiry first, at most ``limit``; returns how many."""
     memory._check_read()
     memory._check_publish()
-    validate_purge_limit(limit)
-    scope = memory._scope(tenant=tenant)
-    info = await memory._topic_info()
-    if info is None:
+    folded = await _folded_for_forgets(memory, tenant, limit)
+    if folded is None:
         return 0
-    state = await memory._reader.catch_up()
-    seen = memory._folded(info.partitions)
+    scope, state, seen = folded
     due = state.expired(
         scope.tenant,
         now_ms=memory._laser.clock.now_ms(),
