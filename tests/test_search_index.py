@@ -1803,12 +1803,13 @@ def _compare_put_many(first, then, query_between, now_ms) -> None:
     assert _snapshot_of(many) == _snapshot_of(one)
 
 
-def _group_entries(large: bool):
+def _group_entries(sizes: tuple[int, int]):
+    most_count, most_length = sizes
     return st.lists(
         st.tuples(
             st.integers(0, 1_000),  # slot
-            st.integers(1, 70_000 if large else 3),  # count
-            st.integers(1, 1 << 20 if large else 4),  # length
+            st.integers(1, most_count),  # count
+            st.integers(1, most_length),  # length
             st.integers(0, 2**32 + 5),  # generation (stored modulo 2**32)
         ),
         max_size=60,
@@ -1816,9 +1817,13 @@ def _group_entries(large: bool):
 
 
 @settings(max_examples=300, deadline=None)
-# Small counts and lengths (grouped by 16-bit keys) or large ones (64-bit keys): both
-# ways must make the groups adding the entries one by one makes.
-@given(entries=st.booleans().flatmap(_group_entries))
+# Small counts and lengths (grouped by 16-bit keys) or large ones (64-bit keys), and
+# large counts of short items, whose keys just pass 16 bits: each way must make the
+# groups adding the entries one by one makes.
+@given(entries=st.sampled_from([(3, 4), (70_000, 1 << 20), (2_000, 64)]).flatmap(_group_entries))
+# Keys past 16 bits that would wrap onto each other as 16-bit ones: 32769 * 2 + 1 is
+# 65539, which is 3 in 16 bits, 1 * 2 + 1's key.
+@example(entries=[(0, 1, 1, 0), (1, 32769, 1, 0)])
 def test_term_groups_made_in_bulk_are_the_groups_add_makes(entries):
     """A common word's groups are made in bulk on its first query: the same groups, in
     the same order, with the same entries in the same order, as adding its entries one
