@@ -1628,17 +1628,19 @@ def _answers(index: SearchIndex, now_ms: int) -> list:
 @given(
     before=st.lists(st.one_of(expiring_put, expiring_put, st.tuples(drop)), max_size=20),
     after=st.lists(st.one_of(expiring_put, st.tuples(drop)), max_size=12),
+    more=st.lists(st.one_of(expiring_put, st.tuples(drop)), max_size=12),
     common_from=st.sampled_from([4096, 2]),
     cluster=st.booleans(),
     now_ms=st.integers(0, 50),
 )
 def test_an_index_from_its_snapshot_answers_as_the_index_does(
-    before, after, common_from, cluster, now_ms
+    before, after, more, common_from, cluster, now_ms
 ):
     """A reader that starts from a snapshot must rank exactly as the index it was taken
     from, then and after the same later changes; and so must the next reader, starting
     from the snapshot that reader saves (its posting lists the restored ones and the
-    entries added since)."""
+    entries added since), then and after more changes (items dropped since the first
+    snapshot and put again among them)."""
     index = SearchIndex(LABEL, common_from=common_from)
     offsets = iter(range(10_000))
     _apply(index, before, offsets)
@@ -1655,6 +1657,10 @@ def test_an_index_from_its_snapshot_answers_as_the_index_does(
     data, arrays = restored.snapshot()
     again = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
     assert _answers(again, now_ms + 5) == _answers(index, now_ms + 5)
+    _apply(index, more, iter(range(40_000, 50_000)))
+    _apply(again, more, iter(range(40_000, 50_000)))
+    assert _answers(again, now_ms + 9) == _answers(index, now_ms + 9)
+    assert len(again) == len(index)
 
 
 def test_indexes_restored_from_one_snapshot_keep_their_later_entries_apart():
