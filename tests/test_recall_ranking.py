@@ -408,6 +408,12 @@ def _text_reference(rows, *, hybrid: bool, with_semantic: bool, min_similarity, 
     st.sampled_from([None, None, 0.0, 0.3, 0.6]),
     st.integers(0, 45),
 )
+# A row exactly as similar as the minimum, matching no word: kept.
+@example(
+    [{"keyword": 0.0, "semantic": 0.25, "has_vector": True, "weight": 0.0, "time": 0,
+      "partition": 0, "conversation": "a", "alive": True, "allowed": True}],
+    False, True, 0.25, 5,
+)  # fmt: skip
 def test_text_ranking_is_the_readmes_formula(rows, hybrid, with_semantic, min_similarity, limit):
     """`rank_by_text` (every keyword and hybrid recall, folded or managed) chooses and
     scores rows as the README's formula says, checked against a row-by-row reading of it:
@@ -459,6 +465,30 @@ def test_text_ranking_is_the_readmes_formula(rows, hybrid, with_semantic, min_si
     assert [(r.signals[0].strategy, r.signals[0].rank) for r in got] == [
         (label, i) for i in range(len(got))
     ]
+    # The other signals, as the README says: in hybrid recall the row's rank and score in
+    # the keyword list (the live rows matching a word), with meaning its rank and cosine
+    # among the live rows with a vector, and with feedback its rank among the returned
+    # rows with feedback; each list best first, ties newest first.
+
+    def place(i: int, among: list[int], score: str) -> int:
+        order = sorted(
+            among, key=lambda j: (-rows[j][score], -rows[j]["time"], -rows[j]["partition"], -j)
+        )
+        return order.index(i)
+
+    matching = [j for j in range(n) if rows[j]["alive"] and rows[j]["keyword"] > 0]
+    with_vector = [j for j in range(n) if rows[j]["alive"] and rows[j]["has_vector"]]
+    returned = [r.row for r in got]
+    weighted = [j for j in returned if rows[j]["weight"] != 0]
+    for r in got:
+        i, expected = r.row, []
+        if hybrid and i in matching:
+            expected.append(("keyword", place(i, matching, "keyword"), rows[i]["keyword"]))
+        if with_semantic and rows[i]["has_vector"]:
+            expected.append(("semantic", place(i, with_vector, "semantic"), rows[i]["semantic"]))
+        if i in weighted:
+            expected.append(("auto", place(i, weighted, "weight"), rows[i]["weight"]))
+        assert [(s.strategy, s.rank, s.score) for s in r.signals[1:]] == expected
 
 
 def test_recent_ignores_a_query_vector_and_text():
@@ -579,3 +609,80 @@ def test_a_strategy_is_one_of_the_five_names(strategy):
     # TypeError from that reading, when the check was written the other way round.
     with pytest.raises(lm.InvalidInput, match="unknown recall strategy"):
         rank([item(1)], strategy=strategy)
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "semantic": st.sampled_from([-0.5, 0.0, 0.25, 0.5, 1.0]),
+                "has_vector": st.booleans(),
+                "weight": st.sampled_from([0.0, 0.0, -1.0, 0.5, 2.0]),
+                "time": st.integers(0, 3),
+                "partition": st.integers(0, 1),
+                "alive": st.sampled_from([True, True, False]),
+                "allowed": st.sampled_from([True, True, False]),
+            }
+        ),
+        max_size=30,
+    ),
+    st.sampled_from(["recent", "auto", "keyword", "hybrid", "semantic"]),
+    st.sampled_from([None, 0.0, 0.5]),
+    st.integers(0, 35),
+)
+def test_orders_without_text_and_by_meaning_are_plain_sorts(rows, strategy, min_similarity, limit):
+    """`rank_by_feedback` (a recall without text) and `rank_by_similarity` (a semantic
+    one) against plain sorts of the live, allowed rows: newest first with the time in
+    seconds as the score; or feedback first (an ``auto`` signal with the row's place
+    among the returned rows with feedback, unless the strategy is ``auto``); or by
+    cosine, at least ``min_similarity``; ties newest first."""
+    from laser_memory.text_ranking import Columns, rank_by_feedback, rank_by_similarity
+
+    n = len(rows)
+
+    def column(name, dtype):
+        return np.array([r[name] for r in rows], dtype=dtype)
+
+    columns = Columns(
+        keyword=np.zeros(n),
+        semantic=column("semantic", np.float64),
+        has_vector=column("has_vector", bool),
+        weight=column("weight", np.float64),
+        time=column("time", np.int64),
+        partition=column("partition", np.int64),
+        offset=np.arange(n, dtype=np.int64),
+        before=np.full(n, -1),
+        after=np.full(n, -1),
+        alive=column("alive", bool),
+        allowed=column("allowed", bool),
+    )
+
+    def newest(i: int) -> tuple:
+        return (-rows[i]["time"], -rows[i]["partition"], -i)
+
+    live = [i for i in range(n) if rows[i]["alive"] and rows[i]["allowed"]]
+    got = rank_by_feedback(columns, strategy=strategy, limit=limit)
+    if strategy == "recent":
+        chosen = sorted(live, key=newest)[:limit]
+        want = [(i, rows[i]["time"] / 1000, [("recent", p, rows[i]["time"] / 1000)])
+                for p, i in enumerate(chosen)]  # fmt: skip
+    else:
+        chosen = sorted(live, key=lambda i: (-rows[i]["weight"], *newest(i)))[:limit]
+        weighted = sorted((i for i in chosen if rows[i]["weight"]),
+                          key=lambda i: (-rows[i]["weight"], *newest(i)))  # fmt: skip
+        want = []
+        for p, i in enumerate(chosen):
+            signals = [(strategy, p, rows[i]["weight"])]
+            if strategy != "auto" and i in weighted:
+                signals.append(("auto", weighted.index(i), rows[i]["weight"]))
+            want.append((i, rows[i]["weight"], signals))
+    assert [(r.row, r.score, [(s.strategy, s.rank, s.score) for s in r.signals]) for r in got] == (
+        want
+    )
+    floor = -1.0 if min_similarity is None else min_similarity
+    similar = [i for i in live if rows[i]["has_vector"] and rows[i]["semantic"] >= floor]
+    chosen = sorted(similar, key=lambda i: (-rows[i]["semantic"], *newest(i)))[:limit]
+    got = rank_by_similarity(columns, min_similarity=min_similarity, limit=limit)
+    assert [(r.row, r.score, [(s.strategy, s.rank) for s in r.signals]) for r in got] == [
+        (i, rows[i]["semantic"], [("semantic", p)]) for p, i in enumerate(chosen)
+    ]
