@@ -133,6 +133,9 @@ def real_numbers(value: object, dtype: type[np.floating] = np.float32) -> np.nda
     """
     if isinstance(value, str | bytes | bytearray | memoryview):
         raise TypeError(f"got {type(value).__name__}, which is text, not numbers")
+    if isinstance(value, list | tuple) and _holds_a_bool(value):
+        # Among other numbers numpy reads True as 1.0, leaving no trace in the array.
+        raise TypeError("True and False are not numbers")
     with np.errstate(over="ignore"):
         given = np.asarray(value)
         kind = given.dtype.kind
@@ -146,6 +149,13 @@ def real_numbers(value: object, dtype: type[np.floating] = np.float32) -> np.nda
         elif kind not in "iuf":
             raise TypeError(f"the values are {_KIND_NAMES.get(kind, given.dtype)}, not numbers")
         return given.astype(dtype, copy=False)
+
+
+def _holds_a_bool(values: list | tuple) -> bool:
+    """Whether a list (or a list of rows) holds a bool; each type compared in C."""
+    if bool in map(type, values):
+        return True
+    return any(bool in map(type, row) for row in values if isinstance(row, list | tuple))
 
 
 _KIND_NAMES = {

@@ -1022,6 +1022,9 @@ for _ in range(5000):
         # numpy alone read "1" as 1.0, True as 1.0 and dropped an imaginary part.
         (lambda m: m.remember("x", embedding=["1", "2"]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[True, False]), lm.InvalidInput),
+        # Among floats numpy read True as 1.0, and it was written so.
+        (lambda m: m.remember("x", embedding=[0.5, True]), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=(False, 0.5)), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1 + 2j, 0.5]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1.0, None]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding="0.5"), lm.InvalidInput),

@@ -211,6 +211,7 @@ async def test_vectors_of_another_model_are_never_compared(embedded, tmp_path):
         lambda texts: [["0.5"] * 64 for _ in texts],
         lambda texts: [[0.5 + 1j] * 64 for _ in texts],
         lambda texts: [[True] * 64 for _ in texts],
+        lambda texts: [[0.5] * 63 + [True] for _ in texts],  # read as 1.0 among floats
     ],
 )
 async def test_a_failing_embedder_writes_nothing(embedded: lm.Laser, embed):
