@@ -151,11 +151,17 @@ def real_numbers(value: object, dtype: type[np.floating] = np.float32) -> np.nda
         return given.astype(dtype, copy=False)
 
 
+_BOOLS = frozenset((bool, np.bool_))
+
+
 def _holds_a_bool(values: list | tuple) -> bool:
-    """Whether a list (or a list of rows) holds a bool; each type compared in C."""
-    if bool in map(type, values):
+    """Whether a list (or a list of rows) holds a bool, Python's or numpy's; each type
+    looked up in C."""
+    if not _BOOLS.isdisjoint(map(type, values)):
         return True
-    return any(bool in map(type, row) for row in values if isinstance(row, list | tuple))
+    return any(
+        not _BOOLS.isdisjoint(map(type, row)) for row in values if isinstance(row, list | tuple)
+    )
 
 
 _KIND_NAMES = {

@@ -1025,6 +1025,7 @@ for _ in range(5000):
         # Among floats numpy read True as 1.0, and it was written so.
         (lambda m: m.remember("x", embedding=[0.5, True]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=(False, 0.5)), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=[np.float32(0.5), np.True_]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1 + 2j, 0.5]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1.0, None]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding="0.5"), lm.InvalidInput),
