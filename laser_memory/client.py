@@ -150,6 +150,10 @@ class Laser:
                 "memory_with(namespace, 'vector', embedder=...)"
             )
         validate_embedder(chosen)
+        if self._stopped:
+            # Its private log would be started and its folder made with nothing left to
+            # stop or delete them: `stop` has run.
+            raise LogClosed("this connection was stopped; open a new one for a vector memory")
         folder = tempfile.mkdtemp(prefix="laser-vector-")
         log = LocalLog(folder, LocalLogConfig(sync=False, map_size=4 << 30, clock=self.clock))
         # The connection's tenant, principal and governor hold here too: a scratch memory

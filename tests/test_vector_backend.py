@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -101,3 +102,16 @@ async def test_vector_backend_keeps_the_connections_tenant_principal_and_governo
         with pytest.raises(lm.AccessDenied, match="publish:"):
             await scratch.remember("acme runs node-7")
         assert await scratch.recall() == []
+
+
+async def test_vector_backend_of_a_stopped_connection_is_refused(tmp_path, monkeypatch):
+    # It opened a private log and made a folder that nothing would stop or delete: the
+    # connection's stop, which does both, had run.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    laser = lm.connect(f"local://{tmp_path / 'log'}")
+    async with laser:
+        pass
+    with pytest.raises(lm.LogClosed, match="was stopped"):
+        await laser.memory_with("scratch", "vector", embedder=WordHashEmbedder())
+    assert laser._private == []
+    assert [p.name for p in tmp_path.iterdir()] == ["log"]
