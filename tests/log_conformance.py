@@ -6,10 +6,12 @@ A test module subclasses `LogConformance` and provides a ``log_url`` fixture.
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import AsyncIterator
 
 import pytest
@@ -648,6 +650,42 @@ class LogConformance:
         # Nothing was written or deleted by the calls refused.
         async with connect_log(log_url) as again:
             assert await again.end_offsets(topic_name) == {0: 0}
+
+    async def test_starts_and_stops_at_once_leave_nothing_open(self, log_url: str, topic_name: str):
+        # On Kafka two starts at once each opened a producer and an admin client, and
+        # the first's were never closed; a stop during a start returned, and the start
+        # then left the log started with no one to stop it; a cancelled start (a timeout
+        # around it) left what it had opened open.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            log = connect_log(log_url)
+            await asyncio.gather(log.start(), log.start())
+            await log.create_topic(topic_name, partitions=1)
+            [receipt] = await log.append_batch(topic_name, [OutgoingRecord(b"x")])
+            assert receipt.offset == 0
+            await asyncio.gather(log.stop(), log.stop())
+
+            stopped_while_starting = connect_log(log_url)
+            starting = asyncio.create_task(stopped_while_starting.start())
+            await asyncio.sleep(0)  # the start is under way
+            await stopped_while_starting.stop()
+            await starting
+            with pytest.raises(LogClosed, match="stopped"):
+                await stopped_while_starting.end_offsets(topic_name)
+
+            cancelled = connect_log(log_url)
+            starting = asyncio.create_task(cancelled.start())
+            await asyncio.sleep(0)
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            # Whether or not the cancel came in time, it can be started and used.
+            async with cancelled:
+                assert await cancelled.end_offsets(topic_name) == {0: 1}
+            del log, stopped_while_starting, cancelled, starting
+            gc.collect()
+            await asyncio.sleep(0.1)  # anything left open would show as its tasks end
+            gc.collect()
+        assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
 
     async def test_reads_under_way_when_the_log_stops_end_with_log_closed(
         self, log_url: str, topic_name: str

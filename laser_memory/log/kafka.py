@@ -348,11 +348,16 @@ class KafkaLog(LogLifecycle):
             request_timeout_ms=int(cfg.request_timeout_s * 1000),
         )
         self._producer = self._new_producer()
+        self._clients_closing = False
         try:
             await self._admin.start()
             await self._producer.start()
-        except KafkaError as exc:
+        except BaseException as exc:
+            # Cancelled (a timeout around the start) or failed: what did start is closed,
+            # or its connections and tasks were left open with no one to close them.
             await self._close_clients()
+            if not isinstance(exc, KafkaError):
+                raise
             self._state = "stopped"
             raise LogUnavailable(
                 f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}; check the address "

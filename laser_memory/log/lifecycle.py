@@ -21,6 +21,12 @@ class LogLifecycle:
     """
 
     _state = "new"
+    #: Held while a start or a stop is under way: a second start waits for the first
+    #: (two starts both opened clients, and the first's were never closed), and a stop
+    #: for the start it came during (it returned, and the start then left the log
+    #: started with no one to stop it). Made on first use, as no subclass calls an
+    #: ``__init__`` of this class.
+    _changing: asyncio.Lock | None = None
     #: The event loop and process that started the log: its tasks, threads and
     #: connections live there.
     _loop: asyncio.AbstractEventLoop | None = None
@@ -42,27 +48,44 @@ class LogLifecycle:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
+    def _change(self) -> asyncio.Lock:
+        if self._changing is None:
+            self._changing = asyncio.Lock()
+        return self._changing
+
     async def start(self) -> None:
-        """Open the log. Safe to call twice; a stopped log cannot start again."""
+        """Open the log. Safe to call twice, also at once (the second waits for the
+        first); a stopped log cannot start again. A start that fails or is cancelled
+        leaves nothing open, and the log can be started again."""
         if self._state == "started":
             return
-        if self._state == "stopped":
-            raise LogClosed(f"this {self._describe()} was stopped; make a new one to open it again")
-        await self._open()
-        self._loop = asyncio.get_running_loop()
-        self._pid = os.getpid()
-        self._state = "started"
+        async with self._change():
+            if self._state == "started":
+                return
+            if self._state == "stopped":
+                raise LogClosed(
+                    f"this {self._describe()} was stopped; make a new one to open it again"
+                )
+            await self._open()
+            self._loop = asyncio.get_running_loop()
+            self._pid = os.getpid()
+            self._state = "started"
 
     async def stop(self) -> None:
-        """Finish pending appends and release everything. Safe to call twice. Once the
-        event loop that started it has ended (a second ``asyncio.run``), whose end
-        cancelled the log's tasks, it releases what it can from any loop; while that
-        loop is open, only it may stop the log."""
-        if self._state != "started":
+        """Finish pending appends and release everything. Safe to call twice, also at
+        once; a stop during a start waits for it, then stops. Once the event loop that
+        started it has ended (a second ``asyncio.run``), whose end cancelled the log's
+        tasks, it releases what it can from any loop; while that loop is open, only it
+        may stop the log."""
+        if self._state == "started" and os.getpid() != self._pid:
+            # A forked child's copy: the parent's resources are the parent's to release.
             self._state = "stopped"
             return
-        if os.getpid() != self._pid:
-            # A forked child's copy: the parent's resources are the parent's to release.
+        async with self._change():
+            await self._stop()
+
+    async def _stop(self) -> None:
+        if self._state != "started":
             self._state = "stopped"
             return
         if self._loop is not asyncio.get_running_loop():
