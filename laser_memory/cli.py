@@ -985,6 +985,17 @@ def _moment(value: str | None) -> int | None:
     try:
         moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is not None:
+            # A number, but no moment: said as such, not as "neither" (as if it were no
+            # number at all).
+            raise click.BadParameter(
+                f"{shown(value)} is no moment: milliseconds since the epoch are a whole "
+                "number from 0 (or give an ISO 8601 time)"
+            ) from None
         raise click.BadParameter(
             f"{shown(value)} is neither milliseconds since the epoch nor an ISO 8601 time"
         ) from None

@@ -391,6 +391,10 @@ def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
         (str(middle + 1), str(middle), "--since ("),
         ("2026-12-05T10:00", "2026-12-05T09:00", "is after --until"),
         (str(1 << 63), None, "past the last millisecond"),
+        ("-5", None, "a whole number from 0"),
+        ("1.5e3", None, "a whole number from 0"),
+        ("nan", None, "a whole number from 0"),
+        ("soon", None, "neither milliseconds"),
     ):
         result = CliRunner().invoke(
             main,
