@@ -95,6 +95,7 @@ import numpy as np
 from laser_memory.errors import (
     InvalidInput,
     InvalidName,
+    LogClosed,
     LogUnavailable,
     NoView,
     ViewFull,
@@ -558,6 +559,11 @@ class MemoryView:
         self._env = env
         self._dbs = dbs
         self._closed = False
+        # Reads under way, on any thread: `close` while one runs leaves the environment
+        # to the last of them to release (closed under a read, LMDB's cursor went on
+        # over freed memory, or the read failed as if the view were damaged).
+        self._users = 0
+        self._users_lock = threading.Lock()
         # Asked before each of the folder's write transactions (see StaleReaders).
         self._stale_readers = StaleReaders(env)
         # LMDB's environment is its opener's: a forked child must never read through it.
@@ -665,8 +671,14 @@ class MemoryView:
             )
 
     def close(self) -> None:
-        if not self._closed:
+        """Close the view: later reads raise `LogClosed`; reads under way (on other
+        threads) finish first, and the last of them releases the environment."""
+        with self._users_lock:
+            if self._closed:
+                return
             self._closed = True
+            idle = self._users == 0
+        if idle:
             SharedEnvironments.release(self.path)
 
     def __enter__(self) -> MemoryView:
@@ -704,14 +716,19 @@ class MemoryView:
     @contextlib.contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
         """A read transaction; LMDB's failures in it (a damaged file) as `LogUnavailable`."""
-        if self._closed:
-            raise LogUnavailable(f"the view at {self.path} is closed")
         if os.getpid() != self._pid:
             raise LogUnavailable(
                 f"the view at {self.path} was opened in the parent of this forked process, "
                 "and LMDB allows no use of it here; open views after forking, or start "
                 "workers with multiprocessing's 'spawn' or 'forkserver' method"
             )
+        with self._users_lock:
+            if self._closed:
+                raise LogClosed(
+                    f"the view at {self.path} was closed (its connection stopped?); open it "
+                    "again, or open a new connection"
+                )
+            self._users += 1
         try:
             with self._env.begin() as txn:
                 yield txn
@@ -724,6 +741,12 @@ class MemoryView:
             # A value changed on disk (LMDB keeps no checksum): a raw DecodeError from
             # every read that met it, before.
             raise _damaged(self.path, exc) from exc
+        finally:
+            with self._users_lock:
+                self._users -= 1
+                last = self._closed and self._users == 0
+            if last:
+                SharedEnvironments.release(self.path)
 
     # -- meta --------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -86,6 +87,50 @@ def test_a_view_opened_twice_in_a_process_stays_open_until_both_close(tmp_path: 
     assert second.stats().items == 0  # still open, and readable
     second.close()
     assert files_held() == 0
+
+
+async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewed):
+    # Closed while a read ran on another thread (a connection stopped during its
+    # prepare_search, the HTTP server's reads), LMDB's environment went from under the
+    # read: it failed as if the view were damaged ("rebuild it"), and a cursor could go
+    # on over freed memory. Reads under way finish; later ones are LogClosed.
+    laser, path = viewed
+    notes = laser.memory("notes")
+    for first in range(0, 3000, 1000):
+        await notes.remember_many([{"body": f"fact {i}"} for i in range(first, first + 1000)])
+    for i in range(300):
+        await notes.set(f"k{i}", {"n": i})
+    await catch_up(laser, path)
+
+    def read(view: MemoryView, reading: threading.Barrier, counts: list, failures: list) -> None:
+        reading.wait()
+        while True:
+            try:
+                counts.append(view.stats().named_items)
+            except lm.LogClosed:
+                return
+            except Exception as exc:
+                failures.append(exc)
+                return
+
+    for _ in range(5):
+        view = MemoryView.open(path, create=False)
+        counts: list[int] = []
+        failures: list[Exception] = []
+        reading = threading.Barrier(5)
+        threads = [
+            threading.Thread(target=read, args=(view, reading, counts, failures)) for _ in range(4)
+        ]
+        for thread in threads:
+            thread.start()
+        reading.wait()
+        await asyncio.sleep(0.02)
+        view.close()
+        for thread in threads:
+            await asyncio.to_thread(thread.join)
+        assert failures == [] and counts and set(counts) == {300}
+    with pytest.raises(lm.LogClosed, match="was closed"):
+        view.stats()
 
 
 async def test_read_your_writes_while_a_folder_runs(viewed):
