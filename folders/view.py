@@ -722,15 +722,8 @@ class MemoryView:
                 "and LMDB allows no use of it here; open views after forking, or start "
                 "workers with multiprocessing's 'spawn' or 'forkserver' method"
             )
-        with self._users_lock:
-            if self._closed:
-                raise LogClosed(
-                    f"the view at {self.path} was closed (its connection stopped?); open it "
-                    "again, or open a new connection"
-                )
-            self._users += 1
         try:
-            with self._env.begin() as txn:
+            with self._in_use(), self._env.begin() as txn:
                 yield txn
         except lmdb.Error as exc:
             raise LogUnavailable(
@@ -741,6 +734,20 @@ class MemoryView:
             # A value changed on disk (LMDB keeps no checksum): a raw DecodeError from
             # every read that met it, before.
             raise _damaged(self.path, exc) from exc
+
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Hold the environment open for a transaction (see ``_users``); `LogClosed` if
+        the view was closed."""
+        with self._users_lock:
+            if self._closed:
+                raise LogClosed(
+                    f"the view at {self.path} was closed (its connection stopped?); open it "
+                    "again, or open a new connection"
+                )
+            self._users += 1
+        try:
+            yield
         finally:
             with self._users_lock:
                 self._users -= 1
@@ -825,24 +832,25 @@ class MemoryView:
     def _writing(self, what: str) -> Iterator[None]:
         """LMDB's failures of a write transaction as the errors the folder raises: a full
         map is `ViewFull`, any other `LogUnavailable` (a full disk said so)."""
-        try:
-            yield
-        except lmdb.MapFullError:
-            info = self._env.info()
-            raise ViewFull(
-                f"the view at {self.path} is full: it reached its map size of "
-                f"{info['map_size']} bytes, and nothing of this {what} was written. Restart "
-                "the folder with a larger map ('laser-memory fold --map-size BYTES', or "
-                "FolderConfig.map_size); it resumes where it stopped"
-            ) from None
-        except lmdb.Error as exc:
-            raise LogUnavailable(
-                f"the view at {self.path} could not be written: {write_failure(self.path, exc)}"
-            ) from exc
-        except msgspec.DecodeError as exc:
-            # What the fold read back of the view was damaged on disk; folding onto it
-            # would spread the damage. Nothing of the batch was written.
-            raise _damaged(self.path, exc) from exc
+        with self._in_use():
+            try:
+                yield
+            except lmdb.MapFullError:
+                info = self._env.info()
+                raise ViewFull(
+                    f"the view at {self.path} is full: it reached its map size of "
+                    f"{info['map_size']} bytes, and nothing of this {what} was written. Restart "
+                    "the folder with a larger map ('laser-memory fold --map-size BYTES', or "
+                    "FolderConfig.map_size); it resumes where it stopped"
+                ) from None
+            except lmdb.Error as exc:
+                raise LogUnavailable(
+                    f"the view at {self.path} could not be written: {write_failure(self.path, exc)}"
+                ) from exc
+            except msgspec.DecodeError as exc:
+                # What the fold read back of the view was damaged on disk; folding onto it
+                # would spread the damage. Nothing of the batch was written.
+                raise _damaged(self.path, exc) from exc
 
     def _apply(
         self,

@@ -133,6 +133,47 @@ async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewe
         view.stats()
 
 
+async def test_a_view_closed_under_a_fold_on_another_thread_lets_it_commit(
+    laser: lm.Laser, tmp_path: Path
+):
+    # A folder's transaction runs on a thread (as does a rebuild's emptying): closed
+    # under it, the environment went from under the write. It commits; later ones are
+    # LogClosed, and what was committed is in the view.
+    notes = laser.memory("notes")
+    for first in range(0, 6000, 1000):
+        await notes.remember_many([{"body": f"fact {i}"} for i in range(first, first + 1000)])
+    batches = [b async for b in laser.log.read(laser.memory_topic_name, max_batch=100)]
+    generation = (await laser.log.describe_topic(laser.memory_topic_name)).generation
+
+    def fold(view: MemoryView, applied: list, failures: list, started: threading.Event) -> None:
+        for batch in batches:
+            try:
+                applied.append(view.apply([batch], generation))
+            except lm.LogClosed:
+                return
+            except Exception as exc:
+                failures.append(exc)
+                return
+            started.set()
+
+    for attempt in range(3):
+        path = tmp_path / f"view{attempt}"
+        view = MemoryView.open(path)
+        view.bind(laser.memory_topic_name, generation)
+        applied: list[int] = []
+        failures: list[Exception] = []
+        started = threading.Event()
+
+        thread = threading.Thread(target=fold, args=(view, applied, failures, started))
+        thread.start()
+        await asyncio.to_thread(started.wait)
+        view.close()
+        await asyncio.to_thread(thread.join)
+        assert failures == [] and applied
+        with MemoryView.open(path, create=False) as reopened:
+            assert reopened.stats().items == sum(applied)
+
+
 async def test_read_your_writes_while_a_folder_runs(viewed):
     laser, view = viewed
     memory = laser.memory("notes")
