@@ -96,6 +96,8 @@ def test_create_is_true_or_false(tmp_path):
         ({"config": {"max_body_bytes": 10}}, lm.ConfigError, "MemoryConfig"),
         ({"clock": 5}, lm.ConfigError, "now_ms"),
         ({"clock": "system"}, lm.ConfigError, "now_ms"),
+        ({"principal": "alice"}, lm.ConfigError, "principal is a Principal, got str"),
+        ({"embedder": "minilm"}, lm.InvalidInput, "embed_many"),
     ],
 )
 def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error, says):

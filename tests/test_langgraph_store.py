@@ -1536,6 +1536,13 @@ async def test_the_sweeper_runs_while_the_store_is_open(memory, clock):
     async with LaserStore(timed, ttl={"sweep_interval_minutes": 0.001}) as store:
         await _swept_by_the_sweeper(store, clock)
     assert await store.stop_ttl_sweeper() is False  # already stopped
+    # Entered twice: one sweeper, which the exit stops (a second replaced the first,
+    # and the first ran on with nothing left to stop it).
+    before = asyncio.all_tasks()
+    async with store:
+        await store.__aenter__()
+        assert len(asyncio.all_tasks() - before) == 1
+    assert asyncio.all_tasks() - before == set()
 
 
 async def test_a_failed_sweep_is_kept_and_the_next_one_runs(memory, clock):

@@ -1049,7 +1049,9 @@ class LaserStore(BaseStore):
     async def __aenter__(self) -> LaserStore:
         self._bind_loop()
         interval = (self.ttl_config or {}).get("sweep_interval_minutes")
-        if interval:
+        # Entered again while its sweeper runs: a second sweeper would replace the
+        # first, which nothing would then stop.
+        if interval and self._sweeper is None:
             # Every sweep would fail into `sweep_failures`: refused once, here.
             try:
                 self._memory._check_publish()
