@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 from collections.abc import AsyncIterator
 
@@ -257,6 +258,10 @@ class LogConformance:
                 except LogClosed as exc:
                     print("refused:", exc)
                 await asyncio.wait_for(log.stop(), 20)
+                try:
+                    await log.append(topic, OutgoingRecord(b"after the stop"))
+                except LogClosed as exc:
+                    print("after the stop:", exc)
                 # What the first loop's log held that no task owns is released too.
                 import threading
                 print("threads:", [t.name for t in threading.enumerate() if "laser" in t.name])
@@ -277,6 +282,44 @@ class LogConformance:
         assert "refused: this" in out.decode() and "another event loop" in out.decode()
         assert "records: [b'from the first loop']" in out.decode(), out.decode()
         assert "threads: []" in out.decode(), out.decode()
+        assert "after the stop: the log is stopped" in out.decode(), out.decode()
+
+    async def test_a_log_whose_loop_still_runs_is_stopped_only_from_it(
+        self, log_url: str, topic_name: str
+    ):
+        # Stopped from another loop, it would close what the tasks of its own, still
+        # running, use: refused, and it goes on serving that loop.
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever)
+        thread.start()
+
+        def there(coro):
+            return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
+
+        try:
+            log = connect_log(log_url)
+            there(log.start())
+            with pytest.raises(LogClosed, match="another event loop, which is still open"):
+                await log.stop()
+            there(log.create_topic(topic_name, partitions=1))
+            there(log.stop())
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            await asyncio.to_thread(thread.join)
+            loop.close()
+        with pytest.raises(LogClosed, match="stopped"):
+            await log.end_offsets(topic_name)
+
+    async def test_a_log_stopped_once_never_starts_again(self, log_url: str):
+        never_started = connect_log(log_url)
+        await never_started.stop()
+        with pytest.raises(LogClosed, match="was stopped"):
+            await never_started.start()
+        once = connect_log(log_url)
+        await once.start()
+        await once.stop()
+        with pytest.raises(LogClosed, match="was stopped"):
+            await once.start()
 
     async def test_two_processes_append_at_once(self, log_url: str, topic_name: str):
         async with connect_log(log_url) as log:

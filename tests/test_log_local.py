@@ -635,6 +635,11 @@ async def test_a_forked_child_never_uses_the_parents_environment(tmp_path):
                     outcomes.append(f"inherited: {exc}")
                 await log.stop()  # the child's copy stops, leaving the parent's log be
                 try:
+                    await log.append("t", OutgoingRecord(b"after the stop"))
+                    outcomes.append("stopped: written")
+                except LogClosed as exc:
+                    outcomes.append(f"stopped: {exc}")
+                try:
                     async with LocalLog(tmp_path / "shared") as again:
                         await again.append("t", OutgoingRecord(b"reopened"))
                     outcomes.append("reopened: written")
@@ -657,9 +662,12 @@ async def test_a_forked_child_never_uses_the_parents_environment(tmp_path):
         await asyncio.to_thread(os.waitpid, pid, 0)
         with os.fdopen(read, "rb") as pipe:
             outcomes = pipe.read().decode().splitlines()
-        assert [line.split(":")[0] for line in outcomes] == ["inherited", "reopened", "own"]
+        assert [line.split(":")[0] for line in outcomes] == [
+            "inherited", "stopped", "reopened", "own"
+        ]  # fmt: skip
         assert "started in the parent of this forked process" in outcomes[0]
-        assert "cannot open it again after a fork" in outcomes[1]
-        assert outcomes[2] == "own: written"
+        assert outcomes[1] == "stopped: the log is stopped; open a new one"
+        assert "cannot open it again after a fork" in outcomes[2]
+        assert outcomes[3] == "own: written"
         await log.append("t", OutgoingRecord(b"parent again"))
         assert [r.value for r in await read_all(log, "t")] == [b"parent", b"parent again"]
