@@ -10,7 +10,7 @@ import pytest
 import laser_memory as lm
 from folders.http import ServerConfig
 from folders.service import FolderConfig
-from laser_memory.ids import MemoryId
+from laser_memory.ids import MAX_NAME_BYTES, MemoryId
 from laser_memory.log import (
     KafkaLog,
     KafkaLogConfig,
@@ -54,9 +54,14 @@ def test_malformed_urls_are_a_clear_error(bad):
 
 def test_connect_uses_laser_url_and_checks_the_stream(monkeypatch, tmp_path):
     monkeypatch.setenv("LASER_URL", f"local://{tmp_path}")
+    monkeypatch.setenv("LASER_VIEW", str(tmp_path / "view"))
     laser = lm.connect(stream="prod")
     assert laser.log.url == f"local://{tmp_path}"
     assert laser.memory_topic_name == "prod.agent.memory"
+    assert laser.view_path == str(tmp_path / "view")  # $LASER_VIEW, as the README says
+    assert lm.connect(stream="prod", view=tmp_path / "other").view_path == str(tmp_path / "other")
+    monkeypatch.setenv("LASER_VIEW", "")
+    assert lm.connect(stream="prod").view_path is None
     with pytest.raises(lm.InvalidName):
         lm.connect(stream="bad stream")
 
@@ -74,6 +79,18 @@ async def test_a_stream_is_as_long_as_its_agent_topics_may_be(tmp_path):
             laser.memory(f"stream:{longest}s/n")
         await laser.memory(f"stream:{longest}/m").remember("fits too")
         assert len(await laser.memory("n").recall()) == 1
+
+
+async def test_a_namespace_fits_a_record_with_its_streams_prefix(tmp_path):
+    # The records carry 'stream:<stream>/<namespace>': a namespace that fit alone but not
+    # with the prefix was written, and set aside by every folder.
+    async with lm.connect(f"local://{tmp_path}", stream="prod") as laser:
+        room = MAX_NAME_BYTES - len("stream:prod/")
+        handle = laser.memory("n" * room)
+        assert len(handle.namespace.encode()) == MAX_NAME_BYTES
+        await handle.remember("fits exactly")
+        with pytest.raises(lm.InvalidName, match=f"at most {MAX_NAME_BYTES} fit"):
+            laser.memory("n" * (room + 1))
 
 
 def test_create_is_true_or_false(tmp_path):

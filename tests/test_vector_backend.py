@@ -115,3 +115,19 @@ async def test_vector_backend_of_a_stopped_connection_is_refused(tmp_path, monke
         await laser.memory_with("scratch", "vector", embedder=WordHashEmbedder())
     assert laser._private == []
     assert [p.name for p in tmp_path.iterdir()] == ["log"]
+
+
+async def test_vector_backend_whose_log_cannot_open_leaves_nothing(laser, tmp_path, monkeypatch):
+    # The private log's folder is removed and the failure raised as itself.
+    from laser_memory.log.local import LocalLog
+
+    async def cannot_open(self) -> None:
+        raise lm.LogUnavailable("cannot open the local log: the disk is full")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setattr(LocalLog, "_open", cannot_open)
+    with pytest.raises(lm.LogUnavailable, match="the disk is full"):
+        await laser.memory_with("scratch", "vector", embedder=WordHashEmbedder())
+    assert laser._private == []
+    assert list((tmp_path / "scratch").iterdir()) == []
