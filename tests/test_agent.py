@@ -304,6 +304,7 @@ async def test_an_agent_consolidates_on_a_timer(laser: lm.Laser):
         consolidate_every_ms=50,
         consolidator=Compact(),
     ) as agent:
+        assert agent.consolidation.every == 0.05  # milliseconds, as seconds
         await until(lambda: agent.consolidation.passes >= 2)
     passes = len(scopes)
     assert scopes[0] == {"agent": "triage"}

@@ -208,6 +208,24 @@ async def test_managed_reads_need_a_view(laser: lm.Laser):
         await memory.fetch("k", version=1)
 
 
+async def test_a_view_path_with_no_view_is_said_at_once_unless_a_write_is_awaited(
+    laser: lm.Laser, tmp_path: Path
+):
+    # A mistyped --view is NoView at once, whatever the timeout; a read waiting for a
+    # write waits for a folder to make the view, up to its timeout.
+    async with lm.connect(laser.log.url, stream=laser.stream, view=tmp_path / "nope") as reader:
+        memory = reader.memory("notes")
+        written = await memory.remember("a fact")
+        started = time.monotonic()
+        with pytest.raises(lm.NoView, match="there is no view"):
+            await memory.recall(timeout=30)
+        assert time.monotonic() - started < 10
+        started = time.monotonic()
+        with pytest.raises(lm.NoView, match="there is no view"):
+            await memory.recall(after=written, timeout=0.3)
+        assert time.monotonic() - started >= 0.3
+
+
 async def test_bad_records_are_set_aside_and_counted(viewed):
     laser, view = viewed
     memory = laser.memory("notes")
