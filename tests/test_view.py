@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import random
@@ -89,6 +90,22 @@ def test_a_view_opened_twice_in_a_process_stays_open_until_both_close(tmp_path: 
     assert files_held() == 0
 
 
+def _holds_files_under(path: Path) -> bool:
+    return any(
+        os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(path))
+        for fd in os.listdir("/proc/self/fd")
+    )
+
+
+def test_a_view_dropped_open_warns(tmp_path: Path):
+    # Its environment is shared per process: dropped open, it stays mapped for good.
+    view = MemoryView.open(tmp_path / "view")
+    with pytest.warns(ResourceWarning, match="was not closed; call close"):
+        del view
+        gc.collect()
+    MemoryView.open(tmp_path / "view").close()  # closed: no warning
+
+
 async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewed):
     # Closed while a read ran on another thread (a connection stopped during its
     # prepare_search, the HTTP server's reads), LMDB's environment went from under the
@@ -129,6 +146,9 @@ async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewe
         for thread in threads:
             await asyncio.to_thread(thread.join)
         assert failures == [] and counts and set(counts) == {300}
+        # The last read let go of the files (the connection below holds none: it has
+        # not opened its view).
+        assert not await asyncio.to_thread(_holds_files_under, path)
     with pytest.raises(lm.LogClosed, match="was closed"):
         view.stats()
 
