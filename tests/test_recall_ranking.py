@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
+import math
 
 import msgspec
 import numpy as np
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 import laser_memory as lm
 from laser_memory.named import merge_patch
 from laser_memory.recall import RRF_K, estimate_tokens, rank
+from laser_memory.scoring import BM25_B, BM25_K1, TermStatistics, bm25, bm25_postings
 
 
 def item(n: int, *, weight: float = 0.0, t: int = 0, body: str | None = None) -> lm.MemoryItem:
@@ -686,3 +689,43 @@ def test_orders_without_text_and_by_meaning_are_plain_sorts(rows, strategy, min_
     assert [(r.row, r.score, [(s.strategy, s.rank) for s in r.signals]) for r in got] == [
         (i, rows[i]["semantic"], [("semantic", p)]) for p, i in enumerate(chosen)
     ]
+
+
+_WORDS = st.sampled_from(["deploy", "eu", "west", "node", "key", "pool"])
+
+
+@given(
+    documents=st.lists(st.lists(_WORDS, max_size=12), max_size=8),
+    query=st.lists(_WORDS, max_size=4),
+)
+@example(documents=[["node"], ["node", "node", "eu", "west"], ["pool"]], query=["node", "node"])
+def test_bm25_is_okapi_bm25_over_the_documents(documents, query):
+    """Both BM25s against the textbook formula, one document at a time (k1 1.2, b 0.75,
+    idf log(1 + (N - df + 0.5) / (df + 0.5)), a query term counted once). `bm25` scores
+    the replay's and a small store's recalls; it was held only through the search
+    index's comparison with a scan that uses it."""
+    counted = [(dict(collections.Counter(words)), len(words)) for words in documents]
+    stats = TermStatistics.of(counted, query)
+    average = sum(len(words) for words in documents) / len(documents) if documents else 0
+    expected = []
+    for words in documents:
+        score = 0.0
+        for term in dict.fromkeys(query):
+            df = sum(term in other for other in documents)
+            if df:
+                idf = math.log(1 + (len(documents) - df + 0.5) / (df + 0.5))
+                tf = words.count(term)
+                norm = BM25_K1 * (1 - BM25_B + BM25_B * len(words) / max(average, 1e-9))
+                score += idf * tf * (BM25_K1 + 1) / (tf + norm)
+        expected.append(score)
+    dense = bm25(query, counted, stats)
+    assert dense.tolist() == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+    def postings(term: str) -> tuple[np.ndarray, np.ndarray]:
+        rows = [row for row, (counts, _) in enumerate(counted) if term in counts]
+        return np.array(rows, dtype=np.int64), np.array(
+            [counted[row][0][term] for row in rows], dtype=np.float64
+        )
+
+    lengths = np.array([length for _, length in counted], dtype=np.float64)
+    assert bm25_postings(query, postings, lengths, stats).tolist() == dense.tolist()
