@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import inspect
 import os
 import stat
 from collections.abc import Callable
@@ -40,6 +41,23 @@ from .view import MemoryView, view_path_of
 __all__ = ["FolderConfig", "ViewFolder"]
 
 Progress = Callable[[int, dict[int, int]], None]
+
+_ASYNC_PROGRESS = (
+    "on_progress is a plain function, called on the folder's loop after each transaction; "
+    "an async one would never run: to do async work from it, start a task there "
+    "(asyncio.get_running_loop().create_task(...))"
+)
+
+
+def _reported(result: object) -> None:
+    """Refuse what a progress callback returned if it is awaitable (a lambda around an
+    async function): it would never run."""
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()  # no "never awaited" warning on top of the error
+        raise InvalidInput(_ASYNC_PROGRESS)
+
+
 # How many times a folder asks for the log's end offsets, a second apart, before it takes
 # a log that ends before its view's positions as behind for good.
 _BEHIND_CHECKS = 4
@@ -180,6 +198,10 @@ class ViewFolder:
             raise InvalidInput(
                 "on_progress is a callable taking (records folded, positions), or None"
             )
+        if inspect.iscoroutinefunction(on_progress):
+            # Called, it made a coroutine no one awaited: never ran, said only by a
+            # RuntimeWarning.
+            raise InvalidInput(_ASYNC_PROGRESS)
         fd = self._lock()
         try:
             view = MemoryView.open(
@@ -280,7 +302,7 @@ class ViewFolder:
                     finally:
                         may_read.set()
                     if on_progress is not None:
-                        on_progress(folded, view.watermark())
+                        _reported(on_progress(folded, view.watermark()))
 
             try:
                 async with asyncio.TaskGroup() as group:

@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -606,8 +607,22 @@ async def test_folder_run_flags_are_checked_before_it_folds(laser: lm.Laser, tmp
         await folder.run(until_caught_up=True, rebuild=1)
     with pytest.raises(lm.InvalidInput, match="on_progress"):
         await folder.run(until_caught_up=True, on_progress=5)
+    # An async callback was called into a coroutine no one awaited: it never ran, and
+    # only a RuntimeWarning said so.
+    reports: list[int] = []
+
+    async def report(folded: int, positions: dict) -> None:
+        reports.append(folded)
+
+    with pytest.raises(lm.InvalidInput, match="on_progress is a plain function"):
+        await folder.run(until_caught_up=True, on_progress=report)
     assert not (tmp_path / "view").exists()
-    assert await folder.run(until_caught_up=True) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(lm.InvalidInput, match="on_progress is a plain function"):
+            await folder.run(until_caught_up=True, on_progress=lambda *args: report(*args))
+    assert reports == []
+    assert await folder.run(until_caught_up=True, rebuild=True) == 1
 
 
 async def test_a_folder_stopped_as_a_commit_ends_reports_what_it_committed(
