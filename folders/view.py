@@ -559,9 +559,10 @@ class MemoryView:
         self._env = env
         self._dbs = dbs
         self._closed = False
-        # Reads under way, on any thread: `close` while one runs leaves the environment
-        # to the last of them to release (closed under a read, LMDB's cursor went on
-        # over freed memory, or the read failed as if the view were damaged).
+        # Transactions under way (reads, a folder's writes), on any thread: `close`
+        # while one runs leaves the environment to the last of them to release (closed
+        # under one, LMDB's cursor went on over freed memory, or it failed as if the
+        # view were damaged).
         self._users = 0
         self._users_lock = threading.Lock()
         # Asked before each of the folder's write transactions (see StaleReaders).
@@ -671,8 +672,8 @@ class MemoryView:
             )
 
     def close(self) -> None:
-        """Close the view: later reads raise `LogClosed`; reads under way (on other
-        threads) finish first, and the last of them releases the environment."""
+        """Close the view: later reads and writes raise `LogClosed`; those under way (on
+        other threads) finish first, and the last of them releases the environment."""
         with self._users_lock:
             if self._closed:
                 return
