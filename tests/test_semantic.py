@@ -426,3 +426,21 @@ def test_the_largest_and_smallest_embedders_are_taken():
     for dimensions in (1, 65536):
         wide = type("Wide", (lm.WordHashEmbedder,), {"dimensions": dimensions})()
         assert validate_embedder(wide) is wide
+
+
+async def test_a_snapshot_ranks_by_words_even_for_a_handle_that_ranks_by_meaning(
+    embedded: lm.Laser,
+):
+    # As the README says: a snapshot has no embedder, so its semantic recall is keyword
+    # recall, where the handle's ranks by cosine.
+    memory = embedded.memory("notes")
+    await memory.remember("node seven sits in the west pool")
+    last = await memory.remember("the west pool drains nightly, node by node")
+    snapshot = await memory.as_of(last)
+    by_meaning = await memory.recall(text="west pool node", strategy="semantic", folded=True)
+    assert {s.strategy for i in by_meaning for s in i.signals} == {"semantic"}
+    past = snapshot.recall(text="west pool node", strategy="semantic")
+    assert {s.strategy for i in past for s in i.signals} == {"keyword"}
+    assert [i.id for i in past] == [
+        i.id for i in snapshot.recall(text="west pool node", strategy="keyword")
+    ]
