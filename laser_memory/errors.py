@@ -25,7 +25,7 @@ The tree::
     ├── RecordDecodeError           bytes on the log that are not a record we can read
     │   └── UnsupportedSchemaVersion
     ├── LogError
-    │   ├── LogClosed               the log was used before start() or after stop()
+    │   ├── LogClosed               a log used before start() or after stop(), a view after close()
     │   ├── UnknownTopic
     │   ├── TopicConflict           a topic exists with another shape or settings
     │   ├── LogUnavailable          the storage or broker cannot be reached
@@ -185,7 +185,8 @@ class LogError(LaserError):
 
 
 class LogClosed(LogError):
-    """The log was used before ``start()`` or after ``stop()``."""
+    """A log was used before ``start()`` or after ``stop()``, or a managed view after
+    ``close()`` (a connection's ``stop()`` closes its view)."""
 
 
 class UnknownTopic(LogError):
