@@ -560,9 +560,9 @@ class MemoryView:
         self._dbs = dbs
         self._closed = False
         # Transactions under way (reads, a folder's writes), on any thread: `close`
-        # while one runs leaves the environment to the last of them to release (closed
-        # under one, LMDB's cursor went on over freed memory, or it failed as if the
-        # view were damaged).
+        # while one runs leaves the environment to the last of them to release. Closed
+        # under one, it failed as if the view were damaged; and LMDB requires every
+        # transaction ended before its environment closes.
         self._users = 0
         self._users_lock = threading.Lock()
         # Asked before each of the folder's write transactions (see StaleReaders).
