@@ -110,8 +110,9 @@ def test_a_view_dropped_open_warns(tmp_path: Path):
 async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewed):
     # Closed while a read ran on another thread (a connection stopped during its
     # prepare_search, the HTTP server's reads), LMDB's environment went from under the
-    # read: it failed as if the view were damaged ("rebuild it"), and a cursor could go
-    # on over freed memory. Reads under way finish; later ones are LogClosed.
+    # read: it failed as if the view were damaged ("rebuild it"), where LMDB requires
+    # every transaction ended before its environment closes. Reads under way finish;
+    # later ones are LogClosed.
     laser, path = viewed
     notes = laser.memory("notes")
     for first in range(0, 3000, 1000):
