@@ -1543,6 +1543,9 @@ async def test_the_sweeper_runs_while_the_store_is_open(memory, clock):
         await store.__aenter__()
         assert len(asyncio.all_tasks() - before) == 1
     assert asyncio.all_tasks() - before == set()
+    await store.__aenter__()
+    assert await store.stop_ttl_sweeper() is True  # one was running
+    assert await store.stop_ttl_sweeper() is False
 
 
 async def test_a_failed_sweep_is_kept_and_the_next_one_runs(memory, clock):
