@@ -8,11 +8,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from folders.view import MemoryView, view_path_of
@@ -101,6 +102,10 @@ class Laser:
         # Set by stop: a managed read after it (or waiting through it) is LogClosed, as a
         # folded one is, and never reopens the view the stop closed.
         self._stopped = False
+        # Writes between their call and the log: embedding their bodies, asking the
+        # governor (see `_write_under_way`). A stop waits for them, as for the appends.
+        self._writes_under_way = 0
+        self._writes_idle: asyncio.Event | None = None
 
     async def __aenter__(self) -> Laser:
         await self.start()
@@ -113,7 +118,15 @@ class Laser:
         await self.log.start()
 
     async def stop(self) -> None:
+        """Stop the connection: writes under way finish first (those still embedding
+        their bodies or asking the governor too, then every append), later ones and every
+        read are `LogClosed`; then its view, its vector memories and its log close."""
         self._stopped = True
+        while self._writes_under_way:
+            # One event for every stop waiting (two stops at once both wake).
+            if self._writes_idle is None or self._writes_idle.is_set():
+                self._writes_idle = asyncio.Event()
+            await self._writes_idle.wait()
         if self._view is not None:
             self._view.close()
             self._view = None
@@ -123,6 +136,21 @@ class Laser:
             shutil.rmtree(folder, ignore_errors=True)
         await self._appends.drain()
         await self.log.stop()
+
+    @contextlib.contextmanager
+    def _write_under_way(self) -> Iterator[None]:
+        """Around a write's steps before its append (embedding, the governor): `stop`
+        waits for them. A write begun after the stop is `LogClosed`: it would otherwise
+        be embedded and then refused, or keep the stop waiting for writes begun after it."""
+        if self._stopped:
+            raise LogClosed("this connection was stopped; open a new one to write")
+        self._writes_under_way += 1
+        try:
+            yield
+        finally:
+            self._writes_under_way -= 1
+            if not self._writes_under_way and self._writes_idle is not None:
+                self._writes_idle.set()
 
     async def memory_with(
         self, namespace: str, backend: str = "log", *, embedder: Embedder | None = None

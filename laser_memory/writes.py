@@ -342,13 +342,12 @@ class RememberBuilder:
                     f"makes {embedder.dimensions}"
                 )
         missing = [i for i, record in enumerate(records) if record.embedding is None]
-        vectors = (
-            await embed_texts(
-                embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
-            )
-            if missing
-            else None
-        )
+        vectors = None
+        if missing:
+            with self._laser._write_under_way():
+                vectors = await embed_texts(
+                    embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
+                )
         made = dict(zip(missing, vectors if vectors is not None else [], strict=True))
         return [
             msgspec.structs.replace(
@@ -411,21 +410,22 @@ class RecordWriter:
         if self.principal is not None:
             self.principal.check_publish(self.topic)
         if self._governor is not None:
-            await check_governor(
-                self._governor,
-                [
-                    ProposedWrite(
-                        op=type(record).__struct_config__.tag,
-                        namespace=self.namespace,
-                        topic=self.topic,
-                        tenant=record.scope.tenant,
-                        principal=self.principal,
-                        body=getattr(record, "body", None) or getattr(record, "patch", None),
-                        record=out.value,
-                    )
-                    for record, out in zip(records, outgoing, strict=True)
-                ],
-            )
+            with self._laser._write_under_way():
+                await check_governor(
+                    self._governor,
+                    [
+                        ProposedWrite(
+                            op=type(record).__struct_config__.tag,
+                            namespace=self.namespace,
+                            topic=self.topic,
+                            tenant=record.scope.tenant,
+                            principal=self.principal,
+                            body=getattr(record, "body", None) or getattr(record, "patch", None),
+                            record=out.value,
+                        )
+                        for record, out in zip(records, outgoing, strict=True)
+                    ],
+                )
         appends = self._laser._appends
         try:
             receipts = await appends.append_batch(self.topic, outgoing)

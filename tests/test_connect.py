@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
+import time
 
 import pytest
 
@@ -368,3 +370,39 @@ def test_config_fields_take_their_boundaries_and_none_only_where_it_means_no_lim
     ):
         with pytest.raises(lm.ConfigError):
             make()
+
+
+async def test_a_stop_waits_for_writes_still_embedding_or_asking_the_governor(tmp_path):
+    # Begun before the stop, they ended with LogClosed and nothing written: the stop
+    # drained only the appends, and these had not reached theirs.
+    embedded_texts: list[str] = []
+
+    class Slow(lm.WordHashEmbedder):
+        def embed_many(self, texts):
+            time.sleep(0.2)
+            embedded_texts.extend(texts)
+            return super().embed_many(texts)
+
+    async def slow_governor(write: lm.ProposedWrite) -> bool:
+        await asyncio.sleep(0.2)
+        return True
+
+    url = f"local://{tmp_path}/log"
+    laser = lm.connect(url)
+    await laser.start()
+    embedding = laser.memory("notes", embedder=Slow())
+    governed = laser.memory("notes", governor=slow_governor)
+    writes = [asyncio.create_task(embedding.remember(f"embedded {i}")) for i in range(4)]
+    writes += [asyncio.create_task(governed.remember(f"governed {i}")) for i in range(4)]
+    await asyncio.sleep(0.05)  # each is embedding its body or waiting for the governor
+    await asyncio.wait_for(asyncio.gather(laser.stop(), laser.stop()), 10)  # both end
+    assert all(task.done() for task in writes)
+    ids = [task.result() for task in writes]
+    # Begun after the stop: refused before the embedder or the governor is asked.
+    for handle in (embedding, governed):
+        with pytest.raises(lm.LogClosed, match="was stopped"):
+            await handle.remember("too late")
+    assert "too late" not in embedded_texts
+    async with lm.connect(url) as again:
+        kept = await again.memory("notes").recall(folded=True, limit=100)
+    assert sorted(item.id for item in kept) == sorted(ids)
