@@ -118,15 +118,22 @@ class Laser:
         await self.log.start()
 
     async def stop(self) -> None:
-        """Stop the connection: writes under way finish first (those still embedding
-        their bodies or asking the governor too, then every append), later ones and every
-        read are `LogClosed`; then its view, its vector memories and its log close."""
+        """Stop the connection: the writes under way finish first (those still embedding
+        their bodies or asking the governor too, and every append), a write begun later
+        that would embed is `LogClosed` before its embedder is asked, and every read is
+        `LogClosed`; then its view, its vector memories and its log close."""
         self._stopped = True
-        while self._writes_under_way:
-            # One event for every stop waiting (two stops at once both wake).
-            if self._writes_idle is None or self._writes_idle.is_set():
-                self._writes_idle = asyncio.Event()
-            await self._writes_idle.wait()
+        while True:
+            while self._writes_under_way:
+                # One event for every stop waiting (two stops at once both wake).
+                if self._writes_idle is None or self._writes_idle.is_set():
+                    self._writes_idle = asyncio.Event()
+                await self._writes_idle.wait()
+            await self._appends.drain()
+            # An append the drain saw fail (its topic missing: the writer makes it and
+            # writes again) is a write under way again.
+            if not self._writes_under_way:
+                break
         if self._view is not None:
             self._view.close()
             self._view = None
@@ -134,15 +141,15 @@ class Laser:
         for laser, folder in private:
             await laser.stop()
             shutil.rmtree(folder, ignore_errors=True)
-        await self._appends.drain()
         await self.log.stop()
 
     @contextlib.contextmanager
-    def _write_under_way(self) -> Iterator[None]:
-        """Around a write's steps before its append (embedding, the governor): `stop`
-        waits for them. A write begun after the stop is `LogClosed`: it would otherwise
-        be embedded and then refused, or keep the stop waiting for writes begun after it."""
-        if self._stopped:
+    def _write_under_way(self, *, begins: bool = False) -> Iterator[None]:
+        """Around a write's steps besides the append the log's drain waits for (embedding
+        its body, the governor, making a missing topic): `stop` waits for them. A write
+        that ``begins`` here (its embedding) after the stop is `LogClosed`: it would be
+        embedded, then refused."""
+        if begins and self._stopped:
             raise LogClosed("this connection was stopped; open a new one to write")
         self._writes_under_way += 1
         try:

@@ -344,7 +344,7 @@ class RememberBuilder:
         missing = [i for i, record in enumerate(records) if record.embedding is None]
         vectors = None
         if missing:
-            with self._laser._write_under_way():
+            with self._laser._write_under_way(begins=True):
                 vectors = await embed_texts(
                     embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
                 )
@@ -409,8 +409,8 @@ class RecordWriter:
         outgoing = self.outgoing(records)
         if self.principal is not None:
             self.principal.check_publish(self.topic)
-        if self._governor is not None:
-            with self._laser._write_under_way():
+        with self._laser._write_under_way():
+            if self._governor is not None:
                 await check_governor(
                     self._governor,
                     [
@@ -426,14 +426,13 @@ class RecordWriter:
                         for record, out in zip(records, outgoing, strict=True)
                     ],
                 )
-        appends = self._laser._appends
-        try:
-            receipts = await appends.append_batch(self.topic, outgoing)
-        except UnknownTopic:
-            if not await self._laser._create_missing_topic(self.topic):
-                raise
-            receipts = await appends.append_batch(self.topic, outgoing)
-        return receipts
+            appends = self._laser._appends
+            try:
+                return await appends.append_batch(self.topic, outgoing)
+            except UnknownTopic:
+                if not await self._laser._create_missing_topic(self.topic):
+                    raise
+                return await appends.append_batch(self.topic, outgoing)
 
     def outgoing(self, records: Sequence[MemoryRecord]) -> list[OutgoingRecord]:
         """The records as the log takes them. Every record is encoded and measured
