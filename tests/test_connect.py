@@ -409,3 +409,18 @@ async def test_a_stop_waits_for_writes_still_embedding_or_asking_the_governor(tm
     async with lm.connect(url) as again:
         kept = await again.memory("notes").recall(folded=True, limit=100)
     assert sorted(item.id for item in kept) == sorted(ids)
+
+
+async def test_a_stop_waits_for_a_lone_write_still_embedding(tmp_path):
+    class Slow(lm.WordHashEmbedder):
+        def embed_many(self, texts):
+            time.sleep(0.2)
+            return super().embed_many(texts)
+
+    url = f"local://{tmp_path}/log"
+    async with lm.connect(url) as laser:
+        await laser.bootstrap(partitions=1)
+        write = asyncio.create_task(laser.memory("notes", embedder=Slow()).remember("alone"))
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(laser.stop(), 10)  # woken when its one write is done
+        assert write.done() and write.result().receipt is not None
