@@ -372,18 +372,26 @@ def test_config_fields_take_their_boundaries_and_none_only_where_it_means_no_lim
             make()
 
 
+class _SlowEmbedder(lm.WordHashEmbedder):
+    """The word-hash embedder, 0.2 s a call (on the thread embeddings run on); keeps the
+    texts it embedded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedded: list[str] = []
+
+    def embed_many(self, texts):
+        time.sleep(0.2)
+        self.embedded.extend(texts)
+        return super().embed_many(texts)
+
+
 async def test_a_stop_waits_for_writes_still_embedding_or_asking_the_governor(tmp_path):
     # Begun before the stop, they ended with LogClosed and nothing written: the stop
     # drained only the appends, and these had not reached theirs. The topic is made by
     # the first of them (a write whose append finds no topic makes it and writes again,
     # after the drain had let the stop go on).
-    embedded_texts: list[str] = []
-
-    class Slow(lm.WordHashEmbedder):
-        def embed_many(self, texts):
-            time.sleep(0.2)
-            embedded_texts.extend(texts)
-            return super().embed_many(texts)
+    slow = _SlowEmbedder()
 
     async def slow_governor(write: lm.ProposedWrite) -> bool:
         await asyncio.sleep(0.2)
@@ -392,7 +400,7 @@ async def test_a_stop_waits_for_writes_still_embedding_or_asking_the_governor(tm
     url = f"local://{tmp_path}/log"
     laser = lm.connect(url)
     await laser.start()
-    embedding = laser.memory("notes", embedder=Slow())
+    embedding = laser.memory("notes", embedder=slow)
     governed = laser.memory("notes", governor=slow_governor)
     writes = [asyncio.create_task(embedding.remember(f"embedded {i}")) for i in range(4)]
     writes += [asyncio.create_task(governed.remember(f"governed {i}")) for i in range(4)]
@@ -403,7 +411,7 @@ async def test_a_stop_waits_for_writes_still_embedding_or_asking_the_governor(tm
     # Begun after the stop: refused before the embedder is asked.
     with pytest.raises(lm.LogClosed, match="connection was stopped"):
         await embedding.remember("too late")
-    assert "too late" not in embedded_texts
+    assert "too late" not in slow.embedded
     with pytest.raises(lm.LogClosed):
         await governed.remember("too late")
     async with lm.connect(url) as again:
@@ -412,15 +420,11 @@ async def test_a_stop_waits_for_writes_still_embedding_or_asking_the_governor(tm
 
 
 async def test_a_stop_waits_for_a_lone_write_still_embedding(tmp_path):
-    class Slow(lm.WordHashEmbedder):
-        def embed_many(self, texts):
-            time.sleep(0.2)
-            return super().embed_many(texts)
-
     url = f"local://{tmp_path}/log"
     async with lm.connect(url) as laser:
         await laser.bootstrap(partitions=1)
-        write = asyncio.create_task(laser.memory("notes", embedder=Slow()).remember("alone"))
+        notes = laser.memory("notes", embedder=_SlowEmbedder())
+        write = asyncio.create_task(notes.remember("alone"))
         await asyncio.sleep(0.05)
         await asyncio.wait_for(laser.stop(), 10)  # woken when its one write is done
         assert write.done() and write.result().receipt is not None

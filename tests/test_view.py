@@ -73,26 +73,20 @@ def test_a_view_opened_twice_in_a_process_stays_open_until_both_close(tmp_path: 
     # A process opens each folder's environment once and shares it: closing one opener
     # must leave the other reading, and closing the last must let go of the files.
     path = tmp_path / "view"
-
-    def files_held() -> int:
-        return sum(
-            os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(path))
-            for fd in os.listdir("/proc/self/fd")
-        )
-
     first = MemoryView.open(path)
     second = MemoryView.open(path)
     third = MemoryView.open(path)
-    assert files_held() > 0
+    assert _files_held_under(path) > 0
     first.close()
     third.close()
     assert second.stats().items == 0  # still open, and readable
     second.close()
-    assert files_held() == 0
+    assert _files_held_under(path) == 0
 
 
-def _holds_files_under(path: Path) -> bool:
-    return any(
+def _files_held_under(path: Path) -> int:
+    """How many of this process's open files are under ``path``."""
+    return sum(
         os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(path))
         for fd in os.listdir("/proc/self/fd")
     )
@@ -150,7 +144,7 @@ async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewe
         assert failures == [] and counts and set(counts) == {300}
         # The last read let go of the files (the connection below holds none: it has
         # not opened its view).
-        assert not await asyncio.to_thread(_holds_files_under, path)
+        assert await asyncio.to_thread(_files_held_under, path) == 0
     with pytest.raises(lm.LogClosed, match="was closed"):
         view.stats()
 
