@@ -979,9 +979,11 @@ def _moment(value: str | None) -> int | None:
     if value is None:
         return None
     if value.isascii() and value.isdigit():
-        if int(value) >= 1 << 63:
+        digits = value.lstrip("0") or "0"
+        # Compared by length first: int() of over 4,300 digits raises Python's own error.
+        if len(digits) > 19 or int(digits) >= 1 << 63:
             raise click.BadParameter(f"{shown(value)} is past the last millisecond a log holds")
-        return int(value)
+        return int(digits)
     try:
         moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

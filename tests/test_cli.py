@@ -395,6 +395,8 @@ def test_replay_shows_one_tenant_unless_an_operator_asks_for_all(tmp_path):
         ("1.5e3", None, "a whole number from 0"),
         ("nan", None, "a whole number from 0"),
         ("soon", None, "neither milliseconds"),
+        ("9" * 5000, None, "past the last millisecond"),  # int() of it raised ValueError
+        ("0" * 5000 + "3", "2", "--since ("),  # leading zeros: still the number 3
     ):
         result = CliRunner().invoke(
             main,
