@@ -108,8 +108,15 @@ async def summarize(call: Callable[[list[bytes]], Any], bodies: Sequence[bytes])
         raise SummarizeFailed(f"the summarizer raised {type(exc).__name__}: {exc}") from exc
     returned = body
     if isinstance(body, str):
-        # The text a str subclass holds: its own encode is the summarizer's code.
-        body = str.encode(body, "utf-8", "surrogatepass")
+        # The text a str subclass holds: its own encode is the summarizer's code. Strict,
+        # as `remember` takes text: a lone surrogate was stored as bytes no text holds.
+        try:
+            body = str.encode(body, "utf-8")
+        except UnicodeEncodeError as exc:
+            raise SummarizeFailed(
+                f"the summarizer returned text that is not valid Unicode ({exc.reason} at "
+                f"position {exc.start}); return valid text, or bytes"
+            ) from None
     elif isinstance(body, bytes | bytearray):
         body = bytes(body)
     if not isinstance(body, bytes) or not body:

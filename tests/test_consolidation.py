@@ -148,6 +148,7 @@ async def test_a_slow_synchronous_summarizer_never_holds_the_event_loop(laser: l
         (lambda bodies: 1 / 0, lm.SummarizeFailed),
         (lambda bodies: b"", lm.SummarizeFailed),
         (lambda bodies: 42, lm.SummarizeFailed),
+        (lambda bodies: "half a pair \ud83d", lm.SummarizeFailed),  # `remember` refuses it too
         ("not a summarizer", lm.InvalidInput),
     ],
 )
