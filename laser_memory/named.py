@@ -126,6 +126,12 @@ def dump_json(value: Any, what: str = "the body") -> bytes:
                 "it holds NaN, an infinity or a number past a 64-bit float's range (such "
                 "as 1e400, read as infinity); write such numbers as strings"
             )
+        elif type(exc) is RecursionError:
+            # Python's own words ("maximum recursion depth exceeded") name no limit of ours.
+            raise InvalidBody(
+                f"{what} nests more levels deep than JSON can be written here; at most "
+                f"{MAX_JSON_DEPTH} are allowed"
+            ) from None
         raise InvalidBody(f"{what} cannot be written as JSON: {reason}") from None
 
 

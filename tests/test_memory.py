@@ -1267,6 +1267,10 @@ async def test_named_json_nests_to_the_limit_and_no_further(laser: lm.Laser):
         await memory.set("k", _nested(100))
     with pytest.raises(lm.InvalidPatch):
         await memory.update("k", {"b": _nested(99)})
+    # Deeper than Python's json can write: the same limit named, not its recursion error.
+    for deep in (memory.set("k", _nested(5_000)), memory.update("k", {"b": _nested(5_000)})):
+        with pytest.raises((lm.InvalidBody, lm.InvalidPatch), match="at most 100 are allowed"):
+            await deep
     assert await _end_offsets(laser) == ends
 
 
