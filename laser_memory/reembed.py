@@ -11,6 +11,7 @@ is still missing, so an interrupted run resumes.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,9 @@ async def reembed(
 ) -> int:
     """Write ``embedder``'s vector for every live item of ``tenant`` in the handle's
     namespace that has none; returns how many records were written. ``progress`` is
-    called with (done, total) after each batch. An embedder failure raises
+    called with (done, total) before the first batch and after each one, sync or async (what
+    it returns is awaited if awaitable: an async one was called and never run). An
+    embedder failure raises
     `EmbeddingFailed`; the batches written before it stay (a rerun resumes)."""
     validate_embedder(embedder)
     tenant = validate_name(tenant, "tenant", allow_empty=True)
@@ -54,8 +57,12 @@ async def reembed(
     state = await memory._reader.catch_up()
     missing = state.missing_vectors(tenant, embedder.label)
     done = 0
-    if progress is not None:
-        progress(0, len(missing))
+
+    async def report() -> None:
+        if progress is not None and inspect.isawaitable(reported := progress(done, len(missing))):
+            await reported
+
+    await report()
     for start in range(0, len(missing), batch_size):
         batch = missing[start : start + batch_size]
         texts = [record.body.decode("utf-8", "replace") for _, record in batch]
@@ -76,6 +83,5 @@ async def reembed(
             ]
         )
         done += len(batch)
-        if progress is not None:
-            progress(done, len(missing))
+        await report()
     return done

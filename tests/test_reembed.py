@@ -3,6 +3,7 @@ recall comparing only the new model's vectors, a rerun that resumes, over both l
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -206,3 +207,17 @@ async def test_reembed_refuses_a_progress_it_cannot_call(laser: lm.Laser):
     await memory.remember("a fact")
     with pytest.raises(lm.InvalidInput, match="progress is a callable"):
         await memory.reembed(WordHashEmbedder(), progress=5)  # type: ignore[arg-type]
+
+
+async def test_reembed_awaits_an_async_progress(laser: lm.Laser):
+    # An async progress was called into a coroutine nobody awaited: never reported.
+    memory = laser.memory("notes")
+    await memory.remember_many(["one", "two", "three"])
+    seen: list[tuple[int, int]] = []
+
+    async def progress(done: int, total: int) -> None:
+        await asyncio.sleep(0)
+        seen.append((done, total))
+
+    assert await memory.reembed(WordHashEmbedder(), batch_size=2, progress=progress) == 3
+    assert seen == [(0, 3), (2, 3), (3, 3)]
