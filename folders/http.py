@@ -33,6 +33,7 @@ the view is read, so a 403 says nothing about whether a namespace or item exists
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import time
@@ -488,12 +489,12 @@ async def serve_view(
     *,
     config: ServerConfig | None = None,
     auth: Authenticate | None = None,
-    ready: Callable[[str], None] | None = None,
+    ready: Callable[[str], object] | None = None,
 ) -> None:
     """Serve ``view`` on host:port until cancelled, behind a `ConnectionGuard`.
-    ``auth`` (a `folders.http_auth.TokenAuth`) authenticates every request; without
-    one, every caller is the anonymous local principal, so only a loopback host is
-    allowed."""
+    ``ready`` (sync or async) is given the lines to say once it listens. ``auth`` (a
+    `folders.http_auth.TokenAuth`) authenticates every request; without one, every caller
+    is the anonymous local principal, so only a loopback host is allowed."""
     config = config or ServerConfig()
     if auth is None and not is_loopback(host):
         raise ConfigError(
@@ -521,12 +522,16 @@ async def serve_view(
         async with server, asyncio.TaskGroup() as tasks:
             tasks.create_task(guard.reap(), name="laser-http-reaper")
             if ready is not None:
-                ready(f"serving {view.path} on http://{host}:{port}")
+                lines = [f"serving {view.path} on http://{host}:{port}"]
                 if auth is None:
-                    ready(
+                    lines.append(
                         "no --auth: every caller on this host reads every namespace of "
                         "every tenant (tenant= per request); use --auth FILE to require tokens"
                     )
+                for line in lines:
+                    # Sync or async: an async one was called and never run.
+                    if inspect.isawaitable(said := ready(line)):
+                        await said
             await server.serve_forever()
     finally:
         await runner.cleanup()

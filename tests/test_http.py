@@ -48,9 +48,13 @@ async def serving(view_path: Path, config: ServerConfig) -> AsyncIterator[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     ready = asyncio.Event()
+
+    async def listening(_line: str) -> None:  # async: awaited (one was never run)
+        ready.set()
+
     with MemoryView.open(view_path, create=False) as view:
         task = asyncio.create_task(
-            serve_view(view, "127.0.0.1", port, config=config, ready=lambda _: ready.set())
+            serve_view(view, "127.0.0.1", port, config=config, ready=listening)
         )
         await asyncio.wait_for(ready.wait(), 10)
         try:

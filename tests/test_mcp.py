@@ -157,7 +157,8 @@ async def test_an_http_server_in_process_serves_until_cancelled(laser: lm.Laser,
     with pytest.raises(lm.ConfigError, match="serves an MCPServer"):
         await serve_streamable_http(memory, port=0)
     said: asyncio.Queue[str] = asyncio.Queue()
-    serving = asyncio.create_task(serve_streamable_http(server, port=0, ready=said.put_nowait))
+    # An async `ready` (`Queue.put`) is awaited: one was called and never run.
+    serving = asyncio.create_task(serve_streamable_http(server, port=0, ready=said.put))
     url = (await asyncio.wait_for(said.get(), 30)).removeprefix("serving MCP on ")
     async with Client(url) as client:
         data(await client.call_tool("remember", {"text": "over http in process"}))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import socket
 from collections.abc import Awaitable, Callable
@@ -190,13 +191,13 @@ async def serve_streamable_http(
     *,
     port: int,
     host: str = "127.0.0.1",
-    ready: Callable[[str], None] | None = None,
+    ready: Callable[[str], object] | None = None,
 ) -> None:
     """Serve ``server`` over streamable HTTP at ``http://HOST:PORT/mcp`` until cancelled.
 
     The address is bound before anything starts, so one in use (or not this host's) is a
-    `ConfigError` naming it; ``port=0`` takes a free port, and ``ready`` gets the URL
-    actually served.
+    `ConfigError` naming it; ``port=0`` takes a free port, and ``ready`` (sync or async)
+    gets the URL actually served.
 
     >>> await serve_streamable_http(server, port=8765, ready=print)   # doctest: +SKIP
     serving MCP on http://127.0.0.1:8765/mcp
@@ -233,7 +234,9 @@ async def serve_streamable_http(
         )
         if ready is not None:  # the socket listens: a client may connect from now on
             where = f"[{host}]" if family == socket.AF_INET6 else host
-            ready(f"serving MCP on http://{where}:{bound}/mcp")
+            # Sync or async: an async one was called and never run.
+            if inspect.isawaitable(said := ready(f"serving MCP on http://{where}:{bound}/mcp")):
+                await said
         http = uvicorn.Server(config)
         serving = asyncio.ensure_future(http.serve(sockets=[sock]))
         try:
