@@ -155,9 +155,12 @@ class Laser:
         try:
             yield
         finally:
-            self._writes_under_way -= 1
-            if not self._writes_under_way and self._writes_idle is not None:
-                self._writes_idle.set()
+            self._write_ended()
+
+    def _write_ended(self) -> None:
+        self._writes_under_way -= 1
+        if not self._writes_under_way and self._writes_idle is not None:
+            self._writes_idle.set()
 
     async def memory_with(
         self, namespace: str, backend: str = "log", *, embedder: Embedder | None = None
@@ -417,12 +420,13 @@ class Laser:
         record = SessionRecord(
             agent=agent_id, payload=data, conversation=conversation, tenant=tenant
         )
-        try:
-            [receipt] = await self.log.append_batch(topic, [encode_session(record)])
-        except UnknownTopic:
-            if not await self._create_missing_topic(topic):
-                raise
-            [receipt] = await self.log.append_batch(topic, [encode_session(record)])
+        with self._write_under_way():  # a stop waits for it, the topic's making too
+            try:
+                [receipt] = await self.log.append_batch(topic, [encode_session(record)])
+            except UnknownTopic:
+                if not await self._create_missing_topic(topic):
+                    raise
+                [receipt] = await self.log.append_batch(topic, [encode_session(record)])
         return receipt
 
     async def spawn_agent(

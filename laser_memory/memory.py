@@ -358,12 +358,18 @@ class MemoryHandle:
             record = self._remembers.plain(
                 body, kind, conversation, tenant, agent, user, application
             )
+            outgoing = self._writer.outgoing((record,))
+            # Counted as under way (`Laser._write_under_way`, inlined on this path): a
+            # stop meanwhile waits for it, so its topic, missing on a fresh embedded log,
+            # is made and the record written, not refused as the log closes under it.
+            laser = self._laser
+            laser._writes_under_way += 1
             try:
-                [receipt] = await self._laser._appends.append_batch(
-                    self.topic, self._writer.outgoing((record,))
-                )
+                [receipt] = await laser._appends.append_batch(self.topic, outgoing)
             except UnknownTopic:  # the writer makes the topic, if it may, and writes again
                 [receipt] = await self._writer.write((record,))
+            finally:
+                laser._write_ended()
             self.last_receipt = receipt
             mid = MemoryId._of(record.id)
             mid.receipt = receipt

@@ -419,6 +419,28 @@ async def test_a_stop_waits_for_writes_still_embedding_or_asking_the_governor(tm
     assert sorted(item.id for item in kept) == sorted(ids)
 
 
+async def test_a_stop_waits_for_plain_writes_and_messages_making_their_topic(tmp_path):
+    # On a fresh embedded log a plain remember's append (and a message's) finds no topic:
+    # the writer makes it and writes again. The stop did not count them as under way and
+    # closed the log meanwhile: LogClosed, nothing written.
+    for turns in range(1, 5):  # how far each write has gone when the stop begins
+        url = f"local://{tmp_path}/log{turns}"
+        laser = lm.connect(url)
+        await laser.start()
+        writes = [
+            asyncio.create_task(laser.memory("notes").remember("plain")),
+            asyncio.create_task(laser.send_to_agent("triage", "hello")),
+        ]
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        await asyncio.wait_for(laser.stop(), 10)
+        mid, sent = [await write for write in writes]
+        async with lm.connect(url) as again:
+            [kept] = await again.memory("notes").recall(folded=True)
+            ends = await again.log.end_offsets(sent.topic)
+        assert kept.id == mid and sum(ends.values()) == 1, turns
+
+
 async def test_a_stop_waits_for_a_lone_write_still_embedding(tmp_path):
     url = f"local://{tmp_path}/log"
     async with lm.connect(url) as laser:
