@@ -922,6 +922,9 @@ class MemoryState:
         self._items: dict[tuple[str, bytes], ItemState] = {}
         self._named: dict[tuple[str, str], NamedState] = {}
         self.set_aside: list[SetAside] = []
+        # The tenant of each record set aside (None: it cannot be told); a note of records
+        # missing from the log names none and has no entry.
+        self._aside_tenants: dict[Position, str | None] = {}
         self.applied = 0
         # The (tenant, id) of every item record folded since the search index furthest
         # behind last caught up, in fold order; _changed_before counts the ones dropped.
@@ -932,18 +935,39 @@ class MemoryState:
         self._indexes: dict[tuple, tuple[SearchIndex, int]] = {}
         self._scopes: dict[MemoryScope, MemoryScope] = {}
 
+    def set_aside_for(self, tenant: str | None) -> list[SetAside]:
+        """The records this fold set aside, and its notes of records missing from the
+        log, as a reader bound to ``tenant`` may see them: the records of that tenant
+        only (a reason quotes what a record holds), or every one for ``None``."""
+        if tenant is None:
+            return list(self.set_aside)
+        owners = self._aside_tenants
+        return [
+            aside
+            for aside in self.set_aside
+            if owners.get(aside.position, tenant) == tenant  # a missing-records note: none
+        ]
+
     def apply(self, log_record: LogRecord) -> None:
         """Fold one log record; records of other namespaces are skipped by header."""
-        # The headers' reading is kept for `decode_for_fold`'s check of them.
-        named, _ = owner_headers(log_record.headers)
+        # The headers' reading is kept for `check_owner_headers`.
+        named, owner = owner_headers(log_record.headers)
         if named is not None and named != self.namespace:
             return
         # Whatever one record raises, it is set aside and the fold goes on; nothing
         # changes before the record has been fully checked.
+        record = None
+        checking_headers = False
         try:
-            record = decode_for_fold(log_record)
-            if record.ns != self.namespace:
+            record = decode_record(log_record.value, log_record.headers)
+            if record.ns != self.namespace and named is None:
+                # Another namespace's record without headers: its own fold judges it (set
+                # aside here, its reason quoted it to every reader of this namespace).
                 return
+            checked_for_fold(record)
+            checking_headers = True
+            check_owner_headers(log_record.headers, record)
+            checking_headers = False
             key = sort_key(log_record)
             tenant = record.scope.tenant
             if type(record) in NAMED_RECORDS:
@@ -958,6 +982,15 @@ class MemoryState:
             self.set_aside.append(
                 SetAside(log_record.position, log_record.append_time_ms, _reason(exc, log_record))
             )
+            # Whose record it is, as far as can be told (the tenant header, else the
+            # record's own): a reason quotes what the record holds, so a reader bound to
+            # a tenant is shown its tenant's only (`set_aside_for`). Headers naming
+            # another owner than the record's are said in words naming neither: every
+            # tenant's reader is shown that one.
+            if not checking_headers:
+                if type(owner) is not str:
+                    owner = getattr(getattr(record, "scope", None), "tenant", None)
+                self._aside_tenants[log_record.position] = owner if type(owner) is str else None
             return
         if type(record) in NAMED_RECORDS:
             self._named[slot] = named

@@ -1094,9 +1094,11 @@ class MemoryHandle:
 
     @property
     def set_aside(self) -> list:
-        """Records this handle's fold could not read, with their positions and reasons."""
+        """Records this handle's fold could not read, with their positions and reasons: on
+        a handle bound to a tenant, only those of that tenant (and notes of records missing
+        from the log), since a reason quotes what the record holds."""
         state = self._reader._state
-        return list(state.set_aside) if state is not None else []
+        return state.set_aside_for(self.tenant) if state is not None else []
 
     # -- internals ---------------------------------------------------------------
 

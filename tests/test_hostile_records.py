@@ -334,6 +334,52 @@ def test_a_header_that_is_no_utf8_names_no_namespace_or_tenant():
         assert state.items(ItemFilter.build(tenant="\ufffd")) == []
 
 
+async def test_a_tenant_bound_handle_is_shown_only_its_tenants_records_set_aside(
+    laser: lm.Laser,
+):
+    """A reason quotes what a record holds (here a name with a control character): a
+    handle bound to acme was shown globex's records set aside, and another namespace's
+    written without headers. Records whose tenant cannot be told go to unbound handles
+    only, which may read every tenant."""
+    acme = laser.memory("notes", tenant="acme")
+    ns, topic, log = acme.namespace, acme.topic, laser.log
+    await acme.remember("an ordinary fact")
+
+    def bad(tenant: str, namespace: str = ns) -> OutgoingRecord:
+        scope = MemoryScope(stream=laser.stream, tenant=tenant, agent=f"{tenant} payroll\x01")
+        record = Remember(ns=namespace, scope=scope, id=lm.MemoryId.new().bytes, kind=1, body=b"x")
+        return _outgoing(record)
+
+    def bare(out: OutgoingRecord) -> OutgoingRecord:
+        return OutgoingRecord(out.value, key=out.key, headers=())
+
+    written = {}
+    for name, out in [
+        ("acme's", bad("acme")),
+        ("globex's", bad("globex")),
+        ("globex's, no headers", bare(bad("globex"))),
+        ("no one's", OutgoingRecord(b"\xff not msgpack", key=b"k")),
+        ("another namespace's, no headers", bare(bad("acme", ns + "-other"))),
+    ]:
+        written[name] = await log.append(topic, out)
+
+    def shown(memory: lm.MemoryHandle) -> set[str]:
+        at = {(r.partition, r.offset): name for name, r in written.items()}
+        return {at[(a.position.partition, a.position.offset)] for a in memory.set_aside}
+
+    seen = {}
+    for tenant in ("acme", "globex", None):
+        memory = laser.memory("notes", tenant=tenant)
+        await memory.recall(folded=True)
+        seen[tenant] = shown(memory)
+    assert seen["acme"] == {"acme's"}
+    assert seen["globex"] == {"globex's", "globex's, no headers"}
+    assert seen[None] == {"acme's", "globex's", "globex's, no headers", "no one's"}
+    await acme.recall(folded=True)
+    [own] = acme.set_aside
+    assert "acme payroll" in own.reason
+
+
 async def test_a_record_under_another_tenants_header_shows_in_no_read(
     laser: lm.Laser, tmp_path: Path
 ):
@@ -665,6 +711,7 @@ def test_missing_records_notes_each_jump_once_and_nothing_before_a_first_read():
     assert noted(run, {0: 7}) == []  # goes on where expected
     assert noted(run, {}) == noted(run, {0: 0}) == []  # nothing read yet: nothing missed
     assert noted(run, {0: 4}) == [(0, 4, 1_007)]  # 4 to 6 went before the fold got there
+    assert noted(run, {0: 1}) == [(0, 1, 1_007)]  # after offset 0 only: from 1
     # Jumps inside a batch (offsets a log skipped), and a batch of several partitions.
     assert noted(batch((0, 7), (0, 9), (0, 12)), {0: 7}) == [(0, 8, 1_009), (0, 10, 1_012)]
     assert noted(batch((0, 0), (0, 2)), {}) == [(0, 1, 1_002)]
