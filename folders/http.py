@@ -95,7 +95,7 @@ class ServerConfig:
 
 
 #: Who a request comes from; raises `Unauthorized` for a caller without valid credentials.
-Authenticate = Callable[[web.Request], Awaitable[Principal]]
+Authenticate = Callable[[web.Request], Principal | Awaitable[Principal]]
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -327,11 +327,20 @@ class ViewServer:
     ):
         async def serve(request: web.Request) -> web.Response:
             try:
-                principal = await self._auth(request)
+                principal = self._auth(request)
+                if inspect.isawaitable(principal):  # sync or async, as every hook of ours
+                    principal = await principal
             except Unauthorized as exc:
                 response = _json({"error": "Unauthorized", "message": str(exc)}, 401)
                 response.headers["WWW-Authenticate"] = 'Bearer realm="laser-memory"'
                 return response
+            if not isinstance(principal, Principal):
+                # The server's own code is wrong: a 500, logged with this, not a raw
+                # AttributeError from deep in a route (a sync one's was "can't be awaited").
+                raise ConfigError(
+                    f"the authenticator {shown(self._auth)} returned {shown(principal)}; it "
+                    "returns a Principal, or raises folders.http_auth.Unauthorized"
+                )
             try:
                 _check_parameters(request, path)
                 return await handler(principal, request)

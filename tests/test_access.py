@@ -520,6 +520,30 @@ async def test_a_bearer_token_that_is_no_utf8_is_a_401(laser: lm.Laser, tmp_path
             await server.close()
 
 
+async def test_an_authenticator_of_ones_own_may_be_sync_and_must_give_a_principal(
+    laser: lm.Laser, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """`make_app` takes any callable: a sync one failed every request (a 500 from "can't
+    be used in 'await' expression"), and one giving no Principal failed deep in a route."""
+    ops = Principal("ops", tenant="", grants={"view:stats"})
+
+    def by_header(request):  # sync, as a user's lookup often is
+        if request.headers.get("X-Who") != "ops":
+            raise Unauthorized("who are you?")
+        return ops
+
+    await laser.memory("notes").remember("a fact")
+    async with _served(laser, tmp_path / "view", by_header) as http:
+        async with http.get("/v1/stats", headers={"X-Who": "ops"}) as response:
+            assert response.status == 200 and (await response.json())["items"] == 1
+        async with http.get("/v1/stats") as response:
+            assert response.status == 401
+    async with _served(laser, tmp_path / "view", lambda request: "ops") as http:
+        async with http.get("/v1/stats") as response:
+            assert response.status == 500
+    assert "returned 'ops'; it returns a Principal" in caplog.text
+
+
 async def test_a_token_counts_only_as_a_bearer_token_with_its_whole_digest():
     token = "acme-token"
     digest = hash_token(token)
