@@ -41,6 +41,7 @@ from .log.batcher import AppendBatcher
 from .log.naming import validate_topic
 from .log.port import Appended
 from .memory import MemoryConfig, MemoryHandle
+from .writes import WRITE_DEPTH
 
 __all__ = ["AGENT_TOPICS", "ConversationContext", "Laser", "connect"]
 
@@ -119,9 +120,9 @@ class Laser:
 
     async def stop(self) -> None:
         """Stop the connection: the writes under way finish first (those still embedding
-        their bodies or asking the governor too, and every append), a write begun later
-        that would embed is `LogClosed` before its embedder is asked, and every read is
-        `LogClosed`; then its view, its vector memories and its log close."""
+        their bodies or asking the governor too, and every append), a write begun later is
+        `LogClosed` before anything of it is done, and every read is `LogClosed`; then its
+        view, its vector memories and its log close."""
         self._stopped = True
         while True:
             while self._writes_under_way:
@@ -144,17 +145,20 @@ class Laser:
         await self.log.stop()
 
     @contextlib.contextmanager
-    def _write_under_way(self, *, begins: bool = False) -> Iterator[None]:
+    def _write_under_way(self) -> Iterator[None]:
         """Around a write's steps besides the append the log's drain waits for (embedding
         its body, the governor, making a missing topic): `stop` waits for them. A write
-        that ``begins`` here (its embedding) after the stop is `LogClosed`: it would be
-        embedded, then refused."""
-        if begins and self._stopped:
+        that begins after the stop (not one inside a write begun before: its append after
+        its embedding) is `LogClosed`: a stop waited for ever while a task kept writing."""
+        depth = WRITE_DEPTH.get()
+        if not depth and self._stopped:
             raise LogClosed("this connection was stopped; open a new one to write")
+        token = WRITE_DEPTH.set(depth + 1)
         self._writes_under_way += 1
         try:
             yield
         finally:
+            WRITE_DEPTH.reset(token)
             self._write_ended()
 
     def _write_ended(self) -> None:

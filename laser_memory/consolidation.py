@@ -205,7 +205,8 @@ async def consolidate(
             Forget(ns=memory.namespace, scope=scope, target=raw_id, seen=seen, only_seen=True)
             for raw_id in doomed
         ]
-    records: list[MemoryRecord] = [*await memory._remembers.embedded(summaries), *forgets]
-    if records:
-        await memory._write(records)
+    with memory._laser._write_under_way():  # one write: the summaries' embedding, its append
+        records: list[MemoryRecord] = [*await memory._remembers.embedded(summaries), *forgets]
+        if records:
+            await memory._write(records)
     return ConsolidationReport(summarized=summarized, pruned=len(forgets))

@@ -47,6 +47,7 @@ from .errors import (
     BodyTooLarge,
     ConfigError,
     InvalidInput,
+    LogClosed,
     NoView,
     UnknownTopic,
     shown,
@@ -85,7 +86,7 @@ from .retention import Age
 from .scope import MemoryScope
 from .search_index import CACHE_BYTES
 from .vector_clusters import ApproximateSearch
-from .writes import RecordWriter, RememberBuilder
+from .writes import WRITE_DEPTH, RecordWriter, RememberBuilder
 
 if TYPE_CHECKING:
     from .client import Laser
@@ -359,16 +360,22 @@ class MemoryHandle:
                 body, kind, conversation, tenant, agent, user, application
             )
             outgoing = self._writer.outgoing((record,))
-            # Counted as under way (`Laser._write_under_way`, inlined on this path): a
-            # stop meanwhile waits for it, so its topic, missing on a fresh embedded log,
-            # is made and the record written, not refused as the log closes under it.
+            # `Laser._write_under_way`, inlined on this path: a stop meanwhile waits for
+            # it, so its topic, missing on a fresh embedded log, is made and the record
+            # written, not refused as the log closes under it; begun after a stop, it is
+            # refused (a task writing on would hold the stop for ever).
             laser = self._laser
+            depth = WRITE_DEPTH.get()
+            if not depth and laser._stopped:
+                raise LogClosed("this connection was stopped; open a new one to write")
+            token = WRITE_DEPTH.set(depth + 1)
             laser._writes_under_way += 1
             try:
                 [receipt] = await laser._appends.append_batch(self.topic, outgoing)
             except UnknownTopic:  # the writer makes the topic, if it may, and writes again
                 [receipt] = await self._writer.write((record,))
             finally:
+                WRITE_DEPTH.reset(token)
                 laser._write_ended()
             self.last_receipt = receipt
             mid = MemoryId._of(record.id)
@@ -396,15 +403,17 @@ class MemoryHandle:
                 supersedes=supersedes,
             )
         record = self._remembers.record(entry)
-        if self._embedder is not None:
-            [record] = await self._remembers.embedded([record])
-        if record.supersedes is None:
-            # `_write` inlined: one coroutine less for each of many concurrent calls.
-            [receipt] = await self._writer.write([record])
-            self.last_receipt = receipt
-            also: list[Receipt] = []
-        else:
-            [receipt, *also] = await self._write([record, *self._remembers.replacements([record])])
+        with self._laser._write_under_way():  # one write: its embedding, then its append
+            if self._embedder is not None:
+                [record] = await self._remembers.embedded([record])
+            if record.supersedes is None:
+                # `_write` inlined: one coroutine less for each of many concurrent calls.
+                [receipt] = await self._writer.write([record])
+                self.last_receipt = receipt
+                also: list[Receipt] = []
+            else:
+                replacing = [record, *self._remembers.replacements([record])]
+                [receipt, *also] = await self._write(replacing)
         mid = MemoryId._of(record.id)
         mid.receipt, mid.also = receipt, tuple(also)
         return mid
@@ -430,8 +439,9 @@ class MemoryHandle:
         records = self._remembers.batch(
             entries, [millis + randomness[at : at + 10] for at in range(0, len(randomness), 10)]
         )
-        embedded = await self._remembers.embedded(records)
-        receipts = await self._write([*embedded, *self._remembers.replacements(embedded)])
+        with self._laser._write_under_way():  # one write: its embedding, then its append
+            embedded = await self._remembers.embedded(records)
+            receipts = await self._write([*embedded, *self._remembers.replacements(embedded)])
         also = iter(receipts[len(records) :])
         ids = []
         make = object.__new__
@@ -488,8 +498,10 @@ class MemoryHandle:
             },
             memory_id=mid,
         )
-        [record] = await self._remembers.embedded([record])
-        [mid.receipt, *also] = await self._write([record, *self._remembers.replacements([record])])
+        with self._laser._write_under_way():  # one write: its embedding, then its append
+            [record] = await self._remembers.embedded([record])
+            replacing = [record, *self._remembers.replacements([record])]
+            [mid.receipt, *also] = await self._write(replacing)
         mid.also = tuple(also)
         return mid
 

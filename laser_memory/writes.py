@@ -13,6 +13,7 @@ on but a cache of checked scopes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -40,7 +41,12 @@ from .scope import MemoryScope
 if TYPE_CHECKING:
     from .client import Laser
 
-__all__ = ["ENTRY_KEYS", "REMEMBER_OPTIONS", "RecordWriter", "RememberBuilder"]
+__all__ = ["ENTRY_KEYS", "REMEMBER_OPTIONS", "WRITE_DEPTH", "RecordWriter", "RememberBuilder"]
+
+#: How many writes the running task is inside (`Laser._write_under_way`): a connection's
+#: stop refuses a write that begins after it, never the steps of one begun before (its
+#: append after its embedding, its topic made and its append again).
+WRITE_DEPTH: ContextVar[int] = ContextVar("laser_memory_write_depth", default=0)
 
 # A record's partition key, headers and their size in bytes.
 _Framing = tuple[bytes, tuple[tuple[str, bytes], ...], int]
@@ -344,7 +350,7 @@ class RememberBuilder:
         missing = [i for i, record in enumerate(records) if record.embedding is None]
         vectors = None
         if missing:
-            with self._laser._write_under_way(begins=True):
+            with self._laser._write_under_way():
                 vectors = await embed_texts(
                     embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
                 )

@@ -441,6 +441,48 @@ async def test_a_stop_waits_for_plain_writes_and_messages_making_their_topic(tmp
         assert kept.id == mid and sum(ends.values()) == 1, turns
 
 
+async def test_a_stop_ends_while_tasks_keep_writing(tmp_path):
+    # The stop waited until no write was under way, and a task writing in a loop always
+    # had one: the stop never returned. Writes begun after it are LogClosed; every write
+    # acknowledged before it is in the log.
+    async def allow(write: lm.ProposedWrite) -> bool:
+        return True
+
+    url = f"local://{tmp_path}/log"
+    laser = lm.connect(url)
+    await laser.start()
+    await laser.bootstrap(partitions=2)
+    handles = {
+        "plain": laser.memory("notes"),
+        "governed": laser.memory("notes", governor=allow),
+        "embedded": laser.memory("notes", embedder=lm.WordHashEmbedder()),
+    }
+    acknowledged: list[lm.MemoryId] = []
+
+    async def keep_writing(memory: lm.MemoryHandle, many: bool) -> None:
+        while True:
+            if many:
+                acknowledged.extend(await memory.remember_many(["one", "two"]))
+            else:
+                acknowledged.append(await memory.remember("one"))
+
+    writers = [
+        asyncio.create_task(keep_writing(memory, many))
+        for memory in handles.values()
+        for many in (False, True)
+    ]
+    await asyncio.sleep(0.2)
+    await asyncio.wait_for(laser.stop(), 10)
+    for writer in writers:
+        with pytest.raises(lm.LogClosed, match="connection was stopped"):
+            await writer
+    async with lm.connect(url) as again:
+        kept = await again.memory("notes").recall(folded=True, limit=1000)
+        ends = await again.log.end_offsets(again.memory_topic_name)
+    assert sum(ends.values()) == len(acknowledged) > 0
+    assert {item.id for item in kept} <= set(acknowledged)
+
+
 async def test_a_stop_waits_for_a_lone_write_still_embedding(tmp_path):
     url = f"local://{tmp_path}/log"
     async with lm.connect(url) as laser:
