@@ -47,7 +47,6 @@ from .errors import (
     BodyTooLarge,
     ConfigError,
     InvalidInput,
-    LogClosed,
     NoView,
     UnknownTopic,
     shown,
@@ -86,7 +85,7 @@ from .retention import Age
 from .scope import MemoryScope
 from .search_index import CACHE_BYTES
 from .vector_clusters import ApproximateSearch
-from .writes import WRITE_DEPTH, RecordWriter, RememberBuilder
+from .writes import RecordWriter, RememberBuilder
 
 if TYPE_CHECKING:
     from .client import Laser
@@ -365,18 +364,13 @@ class MemoryHandle:
             # written, not refused as the log closes under it; begun after a stop, it is
             # refused (a task writing on would hold the stop for ever).
             laser = self._laser
-            depth = WRITE_DEPTH.get()
-            if not depth and laser._stopped:
-                raise LogClosed("this connection was stopped; open a new one to write")
-            token = WRITE_DEPTH.set(depth + 1)
-            laser._writes_under_way += 1
+            token = laser._write_begins()
             try:
                 [receipt] = await laser._appends.append_batch(self.topic, outgoing)
             except UnknownTopic:  # the writer makes the topic, if it may, and writes again
                 [receipt] = await self._writer.write((record,))
             finally:
-                WRITE_DEPTH.reset(token)
-                laser._write_ended()
+                laser._write_ended(token)
             self.last_receipt = receipt
             mid = MemoryId._of(record.id)
             mid.receipt = receipt
