@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 import laser_memory as lm
@@ -19,10 +20,12 @@ from folders.view import MemoryView
 from laser_memory.clock import SteppedClock
 from laser_memory.log import OutgoingRecord
 from laser_memory.log.naming import MAX_PARTITIONS
+from laser_memory.named import MAX_VERSION
 from laser_memory.records import (
     HEADER_NAMESPACE,
     HEADER_TENANT,
     HEADER_VERSION,
+    MAX_DIMENSIONS,
     Embedded,
     Feedback,
     Forget,
@@ -30,6 +33,7 @@ from laser_memory.records import (
     NamedRemove,
     NamedSet,
     Remember,
+    Superseded,
     encode_record,
 )
 from laser_memory.scope import MemoryScope
@@ -247,6 +251,52 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
         (r.log_record.partition, r.log_record.offset) for r in every if r.error is not None
     } == {p for p in aside if p not in _set_aside_by_fold_only(hostile, receipts)}
     assert all(r.record is not None for r in await replay(log, topic, namespace=ns, tenant=""))
+
+
+async def test_each_check_of_the_fold_holds_to_its_bound(laser: lm.Laser, tmp_path: Path):
+    """Each field a record may hold, written straight to the log just inside its bound and
+    just past it: the one past is set aside by the fold in process and by the view, the
+    one inside folded. (Ids of 15 bytes were the only wrong lengths sent: a check of
+    "not 17 bytes" passed the suite; so did dropping the check of a named item's key.)"""
+    memory = laser.memory("notes")
+    ns, topic, log = memory.namespace, memory.topic, laser.log
+    scope = MemoryScope(stream=laser.stream)
+    target = (await memory.remember("an ordinary fact")).bytes
+
+    def remember(**fields) -> OutgoingRecord:
+        fields = {"id": lm.MemoryId.new().bytes, **fields}
+        return _outgoing(Remember(ns=ns, scope=scope, kind=1, body=b"v", **fields))
+
+    widest = np.ones(MAX_DIMENSIONS, "<f4").tobytes()
+    checks = [  # (record, set aside?)
+        (remember(id=b"\x01" * 17), True),
+        (remember(supersedes=b"\x01" * 17), True),
+        (_outgoing(Feedback(ns=ns, scope=scope, target=b"\x01" * 17, weight=1.0)), True),
+        (_outgoing(Superseded(ns=ns, scope=scope, target=target, by=b"\x01" * 17)), True),
+        (_outgoing(NamedSet(ns=ns, scope=scope, key="a\x00b", body=b"{}")), True),
+        (remember(embedding=widest, embedder="test/widest"), False),
+        (remember(embedding=widest + b"\x00\x00\x80?", embedder="test/wide"), True),
+        (remember(embedding=b"", embedder="test/empty"), True),
+        (remember(expires_at=0), False),
+        (remember(expires_at=(1 << 63) - 1), False),
+        (remember(expires_at=-1), True),
+        (_outgoing(NamedRemove(ns=ns, scope=scope, key="k", if_version=MAX_VERSION)), False),
+        (_outgoing(NamedRemove(ns=ns, scope=scope, key="k", if_version=MAX_VERSION + 1)), True),
+    ]
+    receipts = [await log.append(topic, record) for record, _ in checks]
+    aside = {(r.partition, r.offset) for r, (_, bad) in zip(receipts, checks, strict=True) if bad}
+    # A namespace no writer can name, under its own header: a fold in process passes over
+    # it by that header; the view, folding every namespace, sets it aside.
+    wire = _outgoing(Remember(ns="bad\x00ns", scope=scope, id=target, kind=1, body=b"v"))
+    bad_namespace = await log.append(topic, wire)
+
+    folded = laser.memory("notes")
+    await folded.recall(folded=True)
+    assert {(a.position.partition, a.position.offset) for a in folded.set_aside} == aside
+    await ViewFolder(log, topic, tmp_path / "view").run(until_caught_up=True)
+    with MemoryView.open(tmp_path / "view") as view:
+        found = {(a.position.partition, a.position.offset) for a in view.stats().set_aside_records}
+    assert found == aside | {(bad_namespace.partition, bad_namespace.offset)}
 
 
 async def test_a_record_under_another_namespaces_header_shows_in_no_read(
