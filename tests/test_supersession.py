@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestServer
 import laser_memory as lm
 from folders.http import make_app
 from folders.service import ViewFolder
+from folders.state import ItemFilter
 from folders.view import MemoryView
 from laser_memory.log import OutgoingRecord
 from laser_memory.records import Remember, Superseded, encode_record
@@ -61,6 +62,12 @@ async def test_a_corrected_fact_replaces_the_old_one(laser: lm.Laser, tmp_path: 
         current = ["the office is in Hull", "the office parking is free"]
         assert all(t == current for t in await texts(managed))
         assert all(t == [] for t in await texts(managed, agent="a1"))
+        # A view read with a filter of one's own leaves them out too unless it asks.
+        with MemoryView.open(tmp_path / "view", create=False) as view:
+            read = view.recall(managed.namespace, ItemFilter(), limit=10)
+            assert sorted(i.text for i in read) == sorted(current)
+            audit = view.recall(managed.namespace, ItemFilter(superseded=True), limit=10)
+            assert len(audit) == 4
         # The old items stay for an audit's read, saying what replaced them.
         for folded in (True, False):
             everything = await managed.recall(include_superseded=True, folded=folded)
