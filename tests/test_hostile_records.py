@@ -26,6 +26,7 @@ from laser_memory.records import (
     HEADER_TENANT,
     HEADER_VERSION,
     MAX_DIMENSIONS,
+    MAX_WEIGHT,
     Embedded,
     Feedback,
     Forget,
@@ -282,6 +283,23 @@ async def test_each_check_of_the_fold_holds_to_its_bound(laser: lm.Laser, tmp_pa
         (remember(expires_at=-1), True),
         (_outgoing(NamedRemove(ns=ns, scope=scope, key="k", if_version=MAX_VERSION)), False),
         (_outgoing(NamedRemove(ns=ns, scope=scope, key="k", if_version=MAX_VERSION + 1)), True),
+        (_outgoing(Forget(ns=ns, scope=scope, target=target, seen=(0,) * MAX_PARTITIONS)), False),
+        (_outgoing(Feedback(ns=ns, scope=scope, target=target, weight=MAX_WEIGHT)), False),
+        (_outgoing(Feedback(ns=ns, scope=scope, target=target, weight=-MAX_WEIGHT * 1.01)), True),
+        *(
+            (_outgoing(Embedded(ns=ns, scope=scope, target=target, **{**embedded, **bad})), aside)
+            for embedded in [
+                {"body_digest": bytes(16), "embedding": widest, "embedder": "test/widest"}
+            ]
+            for bad, aside in [
+                ({}, False),
+                ({"body_digest": bytes(17)}, True),
+                ({"embedding": b""}, True),
+                ({"embedding": b"\x00\x00\x80"}, True),
+                ({"embedding": widest + b"\x00\x00\x80?"}, True),
+                ({"embedder": "no slash"}, True),
+            ]
+        ),
     ]
     receipts = [await log.append(topic, record) for record, _ in checks]
     aside = {(r.partition, r.offset) for r, (_, bad) in zip(receipts, checks, strict=True) if bad}
