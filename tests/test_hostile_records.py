@@ -278,6 +278,9 @@ async def test_each_check_of_the_fold_holds_to_its_bound(laser: lm.Laser, tmp_pa
         (remember(embedding=widest, embedder="test/widest"), False),
         (remember(embedding=widest + b"\x00\x00\x80?", embedder="test/wide"), True),
         (remember(embedding=b"", embedder="test/empty"), True),
+        (remember(embedding=widest[:16], embedder="p/" + "m" * 253), False),  # 255 bytes
+        (remember(embedding=widest[:16], embedder="p/" + "m" * 254), True),
+        (remember(embedding=widest[:16], embedder="p/m\x00"), True),
         (remember(expires_at=0), False),
         (remember(expires_at=(1 << 63) - 1), False),
         (remember(expires_at=-1), True),
@@ -315,6 +318,20 @@ async def test_each_check_of_the_fold_holds_to_its_bound(laser: lm.Laser, tmp_pa
     with MemoryView.open(tmp_path / "view") as view:
         found = {(a.position.partition, a.position.offset) for a in view.stats().set_aside_records}
     assert found == aside | {(bad_namespace.partition, bad_namespace.offset)}
+
+
+async def test_a_reason_is_printable_and_at_most_a_thousand_characters(laser: lm.Laser):
+    """msgspec names an unknown tag as it was sent: a megabyte tag made a megabyte reason,
+    and a producer's escape sequences reached an operator's terminal."""
+    memory = laser.memory("notes")
+    value = msgspec.msgpack.encode({"op": "\x1b[31m" + "x" * 5000, "v": 1, "ns": memory.namespace})
+    written = await laser.log.append(memory.topic, OutgoingRecord(value, key=b"k"))
+    await memory.recall(folded=True)
+    [aside] = memory.set_aside
+    assert (aside.position.partition, aside.position.offset) == (written.partition, written.offset)
+    assert aside.reason.startswith("not a memory record: ")  # a LaserError's own words
+    assert len(aside.reason) == 1000 and aside.reason.endswith("\u2026")
+    assert "\x1b" not in aside.reason and "\\x1b[31m" in aside.reason
 
 
 async def test_a_record_under_another_namespaces_header_shows_in_no_read(
