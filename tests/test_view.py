@@ -1231,6 +1231,26 @@ async def test_owner_filters_stay_exact_when_an_id_is_reused_with_another_owner(
     assert [(i.id, i.weight) for i in await memory.recall(user="u1", limit=2)] == folded
 
 
+async def test_every_owner_filter_at_once_holds_in_every_read(viewed):
+    """Agent, user, application and kind together: an item matching all but one of them
+    is never returned, by any strategy, folded or managed, though it is newer and its
+    text matches as well (no test set all four at once)."""
+    laser, view = viewed
+    memory = laser.memory("notes")
+    owner = {"agent": "a", "user": "u", "application": "p", "kind": "fact"}
+    wanted = await memory.remember("the deploy went fine", **owner)
+    for field, other in (("agent", "b"), ("user", "v"), ("application", "q"), ("kind", "entity")):
+        await memory.remember(f"the deploy went fine for {field}", **{**owner, field: other})
+    await catch_up(laser, view)
+    for strategy in ("recent", "auto", "keyword", "semantic", "hybrid"):
+        text = None if strategy == "recent" else "deploy"
+        for folded in (True, False):
+            found = await memory.recall(
+                text=text, strategy=strategy, folded=folded, limit=1, **owner
+            )
+            assert [i.id for i in found] == [wanted], (strategy, folded)
+
+
 async def test_history_keeps_every_remember_of_one_id_whatever_the_fold_meets_first(viewed):
     """The view stores a remember its item keeps only in the item; a remember the item
     does not keep (an older one of the same id and conversation, met first or later)
