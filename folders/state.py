@@ -242,11 +242,6 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         )
 
     @property
-    def unfiltered(self) -> bool:
-        """Whether the read sees the tenant's whole namespace."""
-        return not self.has_owner_filter and self.conversation is None
-
-    @property
     def has_owner_filter(self) -> bool:
         return any(v is not None for v in (self.agent, self.user, self.application, self.kind))
 
