@@ -441,15 +441,15 @@ async def test_a_stop_waits_for_plain_writes_and_messages_making_their_topic(tmp
         assert kept.id == mid and sum(ends.values()) == 1, turns
 
 
-async def test_a_stop_ends_while_tasks_keep_writing(tmp_path):
+async def test_a_stop_ends_while_tasks_keep_writing(any_log_url: str, stream_name: str):
     # The stop waited until no write was under way, and a task writing in a loop always
     # had one: the stop never returned. Writes begun after it are LogClosed; every write
     # acknowledged before it is in the log.
     async def allow(write: lm.ProposedWrite) -> bool:
         return True
 
-    url = f"local://{tmp_path}/log"
-    laser = lm.connect(url)
+    url = any_log_url
+    laser = lm.connect(url, stream=stream_name)
     await laser.start()
     await laser.bootstrap(partitions=2)
     handles = {
@@ -476,7 +476,7 @@ async def test_a_stop_ends_while_tasks_keep_writing(tmp_path):
     for writer in writers:
         with pytest.raises(lm.LogClosed, match="connection was stopped"):
             await writer
-    async with lm.connect(url) as again:
+    async with lm.connect(url, stream=stream_name) as again:
         kept = await again.memory("notes").recall(folded=True, limit=1000)
         ends = await again.log.end_offsets(again.memory_topic_name)
     assert sum(ends.values()) == len(acknowledged) > 0
