@@ -36,10 +36,10 @@ async def reembed(
 ) -> int:
     """Write ``embedder``'s vector for every live item of ``tenant`` in the handle's
     namespace that has none; returns how many records were written. ``progress`` is
-    called with (done, total) before the first batch and after each one, sync or async (what
-    it returns is awaited if awaitable: an async one was called and never run). An
-    embedder failure raises
-    `EmbeddingFailed`; the batches written before it stay (a rerun resumes)."""
+    called with (done, total) before the first batch and after each one, sync or async
+    (what it returns is awaited if awaitable: an async one was called and never run). An
+    embedder failure raises `EmbeddingFailed`; the batches written before it stay (a
+    rerun resumes)."""
     validate_embedder(embedder)
     tenant = validate_name(tenant, "tenant", allow_empty=True)
     if (
