@@ -14,6 +14,7 @@ positions its writer had seen (see `folders.state`).
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Protocol, runtime_checkable
 
@@ -116,5 +117,11 @@ def validate_clock(clock: object) -> Clock:
         raise ConfigError(
             f"a clock has a now_ms() method giving milliseconds since the epoch, got "
             f"{type(clock).__name__}"
+        )
+    if inspect.iscoroutinefunction(clock.now_ms):  # type: ignore[attr-defined]
+        # Each reading failed, and left a coroutine never awaited behind it.
+        raise ConfigError(
+            f"the clock {shown(clock)} has an async now_ms(); a clock's is a plain method: it "
+            "is read inside a log's commit, where nothing can be awaited"
         )
     return _CheckedClock(clock)  # type: ignore[arg-type]

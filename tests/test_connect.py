@@ -104,6 +104,11 @@ def test_create_is_true_or_false(tmp_path):
     assert not (tmp_path / "log").exists()
 
 
+class _AsyncClock:
+    async def now_ms(self) -> int:
+        return 1
+
+
 @pytest.mark.parametrize(
     ("arguments", "error", "says"),
     [
@@ -115,6 +120,7 @@ def test_create_is_true_or_false(tmp_path):
         ({"config": {"max_body_bytes": 10}}, lm.ConfigError, "MemoryConfig"),
         ({"clock": 5}, lm.ConfigError, "now_ms"),
         ({"clock": "system"}, lm.ConfigError, "now_ms"),
+        ({"clock": _AsyncClock()}, lm.ConfigError, "has an async now_ms"),
         ({"principal": "alice"}, lm.ConfigError, "principal is a Principal, got str"),
         ({"embedder": "minilm"}, lm.InvalidInput, "embed_many"),
     ],
