@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import Token
 from typing import Any
 
@@ -40,7 +40,7 @@ from .ids import MAX_NAME_BYTES, MemoryId, validate_name
 from .log import DEFAULT_URL, KafkaLog, LocalLog, LocalLogConfig, Log, TopicInfo, connect_log
 from .log.batcher import AppendBatcher
 from .log.naming import validate_topic
-from .log.port import Appended
+from .log.port import Appended, OutgoingRecord
 from .memory import MemoryConfig, MemoryHandle
 from .writes import WRITE_DEPTH
 
@@ -431,12 +431,7 @@ class Laser:
             agent=agent_id, payload=data, conversation=conversation, tenant=tenant
         )
         with self._write_under_way():  # a stop waits for it, the topic's making too
-            try:
-                [receipt] = await self.log.append_batch(topic, [encode_session(record)])
-            except UnknownTopic:
-                if not await self._create_missing_topic(topic):
-                    raise
-                [receipt] = await self.log.append_batch(topic, [encode_session(record)])
+            [receipt] = await self._append_making_topic(self.log, topic, [encode_session(record)])
         return receipt
 
     async def spawn_agent(
@@ -495,6 +490,18 @@ class Laser:
     def context(self, conversation: str) -> ConversationContext:
         """Handles scoped to one conversation: ``laser.context(c).memory("notes")``."""
         return ConversationContext(self, validate_name(conversation, "conversation"))
+
+    async def _append_making_topic(
+        self, log: Log | AppendBatcher, topic: str, records: Sequence[OutgoingRecord]
+    ) -> list[Appended]:
+        """Append ``records`` through ``log`` (the log, or the connection's batcher);
+        a topic missing on the embedded log is made and the append made again."""
+        try:
+            return await log.append_batch(topic, records)
+        except UnknownTopic:
+            if not await self._create_missing_topic(topic):
+                raise
+            return await log.append_batch(topic, records)
 
     async def _create_missing_topic(self, topic: str) -> bool:
         """On the embedded log a missing memory topic is created on first use, so the

@@ -21,7 +21,7 @@ import msgspec
 from . import inputs
 from .access import Governor, Principal, ProposedWrite, check_governor
 from .embedding import Embedder, embed_texts
-from .errors import InvalidInput, RecordTooLarge, UnknownTopic
+from .errors import InvalidInput, RecordTooLarge
 from .ids import MemoryId, new_id_bytes
 from .kinds import MemoryKind, parse_kind
 from .log.port import Appended, OutgoingRecord, record_size
@@ -432,13 +432,8 @@ class RecordWriter:
                         for record, out in zip(records, outgoing, strict=True)
                     ],
                 )
-            appends = self._laser._appends
-            try:
-                return await appends.append_batch(self.topic, outgoing)
-            except UnknownTopic:
-                if not await self._laser._create_missing_topic(self.topic):
-                    raise
-                return await appends.append_batch(self.topic, outgoing)
+            laser = self._laser
+            return await laser._append_making_topic(laser._appends, self.topic, outgoing)
 
     def outgoing(self, records: Sequence[MemoryRecord]) -> list[OutgoingRecord]:
         """The records as the log takes them. Every record is encoded and measured
