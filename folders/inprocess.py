@@ -26,9 +26,17 @@ class FoldedReader:
     """Folds one namespace of one topic into a `MemoryState`, incrementally."""
 
     def __init__(
-        self, log: Log, topic: str, namespace: str, *, search_cache_bytes: int = CACHE_BYTES
+        self,
+        log: Log,
+        topic: str,
+        namespace: str,
+        *,
+        search_cache_bytes: int = CACHE_BYTES,
+        tenant: str | None = None,
     ) -> None:
         self._log = log
+        # The one tenant folded (None: every tenant; see `MemoryState`).
+        self.tenant = tenant
         self._search_cache_bytes = search_cache_bytes
         self._topic = topic
         self._namespace = namespace
@@ -72,6 +80,7 @@ class FoldedReader:
                     topic=self._topic,
                     generation=info.generation,
                     search_cache_bytes=self._search_cache_bytes,
+                    tenant=self.tenant,
                 )
             chosen = sorted(partitions) if partitions is not None else list(range(info.partitions))
             ends = await self._log.end_offsets(self._topic)

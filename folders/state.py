@@ -293,6 +293,13 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
 #: records skip the scan. One tuple, replaced whole: the view's fold and an in-process
 #: one may run on two threads.
 _last_owner_headers: tuple[object, str | bytes | None, str | bytes | None] = ((), None, None)
+#: The same for every set met lately, by its value: records of several tenants or
+#: namespaces interleave (so the last set rarely matches), and a Kafka read hands out
+#: a tuple of its own per record. Sets of more than `_MAX_OWNER_HEADER_BYTES` are not
+#: kept: `_MAX_OWNERS` of them could hold gigabytes.
+_OWNERS: dict[tuple, tuple[str | bytes | None, str | bytes | None]] = {}
+_MAX_OWNERS = 4096
+_MAX_OWNER_HEADER_BYTES = 1024
 
 
 def _header_text(headers: Sequence[tuple[str, bytes]], name: str) -> str | bytes | None:
@@ -314,13 +321,25 @@ def owner_headers(
     a header that is no UTF-8, which names no namespace or tenant)."""
     global _last_owner_headers
     last = _last_owner_headers
-    if last[0] is not headers:
-        last = _last_owner_headers = (
-            headers,
-            _header_text(headers, HEADER_NAMESPACE),
-            _header_text(headers, HEADER_TENANT),
-        )
-    return last[1], last[2]
+    if last[0] is headers:
+        return last[1], last[2]
+    try:
+        named = _OWNERS.get(headers)  # type: ignore[call-overload]
+    except TypeError:  # a set that cannot be hashed (a custom log's lists): read it
+        named = None
+    if named is None:
+        named = _header_text(headers, HEADER_NAMESPACE), _header_text(headers, HEADER_TENANT)
+        try:
+            if type(headers) is tuple and (
+                sum(len(name) + len(value) for name, value in headers) <= _MAX_OWNER_HEADER_BYTES
+            ):
+                if len(_OWNERS) >= _MAX_OWNERS:
+                    _OWNERS.clear()
+                _OWNERS[headers] = named
+        except (TypeError, ValueError):  # unhashable, or not pairs with lengths: not kept
+            pass
+    _last_owner_headers = (headers, *named)
+    return named
 
 
 def check_owner_headers(headers: Sequence[tuple[str, bytes]], record: MemoryRecord) -> None:
@@ -897,6 +916,10 @@ _new_tuple = tuple.__new__
 class MemoryState:
     """The folded state of one namespace on one topic, in process memory.
 
+    With a ``tenant`` it folds that tenant's records only, for a reader bound to it:
+    the others are passed over by their tenant header unread (decoded first when they
+    carry none), so neither their items nor their records set aside are kept.
+
     >>> state = MemoryState("notes", topic="t", generation="g")        # doctest: +SKIP
     >>> state.apply(log_record)                              # doctest: +SKIP
     >>> state.items(ItemFilter(conversation="c-1"))          # doctest: +SKIP
@@ -909,8 +932,11 @@ class MemoryState:
         topic: str,
         generation: str,
         search_cache_bytes: int = CACHE_BYTES,
+        tenant: str | None = None,
     ) -> None:
         self.namespace = namespace
+        #: The one tenant folded (None: every tenant).
+        self.tenant = tenant
         self.topic = topic
         self.search_cache_bytes = search_cache_bytes
         self.generation = generation
@@ -949,6 +975,13 @@ class MemoryState:
         named, owner = owner_headers(log_record.headers)
         if named is not None and named != self.namespace:
             return
+        only = self.tenant
+        if only is not None and owner is not None and owner != only:
+            # Another tenant's, by its header (a header that is no UTF-8 names none): a
+            # reader bound to a tenant never shows it, so a handle made per request
+            # folds its own tenant's records only. One whose record names this tenant
+            # under another's header is set aside by the folds that read it.
+            return
         # Whatever one record raises, it is set aside and the fold goes on; nothing
         # changes before the record has been fully checked.
         record = None
@@ -959,6 +992,8 @@ class MemoryState:
                 # Another namespace's record without headers: its own fold judges it (set
                 # aside here, its reason quoted it to every reader of this namespace).
                 return
+            if only is not None and owner is None and record.scope.tenant != only:
+                return  # another tenant's record without headers, as above
             checked_for_fold(record)
             checking_headers = True
             check_owner_headers(log_record.headers, record)

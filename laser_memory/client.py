@@ -349,6 +349,7 @@ class Laser:
         handle = self._memory(namespace)
         chosen = embedder if embedder is not None else self.embedder
         return handle._derive(
+            reader=None,  # its own: a handle bound to a tenant folds that tenant's only
             embedder=chosen,
             tenant=tenant if self.tenant is None else resolve_tenant(self.tenant, tenant),
             principal=principal if principal is not None else self.principal,

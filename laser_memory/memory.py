@@ -205,9 +205,17 @@ class MemoryHandle:
         self.conversation = conversation
         self._origin = origin
         self._producer = producer
-        self._reader = reader or FoldedReader(
-            laser.log, topic, namespace, search_cache_bytes=laser.config.search_cache_bytes
-        )
+        if reader is None or reader.tenant not in (None, self.tenant):
+            # A handle bound to a tenant folds that tenant's records only: one made per
+            # request reads the topic and folds none of the other tenants' records.
+            reader = FoldedReader(
+                laser.log,
+                topic,
+                namespace,
+                search_cache_bytes=laser.config.search_cache_bytes,
+                tenant=self.tenant,
+            )
+        self._reader = reader
         self.last_receipt: Receipt | None = None
         self._remembers = RememberBuilder(
             laser,

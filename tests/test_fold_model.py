@@ -205,15 +205,20 @@ def _now(laser: lm.Laser) -> int | None:
 
 
 async def _compare(memory: lm.MemoryHandle, model: Model) -> None:
+    """Every query, and every named item, of the handle's tenant (of every tenant for
+    an unbound handle: a bound one folds its tenant's records only)."""
     now = _now(memory._laser)
+    tenants = TENANTS if memory.tenant is None else [memory.tenant]
     for query in QUERIES:
+        if query["tenant"] not in tenants:
+            continue
         want = _expected(model, query, now_ms=now)
         _check(await memory.recall(limit=1000, **query), want, query)
         _check(await memory.recall(limit=2, **query), want, query, 2)
         _check_excluding_the_first(
             want, query, await memory.recall(limit=2, exclude=_first(want), **query), 2
         )
-    for tenant in TENANTS:
+    for tenant in tenants:
         for key in KEYS:
             want = model.fetch(key, tenant=tenant)
             got = await memory.fetch_folded(key, tenant=tenant)
@@ -446,6 +451,8 @@ async def _run(laser: lm.Laser, second: lm.Laser, ops, view_path: str, clock) ->
                 )
     await _compare(memory, model)
     await _compare(laser.memory(namespace), model)
+    for tenant in TENANTS:
+        await _compare(laser.memory(namespace, tenant=tenant), model)
     await _compare_conversation_first(laser, namespace, model)
     await _compare_managed(laser, namespace, view_path, model, remembered)
 

@@ -465,13 +465,47 @@ async def test_a_tenant_bound_handle_is_shown_only_its_tenants_records_set_aside
     assert "acme payroll" in own.reason
 
 
+async def test_a_tenant_bound_handle_folds_its_tenants_records_only(laser: lm.Laser):
+    """A handle made per request for one tenant read and folded every tenant's records
+    of the topic on its first recall: it folds its own tenant's only, passing over the
+    others by their tenant header, and decoding those written without headers (another
+    writer's) to learn whose they are. Its recalls are what an unbound handle gives
+    for that tenant."""
+    unbound = laser.memory("notes")
+    ns, topic = unbound.namespace, unbound.topic
+    written: dict[str, list[bytes]] = {"acme": [], "globex": []}
+    for n in range(3):
+        for tenant in written:
+            mid = await unbound.remember(f"{tenant} fact {n}", tenant=tenant)
+            record = Remember(
+                ns=ns,
+                scope=MemoryScope(stream=laser.stream, tenant=tenant),
+                id=lm.MemoryId.new().bytes,
+                kind=1,
+                body=f"{tenant} fact {n}, no headers".encode(),
+            )
+            wire = encode_record(record)
+            await laser.log.append(topic, OutgoingRecord(wire.value, key=wire.key, headers=()))
+            written[tenant] += [mid.bytes, record.id]
+    for tenant, ids in written.items():
+        bound = laser.memory("notes", tenant=tenant)
+        got = await bound.recall(folded=True)
+        assert sorted(i.id.bytes for i in got) == sorted(ids)
+        assert [i.id for i in got] == [i.id for i in await unbound.recall(tenant=tenant)]
+        assert bound._reader._state.applied == len(ids)  # the other tenant's: not folded
+        assert bound.set_aside == []
+    assert unbound._reader._state.applied == 12
+
+
 async def test_a_record_under_another_tenants_header_shows_in_no_read(
     laser: lm.Laser, tmp_path: Path
 ):
     """A replay for one tenant (an audit) passes over the records of others by their
     tenant header, unread: a record whose header names another tenant than its own must
-    show in no recall either, or a tenant would recall what its audit never shows. The
-    reason names neither tenant: every tenant's fold lists it."""
+    show in no recall either, or a tenant would recall what its audit never shows. A
+    handle bound to the record's own tenant passes over it as its audit does (it folds
+    its tenant's records only, by header); the folds that read it set it aside, with a
+    reason that names neither tenant."""
     memory = laser.memory("notes", tenant="acme")
     ns, topic, log = memory.namespace, memory.topic, laser.log
     kept = await memory.remember("an ordinary fact")
@@ -488,10 +522,13 @@ async def test_a_record_under_another_tenants_header_shows_in_no_read(
     lying = await log.append(topic, OutgoingRecord(wire.value, key=wire.key, headers=headers))
     audit = await replay(log, topic, namespace=ns, tenant="acme")
     assert [r.log_record.offset for r in audit] == [kept.receipt.offset]
-    for tenant in ("acme", "globex"):
+    for tenant in ("acme", "globex", None):
         folded = laser.memory("notes", tenant=tenant)
-        got = await folded.recall(folded=True)
-        assert [i.id for i in got] == ([kept] if tenant == "acme" else [])
+        got = await folded.recall(folded=True, tenant=tenant or "acme")
+        assert [i.id for i in got] == ([kept] if tenant != "globex" else [])
+        if tenant == "acme":
+            assert folded.set_aside == []
+            continue
         [aside] = folded.set_aside
         assert (aside.position.partition, aside.position.offset) == (
             lying.partition,
