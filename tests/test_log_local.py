@@ -369,7 +369,7 @@ async def test_a_batch_that_may_have_landed_is_never_sent_again(tmp_path, at_onc
 
 
 async def test_a_full_log_refuses_the_write_whole_and_a_larger_map_takes_it(tmp_path):
-    from laser_memory.errors import LogFull
+    from laser_memory.errors import LogFull, UnknownTopic
     from laser_memory.log.local import LocalLogConfig
 
     small = LocalLogConfig(map_size=1 << 20)
@@ -385,6 +385,11 @@ async def test_a_full_log_refuses_the_write_whole_and_a_larger_map_takes_it(tmp_
         with pytest.raises(LogFull):
             await log.append_batch("t", batch)
         assert await log.end_offsets("t") == ends
+        # Making a topic is a write too: refused whole, not reported made.
+        with pytest.raises(LogFull, match="nothing of this write"):
+            await log.create_topic("more", partitions=10_000)
+        with pytest.raises(UnknownTopic):
+            await log.describe_topic("more")
     async with LocalLog(tmp_path, LocalLogConfig(map_size=4 << 20)) as log:
         receipts = await log.append_batch("t", batch)
         # The new records follow the old ones in each partition.
