@@ -85,6 +85,30 @@ async def test_an_append_past_its_write_timeout_says_it_may_have_landed(tmp_path
         assert [r.value for r in await read_all(log, "t")] == [b"waited", b"after"]
 
 
+@pytest.mark.parametrize(
+    ("sizes", "groups"),
+    [
+        # The first append's commit starts alone; the rest wait and go two records a commit.
+        ([1] * 7, [[1], [1, 1], [1, 1], [1, 1]]),
+        # The append that crosses the cap goes in the commit it crosses, and no more.
+        ([1, 1, 2, 1, 1], [[1], [1, 2], [1, 1]]),
+    ],
+)
+async def test_a_commit_takes_waiting_appends_up_to_max_group_records(tmp_path, sizes, groups):
+    async with LocalLog(tmp_path, LocalLogConfig(max_group_records=2)) as log:
+        await log.create_topic("t", partitions=1)
+        receipts = await asyncio.gather(
+            *(
+                log.append_batch("t", [OutgoingRecord(b"%d" % i)] * size)
+                for i, size in enumerate(sizes)
+            )
+        )
+        assert log.commits == len(groups)
+        # Every append lands whole, in call order.
+        offsets = [r.offset for batch in receipts for r in batch]
+        assert offsets == list(range(sum(sizes)))
+
+
 @pytest.mark.parametrize("max_group_records", [50_000, 100])
 async def test_stop_commits_every_append_made_before_it(tmp_path, max_group_records):
     log = LocalLog(tmp_path, LocalLogConfig(max_group_records=max_group_records))
