@@ -350,6 +350,10 @@ _VERSION_HEADER = str(SCHEMA_VERSION).encode()
 #: out one tuple per distinct headers set, so most records skip the search; a tuple of
 #: (str, bytes) tuples cannot change once checked.
 _checked_headers: list[object] = [None]
+#: Every headers set found readable lately, by its value: records of several tenants or
+#: namespaces interleave (so the last set rarely matches), and a Kafka read hands out a
+#: tuple per record. Sets of more than 1,024 bytes are not kept: 4,096 could hold GBs.
+_CHECKED_SETS: set[tuple] = set()
 
 
 def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
@@ -382,6 +386,12 @@ def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
 def _check_version_header(headers: Headers) -> None:
     """Refuse headers that name a schema version newer than this one reads (or none
     that is a number); remember a tuple that passed."""
+    try:
+        if headers in _CHECKED_SETS:
+            _checked_headers[0] = headers
+            return
+    except TypeError:  # a set that cannot be hashed (a custom log's lists): checked below
+        pass
     version_header = header_value(headers, HEADER_VERSION)
     if version_header is not None and version_header != _VERSION_HEADER:
         try:
@@ -397,6 +407,10 @@ def _check_version_header(headers: Headers) -> None:
         for header in headers
     ):
         _checked_headers[0] = headers
+        if sum(len(name) + len(value) for name, value in headers) <= 1024:
+            if len(_CHECKED_SETS) >= 4096:
+                _CHECKED_SETS.clear()
+            _CHECKED_SETS.add(headers)
 
 
 def _too_new(version: int) -> UnsupportedSchemaVersion:

@@ -259,6 +259,16 @@ def test_newer_schema_version_is_refused_from_header():
     listed[2] = ("lm-v", b"2")
     with pytest.raises(UnsupportedSchemaVersion):
         decode_record(wire.value, listed)
+    # Readable sets are also remembered by value (a Kafka read hands out a tuple per
+    # record; tenants interleave): a copy of one passes, a copy of the newer one never.
+    for _ in range(3):
+        assert decode_record(wire.value, tuple(map(tuple, wire.headers))) == EXPECTED_V1["forget"]
+        with pytest.raises(UnsupportedSchemaVersion):
+            decode_record(wire.value, tuple(map(tuple, headers)))
+    unreadable = tuple((k, b"two" if k == "lm-v" else v) for k, v in wire.headers)
+    for _ in range(2):
+        with pytest.raises(RecordDecodeError, match="not a number"):
+            decode_record(wire.value, tuple(unreadable))
 
 
 def test_newer_schema_version_is_refused_from_value_even_if_its_shape_changed():
