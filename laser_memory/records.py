@@ -407,10 +407,13 @@ def _check_version_header(headers: Headers) -> None:
         for header in headers
     ):
         _checked_headers[0] = headers
-        if sum(len(name) + len(value) for name, value in headers) <= 1024:
-            if len(_CHECKED_SETS) >= 4096:
-                _CHECKED_SETS.clear()
-            _CHECKED_SETS.add(headers)
+        try:
+            if sum(len(name) + len(value) for name, value in headers) <= 1024:
+                if len(_CHECKED_SETS) >= 4096:
+                    _CHECKED_SETS.clear()
+                _CHECKED_SETS.add(headers)
+        except TypeError:  # a name without a length, or one that cannot hash: not kept
+            pass
 
 
 def _too_new(version: int) -> UnsupportedSchemaVersion:
