@@ -228,19 +228,26 @@ async def test_a_read_across_a_missing_record_keeps_each_offset(tmp_path):
     # Reads take a partition's records as one run of offsets; a log damaged outside
     # this code (a record gone from the middle) must still read true offsets.
     async with LocalLog(tmp_path) as log:
-        await log.create_topic("t", partitions=1)
-        await log.append_batch("t", [OutgoingRecord(b"%d" % i) for i in range(10)])
+        await log.create_topic("t", partitions=2)
+        await log.append_batch("t", [OutgoingRecord(b"%d" % i, partition=0) for i in range(10)])
+        # The next partition's records follow partition 0's in the file: a read of
+        # partition 0 that looks key by key must stop at them.
+        await log.append_batch("t", [OutgoingRecord(b"p1 %d" % i, partition=1) for i in range(3)])
         with log._env.begin(write=True) as txn:
             cursor = txn.cursor(db=log._dbs["records"])
             assert cursor.first()
             for _ in range(4):
                 assert cursor.next()
             assert cursor.delete()
-        read = [(r.offset, r.value) async for batch in log.read("t") for r in batch]
+        read = [(r.offset, r.value) async for batch in log.read("t", partitions=[0]) for r in batch]
         assert read == [(i, b"%d" % i) for i in range(10) if i != 4]
+        other = [
+            (r.offset, r.value) async for batch in log.read("t", partitions=[1]) for r in batch
+        ]
+        assert other == [(i, b"p1 %d" % i) for i in range(3)]
         batches = [
             [(r.offset, r.value) for r in batch]
-            async for batch in log.read("t", {0: 3}, max_batch=3)
+            async for batch in log.read("t", {0: 3}, max_batch=3, partitions=[0])
         ]
         assert batches == [[(3, b"3"), (5, b"5"), (6, b"6")], [(7, b"7"), (8, b"8"), (9, b"9")]]
 
