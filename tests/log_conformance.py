@@ -132,6 +132,9 @@ class LogConformance:
         assert [r.value for r in tail if r.partition == 1] == [b"19"]
         middle = await read_all(log, topic_name, partitions=[1], start={1: 2}, until={1: 4})
         assert [(r.partition, r.offset, r.value) for r in middle] == [(1, 2, b"5"), (1, 3, b"7")]
+        # A partition `until` leaves out is read up to offset 0: not at all.
+        one = await asyncio.wait_for(read_all(log, topic_name, until={1: 2}), 20)
+        assert [(r.partition, r.offset) for r in one] == [(1, 0), (1, 1)]
         small = []
         async for batch in log.read(topic_name, max_batch=3):
             assert 1 <= len(batch) <= 3

@@ -219,7 +219,8 @@ class Log(Protocol):
 
         ``start`` maps partitions to the first offset to read (others start at 0);
         ``partitions`` limits the read to those partitions (default: all). Without
-        ``follow`` the read ends at ``until``, or at the end offsets taken when it
+        ``follow`` the read ends at ``until`` (partitions -> first offset not read; a
+        partition it leaves out is not read), or at the end offsets taken when it
         began, or sooner where records are gone; with ``follow`` it waits for new
         records until cancelled, or, given ``until`` too, until it has read up to it.
         """
