@@ -247,6 +247,30 @@ async def test_an_expiry_must_fall_after_now_to_the_millisecond(tmp_path):
         assert [i.text for i in await memory.recall(folded=True)] == ["y"]
 
 
+async def test_forget_expired_takes_the_oldest_expiry_first_and_one_expiring_this_moment(
+    any_log_url, stream_name, tmp_path
+):
+    """Items are swept oldest expiry first whatever order they were written in, and an
+    item whose moment is now is swept, as reads already leave it out."""
+    async with stepped(any_log_url, stream_name, tmp_path) as (laser, clock, _):
+        memory = laser.memory("notes")
+        later = await memory.remember("expires in two minutes", ttl=120)
+        sooner = await memory.remember("expires in one minute", ttl=60)
+        clock.step(60_000)  # exactly sooner's moment
+        assert await memory.forget_expired() == 1
+        ops = {
+            mid: [h.op for h in await memory.history(mid, folded=True)] for mid in (later, sooner)
+        }
+        assert ops == {later: ["remember"], sooner: ["remember", "forget"]}
+        third = await memory.remember("expires in half a minute", ttl=30)  # before later
+        clock.step(60_000)  # both left are past: the older expiry goes first
+        assert await memory.forget_expired(limit=1) == 1
+        assert [h.op for h in await memory.history(third, folded=True)] == ["remember", "forget"]
+        assert [h.op for h in await memory.history(later, folded=True)] == ["remember"]
+        assert await memory.forget_expired(limit=1) == 1
+        assert await memory.forget_expired() == 0
+
+
 async def test_a_hostile_expiry_on_the_log_is_set_aside_and_http_hides_expired(
     laser: lm.Laser, tmp_path: Path
 ):
