@@ -12,7 +12,7 @@ import pytest
 
 import laser_memory as lm
 from laser_memory.clock import SteppedClock
-from laser_memory.retention import MAX_AGE_S
+from laser_memory.retention import MAX_AGE_S, MAX_PURGE
 
 
 async def _spaced(memory, bodies, **scope) -> list[lm.MemoryId]:
@@ -125,6 +125,7 @@ async def test_a_moment_without_a_timezone_is_refused(tmp_path: Path):
     [
         (-1.0, 10), (float("nan"), 10), ("30d", 10), (True, 10), (60.0, 0), (60.0, 10_001),
         (1e11 + 1, 10),  # past MAX_AGE_S
+        (10**400, 10),  # past a float's range
     ],
 )  # fmt: skip
 async def test_bad_retention_arguments_write_nothing(laser: lm.Laser, older_than, limit):
@@ -137,6 +138,15 @@ async def test_bad_retention_arguments_write_nothing(laser: lm.Laser, older_than
         with pytest.raises(lm.InvalidInput, match="limit is a whole number from 1 to"):
             await memory.forget_expired(limit=limit)
     assert await laser.log.end_offsets(memory.topic) == ends
+
+
+async def test_retention_takes_a_limit_up_to_its_bound(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.remember("a fact")
+    for limit in (1, MAX_PURGE):  # nothing is an hour old, or expires
+        assert await memory.purge(3600.0, limit=limit) == 0
+        assert await memory.forget_expired(limit=limit) == 0
+    assert [i.text for i in await memory.recall()] == ["a fact"]
 
 
 async def test_retention_on_a_namespace_never_written_forgets_nothing(tmp_path: Path):
