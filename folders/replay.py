@@ -22,14 +22,12 @@ from laser_memory.log.port import Appended, Log, LogRecord
 from laser_memory.named import validate_key
 from laser_memory.recall import rank
 from laser_memory.records import (
-    HEADER_NAMESPACE,
-    HEADER_TENANT,
     MemoryRecord,
     NamedPatch,
     NamedRemove,
     NamedSet,
     Remember,
-    header_value,
+    read_headers,
 )
 
 from .state import (
@@ -149,8 +147,6 @@ async def replay(
         raise InvalidInput(
             f"until maps partitions to the first offset not to read, got {shown(until)}"
         )
-    wanted = namespace.encode() if namespace is not None else None
-    wanted_tenant = tenant.encode() if tenant is not None else None
     kwargs = {}
     if until is not None:
         kwargs = {"partitions": sorted(until), "until": dict(until)}
@@ -161,11 +157,11 @@ async def replay(
                 continue
             if until_ms is not None and log_record.append_time_ms > until_ms:
                 continue
-            header = header_value(log_record.headers, HEADER_NAMESPACE)
-            if wanted is not None and header is not None and header != wanted:
+            # A header that is no UTF-8 is read as bytes, which name no namespace or tenant.
+            header, owner, _ = read_headers(log_record.headers)
+            if namespace is not None and header is not None and header != namespace:
                 continue
-            owner = header_value(log_record.headers, HEADER_TENANT)
-            if wanted_tenant is not None and owner is not None and owner != wanted_tenant:
+            if tenant is not None and owner is not None and owner != tenant:
                 continue
             try:
                 record = decode_for_fold(log_record)
@@ -173,7 +169,7 @@ async def replay(
                 if tenant is None:
                     out.append(LoggedRecord(log_record, None, _reason(exc, log_record)))
                 continue
-            if wanted is not None and record.ns != namespace:
+            if namespace is not None and record.ns != namespace:
                 continue
             if tenant is not None and record.scope.tenant != tenant:
                 continue

@@ -79,8 +79,6 @@ from laser_memory.log.port import UNREADABLE_HEADER, LogRecord, Position
 from laser_memory.named import MAX_VERSION, apply_patch_bytes
 from laser_memory.recall import rank, search_mode, with_ranking
 from laser_memory.records import (
-    HEADER_NAMESPACE,
-    HEADER_TENANT,
     MAX_DIMENSIONS,
     MAX_WEIGHT,
     NAMED_RECORDS,
@@ -97,6 +95,7 @@ from laser_memory.records import (
     body_digest,
     decode_record,
     header_value,
+    read_headers,
 )
 from laser_memory.scope import MemoryScope
 from laser_memory.search_index import CACHE_BYTES, Owner, SearchIndex
@@ -288,67 +287,13 @@ def decode_for_fold(log_record: LogRecord) -> MemoryRecord:
     return record
 
 
-#: The last headers tuple met, and the namespace and tenant its headers name (None: no
-#: such header). A log read hands out one tuple per distinct set of headers, so most
-#: records skip the scan. One tuple, replaced whole: the view's fold and an in-process
-#: one may run on two threads.
-_last_owner_headers: tuple[object, str | bytes | None, str | bytes | None] = ((), None, None)
-#: The same for every set met lately, by its value: records of several tenants or
-#: namespaces interleave (so the last set rarely matches), and a Kafka read hands out
-#: a tuple of its own per record. Sets of more than `_MAX_OWNER_HEADER_BYTES` are not
-#: kept: `_MAX_OWNERS` of them could hold gigabytes.
-_OWNERS: dict[tuple, tuple[str | bytes | None, str | bytes | None]] = {}
-_MAX_OWNERS = 4096
-_MAX_OWNER_HEADER_BYTES = 1024
-
-
-def _header_text(headers: Sequence[tuple[str, bytes]], name: str) -> str | bytes | None:
-    raw = header_value(headers, name)
-    if raw is None:
-        return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        # Kept as bytes, which equal no name: decoded with replacement, b"\xff" read as
-        # "\ufffd" and matched a namespace of that name that replay (comparing bytes) skips.
-        return raw
-
-
-def owner_headers(
-    headers: Sequence[tuple[str, bytes]],
-) -> tuple[str | bytes | None, str | bytes | None]:
-    """The namespace and tenant a record's headers name (None: no such header; bytes:
-    a header that is no UTF-8, which names no namespace or tenant)."""
-    global _last_owner_headers
-    last = _last_owner_headers
-    if last[0] is headers:
-        return last[1], last[2]
-    try:
-        named = _OWNERS.get(headers)  # type: ignore[call-overload]
-    except TypeError:  # a set that cannot be hashed (a custom log's lists): read it
-        named = None
-    if named is None:
-        named = _header_text(headers, HEADER_NAMESPACE), _header_text(headers, HEADER_TENANT)
-        try:
-            if type(headers) is tuple and (
-                sum(len(name) + len(value) for name, value in headers) <= _MAX_OWNER_HEADER_BYTES
-            ):
-                if len(_OWNERS) >= _MAX_OWNERS:
-                    _OWNERS.clear()
-                _OWNERS[headers] = named
-        except (TypeError, ValueError):  # unhashable, or not pairs with lengths: not kept
-            pass
-    _last_owner_headers = (headers, *named)
-    return named
-
-
 def check_owner_headers(headers: Sequence[tuple[str, bytes]], record: MemoryRecord) -> None:
     """Refuse (`RecordDecodeError`) a record whose namespace or tenant header names
     another than the record's own. Reads pass over records by these headers, unread (a
     fold in process those of other namespaces, a replay for one tenant those of others):
     folded as the record says, such a record would show in the managed view's recall
     and not in a folded one, or in a tenant's recall and not in its audit."""
-    namespace, tenant = owner_headers(headers)
+    namespace, tenant, _ = read_headers(headers)
     if namespace is not None and namespace != record.ns:
         raise RecordDecodeError(
             f"its namespace header says {shown(namespace)}, but it is a record of namespace "
@@ -972,7 +917,7 @@ class MemoryState:
     def apply(self, log_record: LogRecord) -> None:
         """Fold one log record; records of other namespaces are skipped by header."""
         # The headers' reading is kept for `check_owner_headers`.
-        named, owner = owner_headers(log_record.headers)
+        named, owner, _ = read_headers(log_record.headers)
         if named is not None and named != self.namespace:
             return
         only = self.tenant

@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -61,6 +62,7 @@ __all__ = [
     "Embedded",
     "Feedback",
     "Forget",
+    "HeaderReading",
     "MemoryRecord",
     "NamedPatch",
     "NamedRemove",
@@ -77,6 +79,7 @@ __all__ = [
     "encode_value",
     "header_value",
     "partition_key",
+    "read_headers",
     "record_headers",
 ]
 
@@ -346,21 +349,115 @@ def header_value(headers: Headers, name: str) -> bytes | None:
 
 
 _VERSION_HEADER = str(SCHEMA_VERSION).encode()
-#: The last headers tuple whose version header was found readable. A log read hands
-#: out one tuple per distinct headers set, so most records skip the search; a tuple of
-#: (str, bytes) tuples cannot change once checked.
-_checked_headers: list[object] = [None]
-#: Every headers set found readable lately, by its value: records of several tenants or
-#: namespaces interleave (so the last set rarely matches), and a Kafka read hands out a
-#: tuple per record. Sets of more than 1,024 bytes are not kept: 4,096 could hold GBs.
-_CHECKED_SETS: set[tuple] = set()
+
+
+class HeaderReading(NamedTuple):
+    """What a record's headers say, read once for each distinct set of headers.
+
+    ``namespace`` and ``tenant`` are the names the headers give (None: no such header;
+    bytes: a header that is no UTF-8, which names no namespace or tenant). ``refusal``
+    is why no record under these headers can be read (a version header newer than
+    this laser-memory reads, or one that is no number), or None.
+    """
+
+    namespace: str | bytes | None
+    tenant: str | bytes | None
+    refusal: tuple[type[RecordDecodeError], str] | None
+
+
+#: The last headers set read and its reading, replaced whole (the view's fold and an
+#: in-process one may run on two threads). A log read hands out one tuple per distinct
+#: set, so most records are read by this one identity test.
+_last_reading: tuple[object, HeaderReading] = ((), HeaderReading(None, None, None))
+#: Every set read lately, by its value: records of several tenants or namespaces
+#: interleave (so the last set rarely matches), and a Kafka read hands out a tuple of
+#: its own for every record. Sets of more than `_MAX_READ_HEADER_BYTES` are not kept:
+#: `_MAX_READINGS` of them could hold gigabytes.
+_READINGS: dict[tuple, HeaderReading] = {}
+_MAX_READINGS = 4096
+_MAX_READ_HEADER_BYTES = 1024
+
+
+def read_headers(headers: Headers) -> HeaderReading:
+    """What ``headers`` say: the namespace and tenant they name, and whether records
+    under them can be read at all. Reads pass over records of other namespaces and
+    tenants by it, unread; `decode_record` refuses what it refuses."""
+    global _last_reading
+    last = _last_reading
+    if last[0] is headers:
+        return last[1]
+    try:
+        reading = _READINGS.get(headers)  # type: ignore[call-overload]
+    except TypeError:  # a set that cannot be hashed (a custom log's lists): read it
+        reading = None
+    if reading is None:
+        reading = HeaderReading(
+            _header_text(headers, HEADER_NAMESPACE),
+            _header_text(headers, HEADER_TENANT),
+            _version_refusal(header_value(headers, HEADER_VERSION)),
+        )
+        size = _frozen_size(headers)
+        if size < 0:
+            return reading  # it could change: read again next time
+        if size <= _MAX_READ_HEADER_BYTES:
+            if len(_READINGS) >= _MAX_READINGS:
+                _READINGS.clear()
+            _READINGS[headers] = reading  # type: ignore[index]
+    _last_reading = (headers, reading)
+    return reading
+
+
+def _frozen_size(headers: Headers) -> int:
+    """The bytes of a tuple of (str, bytes) pairs, which cannot change once read; -1
+    for anything else (a custom log's lists)."""
+    if type(headers) is not tuple:
+        return -1
+    size = 0
+    for header in headers:
+        if not (
+            type(header) is tuple
+            and len(header) == 2
+            and type(header[0]) is str
+            and type(header[1]) is bytes
+        ):
+            return -1
+        size += len(header[0]) + len(header[1])
+    return size
+
+
+def _header_text(headers: Headers, name: str) -> str | bytes | None:
+    raw = header_value(headers, name)
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # Kept as bytes, which equal no name: decoded with replacement, b"\xff" read as
+        # "\ufffd" and matched a namespace of that name that replay (comparing bytes) skips.
+        return raw
+
+
+def _version_refusal(version_header: bytes | None) -> tuple[type[RecordDecodeError], str] | None:
+    if version_header is None or version_header == _VERSION_HEADER:
+        return None
+    try:
+        version = int(version_header)
+    except ValueError:
+        shown_header = shown(version_header)
+        return RecordDecodeError, f"header {HEADER_VERSION} is {shown_header}, not a number"
+    if version > SCHEMA_VERSION:
+        return UnsupportedSchemaVersion, _too_new_message(version)
+    return None
 
 
 def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
     """Decode a record's value; raises `RecordDecodeError` (or its subclass
     `UnsupportedSchemaVersion`) with the reason, never returns garbage."""
-    if headers is not _checked_headers[0]:
-        _check_version_header(headers)
+    last = _last_reading
+    reading = last[1] if last[0] is headers else read_headers(headers)
+    if reading.refusal is not None:
+        error, message = reading.refusal
+        raise error(message)
     try:
         record = _decoder.decode(value)
     except msgspec.DecodeError as exc:
@@ -383,41 +480,12 @@ def decode_record(value: bytes, headers: Headers = ()) -> MemoryRecord:
     return record
 
 
-def _check_version_header(headers: Headers) -> None:
-    """Refuse headers that name a schema version newer than this one reads (or none
-    that is a number); remember a tuple that passed."""
-    try:
-        if headers in _CHECKED_SETS:
-            _checked_headers[0] = headers
-            return
-    except TypeError:  # a set that cannot be hashed (a custom log's lists): checked below
-        pass
-    version_header = header_value(headers, HEADER_VERSION)
-    if version_header is not None and version_header != _VERSION_HEADER:
-        try:
-            version = int(version_header)
-        except ValueError:
-            raise RecordDecodeError(
-                f"header {HEADER_VERSION} is {shown(version_header)}, not a number"
-            ) from None
-        if version > SCHEMA_VERSION:
-            raise _too_new(version)
-    if type(headers) is tuple and all(
-        type(header) is tuple and len(header) == 2 and type(header[1]) is bytes
-        for header in headers
-    ):
-        _checked_headers[0] = headers
-        try:
-            if sum(len(name) + len(value) for name, value in headers) <= 1024:
-                if len(_CHECKED_SETS) >= 4096:
-                    _CHECKED_SETS.clear()
-                _CHECKED_SETS.add(headers)
-        except TypeError:  # a name without a length, or one that cannot hash: not kept
-            pass
-
-
 def _too_new(version: int) -> UnsupportedSchemaVersion:
-    return UnsupportedSchemaVersion(
+    return UnsupportedSchemaVersion(_too_new_message(version))
+
+
+def _too_new_message(version: int) -> str:
+    return (
         f"record has schema version {version}, newer than {SCHEMA_VERSION} which this "
         "laser-memory reads; upgrade laser-memory to read it"
     )

@@ -248,8 +248,8 @@ def test_newer_schema_version_is_refused_from_header():
     headers = tuple((k, b"2" if k == "lm-v" else v) for k, v in wire.headers)
     with pytest.raises(UnsupportedSchemaVersion, match="schema version 2"):
         decode_record(wire.value, headers)
-    # Headers found readable are remembered by identity: others are still checked,
-    # and a list (which could change) is checked every time.
+    # Headers are read once per distinct set (by identity, then by value): others are
+    # still checked, and a list (which could change) is checked every time.
     assert decode_record(wire.value, wire.headers) == EXPECTED_V1["forget"]
     with pytest.raises(UnsupportedSchemaVersion):
         decode_record(wire.value, headers)
@@ -269,6 +269,48 @@ def test_newer_schema_version_is_refused_from_header():
     for _ in range(2):
         with pytest.raises(RecordDecodeError, match="not a number"):
             decode_record(wire.value, tuple(unreadable))
+
+
+def test_every_copy_of_a_headers_set_reads_as_the_set_says():
+    """Reads pass over other namespaces' and tenants' records by what their headers say,
+    remembered per distinct set: whatever was read before (sets interleaved, the same
+    set as a new tuple as a Kafka read makes, more sets than are remembered, a set too
+    large to keep, a list that changes), each read says what its own headers say."""
+    from laser_memory.records import read_headers
+
+    def headers(ns: str, tenant: bytes | None, version: bytes = b"1", pad: int = 0):
+        out = [("lm-ns", ns.encode()), ("lm-op", b"remember"), ("lm-v", version)]
+        if tenant is not None:
+            out.append(("lm-tenant", tenant))
+        if pad:
+            out.append(("x-pad", b"p" * pad))
+        return out
+
+    cases = [
+        (headers("a", b"acme"), ("a", "acme", None)),
+        (headers("a", b"globex"), ("a", "globex", None)),
+        (headers("b", None), ("b", None, None)),
+        (headers("a", b"\xff"), ("a", b"\xff", None)),
+        (headers("a", b"acme", b"2"), ("a", "acme", UnsupportedSchemaVersion)),
+        (headers("a", b"acme", b"two"), ("a", "acme", RecordDecodeError)),
+        (headers("a", b"globex", pad=2_000), ("a", "globex", None)),
+    ]
+    for _ in range(3):
+        for listed, (ns, tenant, refused) in cases:
+            for copy in (tuple(listed), tuple(map(tuple, listed))):
+                reading = read_headers(copy)
+                assert (reading.namespace, reading.tenant) == (ns, tenant)
+                assert (reading.refusal and reading.refusal[0]) is refused
+                assert read_headers(copy) == reading
+    # More sets than are remembered: every one still read for what it says.
+    for n in range(5_000):
+        assert read_headers(tuple(headers("n", str(n).encode()))).tenant == str(n)
+    assert read_headers(tuple(cases[1][0])).tenant == "globex"
+    # A list can change between two reads of the same object: read each time.
+    changing = headers("a", b"acme")
+    assert read_headers(changing).tenant == "acme"
+    changing[3] = ("lm-tenant", b"globex")
+    assert read_headers(changing).tenant == "globex"
 
 
 def test_newer_schema_version_is_refused_from_value_even_if_its_shape_changed():
