@@ -346,17 +346,20 @@ class Laser:
         Traceback (most recent call last):
         laser_memory.errors.AccessDenied: this handle is bound to tenant 'acme'; ...
         """
-        handle = self._memory(namespace)
-        chosen = embedder if embedder is not None else self.embedder
-        return handle._derive(
-            reader=None,  # its own: a handle bound to a tenant folds that tenant's only
-            embedder=chosen,
+        namespace, topic, stream = self._placed(namespace)
+        return MemoryHandle(
+            self,
+            namespace=namespace,
+            topic=topic,
+            stream=stream,
+            embedder=embedder if embedder is not None else self.embedder,
             tenant=tenant if self.tenant is None else resolve_tenant(self.tenant, tenant),
             principal=principal if principal is not None else self.principal,
             governor=governor if governor is not None else self.governor,
         )
 
-    def _memory(self, namespace: str) -> MemoryHandle:
+    def _placed(self, namespace: str) -> tuple[str, str, str]:
+        """The namespace a name stands for, its topic and its stream."""
         namespace = validate_name(namespace, "namespace")
         if namespace.startswith("stream:"):
             stream, slash, rest = namespace[len("stream:") :].partition("/")
@@ -366,9 +369,7 @@ class Laser:
                     "'stream:<stream>/<name>'"
                 )
             _check_stream(stream)
-            return MemoryHandle(
-                self, namespace=namespace, topic=_stream_topic(stream, MEMORY_TOPIC), stream=stream
-            )
+            return namespace, _stream_topic(stream, MEMORY_TOPIC), stream
         if self.stream:
             # The records carry the prefixed name: checked as written, or a name that
             # fits alone but not with its prefix would be written and set aside by
@@ -380,10 +381,8 @@ class Laser:
                     f"its stream's prefix 'stream:{self.stream}/', and at most {MAX_NAME_BYTES} "
                     "fit in a record; shorten it"
                 )
-            return MemoryHandle(
-                self, namespace=prefixed, topic=self.memory_topic_name, stream=self.stream
-            )
-        return MemoryHandle(self, namespace=namespace, topic=MEMORY_TOPIC, stream="")
+            return prefixed, self.memory_topic_name, self.stream
+        return namespace, MEMORY_TOPIC, ""
 
     def memory_on_topic(self, topic: str, stream: str | None = None) -> MemoryHandle:
         """A handle on an existing topic, using the topic name as the namespace."""

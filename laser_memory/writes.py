@@ -335,7 +335,9 @@ class RememberBuilder:
 
     async def embedded(self, records: list[Remember]) -> list[Remember]:
         """The records with their bodies' vectors and the embedder's label: one batch
-        for the bodies that came without an embedding. Without an embedder, unchanged."""
+        for the bodies that came without an embedding. Without an embedder, unchanged.
+        Called inside `Laser._write_under_way` (with the append that follows), so a stop
+        waits for the embedding."""
         embedder = self._embedder
         if embedder is None:
             return records
@@ -350,10 +352,9 @@ class RememberBuilder:
         missing = [i for i, record in enumerate(records) if record.embedding is None]
         vectors = None
         if missing:
-            with self._laser._write_under_way():
-                vectors = await embed_texts(
-                    embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
-                )
+            vectors = await embed_texts(
+                embedder, [records[i].body.decode("utf-8", "replace") for i in missing]
+            )
         made = dict(zip(missing, vectors if vectors is not None else [], strict=True))
         return [
             msgspec.structs.replace(
