@@ -511,6 +511,42 @@ async def test_every_record_goes_under_its_own_key_and_headers(laser: lm.Laser):
         assert log_record.partition == partition_for(log_record.key, 4)
 
 
+async def test_a_writer_frames_each_record_by_itself_when_records_share_a_scope(tmp_path):
+    # The writer keeps each scope's key and headers; today's callers make a scope per
+    # named write and per feedback, so a cache that served another type's headers, or
+    # a named item another key's partition, passed every test through the handle. A
+    # caller sharing one scope among them must still get each record's own.
+    from laser_memory.records import (
+        Feedback,
+        Forget,
+        NamedRemove,
+        NamedSet,
+        Remember,
+        partition_key,
+        record_headers,
+    )
+    from laser_memory.writes import RecordWriter
+
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        writer = RecordWriter(laser, namespace="notes", topic="t", principal=None, governor=None)
+        for scope in (lm.MemoryScope(tenant="acme"), lm.MemoryScope(conversation="c1")):
+            target = bytes(16)
+            records = [
+                Remember(ns="notes", scope=scope, id=target, kind=1, body=b"x"),
+                Feedback(ns="notes", scope=scope, target=target, weight=1.0),
+                NamedSet(ns="notes", scope=scope, key="k1", body=b"{}"),
+                NamedSet(ns="notes", scope=scope, key="k2", body=b"{}"),
+                NamedRemove(ns="notes", scope=scope, key="k1"),
+                Forget(ns="notes", scope=scope, target=target),
+                Remember(ns="notes", scope=scope, id=target, kind=1, body=b"y"),
+                Remember(ns="other", scope=scope, id=target, kind=1, body=b"z"),
+            ]
+            for _ in range(2):
+                for record, out in zip(records, writer.outgoing(records), strict=True):
+                    assert out.key == partition_key(record), record
+                    assert out.headers == record_headers(record), record
+
+
 async def test_other_namespaces_are_skipped_and_bad_records_set_aside(laser: lm.Laser):
     memory = laser.memory("notes")
     topic = laser.memory_topic_name
