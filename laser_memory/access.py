@@ -149,6 +149,8 @@ def is_loopback(host: str) -> bool:
 
     >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
     (True, True, False)
+    >>> is_loopback("laser.example")  # a name may resolve anywhere
+    False
     """
     if host == "localhost":
         return True

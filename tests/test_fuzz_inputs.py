@@ -637,6 +637,27 @@ _JSON_VALUES = st.recursive(
 )
 
 
+def _nesting(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_nesting, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_nesting, value.values()), default=0)
+    return 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_JSON_VALUES, indent=st.sampled_from([None, 2]))
+@example(value="[[[", indent=None)  # brackets inside a lone string: a scalar, depth 0
+@example(value=["]]", {"}": "[[["}], indent=None)
+def test_json_depth_is_how_deeply_the_values_nest(value, indent):
+    # What the depth limit and its messages count: a scalar (a lone string too) is 0,
+    # each array or object around it one more. A mutant calling a lone string 1 deep
+    # passed every test (the bound compared it only with limits of 1 and more).
+    from laser_memory.named import json_depth
+
+    assert json_depth(json.dumps(value, indent=indent).encode()) == _nesting(value)
+
+
 def _json_texts() -> st.SearchStrategy[bytes]:
     """JSON text as writers make it (compact or indented, ASCII-escaped or not, in UTF-8,
     UTF-16 or with a BOM), then cut, grown or with a byte changed."""

@@ -991,6 +991,31 @@ def _nested(depth: int) -> dict:
     return value
 
 
+def test_the_named_json_helpers_say_what_is_wrong():
+    # `encode_patch` and `dump_json` are public; through a handle a patch is also tried
+    # on the item before it is written, which hid mutants that let a patch that is no
+    # object, or one too deep, through `encode_patch`.
+    from laser_memory.named import apply_patch_bytes, dump_json, encode_patch
+
+    with pytest.raises(lm.InvalidPatch, match="must be a JSON object"):
+        encode_patch("[1, 2]")
+    with pytest.raises(lm.InvalidPatch, match="at most 100 are allowed"):
+        encode_patch({"b": _nested(100)})
+    assert encode_patch('{"b": [1, {"c": null}]}') == b'{"b":[1,{"c":null}]}'
+    for patch in (b"{bad", b"[1]"):
+        with pytest.raises(lm.InvalidPatch):
+            apply_patch_bytes(b'{"a": 1}', patch)
+    assert apply_patch_bytes(b"not json", b'{"a": 1}') == b'{"a":1}'  # a body read as none
+    with pytest.raises(lm.InvalidBody, match="write such numbers as strings"):
+        dump_json({"a": float("inf")})
+    circular: dict = {}
+    circular["a"] = circular
+    for value in (circular, {"a": object()}):
+        with pytest.raises(lm.InvalidBody, match="cannot be written as JSON") as info:
+            dump_json(value)
+        assert "NaN" not in str(info.value)
+
+
 async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
     return await laser.log.end_offsets(laser.memory_topic_name)
 
@@ -1114,6 +1139,9 @@ for _ in range(5000):
         (lambda m: m.remember("x", embedding=[0.5] * 65537), lm.InvalidInput),
         (lambda m: m.remove("k", if_version=2**63), lm.InvalidInput),
         (lambda m: m.fetch("k", version=2**64), lm.InvalidInput),
+        # Versions count writes from 1: a version 0 was taken by a mutant and no test.
+        (lambda m: m.remove("k", if_version=0), lm.InvalidInput),
+        (lambda m: m.fetch("k", version=0), lm.InvalidInput),
         # Taken and ignored by a folded read before: checked whichever path reads.
         (lambda m: m.recall(token_budget="x"), lm.InvalidInput),
         (lambda m: m.recall(after="x"), lm.InvalidInput),
