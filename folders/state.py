@@ -422,8 +422,11 @@ def _check_label(label: str, what: str) -> None:
 def _reason(exc: BaseException, log_record: LogRecord) -> str:
     """Why a record was set aside, for `SetAside.reason`: what the log said of a record
     it could not read back, else what decoding or checking it raised."""
-    unreadable = header_value(log_record.headers, UNREADABLE_HEADER)
-    if unreadable is not None and not log_record.value:
+    try:
+        unreadable = header_value(log_record.headers, UNREADABLE_HEADER)
+    except (TypeError, ValueError):  # headers that are no pairs: the error says so
+        unreadable = None
+    if type(unreadable) is bytes and not log_record.value:
         # Shown as a repr: any producer may send the header (on Kafka), and a reason is
         # printed to an operator's terminal.
         return (

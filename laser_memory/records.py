@@ -374,6 +374,11 @@ _last_reading: tuple[object, HeaderReading] = ((), HeaderReading(None, None, Non
 #: its own for every record. Sets of more than `_MAX_READ_HEADER_BYTES` are not kept:
 #: `_MAX_READINGS` of them could hold gigabytes.
 _READINGS: dict[tuple, HeaderReading] = {}
+_MALFORMED = HeaderReading(
+    None,
+    None,
+    (RecordDecodeError, "its headers are not (name, bytes) pairs, as the log port hands them"),
+)
 _MAX_READINGS = 4096
 _MAX_READ_HEADER_BYTES = 1024
 
@@ -388,14 +393,19 @@ def read_headers(headers: Headers) -> HeaderReading:
         return last[1]
     try:
         reading = _READINGS.get(headers)  # type: ignore[call-overload]
-    except TypeError:  # a set that cannot be hashed (a custom log's lists): read it
+    except Exception:  # a set that cannot be hashed (a custom log's lists): read it
         reading = None
     if reading is None:
-        reading = HeaderReading(
-            _header_text(headers, HEADER_NAMESPACE),
-            _header_text(headers, HEADER_TENANT),
-            _version_refusal(header_value(headers, HEADER_VERSION)),
-        )
+        try:
+            reading = HeaderReading(
+                _header_text(headers, HEADER_NAMESPACE),
+                _header_text(headers, HEADER_TENANT),
+                _version_refusal(header_value(headers, HEADER_VERSION)),
+            )
+        except (TypeError, ValueError, AttributeError):
+            # Not (name, bytes) pairs: a log of one's own that breaks the port. Its
+            # records are set aside with this reason; raising here stopped the fold.
+            return _MALFORMED
         size = _frozen_size(headers)
         if size < 0:
             return reading  # it could change: read again next time

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from pathlib import Path
 
 import msgspec
@@ -35,6 +36,7 @@ from laser_memory.records import (
     NamedSet,
     Remember,
     Superseded,
+    decode_record,
     encode_record,
 )
 from laser_memory.scope import MemoryScope
@@ -417,6 +419,50 @@ def test_a_header_that_is_no_utf8_names_no_namespace_or_tenant():
         state = MemoryState("\ufffd", topic="t", generation="g")
         state.apply(LogRecord("t", 0, 0, 1_000, wire.key, wire.value, headers))
         assert state.items(ItemFilter.build(tenant="\ufffd")) == []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        5,
+        (("lm-ns",),),
+        (("lm-ns", "notes"),),  # text, not bytes
+        [["lm-tenant", ["acme"]]],
+        (("lm-v", ["1"]),),
+    ],
+)
+def test_headers_that_are_no_name_and_bytes_pairs_set_the_record_aside(headers):
+    """The log port hands headers as (name, bytes) pairs; a log of one's own may not.
+    Reading them raised a raw TypeError or AttributeError out of the fold (it reads a
+    record's headers before its guard), which stopped it for good."""
+    from folders.state import MemoryState
+    from laser_memory.log.port import LogRecord
+
+    scope = MemoryScope(tenant="acme")
+    good = encode_record(Remember(ns="notes", scope=scope, id=bytes(16), kind=1, body=b"x"))
+    with pytest.raises(lm.RecordDecodeError, match=r"not \(name, bytes\) pairs"):
+        decode_record(good.value, headers)
+    bad = LogRecord("t", 0, 0, 1_000, good.key, good.value, headers)
+    after = LogRecord("t", 0, 1, 1_001, good.key, good.value, good.headers)
+    for tenant in (None, "acme"):
+        state = MemoryState("notes", topic="t", generation="g", tenant=tenant)
+        state.apply(bad)
+        state.apply(after)
+        assert [aside.position for aside in state.set_aside] == [bad.position]
+        assert "(name, bytes) pairs" in state.set_aside[0].reason
+        # Whose it is cannot be told: shown to unbound readers only.
+        assert len(state.set_aside_for(tenant)) == (1 if tenant is None else 0)
+        assert [i.text for i in state.items(ItemFilter.build(tenant="acme"))] == ["x"]
+    with tempfile.TemporaryDirectory() as folder:
+        view = MemoryView.open(folder)
+        try:
+            view.bind("t", "g")
+            view.apply([[bad, after]], "g")
+            stats = view.stats()
+            assert [aside.position for aside in stats.set_aside_records] == [bad.position]
+            assert stats.items == 1
+        finally:
+            view.close()
 
 
 async def test_a_tenant_bound_handle_is_shown_only_its_tenants_records_set_aside(
