@@ -449,6 +449,29 @@ def _pid(workdir: Path) -> int:
     return int((workdir / "pid").read_text())
 
 
+async def test_an_append_to_a_topic_deleted_elsewhere_is_unknown_topic(kafka_bootstrap, topic_name):
+    """Deleted by another process after this log appended to it, a topic's appends
+    waited out the whole deadline and ended `WriteTimeout` ("may or may not have
+    landed"), every one of them, while the embedded log says `UnknownTopic` at once.
+    aiokafka retries such a batch until the deadline; past it the topic is looked up:
+    gone, the append is `UnknownTopic`, and the next one is told without waiting."""
+    config = KafkaLogConfig(bootstrap_servers=kafka_bootstrap, write_timeout_s=2.0)
+    async with KafkaLog(config) as log, connect_log(f"kafka://{kafka_bootstrap}") as other:
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"before"))
+        await other.delete_topic(topic_name)
+        with pytest.raises(lm.UnknownTopic, match="was deleted while this append waited"):
+            await log.append(topic_name, OutgoingRecord(b"after the delete"))
+        started = time.monotonic()
+        with pytest.raises(lm.UnknownTopic, match="does not exist"):
+            await log.append(topic_name, OutgoingRecord(b"again"))
+        assert time.monotonic() - started < 2.0
+        # Made again, the topic takes appends under its new generation.
+        made = await other.create_topic(topic_name, partitions=1)
+        receipt = await log.append(topic_name, OutgoingRecord(b"new"))
+        assert receipt.generation == made.generation
+
+
 async def test_every_write_has_a_deadline_kafka(own_broker, topic_name):
     bootstrap, workdir = own_broker
     config = KafkaLogConfig(bootstrap_servers=bootstrap, write_timeout_s=1.5)

@@ -99,6 +99,8 @@ _WHOLE_BATCH_MIN = 16
 _FETCHER_RECANCEL_S = 0.5
 #: How often a read that fetches nothing asks whether its topic is still there.
 _TOPIC_CHECK_S = 1.0
+#: How long an append past its deadline asks whether its topic was deleted.
+_GONE_CHECK_S = 1.0
 
 
 def _unassign(consumer: AIOKafkaConsumer) -> None:
@@ -677,6 +679,30 @@ class KafkaLog(LogLifecycle):
             )
         raise partitions_changed(topic, partitions, now)
 
+    async def _refuse_if_gone(self, topic: str, generation: str) -> None:
+        """Raise `UnknownTopic` if ``topic`` no longer exists. Created again, or not
+        ``generation`` any more, its settings are learned afresh by the next append (the
+        caller's `WriteTimeout` stands: the record may be on the new topic). A broker
+        that cannot answer: nothing is said."""
+        try:
+            # Past the append's deadline already: a broker that does not answer at once
+            # (paused, or gone) must not hold the `WriteTimeout` back for its own timeout.
+            async with asyncio.timeout(_GONE_CHECK_S):
+                topic_id, _ = await self._topic_metadata(topic)
+        except (LogUnavailable, TimeoutError):
+            return
+        except UnknownTopic:
+            topic_id = None
+        if topic_id == generation:
+            return
+        self._topics.pop(topic, None)
+        if topic_id is None:
+            raise UnknownTopic(
+                f"topic {shown(topic)} was deleted while this append waited for it, so the "
+                "record is not on the log; create the topic again (for the memory topic: "
+                "'laser-memory bootstrap') or write elsewhere"
+            )
+
     async def _partition_count(self, topic: str) -> int:
         return (await self._settings(topic)).partitions
 
@@ -810,6 +836,11 @@ class KafkaLog(LogLifecycle):
             # As asyncio.timeout decides: our deadline's cancel becomes WriteTimeout; a
             # cancel from elsewhere (counted apart) stays a cancel.
             if append is not None and append.expired and append.uncancel():
+                # A topic deleted elsewhere after this log learned it: aiokafka retries
+                # the batch until our deadline, so the deadline is where it shows. Said
+                # as the embedded log says it, and forgotten, so the next append is told
+                # at once rather than waiting out its own deadline.
+                await self._refuse_if_gone(topic, settings.generation)
                 raise WriteTimeout(
                     f"Kafka did not acknowledge the append to {shown(topic)} within "
                     f"{self._config.write_timeout_s}s; it may or may not have landed: read "
