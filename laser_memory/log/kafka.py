@@ -655,6 +655,14 @@ class KafkaLog(LogLifecycle):
             self._release_consumer(consumer)
         return {tp.partition: offset for tp, offset in ends.items()}
 
+    async def _topic_now(self, topic: str) -> tuple[str | None, int | None]:
+        """(topic id, partition count) as a broker has them now; (None, None) for a topic
+        that does not exist. `LogUnavailable` if no broker answers."""
+        try:
+            return await self._topic_metadata(topic)
+        except UnknownTopic:
+            return None, None
+
     async def _check_same_topic(self, topic: str, generation: str, partitions: int | None) -> None:
         """Raise `UnknownTopic` if ``topic`` is no longer the generation a read began on,
         and `TopicConflict` if it no longer has ``partitions`` (None: not asked). A broker
@@ -662,11 +670,9 @@ class KafkaLog(LogLifecycle):
         broker's restart, as it did before it asked."""
         self._require_started()  # a log stopped under the read: LogClosed, as its reads say
         try:
-            topic_id, now = await self._topic_metadata(topic)
+            topic_id, now = await self._topic_now(topic)
         except LogUnavailable:
             return
-        except UnknownTopic:
-            topic_id, now = None, None
         if topic_id == generation and partitions in (None, now):
             return
         self._topics.pop(topic, None)  # appends must learn the topic as it is now
@@ -688,11 +694,9 @@ class KafkaLog(LogLifecycle):
             # Past the append's deadline already: a broker that does not answer at once
             # (paused, or gone) must not hold the `WriteTimeout` back for its own timeout.
             async with asyncio.timeout(_GONE_CHECK_S):
-                topic_id, _ = await self._topic_metadata(topic)
+                topic_id, _ = await self._topic_now(topic)
         except (LogUnavailable, TimeoutError):
             return
-        except UnknownTopic:
-            topic_id = None
         if topic_id == generation:
             return
         self._topics.pop(topic, None)
