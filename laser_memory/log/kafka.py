@@ -47,6 +47,8 @@ from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    LeaderNotAvailableError,
+    NotLeaderForPartitionError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -297,6 +299,15 @@ def _add_to(builder: Any, record: OutgoingRecord) -> bool:
 def _expire(append: _Append) -> None:
     append.expired = True
     append.task.cancel()
+
+
+def _outcome_read(future: asyncio.Future) -> None:
+    """Mark a whole batch's outcome as read. aiokafka leaves a failed batch's exception
+    to the caller of its batch API; an append that stopped waiting (its deadline, or a
+    cancel) never reads it, and asyncio printed "Future exception was never retrieved"
+    once the batch failed, long after the append had said what happened."""
+    if not future.cancelled():
+        future.exception()
 
 
 class KafkaLog(LogLifecycle):
@@ -685,14 +696,17 @@ class KafkaLog(LogLifecycle):
             )
         raise partitions_changed(topic, partitions, now)
 
-    async def _refuse_if_gone(self, topic: str, generation: str) -> None:
-        """Raise `UnknownTopic` if ``topic`` no longer exists. Created again, or not
-        ``generation`` any more, its settings are learned afresh by the next append (the
-        caller's `WriteTimeout` stands: the record may be on the new topic). A broker
-        that cannot answer: nothing is said."""
+    async def _refuse_if_gone(
+        self, topic: str, generation: str, producer: AIOKafkaProducer
+    ) -> None:
+        """Raise `UnknownTopic` if ``topic`` no longer exists and the producer has given
+        up what it held for it. Created again, or not ``generation`` any more, its
+        settings are learned afresh by the next append (the caller's error stands: the
+        record may be on the new topic). A broker that cannot answer: nothing is said."""
         try:
-            # Past the append's deadline already: a broker that does not answer at once
-            # (paused, or gone) must not hold the `WriteTimeout` back for its own timeout.
+            # Past the append's deadline, or its records given up, already: a broker that
+            # does not answer at once (paused, or gone) must not hold the append's error
+            # back for its own timeout.
             async with asyncio.timeout(_GONE_CHECK_S):
                 topic_id, _ = await self._topic_now(topic)
         except (LogUnavailable, TimeoutError):
@@ -700,6 +714,19 @@ class KafkaLog(LogLifecycle):
         if topic_id == generation:
             return
         self._topics.pop(topic, None)
+        if topic_id is not None:
+            return
+        # The producer still holds the records (it retries them until a batch with no
+        # leader outlives its request timeout) and sends them should the topic be made
+        # again meanwhile: "not on the log" is only true once it has given them up.
+        # Its batches are all done within a request timeout of their making.
+        try:
+            async with asyncio.timeout(self._config.request_timeout_s + _GONE_CHECK_S):
+                await producer.flush()
+            async with asyncio.timeout(_GONE_CHECK_S):
+                topic_id, _ = await self._topic_now(topic)
+        except (LogUnavailable, TimeoutError):
+            return
         if topic_id is None:
             raise UnknownTopic(
                 f"topic {shown(topic)} was deleted while this append waited for it, so the "
@@ -844,7 +871,7 @@ class KafkaLog(LogLifecycle):
                 # the batch until our deadline, so the deadline is where it shows. Said
                 # as the embedded log says it, and forgotten, so the next append is told
                 # at once rather than waiting out its own deadline.
-                await self._refuse_if_gone(topic, settings.generation)
+                await self._refuse_if_gone(topic, settings.generation, producer)
                 raise WriteTimeout(
                     f"Kafka did not acknowledge the append to {shown(topic)} within "
                     f"{self._config.write_timeout_s}s; it may or may not have landed: read "
@@ -860,6 +887,11 @@ class KafkaLog(LogLifecycle):
             if not exc.retriable:
                 self._topics.pop(topic, None)
                 await self._replace_producer(producer)
+            elif isinstance(exc, (NotLeaderForPartitionError, LeaderNotAvailableError)):
+                # How the producer gives up a batch whose partition has had no leader
+                # for its request timeout: a topic deleted elsewhere, when that timeout
+                # is shorter than the append's deadline.
+                await self._refuse_if_gone(topic, settings.generation, producer)
             raise LogUnavailable(f"Kafka refused the append: {exc}") from exc
         finally:
             if append is not None:
@@ -905,6 +937,7 @@ class KafkaLog(LogLifecycle):
                     # its first record whatever its size).
                     builder.close()
                     future = await producer.send_batch(builder, topic, partition=partition)
+                    future.add_done_callback(_outcome_read)
                     batches.append((future, members))
                     builder, members = producer.create_batch(), []
                     if not _add_to(builder, record):
@@ -915,6 +948,7 @@ class KafkaLog(LogLifecycle):
                 members.append(index)
             builder.close()
             future = await producer.send_batch(builder, topic, partition=partition)
+            future.add_done_callback(_outcome_read)
             batches.append((future, members))
             in_flight[(topic, partition)] = future
         sent = [
@@ -931,7 +965,11 @@ class KafkaLog(LogLifecycle):
             # One record is the common case: skip gather's bookkeeping for it.
             found = [await sent[0]]
         else:
-            found = await asyncio.gather(*(future for future, _ in batches), *sent)
+            # A batch's future is aiokafka's shield over the batch: cancelled (as gather
+            # cancels what it waits for when the append stops waiting), it lets go of
+            # the batch, whose failure then goes unread. Shielded once more, it stays
+            # to take the outcome, which `_outcome_read` reads.
+            found = await asyncio.gather(*(asyncio.shield(future) for future, _ in batches), *sent)
         out: list[tuple[int, int, int]] = [(0, 0, 0)] * len(records)
         for (_, members), meta in zip(batches, found, strict=False):
             for relative, index in enumerate(members):
