@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -597,6 +598,43 @@ async def test_an_idle_follow_read_outlives_a_paused_broker_kafka(own_broker, to
         await writer.append(topic_name, OutgoingRecord(b"after"))
         await asyncio.wait_for(task, 60)
         assert seen == [b"before", b"after"]
+
+
+async def test_a_read_that_cannot_reach_the_broker_is_log_unavailable_kafka(own_broker, topic_name):
+    """A read starts a consumer of its own (or takes an idle one): one that cannot
+    reach the broker (paused past the request timeout) is `LogUnavailable` within that
+    timeout, stopped, not left open for the garbage collector to find, and the log
+    reads again once the broker is back."""
+    bootstrap, workdir = own_broker
+    loop = asyncio.get_running_loop()
+    noticed: list[dict] = []
+    loop.set_exception_handler(lambda _, context: noticed.append(context))
+    config = KafkaLogConfig(bootstrap_servers=bootstrap, request_timeout_s=1.0)
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", ResourceWarning)
+            async with KafkaLog(config) as log:
+                await log.create_topic(topic_name, partitions=1)
+                await log.append(topic_name, OutgoingRecord(b"before"))
+                os.kill(_pid(workdir), signal.SIGSTOP)
+                try:
+                    started = time.monotonic()
+                    with pytest.raises(lm.LogUnavailable, match="cannot reach Kafka for a read"):
+                        async for _ in log.read(topic_name, follow=True):
+                            pytest.fail("a paused broker handed records over")
+                    assert time.monotonic() - started < 5
+                finally:
+                    os.kill(_pid(workdir), signal.SIGCONT)
+                gc.collect()
+                assert [r.value for r in await read_all(log, topic_name)] == [b"before"]
+            gc.collect()
+            await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert not [c for c in noticed if "Unclosed" in c.get("message", "")], noticed
+    assert not [w for w in warned if issubclass(w.category, ResourceWarning)], [
+        str(w.message) for w in warned
+    ]
 
 
 async def test_a_broker_killed_during_writes_loses_and_duplicates_nothing_kafka(
