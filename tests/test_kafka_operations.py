@@ -15,7 +15,7 @@ import re
 import signal
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,6 +39,23 @@ async def admin(bootstrap: str):
         yield client
     finally:
         await client.close()
+
+
+@contextlib.asynccontextmanager
+async def loop_notices() -> AsyncIterator[list[dict]]:
+    """What the event loop's exception handler is handed meanwhile (a future's exception
+    no one read, a client no one closed), with a collection at the end so that what was
+    let go of is found."""
+    loop = asyncio.get_running_loop()
+    before = loop.get_exception_handler()
+    noticed: list[dict] = []
+    loop.set_exception_handler(lambda _, context: noticed.append(context))
+    try:
+        yield noticed
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(before)
 
 
 async def _topic_config(bootstrap: str, topic: str, name: str) -> str:
@@ -469,10 +486,7 @@ async def test_an_append_to_a_topic_deleted_elsewhere_is_unknown_topic(
     without waiting. Twenty records for one partition go as a record batch of their
     own, whose failure aiokafka leaves to its caller: no one read it, and asyncio
     printed "Future exception was never retrieved"."""
-    loop = asyncio.get_running_loop()
-    unread: list[dict] = []
-    loop.set_exception_handler(lambda _, context: unread.append(context))
-    try:
+    async with loop_notices() as noticed:
         config = KafkaLogConfig(
             bootstrap_servers=kafka_bootstrap,
             write_timeout_s=write_timeout_s,
@@ -496,12 +510,7 @@ async def test_an_append_to_a_topic_deleted_elsewhere_is_unknown_topic(
             receipt = await log.append(topic_name, OutgoingRecord(b"new"))
             assert receipt.generation == made.generation
             assert [r.value for r in await read_all(other, topic_name)] == [b"new"]
-        # The batch's future goes now, read or not.
-        gc.collect()
-        await asyncio.sleep(0)
-    finally:
-        loop.set_exception_handler(None)
-    assert not [c for c in unread if "never retrieved" in c.get("message", "")], unread
+    assert not [c for c in noticed if "never retrieved" in c.get("message", "")], noticed
 
 
 async def test_an_append_to_a_topic_made_again_while_it_waits_is_no_unknown_topic(
@@ -606,11 +615,8 @@ async def test_a_read_that_cannot_reach_the_broker_is_log_unavailable_kafka(own_
     timeout, stopped, not left open for the garbage collector to find, and the log
     reads again once the broker is back."""
     bootstrap, workdir = own_broker
-    loop = asyncio.get_running_loop()
-    noticed: list[dict] = []
-    loop.set_exception_handler(lambda _, context: noticed.append(context))
     config = KafkaLogConfig(bootstrap_servers=bootstrap, request_timeout_s=1.0)
-    try:
+    async with loop_notices() as noticed:
         with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always", ResourceWarning)
             async with KafkaLog(config) as log:
@@ -627,10 +633,7 @@ async def test_a_read_that_cannot_reach_the_broker_is_log_unavailable_kafka(own_
                     os.kill(_pid(workdir), signal.SIGCONT)
                 gc.collect()
                 assert [r.value for r in await read_all(log, topic_name)] == [b"before"]
-            gc.collect()
-            await asyncio.sleep(0)
-    finally:
-        loop.set_exception_handler(None)
+            gc.collect()  # within the warnings' catch
     assert not [c for c in noticed if "Unclosed" in c.get("message", "")], noticed
     assert not [w for w in warned if issubclass(w.category, ResourceWarning)], [
         str(w.message) for w in warned
