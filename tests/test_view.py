@@ -537,6 +537,27 @@ async def test_feedback_ties_in_a_conversation_go_to_the_newest(viewed):
             assert managed == await memory.recall(folded=True, **query)
 
 
+async def test_negative_feedback_fills_what_is_left_of_the_limit_lowest_last(viewed):
+    # A feedback-ranked read walks the positive weights, then the newest items with
+    # none, then the negative ones, as far as the limit needs. Every negative item past
+    # the first one the walk stops at must be read too (a mutant reading their ids one
+    # byte off found none of them, and no test saw it: random sequences rarely leave
+    # several negative items for the limit to reach).
+    laser, view = viewed
+    memory = laser.memory("notes")
+    ids = {
+        name: await memory.remember(name) for name in ("up", "plain", "down 1", "down 2", "down 3")
+    }
+    for name, weight in (("up", 2.0), ("down 1", -1.0), ("down 2", -2.0), ("down 3", -3.0)):
+        await memory.improve(ids[name], weight)
+    await catch_up(laser, view)
+    expected = ["up", "plain", "down 1", "down 2", "down 3"]
+    for limit in range(1, len(expected) + 1):
+        managed = await memory.recall(strategy="auto", limit=limit)
+        assert [item.body.decode() for item in managed] == expected[:limit], limit
+        assert managed == await memory.recall(strategy="auto", limit=limit, folded=True)
+
+
 @pytest.mark.parametrize(
     ("make", "error", "says"),
     [
