@@ -13,6 +13,7 @@ import gc
 import os
 import re
 import signal
+import socket
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -635,6 +636,45 @@ async def test_a_read_that_cannot_reach_the_broker_is_log_unavailable_kafka(own_
                 assert [r.value for r in await read_all(log, topic_name)] == [b"before"]
             gc.collect()  # within the warnings' catch
     assert not [c for c in noticed if "Unclosed" in c.get("message", "")], noticed
+    assert not [w for w in warned if issubclass(w.category, ResourceWarning)], [
+        str(w.message) for w in warned
+    ]
+
+
+async def test_a_log_that_cannot_reach_kafka_says_so_and_starts_once_it_can(own_broker, topic_name):
+    """A start with no broker answering (a port nothing listens on; a broker paused
+    past the request timeout) is `LogUnavailable` naming the address, leaves nothing
+    open, and, as every log's start promises, the log can be started again: it was
+    marked stopped, so a retry once the broker answered was `LogClosed` ("make a new
+    one")."""
+    bootstrap, workdir = own_broker
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{probe.getsockname()[1]}"
+    async with loop_notices() as noticed:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", ResourceWarning)
+            unreachable = KafkaLog(KafkaLogConfig(bootstrap_servers=nowhere))
+            with pytest.raises(lm.LogUnavailable, match=f"cannot reach Kafka at {nowhere}"):
+                await unreachable.start()
+            log = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap, request_timeout_s=1.0))
+            os.kill(_pid(workdir), signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(lm.LogUnavailable, match=f"cannot reach Kafka at {bootstrap}"):
+                    await log.start()
+                assert time.monotonic() - started < 5
+            finally:
+                os.kill(_pid(workdir), signal.SIGCONT)
+            gc.collect()  # within the warnings' catch
+        await log.start()
+        try:
+            await log.create_topic(topic_name, partitions=1)
+            await log.append(topic_name, OutgoingRecord(b"once it can"))
+            assert [r.value for r in await read_all(log, topic_name)] == [b"once it can"]
+        finally:
+            await log.stop()
+    assert not [c for c in noticed if "nclosed" in c.get("message", "")], noticed
     assert not [w for w in warned if issubclass(w.category, ResourceWarning)], [
         str(w.message) for w in warned
     ]

@@ -368,10 +368,11 @@ class KafkaLog(LogLifecycle):
         except BaseException as exc:
             # Cancelled (a timeout around the start) or failed: what did start is closed,
             # or its connections and tasks were left open with no one to close them.
+            # The log stays new: started again once the broker answers, it opens anew
+            # (it was marked stopped, so a retry was LogClosed, "make a new one").
             await self._close_clients()
             if not isinstance(exc, KafkaError):
                 raise
-            self._state = "stopped"
             raise LogUnavailable(
                 f"cannot reach Kafka at {cfg.bootstrap_servers}: {exc}; check the address "
                 "and that the broker is up"
