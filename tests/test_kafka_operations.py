@@ -43,20 +43,41 @@ async def admin(bootstrap: str):
 
 
 @contextlib.asynccontextmanager
-async def loop_notices() -> AsyncIterator[list[dict]]:
-    """What the event loop's exception handler is handed meanwhile (a future's exception
-    no one read, a client no one closed), with a collection at the end so that what was
-    let go of is found."""
+async def nothing_left_behind() -> AsyncIterator[None]:
+    """Fail the test if what ran inside left a future's exception unread or a client
+    unclosed: as the event loop's exception handler hears of it, or as a ResourceWarning
+    once what was let go of is collected."""
     loop = asyncio.get_running_loop()
     before = loop.get_exception_handler()
     noticed: list[dict] = []
     loop.set_exception_handler(lambda _, context: noticed.append(context))
     try:
-        yield noticed
-        gc.collect()
-        await asyncio.sleep(0)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", ResourceWarning)
+            yield
+            gc.collect()
+            await asyncio.sleep(0)
     finally:
         loop.set_exception_handler(before)
+    left = [
+        context["message"]
+        for context in noticed
+        if "never retrieved" in context.get("message", "")
+        or "nclosed" in context.get("message", "")
+    ]
+    left += [str(w.message) for w in warned if issubclass(w.category, ResourceWarning)]
+    assert not left, left
+
+
+@contextlib.contextmanager
+def paused(workdir: Path) -> Iterator[None]:
+    """The broker of ``own_broker`` stopped (SIGSTOP) meanwhile: its connections stay
+    open, and nothing answers."""
+    os.kill(_pid(workdir), signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(_pid(workdir), signal.SIGCONT)
 
 
 async def _topic_config(bootstrap: str, topic: str, name: str) -> str:
@@ -487,7 +508,7 @@ async def test_an_append_to_a_topic_deleted_elsewhere_is_unknown_topic(
     without waiting. Twenty records for one partition go as a record batch of their
     own, whose failure aiokafka leaves to its caller: no one read it, and asyncio
     printed "Future exception was never retrieved"."""
-    async with loop_notices() as noticed:
+    async with nothing_left_behind():
         config = KafkaLogConfig(
             bootstrap_servers=kafka_bootstrap,
             write_timeout_s=write_timeout_s,
@@ -511,7 +532,6 @@ async def test_an_append_to_a_topic_deleted_elsewhere_is_unknown_topic(
             receipt = await log.append(topic_name, OutgoingRecord(b"new"))
             assert receipt.generation == made.generation
             assert [r.value for r in await read_all(other, topic_name)] == [b"new"]
-    assert not [c for c in noticed if "never retrieved" in c.get("message", "")], noticed
 
 
 async def test_an_append_to_a_topic_made_again_while_it_waits_is_no_unknown_topic(
@@ -546,8 +566,7 @@ async def test_every_write_has_a_deadline_kafka(own_broker, topic_name):
     async with KafkaLog(config) as log:
         await log.create_topic(topic_name, partitions=1)
         await log.append(topic_name, OutgoingRecord(b"before"))
-        os.kill(_pid(workdir), signal.SIGSTOP)
-        try:
+        with paused(workdir):
             started = time.monotonic()
             with pytest.raises(lm.WriteTimeout, match="may or may not have landed"):
                 await log.append(topic_name, OutgoingRecord(b"while paused"))
@@ -574,8 +593,6 @@ async def test_every_write_has_a_deadline_kafka(own_broker, topic_name):
                     topic_name, [OutgoingRecord(b"paused batch %d" % i) for i in range(20)]
                 )
             assert time.monotonic() - started < 5
-        finally:
-            os.kill(_pid(workdir), signal.SIGCONT)
         receipt = await log.append(topic_name, OutgoingRecord(b"after"))
         values = [r.value for r in await read_all(log, topic_name)]
         # Paused writes may have landed once the broker woke; never twice.
@@ -599,12 +616,9 @@ async def test_an_idle_follow_read_outlives_a_paused_broker_kafka(own_broker, to
         await log.create_topic(topic_name, partitions=1)
         await writer.append(topic_name, OutgoingRecord(b"before"))
         task, seen = await following(log, topic_name, until=2)
-        os.kill(_pid(workdir), signal.SIGSTOP)
-        try:
+        with paused(workdir):
             await asyncio.sleep(3.5)  # several checks, each timing out
             assert not task.done()
-        finally:
-            os.kill(_pid(workdir), signal.SIGCONT)
         await writer.append(topic_name, OutgoingRecord(b"after"))
         await asyncio.wait_for(task, 60)
         assert seen == [b"before", b"after"]
@@ -617,28 +631,16 @@ async def test_a_read_that_cannot_reach_the_broker_is_log_unavailable_kafka(own_
     reads again once the broker is back."""
     bootstrap, workdir = own_broker
     config = KafkaLogConfig(bootstrap_servers=bootstrap, request_timeout_s=1.0)
-    async with loop_notices() as noticed:
-        with warnings.catch_warnings(record=True) as warned:
-            warnings.simplefilter("always", ResourceWarning)
-            async with KafkaLog(config) as log:
-                await log.create_topic(topic_name, partitions=1)
-                await log.append(topic_name, OutgoingRecord(b"before"))
-                os.kill(_pid(workdir), signal.SIGSTOP)
-                try:
-                    started = time.monotonic()
-                    with pytest.raises(lm.LogUnavailable, match="cannot reach Kafka for a read"):
-                        async for _ in log.read(topic_name, follow=True):
-                            pytest.fail("a paused broker handed records over")
-                    assert time.monotonic() - started < 5
-                finally:
-                    os.kill(_pid(workdir), signal.SIGCONT)
-                gc.collect()
-                assert [r.value for r in await read_all(log, topic_name)] == [b"before"]
-            gc.collect()  # within the warnings' catch
-    assert not [c for c in noticed if "Unclosed" in c.get("message", "")], noticed
-    assert not [w for w in warned if issubclass(w.category, ResourceWarning)], [
-        str(w.message) for w in warned
-    ]
+    async with nothing_left_behind(), KafkaLog(config) as log:
+        await log.create_topic(topic_name, partitions=1)
+        await log.append(topic_name, OutgoingRecord(b"before"))
+        with paused(workdir):
+            started = time.monotonic()
+            with pytest.raises(lm.LogUnavailable, match="cannot reach Kafka for a read"):
+                async for _ in log.read(topic_name, follow=True):
+                    pytest.fail("a paused broker handed records over")
+            assert time.monotonic() - started < 5
+        assert [r.value for r in await read_all(log, topic_name)] == [b"before"]
 
 
 async def test_a_log_that_cannot_reach_kafka_says_so_and_starts_once_it_can(own_broker, topic_name):
@@ -651,22 +653,16 @@ async def test_a_log_that_cannot_reach_kafka_says_so_and_starts_once_it_can(own_
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         nowhere = f"127.0.0.1:{probe.getsockname()[1]}"
-    async with loop_notices() as noticed:
-        with warnings.catch_warnings(record=True) as warned:
-            warnings.simplefilter("always", ResourceWarning)
-            unreachable = KafkaLog(KafkaLogConfig(bootstrap_servers=nowhere))
-            with pytest.raises(lm.LogUnavailable, match=f"cannot reach Kafka at {nowhere}"):
-                await unreachable.start()
-            log = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap, request_timeout_s=1.0))
-            os.kill(_pid(workdir), signal.SIGSTOP)
-            try:
-                started = time.monotonic()
-                with pytest.raises(lm.LogUnavailable, match=f"cannot reach Kafka at {bootstrap}"):
-                    await log.start()
-                assert time.monotonic() - started < 5
-            finally:
-                os.kill(_pid(workdir), signal.SIGCONT)
-            gc.collect()  # within the warnings' catch
+    async with nothing_left_behind():
+        unreachable = KafkaLog(KafkaLogConfig(bootstrap_servers=nowhere))
+        with pytest.raises(lm.LogUnavailable, match=f"cannot reach Kafka at {nowhere}"):
+            await unreachable.start()
+        log = KafkaLog(KafkaLogConfig(bootstrap_servers=bootstrap, request_timeout_s=1.0))
+        with paused(workdir):
+            started = time.monotonic()
+            with pytest.raises(lm.LogUnavailable, match=f"cannot reach Kafka at {bootstrap}"):
+                await log.start()
+            assert time.monotonic() - started < 5
         await log.start()
         try:
             await log.create_topic(topic_name, partitions=1)
@@ -674,10 +670,6 @@ async def test_a_log_that_cannot_reach_kafka_says_so_and_starts_once_it_can(own_
             assert [r.value for r in await read_all(log, topic_name)] == [b"once it can"]
         finally:
             await log.stop()
-    assert not [c for c in noticed if "nclosed" in c.get("message", "")], noticed
-    assert not [w for w in warned if issubclass(w.category, ResourceWarning)], [
-        str(w.message) for w in warned
-    ]
 
 
 async def test_a_broker_killed_during_writes_loses_and_duplicates_nothing_kafka(
