@@ -705,35 +705,35 @@ class KafkaLog(LogLifecycle):
         settings are learned afresh by the next append (the caller's error stands: the
         record may be on the new topic). A broker that cannot answer: nothing is said."""
         try:
-            # Past the append's deadline, or its records given up, already: a broker that
-            # does not answer at once (paused, or gone) must not hold the append's error
-            # back for its own timeout.
-            async with asyncio.timeout(_GONE_CHECK_S):
-                topic_id, _ = await self._topic_now(topic)
-        except (LogUnavailable, TimeoutError):
-            return
-        if topic_id == generation:
-            return
-        self._topics.pop(topic, None)
-        if topic_id is not None:
-            return
-        # The producer still holds the records (it retries them until a batch with no
-        # leader outlives its request timeout) and sends them should the topic be made
-        # again meanwhile: "not on the log" is only true once it has given them up.
-        # Its batches are all done within a request timeout of their making.
-        try:
+            topic_id = await self._topic_id_soon(topic)
+            if topic_id != generation:
+                self._topics.pop(topic, None)
+            if topic_id is not None:
+                return
+            # The producer still holds the records (it retries them until a batch with no
+            # leader outlives its request timeout) and sends them should the topic be
+            # made again meanwhile: "not on the log" is only true once it has given them
+            # up. Its batches are all done within a request timeout of their making.
             async with asyncio.timeout(self._config.request_timeout_s + _GONE_CHECK_S):
                 await producer.flush()
-            async with asyncio.timeout(_GONE_CHECK_S):
-                topic_id, _ = await self._topic_now(topic)
+            gone = await self._topic_id_soon(topic) is None
         except (LogUnavailable, TimeoutError):
             return
-        if topic_id is None:
+        if gone:
             raise UnknownTopic(
                 f"topic {shown(topic)} was deleted while this append waited for it, so the "
                 "record is not on the log; create the topic again (for the memory topic: "
                 "'laser-memory bootstrap') or write elsewhere"
             )
+
+    async def _topic_id_soon(self, topic: str) -> str | None:
+        """The topic's id now (None: it does not exist); `TimeoutError` if no broker
+        answers within `_GONE_CHECK_S`. Asked past an append's deadline, or once its
+        records were given up: a broker that does not answer at once (paused, or gone)
+        must not hold the append's error back for its own request timeout."""
+        async with asyncio.timeout(_GONE_CHECK_S):
+            topic_id, _ = await self._topic_now(topic)
+        return topic_id
 
     async def _partition_count(self, topic: str) -> int:
         return (await self._settings(topic)).partitions
