@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import uuid
 
 import numpy as np
 import pytest
@@ -1020,6 +1021,27 @@ async def _end_offsets(laser: lm.Laser) -> dict[int, int]:
     return await laser.log.end_offsets(laser.memory_topic_name)
 
 
+@pytest.fixture(scope="module", params=["local", pytest.param("kafka", marks=pytest.mark.kafka)])
+def shared_log_url(request: pytest.FixtureRequest, tmp_path_factory) -> str:
+    """Each log's URL once a module (the broker is started outside any event loop)."""
+    if request.param == "local":
+        return f"local://{tmp_path_factory.mktemp('shared') / 'log'}"
+    return f"kafka://{request.getfixturevalue('kafka_bootstrap')}"
+
+
+@pytest.fixture(scope="module")
+async def shared_laser(shared_log_url: str):
+    """One started connection a log, shared by the many bad-input cases below.
+
+    Each case asserts that its call added nothing to the topic's end offsets, which a
+    shared stream shows as well as a fresh one; a fresh stream a case (four partitions
+    made and dropped on the broker) cost the Kafka run 40 s of the suite's ten minutes.
+    """
+    async with lm.connect(shared_log_url, stream=f"s{uuid.uuid4().hex[:10]}") as connection:
+        await connection.bootstrap(partitions=4)
+        yield connection
+
+
 _DEEP: list = []
 for _ in range(5000):
     _DEEP = [_DEEP]
@@ -1200,14 +1222,14 @@ for _ in range(5000):
         (lambda m: m.named(after=Appended(m.topic, 0, 2**70, 0), folded=True), lm.InvalidInput),
     ],
 )
-async def test_bad_input_is_refused_and_nothing_is_written(laser: lm.Laser, call, error):
-    memory = laser.memory("notes")
+async def test_bad_input_is_refused_and_nothing_is_written(shared_laser: lm.Laser, call, error):
+    memory = shared_laser.memory("notes")
     await memory.remember("baseline")
-    before = await _end_offsets(laser)
+    before = await _end_offsets(shared_laser)
     with pytest.raises(error) as info:
         await call(memory)
     assert isinstance(info.value, lm.LaserError) and 0 < len(str(info.value)) < 2000
-    assert await _end_offsets(laser) == before
+    assert await _end_offsets(shared_laser) == before
 
 
 async def test_an_origin_of_the_wrong_shape_is_refused_naming_what_is_wrong(laser: lm.Laser):
