@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from laser_memory.access import resolve_tenant
+from laser_memory.embedding import Embedder
 from laser_memory.errors import InvalidInput, shown
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.inputs import aware_millis, receipt_fields
@@ -20,7 +21,13 @@ from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Appended, Log, LogRecord
 from laser_memory.named import validate_key
-from laser_memory.recall import rank
+from laser_memory.recall import (
+    query_text,
+    query_vector,
+    validate_limit,
+    validate_min_similarity,
+    validate_strategy,
+)
 from laser_memory.records import (
     MemoryRecord,
     NamedPatch,
@@ -251,7 +258,8 @@ class MemorySnapshot:
 
     ``positions`` maps each partition it read to the first offset it did not fold (what
     an auditor cites as "the log up to here"); ``as_of_ms`` is the moment asked for, or
-    None for positions.
+    None for positions. Its `recall` ranks as a folded recall of the handle that took it
+    does: by meaning too, with that handle's embedder (None: by words alone).
     """
 
     def __init__(
@@ -262,8 +270,10 @@ class MemorySnapshot:
         positions: dict[int, int],
         tenant: str | None = None,
         now_ms: int | None = None,
+        embedder: Embedder | None = None,
     ):
         self._state = state
+        self._embedder = embedder
         # Expiry is judged at the snapshot's moment (its newest record's time, for
         # positions), so an item that expired since still shows.
         self._now_ms = now_ms
@@ -272,7 +282,7 @@ class MemorySnapshot:
         self.as_of_ms = as_of_ms
         self.positions = positions
 
-    def recall(
+    async def recall(
         self,
         *,
         conversation: str | None = None,
@@ -284,7 +294,14 @@ class MemorySnapshot:
         text: str | None = None,
         strategy: str = "auto",
         limit: int = 50,
+        min_similarity: float | None = None,
     ) -> list[MemoryItem]:
+        """What a recall with these arguments would have returned at the snapshot's
+        moment: the same order, scores and signals as the handle's folded recall then.
+
+        >>> then = await memory.as_of(receipt)                          # doctest: +SKIP
+        >>> await then.recall(text="who rotates keys?", strategy="hybrid")  # doctest: +SKIP
+        """
         where = ItemFilter.build(
             tenant=resolve_tenant(self.tenant, tenant),
             now_ms=self._now_ms,
@@ -294,14 +311,34 @@ class MemorySnapshot:
             application=application,
             kind=kind,
         )
-        return rank(self._state.items(where), strategy=strategy, text=text, limit=limit)
+        strategy = validate_strategy(strategy)
+        validate_limit(limit)
+        text = query_text(text)
+        validate_min_similarity(min_similarity)
+        vector = await query_vector(self._embedder, strategy, text)
+        label = self._embedder.label if self._embedder is not None else None
+        return self._state.recall(
+            where.read_by(label, strategy, text, vector),
+            strategy=strategy,
+            text=text,
+            limit=limit,
+            query_vector=vector,
+            embedder=label,
+            min_similarity=min_similarity,
+        )
 
     def fetch(self, key: str, *, tenant: str | None = None) -> NamedItem | None:
         return self._state.named_item(validate_key(key), tenant=resolve_tenant(self.tenant, tenant))
 
 
 async def snapshot(
-    log: Log, topic: str, namespace: str, at: AsOf, *, tenant: str | None = None
+    log: Log,
+    topic: str,
+    namespace: str,
+    at: AsOf,
+    *,
+    tenant: str | None = None,
+    embedder: Embedder | None = None,
 ) -> MemorySnapshot:
     """Fold a namespace up to a moment:
 
@@ -374,4 +411,5 @@ async def snapshot(
         positions=positions,
         tenant=tenant,
         now_ms=as_of_ms if as_of_ms is not None else newest,
+        embedder=embedder,
     )

@@ -252,6 +252,17 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         kind = self.kind.code if self.kind is not None else None
         return (self.agent, self.user, self.application, kind)
 
+    def read_by(
+        self, embedder: str | None, strategy: str, text: str | None, vector: object
+    ) -> ItemFilter:
+        """This read as a reader with ``embedder`` (its label) makes it: items show that
+        model's vector, from an embedded record where their own is another model's. A
+        keyword recall with text reads the same way, so it shares the search index of
+        the reader's hybrid and semantic recalls (one index a namespace, not two)."""
+        if embedder is None or (vector is None and not (strategy == "keyword" and text)):
+            return self
+        return msgspec.structs.replace(self, embedder=embedder)
+
     @property
     def of_index(self) -> ItemFilter:
         """The read a search index serves: this one without its owner filters, which

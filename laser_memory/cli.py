@@ -1141,11 +1141,10 @@ async def demo(url: str | None) -> None:
 
         # A receipt names one write exactly, where a millisecond may hold several.
         then = await memory.as_of(wrong)
-        known = [item.text for item in then.recall(conversation="planning-7")]
+        known = [item.text for item in await then.recall(conversation="planning-7")]
         say(f"\nas of the moment {wrong} was remembered, planning-7 knew: {known}")
-        now = [
-            item.text for item in (await memory.as_of(forgotten)).recall(conversation="planning-7")
-        ]
+        after = await memory.as_of(forgotten)
+        now = [item.text for item in await after.recall(conversation="planning-7")]
         say(f"and just after it was forgotten: {now}")
 
         view = tempfile.mkdtemp(prefix="laser-view-")

@@ -42,7 +42,7 @@ from .access import (
 )
 from .consolidation import ConsolidationReport
 from .custom import CustomMemory
-from .embedding import Embedder, embed_texts, validate_embedder
+from .embedding import Embedder, validate_embedder
 from .errors import (
     BodyTooLarge,
     ConfigError,
@@ -65,9 +65,11 @@ from .named import (
 )
 from .recall import (
     query_text,
+    query_vector,
     search_mode,
     to_context_block,
     validate_limit,
+    validate_min_similarity,
     validate_strategy,
     validate_token_budget,
 )
@@ -824,10 +826,11 @@ class MemoryHandle:
         those records; or a datetime, seconds since the epoch (float) or milliseconds
         (int): records appended at or before it (two records in one millisecond are told
         apart only by a receipt or positions). The snapshot's `recall` and `fetch`
-        answer what an agent could have known then.
+        answer what an agent could have known then; its `recall` ranks as this handle's
+        folded recall does, by meaning too with this handle's embedder.
 
         >>> mid = await memory.remember("node-9 rotates keys monthly")   # doctest: +SKIP
-        >>> (await memory.as_of(mid)).recall()                            # doctest: +SKIP
+        >>> await (await memory.as_of(mid)).recall(text="key rotation")  # doctest: +SKIP
         """
         self._check_read()
         if isinstance(at, MemoryId):
@@ -838,7 +841,14 @@ class MemoryHandle:
             raise UnknownTopic(
                 f"topic {shown(self.topic)} does not exist: there is no past to read"
             )
-        return await snapshot(self._laser.log, self.topic, self.namespace, at, tenant=self.tenant)
+        return await snapshot(
+            self._laser.log,
+            self.topic,
+            self.namespace,
+            at,
+            tenant=self.tenant,
+            embedder=self._embedder,
+        )
 
     def _managed(self, folded: bool | None) -> bool:
         if folded is not None and not isinstance(folded, bool):
@@ -944,12 +954,7 @@ class MemoryHandle:
         strategy = validate_strategy(strategy)
         validate_limit(limit)
         text = query_text(text)
-        if min_similarity is not None and (
-            isinstance(min_similarity, bool)
-            or not isinstance(min_similarity, int | float)
-            or not -1.0 <= min_similarity <= 1.0
-        ):
-            raise InvalidInput(f"min_similarity is from -1 to 1, got {shown(min_similarity)}")
+        validate_min_similarity(min_similarity)
         if not isinstance(exact, bool):
             raise InvalidInput(f"exact is True or False, got {shown(exact)}")
         if not isinstance(block, bool):
@@ -970,33 +975,19 @@ class MemoryHandle:
             tenant, conversation, agent, user, application, kind, include_superseded
         )
         # Embed the query only once every argument has been checked.
-        query_vector = None
-        if (
-            strategy in ("semantic", "hybrid", "auto")
-            and text
-            and text.strip()
-            and self._embedder is not None
-        ):
-            vectors = await embed_texts(self._embedder, [text], then="nothing was recalled")
-            query_vector = vectors[0]
-        if query_vector is not None or (
-            strategy == "keyword" and text and self._embedder is not None
-        ):
-            # Items show the vector of the handle's model, from an embedded record where
-            # their own is another model's. A keyword recall reads the same way, so it
-            # shares the search index of the handle's hybrid and semantic recalls (a
-            # reader keeps one index a namespace, not two).
-            where = msgspec.structs.replace(where, embedder=self._embedder.label)
+        vector = await query_vector(self._embedder, strategy, text)
+        label = self._embedder.label if self._embedder is not None else None
+        where = where.read_by(label, strategy, text, vector)
         ranking = {
-            "query_vector": query_vector,
-            "embedder": self._embedder.label if self._embedder is not None else None,
+            "query_vector": vector,
+            "embedder": label,
             "min_similarity": min_similarity,
             "exclude": excluded,
         }
         approximate = None if exact else self._laser.config.approximate
         if self._managed(folded):
             view = await self._laser.view_after(self.topic, after, timeout)
-            if view is not None and search_mode(strategy, text, query_vector) is not None:
+            if view is not None and search_mode(strategy, text, vector) is not None:
                 # A large index no process has built yet is built by a child process:
                 # waited for here, so the event loop runs on meanwhile.
                 await view.build_index_apart(self.namespace, where, approximate)

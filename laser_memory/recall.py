@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 import numpy as np
 
-from .embedding import cosine_similarities, to_vector
+from .embedding import Embedder, cosine_similarities, embed_texts, to_vector
 from .errors import InvalidInput, shown
 from .items import MemoryItem, Signal
 from .scoring import TermStatistics, bm25
@@ -54,10 +54,12 @@ __all__ = [
     "estimate_tokens",
     "fuse_reciprocal_rank",
     "query_text",
+    "query_vector",
     "rank",
     "search_mode",
     "to_context_block",
     "validate_limit",
+    "validate_min_similarity",
     "validate_strategy",
     "validate_token_budget",
     "with_ranking",
@@ -162,6 +164,29 @@ def query_text(text: object) -> str | None:
             # being valid Unicode, could match it.
             raise InvalidInput(f"the text is not valid Unicode text: {exc}") from None
     return text
+
+
+def validate_min_similarity(min_similarity: object) -> None:
+    if min_similarity is not None and (
+        isinstance(min_similarity, bool)
+        or not isinstance(min_similarity, int | float)
+        or not -1.0 <= min_similarity <= 1.0
+    ):
+        raise InvalidInput(f"min_similarity is from -1 to 1, got {shown(min_similarity)}")
+
+
+async def query_vector(
+    embedder: Embedder | None, strategy: str, text: str | None
+) -> np.ndarray | None:
+    """The vector a recall ranks by meaning with: ``embedder``'s of ``text``, for a
+    ``semantic``, ``hybrid`` or ``auto`` recall with text; None otherwise (and with no
+    embedder). Its failure is `EmbeddingFailed`, saying nothing was recalled."""
+    if strategy not in ("semantic", "hybrid", "auto") or not text or not text.strip():
+        return None
+    if embedder is None:
+        return None
+    vectors = await embed_texts(embedder, [text], then="nothing was recalled")
+    return vectors[0]
 
 
 def search_mode(strategy: str, text: str | None, query_vector: np.ndarray | None) -> str | None:

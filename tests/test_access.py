@@ -83,9 +83,9 @@ async def test_a_bound_handle_acts_in_its_tenant_and_refuses_another(laser: lm.L
     with pytest.raises(lm.AccessDenied):
         await acme.with_lineage(producer="p").remember("w", tenant="globex")
     snapshot = await acme.as_of(mid)
-    assert [i.text for i in snapshot.recall()] == ["acme runs node-7"]
+    assert [i.text for i in await snapshot.recall()] == ["acme runs node-7"]
     with pytest.raises(lm.AccessDenied):
-        snapshot.recall(tenant="")
+        await snapshot.recall(tenant="")
 
 
 async def test_the_auditors_functions_refuse_what_they_cannot_read(laser: lm.Laser):

@@ -94,7 +94,7 @@ async def test_an_expired_item_leaves_every_recall_at_once(any_log_url, stream_n
         clock.step(HOUR_MS)
         assert all(texts == ["the door code changes monthly"] for texts in await recalls(memory))
         # Still in the log's past and in history.
-        past = (await memory.as_of(short)).recall(conversation="c1")
+        past = await (await memory.as_of(short)).recall(conversation="c1")
         assert [i.text for i in past] == ["the door code is 4471"]
         assert [h.op for h in await memory.history(short)] == ["remember"]
 
@@ -123,14 +123,14 @@ async def test_a_snapshot_judges_expiry_at_its_own_moment(tmp_path):
         clock.step(60_000)
         later = await memory.remember("the door code changes monthly", conversation="c2")
         at_thirty = await memory.as_of(start + 30_000)
-        assert [i.text for i in at_thirty.recall()] == []
-        assert [i.text for i in (await memory.as_of(start + 5_000)).recall()] == [
+        assert [i.text for i in await at_thirty.recall()] == []
+        assert [i.text for i in await (await memory.as_of(start + 5_000)).recall()] == [
             "the door code is 4471"
         ]
         everything = {later.receipt.partition: later.receipt.offset + 1}
         everything[short.receipt.partition] = short.receipt.offset + 1
         by_positions = await memory.as_of(everything)
-        assert [i.text for i in by_positions.recall()] == ["the door code changes monthly"]
+        assert [i.text for i in await by_positions.recall()] == ["the door code changes monthly"]
 
 
 async def test_a_ttl_under_a_millisecond_still_ends_after_the_write(

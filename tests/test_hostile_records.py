@@ -248,7 +248,7 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
 
     # as_of and replay.
     snapshot = await memory.as_of(await log.end_offsets(topic))
-    assert snapshot.recall(strategy="recent") == items
+    assert await snapshot.recall(strategy="recent") == items
     every = await replay(log, topic, namespace=ns)
     assert {
         (r.log_record.partition, r.log_record.offset) for r in every if r.error is not None

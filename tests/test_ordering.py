@@ -31,7 +31,7 @@ async def _everywhere(laser: lm.Laser, tmp_path: Path, **query) -> dict[str, lis
     return {
         "folded": [i.text for i in await laser.memory("notes").recall(folded=True, **query)],
         "managed": managed,
-        "as_of": [i.text for i in snapshot.recall(**query)],
+        "as_of": [i.text for i in await snapshot.recall(**query)],
     }
 
 
@@ -84,8 +84,8 @@ async def test_writes_in_one_millisecond_keep_their_order(tmp_path):
         c = await memory.remember("c", conversation="c3")
         gone = await memory.forget(c, conversation="c3")
         assert c.receipt.append_time_ms == gone.append_time_ms
-        assert [i.text for i in (await memory.as_of(c)).recall(conversation="c3")] == ["c"]
-        assert (await memory.as_of(gone)).recall(conversation="c3") == []
+        assert [i.text for i in await (await memory.as_of(c)).recall(conversation="c3")] == ["c"]
+        assert await (await memory.as_of(gone)).recall(conversation="c3") == []
 
 
 async def test_a_forget_forgets_only_what_was_written_before_it(laser: lm.Laser, tmp_path):
@@ -273,12 +273,14 @@ async def test_as_of_a_receipt_takes_other_partitions_up_to_its_millisecond(tmp_
         clock.step(1)
         await memory.remember("a millisecond later", conversation="c1")
         then = await memory.as_of(receipt)
-        assert sorted(i.text for i in then.recall()) == [
+        assert sorted(i.text for i in await then.recall()) == [
             "same millisecond",
             "the write asked about",
         ]
         by_time = await memory.as_of(receipt.receipt.append_time_ms)
-        assert sorted(i.text for i in by_time.recall()) == sorted(i.text for i in then.recall())
+        assert sorted(i.text for i in await by_time.recall()) == sorted(
+            i.text for i in await then.recall()
+        )
 
 
 async def test_append_times_never_decrease_within_a_partition(tmp_path):

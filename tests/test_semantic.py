@@ -428,19 +428,55 @@ def test_the_largest_and_smallest_embedders_are_taken():
         assert validate_embedder(wide) is wide
 
 
-async def test_a_snapshot_ranks_by_words_even_for_a_handle_that_ranks_by_meaning(
-    embedded: lm.Laser,
-):
-    # As the README says: a snapshot has no embedder, so its semantic recall is keyword
-    # recall, where the handle's ranks by cosine.
+async def test_a_snapshot_ranks_as_its_handles_folded_recall_did_then(embedded: lm.Laser):
+    # An auditor asks what the agent would have recalled at a past moment: the snapshot
+    # ranks by meaning with the handle's embedder, as its folded recall did then. It
+    # ranked by words alone, so a semantic or hybrid recall of the past answered
+    # otherwise than the agent's own recall had.
     memory = embedded.memory("notes")
-    await memory.remember("node seven sits in the west pool")
+    await memory.remember("node seven sits in the west pool", conversation="c1")
+    await memory.remember("backups run at midnight", conversation="c2")
     last = await memory.remember("the west pool drains nightly, node by node")
+    query = "west pool node"
+
+    def shown(items):
+        return [(i.id, i.score, i.signals, i.embedding) for i in items]
+
+    asks = [
+        {"strategy": strategy, "text": query}
+        for strategy in ("semantic", "hybrid", "keyword", "auto", "recent")
+    ] + [
+        {"strategy": "semantic", "text": query, "min_similarity": 0.5},
+        {"strategy": "hybrid", "text": query, "conversation": "c1", "limit": 1},
+    ]
+    then = {i: shown(await memory.recall(folded=True, **ask)) for i, ask in enumerate(asks)}
+    assert {s.strategy for _, _, signals, _ in then[0] for s in signals} == {"semantic"}
+    assert 0 < len(then[5]) < len(then[0])  # min_similarity dropped the weaker matches
+    await memory.remember("node west pool, west pool node", conversation="c1")  # after
     snapshot = await memory.as_of(last)
-    by_meaning = await memory.recall(text="west pool node", strategy="semantic", folded=True)
-    assert {s.strategy for i in by_meaning for s in i.signals} == {"semantic"}
-    past = snapshot.recall(text="west pool node", strategy="semantic")
+    for i, ask in enumerate(asks):
+        assert shown(await snapshot.recall(**ask)) == then[i], ask
+    # A handle without an embedder takes snapshots that rank by words alone, as it does.
+    words = await lm.Laser(embedded.log, stream=embedded.stream).memory("notes").as_of(last)
+    past = await words.recall(text=query, strategy="semantic")
     assert {s.strategy for i in past for s in i.signals} == {"keyword"}
     assert [i.id for i in past] == [
-        i.id for i in snapshot.recall(text="west pool node", strategy="keyword")
+        i.id for i in await words.recall(text=query, strategy="keyword")
     ]
+    with pytest.raises(lm.InvalidInput, match="min_similarity is from -1 to 1"):
+        await snapshot.recall(text=query, min_similarity=2)
+    with pytest.raises(lm.InvalidInput, match="unknown recall strategy"):
+        await snapshot.recall(text=query, strategy="vector")
+
+
+async def test_a_snapshot_whose_embedder_fails_recalls_nothing_and_says_so(embedded: lm.Laser):
+    class Failing(WordHashEmbedder):
+        def embed_many(self, texts):
+            raise RuntimeError("the model is gone")
+
+    memory = embedded.memory("notes")
+    last = await memory.remember("node seven sits in the west pool")
+    snapshot = await embedded.memory("notes", embedder=Failing()).as_of(last)
+    with pytest.raises(lm.EmbeddingFailed, match="the model is gone; nothing was recalled"):
+        await snapshot.recall(text="west pool", strategy="hybrid")
+    assert [i.id for i in await snapshot.recall(strategy="recent")] == [last]

@@ -101,10 +101,10 @@ async def test_a_corrected_fact_replaces_the_old_one(laser: lm.Laser, tmp_path: 
                 assert by_op[("remember", str(new))].supersedes == str(old)
         # The past still knows the old fact.
         past = await memory.as_of(old)
-        assert [i.text for i in past.recall()] == ["the office is in Leeds"]
+        assert [i.text for i in await past.recall()] == ["the office is in Leeds"]
         before_hull = await memory.as_of(new)
-        assert "the office is in York" in [i.text for i in before_hull.recall()]
-        assert "the office is in Leeds" not in [i.text for i in before_hull.recall()]
+        assert "the office is in York" in [i.text for i in await before_hull.recall()]
+        assert "the office is in Leeds" not in [i.text for i in await before_hull.recall()]
 
         # Lasting: forgetting the correction does not bring the old fact back.
         await memory.forget(newer)

@@ -115,6 +115,8 @@ async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewe
         await notes.set(f"k{i}", {"n": i})
     await catch_up(laser, path)
 
+    read_once = threading.Event()
+
     def read(view: MemoryView, reading: threading.Barrier, counts: list, failures: list) -> None:
         reading.wait()
         while True:
@@ -125,8 +127,11 @@ async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewe
             except Exception as exc:
                 failures.append(exc)
                 return
+            finally:
+                read_once.set()
 
     for _ in range(5):
+        read_once.clear()
         view = MemoryView.open(path, create=False)
         counts: list[int] = []
         failures: list[Exception] = []
@@ -137,11 +142,14 @@ async def test_a_view_closed_under_reads_on_other_threads_lets_them_finish(viewe
         for thread in threads:
             thread.start()
         reading.wait()
+        # Closed once reads are going (on a loaded machine the threads may not have run
+        # within a fixed sleep, and then no read ran under the close at all).
+        await asyncio.to_thread(read_once.wait, 30)
         await asyncio.sleep(0.02)
         view.close()
         for thread in threads:
             await asyncio.to_thread(thread.join)
-        assert failures == [] and counts and set(counts) == {300}
+        assert failures == [] and counts and set(counts) == {300}, (failures, len(counts))
         # The last read let go of the files (the connection below holds none: it has
         # not opened its view).
         assert await asyncio.to_thread(_files_held_under, path) == 0
@@ -853,14 +861,14 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
     await memory.forget(first, conversation="c1")
     await memory.update("profile", {"v": 2})
     then = await memory.as_of(second.receipt.append_time_ms - 1)
-    assert [i.text for i in then.recall()] == ["first"]
+    assert [i.text for i in await then.recall()] == ["first"]
     assert then.as_of_ms == second.receipt.append_time_ms - 1
     assert then.fetch("profile").json() == {"v": 1}
     now = await memory.as_of(10**13)
-    assert [i.text for i in now.recall()] == ["second"]
+    assert [i.text for i in await now.recall()] == ["second"]
     assert now.fetch("profile").json() == {"v": 2}
     by_position = await memory.as_of({first.receipt.partition: first.receipt.offset + 1})
-    assert [i.text for i in by_position.recall(conversation="c1")] == ["first"]
+    assert [i.text for i in await by_position.recall(conversation="c1")] == ["first"]
     assert by_position.as_of_ms is None  # positions, not a moment
     # What each snapshot folded: per partition, the first offset it did not.
     assert by_position.positions == {first.receipt.partition: first.receipt.offset + 1}
@@ -873,15 +881,15 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
         await memory.as_of(())
     with pytest.raises(lm.InvalidInput, match="positions map partitions to offsets"):
         await memory.as_of({first.receipt.partition: -1})
-    assert [i.text for i in just_after.recall()] == ["second", "first"]
+    assert [i.text for i in await just_after.recall()] == ["second", "first"]
     import datetime as dt
 
     moment = dt.datetime.fromtimestamp((second.receipt.append_time_ms - 1) / 1000, tz=dt.UTC)
-    assert [i.text for i in (await memory.as_of(moment)).recall()] == ["first"]
+    assert [i.text for i in await (await memory.as_of(moment)).recall()] == ["first"]
     seconds = (second.receipt.append_time_ms - 1) / 1000  # a float is seconds
-    assert [i.text for i in (await memory.as_of(seconds)).recall()] == ["first"]
+    assert [i.text for i in await (await memory.as_of(seconds)).recall()] == ["first"]
     elsewhere = moment.astimezone(dt.timezone(dt.timedelta(hours=-7)))
-    assert [i.text for i in (await memory.as_of(elsewhere)).recall()] == ["first"]
+    assert [i.text for i in await (await memory.as_of(elsewhere)).recall()] == ["first"]
     with pytest.raises(lm.InvalidInput):
         await memory.as_of("yesterday")
     # A naive datetime was read as UTC here and as local time by purge: refused.
@@ -892,8 +900,8 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
     # The edges a log's append times hold, 0 and 2**63 - 1 milliseconds, are moments
     # (before everything, after everything); one past either is not.
     for before in (0, 0.0, dt.datetime(1970, 1, 1, tzinfo=dt.UTC)):
-        assert (await memory.as_of(before)).recall() == []
-    assert [i.text for i in (await memory.as_of((1 << 63) - 1)).recall()] == ["second"]
+        assert await (await memory.as_of(before)).recall() == []
+    assert [i.text for i in await (await memory.as_of((1 << 63) - 1)).recall()] == ["second"]
     for past in (1 << 63, -1, -0.001):
         with pytest.raises(lm.InvalidInput, match="between the epoch and the year 292 million"):
             await memory.as_of(past)
@@ -923,7 +931,9 @@ async def test_a_snapshot_refuses_what_its_handle_refuses(tmp_path, read, error,
         await memory.set("k", {"a": 1})
         snapshot = await memory.as_of(10**13)
         with pytest.raises(error, match=says):
-            read(snapshot)
+            outcome = read(snapshot)
+            if asyncio.iscoroutine(outcome):  # recall is async; fetch is not
+                await outcome
         assert snapshot.fetch("k").json() == {"a": 1}
 
 
