@@ -12,6 +12,7 @@ import pytest
 
 import laser_memory as lm
 from folders.service import ViewFolder
+from folders.state import ItemState
 from folders.view import MemoryView
 from laser_memory.log import Appended, LocalLog, LocalLogConfig, OutgoingRecord, partition_for
 from log_conformance import read_all
@@ -1554,3 +1555,45 @@ async def test_a_patch_whose_merged_item_is_at_the_limit_is_taken_one_byte_over_
         assert await laser.log.end_offsets(memory.topic) == ends
         await memory.update("k", {"b": "y" * 48})
         assert len((await memory.fetch_folded("k")).body) == 64
+
+
+async def test_a_warm_folded_recall_reads_the_items_it_returns_not_the_namespace(
+    laser: lm.Laser, monkeypatch
+):
+    """Folded recall answers from the search index its fold keeps: once warm, a recall
+    shows (`ItemState.visible`) about as many items as it returns, never each item of
+    the namespace. A read that fell back to a scan returns the same items, only slower,
+    so nothing else sees it: deleting the index's answer passed every other test."""
+    memory = laser.memory("notes")
+    ids = await memory.remember_many(
+        [
+            {
+                "body": f"item {i} {'needle' if i % 100 == 0 else 'hay'}",
+                "conversation": f"c{i % 20}",
+            }
+            for i in range(1000)
+        ]
+    )
+    for mid in ids[:3]:
+        await memory.improve(mid, 1.0)
+    shown = 0
+    original = ItemState.visible
+
+    def counting(self, *args, **kwargs):
+        nonlocal shown
+        shown += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ItemState, "visible", counting)
+    for query, limit in (
+        ({"strategy": "recent"}, 5),
+        ({"strategy": "auto"}, 5),
+        ({"strategy": "recent", "conversation": "c8"}, 5),
+        ({"strategy": "keyword", "text": "needle"}, 10),
+        ({"strategy": "hybrid", "text": "needle hay"}, 10),
+    ):
+        first = await memory.recall(limit=limit, folded=True, **query)  # the index is made
+        shown = 0
+        again = await memory.recall(limit=limit, folded=True, **query)
+        assert again == first and len(again) == limit, query
+        assert shown <= 2 * limit, (query, shown)
