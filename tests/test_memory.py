@@ -876,6 +876,28 @@ async def test_named_items_set_update_remove(laser: lm.Laser):
     assert (await memory.fetch_folded("plain")).json() == {"now": "json"}
 
 
+async def test_named_items_list_by_key_whatever_order_they_were_set_in(laser: lm.Laser, tmp_path):
+    """`named` lists by key, folded or from the view, with a limit taking the first keys:
+    set out of order (and one set again), they list sorted. The fold-model test saw an
+    unsorted listing only when its random writes happened to set keys out of order."""
+    memory = laser.memory("notes")
+    for key in ("k2", "b", "k10", "a.b", "é", "k1", "b"):
+        await memory.set(key, {"k": key})
+    want = ["a.b", "b", "k1", "k10", "k2", "é"]
+    assert [i.key for i in await memory.named(folded=True)] == want
+    assert [i.key for i in await memory.named("k", folded=True, limit=2)] == ["k1", "k10"]
+    await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+        until_caught_up=True
+    )
+    reader = lm.Laser(laser.log, stream=laser.stream, view=tmp_path / "view")
+    try:
+        managed = reader.memory("notes")
+        assert [i.key for i in await managed.named()] == want
+        assert [i.key for i in await managed.named("k", limit=2)] == ["k1", "k10"]
+    finally:
+        reader.managed_view().close()
+
+
 async def test_an_update_that_cannot_write_a_stored_huge_number_back_says_why(laser: lm.Laser):
     # JSON allows 1e400 and a stored body keeps it as written, but it reads as infinity,
     # which no JSON can hold: an update over it (or a patch holding one) is refused with
