@@ -1023,6 +1023,31 @@ async def test_prepare_search_says_why_it_saved_no_snapshot(tmp_path: Path):
     assert "folded nothing" in prepared.reason
 
 
+async def test_a_prepare_after_a_single_failure_reports_none_of_it(tmp_path: Path):
+    """`prepare_search` reports the failures since the last one it saw: after a lone
+    earlier failure (the first in the reader's list: a torn snapshot passed over), a
+    prepare that saves reports none. A search of that list that stopped one short of its
+    start passed the test below, whose failed read leaves two."""
+    view = tmp_path / "view"
+    async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(30)]) as (laser, memory):
+        await laser.memory("notes", tenant="acme").remember_many(
+            [{"body": f"acme fact {i}"} for i in range(30)]
+        )
+        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
+        url = laser.log.url
+    config = lm.MemoryConfig(index_snapshots_from=30, index_build_apart_from=None)
+    async with lm.connect(url, stream="s", view=view, config=config) as first:
+        saved = Path((await first.memory("notes").prepare_search()).snapshot)
+    # The next reader passes it over, once, and saves anew.
+    await asyncio.to_thread(saved.write_bytes, b"torn")
+    async with lm.connect(url, stream="s", view=view, config=config) as reader:
+        torn = await reader.memory("notes").prepare_search()
+        assert "unreadable" in torn.reason and torn.reason.count("snapshot") == 1, torn.reason
+        assert len(reader.managed_view().snapshots.errors) == 1
+        acme = await reader.memory("notes", tenant="acme").prepare_search()
+        assert acme.snapshot is not None and acme.reason is None, acme.reason
+
+
 async def test_prepare_search_saves_from_the_threshold_and_reports_only_its_own_failure(
     tmp_path: Path, monkeypatch
 ):
