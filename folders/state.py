@@ -253,7 +253,7 @@ class ItemFilter(msgspec.Struct, frozen=True, kw_only=True):
         return (self.agent, self.user, self.application, kind)
 
     def read_by(
-        self, embedder: str | None, strategy: str, text: str | None, vector: object
+        self, embedder: str | None, strategy: str, text: str | None, vector: np.ndarray | None
     ) -> ItemFilter:
         """This read as a reader with ``embedder`` (its label) makes it: items show that
         model's vector, from an embedded record where their own is another model's. A
