@@ -1023,18 +1023,24 @@ async def test_prepare_search_says_why_it_saved_no_snapshot(tmp_path: Path):
     assert "folded nothing" in prepared.reason
 
 
-async def test_a_prepare_after_a_single_failure_reports_none_of_it(tmp_path: Path):
-    """`prepare_search` reports the failures since the last one it saw: after a lone
-    earlier failure (the first in the reader's list: a torn snapshot passed over), a
-    prepare that saves reports none. A search of that list that stopped one short of its
-    start passed the test below, whose failed read leaves two."""
+async def _thirty_each_for_two_tenants(tmp_path: Path) -> tuple[str, Path]:
+    """A log whose namespace holds 30 items of tenant '' and 30 of acme, and its view
+    folded: (the log's URL, the view's path)."""
     view = tmp_path / "view"
     async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(30)]) as (laser, memory):
         await laser.memory("notes", tenant="acme").remember_many(
             [{"body": f"acme fact {i}"} for i in range(30)]
         )
         await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
-        url = laser.log.url
+        return laser.log.url, view
+
+
+async def test_a_prepare_after_a_single_failure_reports_none_of_it(tmp_path: Path):
+    """`prepare_search` reports the failures since the last one it saw: after a lone
+    earlier failure (the first in the reader's list: a torn snapshot passed over), a
+    prepare that saves reports none. A search of that list that stopped one short of its
+    start passed the test below, whose failed read leaves two."""
+    url, view = await _thirty_each_for_two_tenants(tmp_path)
     config = lm.MemoryConfig(index_snapshots_from=30, index_build_apart_from=None)
     async with lm.connect(url, stream="s", view=view, config=config) as first:
         saved = Path((await first.memory("notes").prepare_search()).snapshot)
@@ -1054,13 +1060,7 @@ async def test_prepare_search_saves_from_the_threshold_and_reports_only_its_own_
     """An index of exactly `index_snapshots_from` entries is saved. A read whose snapshot
     cannot be written says why; the next read that saves reports no failure of the one
     before it, and asked again once the way is clear it saves."""
-    view = tmp_path / "view"
-    async with folded(tmp_path, [{"body": f"fact {i}"} for i in range(30)]) as (laser, memory):
-        await laser.memory("notes", tenant="acme").remember_many(
-            [{"body": f"acme fact {i}"} for i in range(30)]
-        )
-        await ViewFolder(laser.log, memory.topic, view).run(until_caught_up=True)
-        url = laser.log.url
+    url, view = await _thirty_each_for_two_tenants(tmp_path)
     config = lm.MemoryConfig(index_snapshots_from=30, index_build_apart_from=None)
     async with lm.connect(url, stream="s", view=view, config=config) as first:
         prepared = await first.memory("notes").prepare_search()
