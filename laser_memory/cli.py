@@ -1100,7 +1100,8 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
 @_run
 async def demo(url: str | None) -> None:
     """A memory session: remember, improve, forget, recall newest-first and by feedback."""
-    url = url or f"local://{tempfile.mkdtemp(prefix='laser-demo-')}"
+    if url is None:
+        url = f"local://{tempfile.mkdtemp(prefix='laser-demo-')}"
     say = click.echo
     say(f"log: {url}\n")
     async with connect(url, stream="demo") as laser:

@@ -571,8 +571,12 @@ def connect(
     >>> async with connect("kafka://127.0.0.1:9092", stream="prod") as laser:  # doctest: +SKIP
     ...     await laser.bootstrap(partitions=8)
     """
+    if url is None:
+        # An empty $LASER_URL is unset, as a shell reads it; an empty url passed here is
+        # a caller's missing setting, refused rather than read as the default folder.
+        url = os.environ.get("LASER_URL") or DEFAULT_URL
     return Laser(
-        connect_log(url or os.environ.get("LASER_URL") or DEFAULT_URL, create=create, clock=clock),
+        connect_log(url, create=create, clock=clock),
         stream=stream,
         config=config,
         clock=clock or SYSTEM_CLOCK,

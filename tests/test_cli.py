@@ -112,8 +112,12 @@ def test_python_m_laser_memory_is_the_command(tmp_path):
     assert usage.stdout.startswith("Usage: laser-memory ")
 
 
-def test_cli_errors_are_clear_and_write_nothing(tmp_path):
+def test_cli_errors_are_clear_and_write_nothing(tmp_path, monkeypatch):
     url = f"local://{tmp_path / 'log'}"
+    monkeypatch.chdir(tmp_path)
+    # An empty --url (a script's unset variable) wrote to ./laser-data.
+    assert "InvalidUrl: the log URL is empty" in run("remember", "x", "--url", "", ok=False)
+    assert list(tmp_path.iterdir()) == []
     assert "EmptyBody" in run("remember", "", "--url", url, ok=False)
     assert "InvalidId" in run("forget", "nope", "--url", url, ok=False)
     assert "InvalidWeight" in run("improve", "0" * 26, "nan", "--url", url, ok=False)

@@ -64,6 +64,19 @@ def test_connect_uses_laser_url_and_checks_the_stream(monkeypatch, tmp_path):
     assert lm.connect(stream="prod", view=tmp_path / "other").view_path == str(tmp_path / "other")
     monkeypatch.setenv("LASER_VIEW", "")
     assert lm.connect(stream="prod").view_path is None
+    monkeypatch.setenv("LASER_URL", "")  # empty, as unset: the default
+    assert lm.connect(stream="prod").log.url == f"local://{os.path.abspath('laser-data')}"
+
+
+@pytest.mark.parametrize("bad", ["", 0, False, b"local://x"])
+def test_a_url_given_empty_or_not_text_is_refused_never_the_default_folder(
+    bad, monkeypatch, tmp_path
+):
+    # A setting that came out empty (a missing config key) wrote to ./laser-data.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lm.InvalidUrl, match=r"empty|not a log URL"):
+        lm.connect(bad)
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(lm.InvalidName):
         lm.connect(stream="bad stream")
 

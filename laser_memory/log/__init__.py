@@ -39,6 +39,11 @@ _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})")
 
 def parse_url(url: str) -> tuple[str, str]:
     """Split a log URL into ("local", path) or ("kafka", "host:port,host:port")."""
+    if url == "":
+        raise InvalidUrl(
+            "the log URL is empty; use local://PATH or kafka://host:port[,host:port] "
+            "(or leave it out for $LASER_URL, else local://./laser-data)"
+        )
     if not isinstance(url, str) or "://" not in url:
         raise InvalidUrl(
             f"{shown(url)} is not a log URL; use local://PATH or kafka://host:port[,host:port]"
