@@ -15,6 +15,7 @@ from click.testing import CliRunner
 import laser_memory as lm
 from folders.service import ViewFolder
 from laser_memory.cli import main
+from laser_memory.clock import SteppedClock
 from laser_memory.embedding import WordHashEmbedder
 from laser_memory.log.port import OutgoingRecord
 from laser_memory.records import Embedded, body_digest, encode_record
@@ -221,3 +222,43 @@ async def test_reembed_awaits_an_async_progress(laser: lm.Laser):
 
     assert await memory.reembed(WordHashEmbedder(), batch_size=2, progress=progress) == 3
     assert seen == [(0, 3), (2, 3), (3, 3)]
+
+
+class FailsAfterOneBatch(ReversedWords):
+    """The new model, failing from its second batch on (an interrupted run)."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def embed_many(self, texts):
+        self.batches += 1
+        if self.batches > 1:
+            raise RuntimeError("the model server went away")
+        return super().embed_many(texts)
+
+
+async def test_an_interrupted_reembed_has_written_the_oldest_items_first(tmp_path: Path):
+    # The docstring's "oldest first": the fold visits partition by partition, so without
+    # the sort an interrupted run covered one partition's items, whatever their age.
+    clock = SteppedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path}", stream="s", clock=clock) as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        ids = []
+        for i in range(8):
+            clock.step(1000)
+            ids.append(await memory.remember(f"fact number {i}", conversation=f"c{i}"))
+        with pytest.raises(lm.EmbeddingFailed):
+            await memory.reembed(FailsAfterOneBatch(), batch_size=3)
+        log = laser.log
+        partitions = set()
+        async for batch in log.read(laser.memory_topic_name):
+            partitions.update(r.partition for r in batch)
+            if len(partitions) > 1:
+                break
+        assert len(partitions) > 1  # else the fold's order is already the age order
+        new = laser.memory("notes", embedder=ReversedWords())
+        embedded = {i.id for i in await new.recall(text="fact number", strategy="semantic")}
+        assert embedded == set(ids[:3])
+        # The rerun goes on with the rest, oldest first again.
+        assert await memory.reembed(ReversedWords(), batch_size=3) == 5
