@@ -376,7 +376,7 @@ async def test_a_record_under_another_namespaces_header_shows_in_no_read(
         assert [i.id for i in await reader.memory("notes").recall()] == [kept]
 
 
-async def test_a_replay_of_a_namespace_leaves_out_headerless_records_of_others(
+async def test_a_replay_keeps_headerless_records_of_its_own_and_leaves_out_others(
     laser: lm.Laser,
 ):
     """Without headers a record cannot be passed over unread: its own namespace and
@@ -399,6 +399,20 @@ async def test_a_replay_of_a_namespace_leaves_out_headerless_records_of_others(
     assert [r.log_record.offset for r in audit] == [kept.receipt.offset]
     operator = await replay(laser.log, memory.topic, namespace=memory.namespace)
     assert sorted(r.record.scope.tenant for r in operator) == ["acme", "globex"]
+    # And one of its own stays in: the fold folds it, so the tenant's audit must show it
+    # (a replay passing over every headerless record dropped it from the audit alone).
+    own = Remember(
+        ns=memory.namespace,
+        scope=MemoryScope(stream=laser.stream, tenant="acme"),
+        id=lm.MemoryId.new().bytes,
+        kind=1,
+        body=b"acme's headerless",
+    )
+    wire = encode_record(own)
+    await laser.log.append(memory.topic, OutgoingRecord(wire.value, key=wire.key))
+    audit = await replay(laser.log, memory.topic, namespace=memory.namespace, tenant="acme")
+    assert [r.record.body for r in audit] == [b"an ordinary fact", b"acme's headerless"]
+    assert own.id in {i.id.bytes for i in await memory.recall(folded=True)}
 
 
 def test_a_header_that_is_no_utf8_names_no_namespace_or_tenant():
