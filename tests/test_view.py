@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import lmdb
+import msgspec
 import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
@@ -849,6 +850,28 @@ async def test_audit_history_of_an_item(viewed):
         "feedback",
         "forget",
     ]
+
+
+async def test_as_of_refuses_a_receipt_no_write_to_this_topic_returned(laser: lm.Laser):
+    # Taken as it came, another topic's or an earlier generation's receipt answered with
+    # a past of this topic it never named, and a partition past the topic's with a past
+    # read by time alone.
+    memory = laser.memory("notes")
+    mid = await memory.remember("a fact")
+    receipt = mid.receipt
+    partitions = (await laser.log.describe_topic(memory.topic)).partitions
+    replace = msgspec.structs.replace
+    for bad, message in (
+        (replace(receipt, topic=memory.topic + "-other"), "the receipt is for topic"),
+        (replace(receipt, generation="an-earlier-one"), "which was deleted since"),
+        (replace(receipt, partition=partitions), f"it has {partitions} partitions"),
+        (replace(receipt, offset="0"), "the receipt's offset is '0'"),
+    ):
+        with pytest.raises(lm.InvalidInput, match=message):
+            await memory.as_of(bad)
+        with pytest.raises(lm.InvalidInput, match=message):
+            await memory.as_of((receipt, bad))
+    assert [i.text for i in await (await memory.as_of(receipt)).recall()] == ["a fact"]
 
 
 async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
