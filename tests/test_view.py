@@ -34,6 +34,7 @@ from folders.http import make_app
 from folders.service import FolderConfig, ViewFolder
 from folders.view import MemoryView
 from laser_memory.cli import main
+from laser_memory.clock import SteppedClock
 from laser_memory.ids import MemoryId
 from laser_memory.log import OutgoingRecord
 from laser_memory.log.local import LocalLog, LocalLogConfig
@@ -872,6 +873,30 @@ async def test_as_of_refuses_a_receipt_no_write_to_this_topic_returned(laser: lm
         with pytest.raises(lm.InvalidInput, match=message):
             await memory.as_of((receipt, bad))
     assert [i.text for i in await (await memory.as_of(receipt)).recall()] == ["a fact"]
+
+
+async def test_as_of_a_receipt_takes_its_millisecond_in_other_partitions(tmp_path: Path):
+    # As documented: exact in the write's partition, "at or before its append time" in
+    # the others, so a write of another partition in the same millisecond is in; and
+    # positions of offset 0 name an empty past of that partition, not a bad argument.
+    clock = SteppedClock(1_700_000_000_000)
+    async with lm.connect(f"local://{tmp_path}", stream="s", clock=clock) as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        conversations = {}
+        for n in range(50):
+            conversations.setdefault(partition_for(f"c/c{n}".encode(), 4), f"c{n}")
+        (pa, a), (pb, b) = list(conversations.items())[:2]
+        first = await memory.remember("first", conversation=a)
+        same_ms = await memory.remember("same millisecond", conversation=b)
+        clock.step(1)
+        await memory.remember("a millisecond later", conversation=b)
+        then = await memory.as_of(first)
+        assert sorted(i.text for i in await then.recall()) == ["first", "same millisecond"]
+        assert then.positions == {pa: first.receipt.offset + 1, pb: same_ms.receipt.offset + 1}
+        empty = await memory.as_of({pa: 0, pb: 0})
+        assert await empty.recall() == []
+        assert empty.positions == {}
 
 
 async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
