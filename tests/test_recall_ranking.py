@@ -10,7 +10,7 @@ import math
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
@@ -224,6 +224,76 @@ def test_newest_and_feedback_orders_match_the_general_order(rows, limit):
         key=lambda i: (-weight[i], -time[i], -partition[i], -i),
     )
     assert _by_feedback(keep, columns, limit).tolist() == plain[:limit]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),  # the rows' seed
+    st.sampled_from([0, 1, 300, 8191, 8192, 9000, 20_000]),  # rows, about the shortcuts' edges
+    st.sampled_from(["distinct", "few", "one", "zero"]),  # how the scores tie
+    st.sampled_from([1, 3, 1000]),  # distinct append times: 1 is a batch written at once
+    st.sampled_from(["all", "most", "few"]),  # rows kept
+    st.integers(0, 60),  # limit
+)
+def test_ranking_shortcuts_at_scale_pick_what_a_plain_sort_picks(
+    seed, n, scores, times, kept, limit
+):
+    """The orders cut the rows before sorting them (a score or time that alone fills the
+    limit, the blocks' maxima from 8,192 rows on, ties at the cut beyond 4x the limit
+    and 64): at the sizes those shortcuts need, each must pick the rows, in the order,
+    that sorting every kept row by (score, time, partition, offset) gives. The test
+    above stays under 40 rows, where none of them runs."""
+
+    from laser_memory.text_ranking import _by_feedback, _newest, _order
+
+    rng = np.random.default_rng(seed)
+    score = {
+        "distinct": lambda: rng.random(n),
+        "few": lambda: rng.integers(0, 4, n).astype(np.float64),
+        "one": lambda: np.full(n, 0.5),
+        "zero": lambda: np.zeros(n),
+    }[scores]()
+    weight = rng.choice([-1.0, 0.0, 0.0, 0.0, 2.0], n) if n else np.zeros(0)
+    time = rng.integers(0, times, n).astype(np.int64)
+    partition = rng.integers(0, 3, n).astype(np.int64)
+    keep = {
+        "all": lambda: np.ones(n, dtype=bool),
+        "most": lambda: rng.random(n) < 0.9,
+        "few": lambda: rng.random(n) < 0.01,
+    }[kept]()
+    columns = _plain_columns(time, partition, keep, weight=weight)
+    offset = columns.offset
+
+    def plain(values):
+        rows = np.flatnonzero(keep)
+        order = np.lexsort((-offset[rows], -partition[rows], -time[rows], -values[rows]))
+        return rows[order][:limit].tolist()
+
+    assert _order(score, keep, columns, limit).tolist() == plain(score)
+    assert _newest(keep, columns, limit).tolist() == plain(np.zeros(n))
+    assert _by_feedback(keep, columns, limit).tolist() == plain(weight)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([2, 100, 8192, 8193, 12_345, 40_000]),
+    st.integers(1, 400),
+    st.sampled_from(["distinct", "few", "nan"]),
+)
+def test_the_kth_largest_by_blocks_is_what_a_partition_gives(seed, n, k, values):
+    # From 8,192 values only those at or above the k-th largest block maximum are
+    # partitioned; a NaN (which a partition puts last) takes the long way.
+    from laser_memory.text_ranking import _kth_largest
+
+    k = min(k, n - 1)
+    rng = np.random.default_rng(seed)
+    data = rng.random(n) if values != "few" else rng.integers(0, 5, n).astype(np.float64)
+    if values == "nan":
+        data[rng.integers(0, n)] = np.nan
+    expected = np.partition(data, n - k)[n - k]
+    got = _kth_largest(data, k)
+    assert got == expected or (np.isnan(got) and np.isnan(expected))
 
 
 def test_a_similarity_at_the_minimum_is_kept_and_ties_go_newest_first():
