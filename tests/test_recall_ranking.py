@@ -158,7 +158,10 @@ def test_vectors_of_another_embedder_are_passed_over_whatever_their_length():
         )
         assert found[0].id == ours_near.id, strategy
     wrong = msgspec.structs.replace(item(4), embedding=vector(1, 0, 0), embedder="new")
-    with pytest.raises(lm.LaserError, match="dimensions"):
+    # The message names both lengths: what the namespace holds and what the embedder makes.
+    with pytest.raises(
+        lm.InvalidInput, match="new here have 3 dimensions, but this embedder makes 2"
+    ):
         rank([ours_near, wrong], strategy="semantic", text="x", query_vector=query, embedder="new")
 
 
