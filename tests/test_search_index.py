@@ -80,6 +80,29 @@ def _assert_keyword_as_scan(index: SearchIndex, items, text: str, limit: int, ex
     ], (text, limit, sorted(exclude))
 
 
+def test_feedback_can_lift_an_item_of_common_words_alone_past_the_rare_ones():
+    """A keyword search with rare and common words scores only the rare words' holders
+    when no holder of common words alone can reach the cut, feedback's lift (up to
+    FEEDBACK_SHARE) included. Here the item of "gamma" alone makes the first three only
+    by its feedback: a shortcut that subtracted the lift where it adds it left the item
+    out, and the random items of the property test never put such an item at the cut."""
+    index = SearchIndex(None, common_from=3)
+    bodies = [" ".join(["gamma"] * 8)]  # the most gammas, in the shortest gamma item
+    bodies += ["node-7 " + " ".join(["alpha beta delta keys"] * n) for n in (1, 2, 10)]
+    bodies += ["gamma alpha beta"] * 3  # gamma in four items: common from three
+    items = []
+    for n, body in enumerate(bodies):
+        item = _item(n, body, f"c{n % 5}", 2.0 if n == 0 else 0.0, None, (n, 0, n))
+        items.append(item)
+        index.put(item.id.bytes, item)
+    unlifted = [msgspec.structs.replace(item, weight=0.0) for item in items]
+    unlifted_top = rank(unlifted, strategy="keyword", text="node-7 gamma", limit=3)
+    assert items[0].id not in [i.id for i in unlifted_top]
+    assert rank(items, strategy="keyword", text="node-7 gamma", limit=3)[2].id == items[0].id
+    for limit in (1, 2, 3):
+        _assert_keyword_as_scan(index, items, "node-7 gamma", limit)
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
