@@ -66,6 +66,8 @@ def test_connect_uses_laser_url_and_checks_the_stream(monkeypatch, tmp_path):
     assert lm.connect(stream="prod").view_path is None
     monkeypatch.setenv("LASER_URL", "")  # empty, as unset: the default
     assert lm.connect(stream="prod").log.url == f"local://{os.path.abspath('laser-data')}"
+    with pytest.raises(lm.InvalidName):
+        lm.connect(stream="bad stream")
 
 
 @pytest.mark.parametrize("bad", ["", 0, False, b"local://x"])
@@ -77,8 +79,6 @@ def test_a_url_given_empty_or_not_text_is_refused_never_the_default_folder(
     with pytest.raises(lm.InvalidUrl, match=r"empty|not a log URL"):
         lm.connect(bad)
     assert list(tmp_path.iterdir()) == []
-    with pytest.raises(lm.InvalidName):
-        lm.connect(stream="bad stream")
 
 
 async def test_a_stream_is_as_long_as_its_agent_topics_may_be(tmp_path):
