@@ -36,9 +36,9 @@ MAX_MAP_SIZE = (1 << 64) - 1
 
 def folder_path(path: object, what: str) -> str:
     """``path`` as a str, for the folder of an LMDB environment; `ConfigError` for
-    anything that is no path, an empty one (which would name the working directory) and
-    one with a NUL byte (which no file name holds: the OS would refuse it with a raw
-    ``ValueError`` at the first use).
+    anything that is no path, an empty one (which would name the working directory), one
+    with a NUL byte (which no file name holds: the OS would refuse it with a raw
+    ``ValueError`` at the first use) and one that starts or ends with white space.
 
     >>> folder_path("./laser-data", "a local log's path")
     './laser-data'
@@ -51,6 +51,13 @@ def folder_path(path: object, what: str) -> str:
         raise ConfigError(f"{what} is empty; name the folder")
     if "\x00" in text:
         raise ConfigError(f"{what} {shown(text)} holds a NUL byte, which no file name can")
+    if text != text.strip():
+        # "local:// " made a folder named " ", and "./data " one beside ./data: white
+        # space a copy or a quote picked up, not a folder anyone means to name.
+        raise ConfigError(
+            f"{what} {shown(text)} starts or ends with white space; remove it (spaces "
+            "inside the path are fine)"
+        )
     check_utf8_path(text, what)
     return text
 

@@ -54,6 +54,37 @@ def test_malformed_urls_are_a_clear_error(bad):
         connect_log(bad)
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        # aiokafka read each of these as port 9092 of some host: a typo reached
+        # whichever broker listened there.
+        ("kafka://127.0.0.1:-5", "'127.0.0.1:-5' is not host:port"),
+        ("kafka://::1:1", "'::1:1' is not host:port"),
+        ("kafka://h:1 h:2", "'h:1 h:2' is not host:port"),
+        ("kafka://h:1,", "an entry is empty"),
+        # aiokafka tries a list's servers one by one, each up to a request timeout.
+        ("kafka://" + ",".join(f"h{i}:9092" for i in range(101)), "101 servers are more"),
+        # A folder named " ", or one beside ./data named "./data ", was made.
+        ("local:// ", "' ' starts or ends with white space"),
+        ("local://./data ", "'./data ' starts or ends with white space"),
+        ("local://\t./data", "starts or ends with white space"),
+    ],
+)
+def test_a_url_that_names_some_other_place_is_refused(url, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lm.InvalidUrl, match=says):
+        lm.connect(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bootstrap_list_takes_a_hundred_servers_and_a_path_spaces_inside():
+    hundred = ",".join(f"h{i}:9092" for i in range(100))
+    assert connect_log(f"kafka://{hundred}").url == f"kafka://{hundred}"
+    assert KafkaLogConfig(f" {hundred} ").bootstrap_servers == f" {hundred} "
+    assert parse_url("local:///tmp/a b") == ("local", "/tmp/a b")
+
+
 def test_connect_uses_laser_url_and_checks_the_stream(monkeypatch, tmp_path):
     monkeypatch.setenv("LASER_URL", f"local://{tmp_path}")
     monkeypatch.setenv("LASER_VIEW", str(tmp_path / "view"))
@@ -188,6 +219,12 @@ def test_a_connection_over_no_log_is_refused_when_made(tmp_path, log):
         (lambda: lm.MemoryConfig(default_partitions=0), "MemoryConfig.default_partitions"),
         (lambda: lm.MemoryConfig(default_partitions=10_001), "default_partitions is at most 10000"),
         (lambda: KafkaLogConfig(5), "bootstrap_servers"),
+        # Each was taken, and read by aiokafka as port 9092 of some host.
+        (lambda: KafkaLogConfig("garbage"), "bootstrap_servers: 'garbage' is not host:port"),
+        (lambda: KafkaLogConfig("h:-5"), "bootstrap_servers: 'h:-5' is not host:port"),
+        (lambda: KafkaLogConfig("h:1,,h:2"), "bootstrap_servers: an entry is empty"),
+        (lambda: KafkaLogConfig("h:1," * 101), "bootstrap_servers: 102 servers"),
+        (lambda: LocalLog(" "), "local log's path ' ' starts or ends with white space"),
         (lambda: KafkaLogConfig("h:1", client_id=""), "client_id"),
         (lambda: KafkaLogConfig("h:1", linger_s=-0.1), "linger_s"),
         (lambda: KafkaLogConfig("h:1", request_timeout_s=0), "request_timeout_s"),

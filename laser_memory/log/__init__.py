@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import os
-import re
 
 from ..clock import SYSTEM_CLOCK, Clock, validate_clock
 from ..errors import ConfigError, InvalidUrl, shown
-from .kafka import KafkaLog, KafkaLogConfig
+from ..lmdb_env import folder_path
+from .kafka import KafkaLog, KafkaLogConfig, bootstrap_problem
 from .local import LocalLog, LocalLogConfig
 from .partitioner import partition_for
 from .port import Appended, Log, LogRecord, OutgoingRecord, Position, TopicInfo
@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 DEFAULT_URL = "local://./laser-data"
-_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})")
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -52,17 +51,21 @@ def parse_url(url: str) -> tuple[str, str]:
     if scheme == "local":
         if not rest:
             raise InvalidUrl("local:// needs a folder path, for example local://./laser-data")
+        try:
+            # The checks LocalLog makes of any path, made here so a bad one is a URL's
+            # error (InvalidUrl) wherever a URL is parsed.
+            folder_path(rest, "the path of a local:// URL")
+        except ConfigError as exc:
+            raise InvalidUrl(str(exc)) from None
         return "local", os.path.expanduser(rest)
     if scheme == "kafka":
-        servers = [s.strip() for s in rest.split(",")]
-        for server in servers:
-            match = _HOST_PORT.fullmatch(server)
-            if not match or not 0 < int(match.group(2)) < 65536:
-                raise InvalidUrl(
-                    f"{shown(server)} in {shown(url)} is not host:port; use "
-                    "kafka://host:port[,host:port], for example kafka://127.0.0.1:9092"
-                )
-        return "kafka", ",".join(servers)
+        problem = bootstrap_problem(rest)
+        if problem is not None:
+            raise InvalidUrl(
+                f"{problem} in {shown(url)}; use kafka://host:port[,host:port], for example "
+                "kafka://127.0.0.1:9092"
+            )
+        return "kafka", ",".join(s.strip() for s in rest.split(","))
     raise InvalidUrl(
         f"unknown log scheme {shown(scheme)} in {shown(url)}; use local://PATH or kafka://host:port"
     )

@@ -81,7 +81,7 @@ from .naming import (
 from .partitioner import partition_for
 from .port import DEFAULT_MAX_RECORD_BYTES, Appended, LogRecord, OutgoingRecord, TopicInfo
 
-__all__ = ["KafkaLog", "KafkaLogConfig"]
+__all__ = ["MAX_BOOTSTRAP_SERVERS", "KafkaLog", "KafkaLogConfig", "bootstrap_problem"]
 
 _UNKNOWN_TOPIC = 3
 _TOPIC_ALREADY_EXISTS = 36
@@ -141,6 +141,38 @@ async def _stop_consumer(consumer: AIOKafkaConsumer) -> None:
     stopping.result()
 
 
+# host:port, the host a name, an IPv4 address or an IPv6 one in brackets. aiokafka read
+# "h:-5" and "::1:1" as port 9092 of some host, so a typo reached another broker.
+_BOOTSTRAP_SERVER = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})")
+#: The most servers a bootstrap list takes. Any broker tells a client of all the others,
+#: so a few are enough; aiokafka tries them one after another, each up to a request
+#: timeout when it accepts and never answers, so thousands kept a start waiting for hours.
+MAX_BOOTSTRAP_SERVERS = 100
+
+
+def bootstrap_problem(servers: str) -> str | None:
+    """What is wrong with a comma-separated ``host:port`` list, or None when nothing is.
+
+    >>> bootstrap_problem("127.0.0.1:9092, [::1]:9093") is None
+    True
+    >>> bootstrap_problem("127.0.0.1:-5")
+    "'127.0.0.1:-5' is not host:port with a port from 1 to 65535"
+    """
+    listed = servers.split(",")
+    if len(listed) > MAX_BOOTSTRAP_SERVERS:
+        return (
+            f"{len(listed)} servers are more than the {MAX_BOOTSTRAP_SERVERS} a bootstrap list "
+            "takes; list a few brokers, any one of them names the rest"
+        )
+    for server in listed:
+        if not server.strip():
+            return "an entry is empty (two commas together, or one at an end)"
+        match = _BOOTSTRAP_SERVER.fullmatch(server.strip())
+        if not match or not 0 < int(match.group(2)) < 65536:
+            return f"{shown(server.strip())} is not host:port with a port from 1 to 65535"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _TopicSettings:
     generation: str
@@ -182,6 +214,11 @@ class KafkaLogConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"KafkaLogConfig.{name} is a non-empty str, got {shown(value)}")
+        problem = bootstrap_problem(self.bootstrap_servers)
+        if problem is not None:
+            raise ConfigError(
+                f"KafkaLogConfig.bootstrap_servers: {problem}; for example '127.0.0.1:9092'"
+            )
         check_settings(
             self,
             positive_ints=("max_batch_bytes", "max_request_bytes", "max_record_bytes"),
