@@ -85,11 +85,13 @@ def test_feedback_can_lift_an_item_of_common_words_alone_past_the_rare_ones():
     when no holder of common words alone can reach the cut, feedback's lift (up to
     FEEDBACK_SHARE) included. Here the item of "gamma" alone makes the first three only
     by its feedback: a shortcut that subtracted the lift where it adds it left the item
-    out, and the random items of the property test never put such an item at the cut."""
+    out, as did one that left the lift out, and the random items of the property test
+    never put such an item at the cut. The other holders of "gamma" are longer than it,
+    so the bound is its own score, under the cut without the lift and over it with."""
     index = SearchIndex(None, common_from=3)
     bodies = [" ".join(["gamma"] * 8)]  # the most gammas, in the shortest gamma item
     bodies += ["node-7 " + " ".join(["alpha beta delta keys"] * n) for n in (1, 2, 10)]
-    bodies += ["gamma alpha beta"] * 3  # gamma in four items: common from three
+    bodies += ["gamma alpha beta delta keys the alpha beta keys"] * 3  # common from three
     items = []
     for n, body in enumerate(bodies):
         item = _item(n, body, f"c{n % 5}", 2.0 if n == 0 else 0.0, None, (n, 0, n))
