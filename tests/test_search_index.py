@@ -105,6 +105,28 @@ def test_feedback_can_lift_an_item_of_common_words_alone_past_the_rare_ones():
         _assert_keyword_as_scan(index, items, "node-7 gamma", limit)
 
 
+@pytest.mark.parametrize("newer", [0, 1])
+def test_a_walk_over_common_words_meets_an_item_that_ties_its_cut(newer):
+    """A query of common words only walks each word's groups (same count and length)
+    best first, and stops once the best ``limit`` scores beat what an item not met yet
+    could reach. Here "alpha alpha beta" is met first, and "alpha beta beta" scores
+    exactly that bound (the same two parts, added the other way round): the walk must
+    meet it, as a tie goes to the newer item. Stopping at a bound equal to the cut
+    passed every other test."""
+    index = SearchIndex(None, common_from=1)
+    items = [
+        _item(n, body, f"c{n}", 0.0, None, (1 + (n == newer), 0, n))
+        for n, body in enumerate(["alpha alpha beta", "alpha beta beta"])
+    ]
+    for item in items:
+        index.put(item.id.bytes, item)
+    first = rank(items, strategy="keyword", text="alpha beta", limit=2)
+    assert [i.score for i in first] == [1.0, 1.0]
+    assert first[0].id == items[newer].id
+    for limit in (1, 2):
+        _assert_keyword_as_scan(index, items, "alpha beta", limit)
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
