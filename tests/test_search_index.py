@@ -127,6 +127,24 @@ def test_a_walk_over_common_words_meets_an_item_that_ties_its_cut(newer):
         _assert_keyword_as_scan(index, items, "alpha beta", limit)
 
 
+def test_excluded_items_leave_room_for_the_next_holders_of_common_words():
+    """A query of common words takes each word's best groups until they hold enough
+    items; the items the caller excludes take no place in the answer, so as many more
+    are taken. Taking ``limit`` less the excluded ones passed every other test: with the
+    best item excluded, a search for one item found none."""
+    bodies = ["alpha", "alpha alpha beta", "alpha beta gamma delta", "alpha beta"]
+    bodies.append("alpha the keys beta delta")
+    index = SearchIndex(None, common_from=2)
+    items = [_item(n, body, f"c{n}", 0.0, None, (n, 0, n)) for n, body in enumerate(bodies)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    for text in ("alpha", "alpha beta"):
+        for limit in (1, 2):
+            for excluded in ([0], [0, 1], [1, 3]):
+                exclude = frozenset(items[n].id.bytes for n in excluded)
+                _assert_keyword_as_scan(index, items, text, limit, exclude)
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
