@@ -145,6 +145,23 @@ def test_excluded_items_leave_room_for_the_next_holders_of_common_words():
                 _assert_keyword_as_scan(index, items, text, limit, exclude)
 
 
+def test_a_word_on_exactly_common_from_items_is_one_of_the_rare_words():
+    """A query of rare and common words scores first the rare words' holders, bounding
+    what the common words alone can reach. A word on exactly ``common_from`` items is
+    rare (common starts past it): leaving it out of both, as a ``<`` for ``<=`` did,
+    lost "mid mid mid mid", the best item, which holds that word alone."""
+    filler = " ".join(["the keys delta beta gamma"] * 6)
+    bodies = ["zeta alpha " + filler, "zeta " + filler, "mid mid mid mid", "mid " + filler]
+    bodies += ["mid alpha " + filler, "alpha beta", "alpha gamma", "alpha delta"]
+    index = SearchIndex(None, common_from=3)  # mid on three items, alpha on four
+    items = [_item(n, body, f"c{n}", 0.0, None, (n, 0, n)) for n, body in enumerate(bodies)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    assert rank(items, strategy="keyword", text="zeta mid alpha", limit=1)[0].id == items[2].id
+    for limit in (1, 2, 3):
+        _assert_keyword_as_scan(index, items, "zeta mid alpha", limit)
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
