@@ -162,6 +162,27 @@ def test_a_word_on_exactly_common_from_items_is_one_of_the_rare_words():
         _assert_keyword_as_scan(index, items, "zeta mid alpha", limit)
 
 
+@pytest.mark.parametrize("newer", [0, 1])
+def test_groups_of_one_common_word_that_tie_are_taken_together(newer):
+    """One common word's items are taken by groups (count, length), best first, until
+    they hold enough. Two groups can score the same: with an average length of 3, one
+    "alpha" in an item of one word scores what two in an item of three do. The group
+    after the one that filled the answer must still be taken when it ties (a tie goes
+    to the newer item); breaking at a tie too passed every other test."""
+    bodies = ["alpha", "alpha alpha beta", "gamma delta keys zeta beta"]  # 9 words, 3 items
+    index = SearchIndex(None, common_from=1)
+    items = [
+        _item(n, body, f"c{n}", 0.0, None, (1 + (n == newer), 0, n))
+        for n, body in enumerate(bodies)
+    ]
+    for item in items:
+        index.put(item.id.bytes, item)
+    first = rank(items, strategy="keyword", text="alpha", limit=2)
+    assert [(i.id, i.score) for i in first] == [(items[newer].id, 1.0), (items[1 - newer].id, 1.0)]
+    for limit in (1, 2):
+        _assert_keyword_as_scan(index, items, "alpha", limit)
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
