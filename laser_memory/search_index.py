@@ -138,6 +138,10 @@ _BLOCK = 32_768
 #: The highest count a term's part is tabled for (`SearchIndex._scores_at_length`);
 #: a term counted more often in one entry is scored row by row.
 _COUNT_TABLE = 4096
+#: The fewest rows a walk over common words' groups may meet before it gives up for a
+#: scoring of every holder (an eighth of the index, when that is more): past it, the
+#: walk costs more than the scoring it spares.
+_WALK_ROWS = 20_000
 
 # Slot columns a snapshot holds as raw bytes, with their dtypes.
 _COLUMNS = {
@@ -1610,7 +1614,7 @@ class SearchIndex:
         # score met, at every step, was a tenth of such a query at a million entries).
         top = np.zeros(0, dtype=np.float64)
         found = 0
-        budget = max(20_000, len(self._ids) // 8)
+        budget = max(_WALK_ROWS, len(self._ids) // 8)
         while True:
             upcoming = [
                 float(scores[order[i]]) if i < len(order) else 0.0

@@ -183,6 +183,31 @@ def test_groups_of_one_common_word_that_tie_are_taken_together(newer):
         _assert_keyword_as_scan(index, items, "alpha", limit)
 
 
+def test_a_walk_over_common_words_that_meets_too_many_rows_scores_every_holder(monkeypatch):
+    """A walk over several common words' groups gives up past its budget of rows (20,000,
+    or an eighth of the index) and every holder is scored instead: the answer is the
+    same. Items holding one of the words each, in lengths close enough that no score
+    beats what an item not met yet could reach, make the walk long; the budget is cut to
+    three rows here, as twenty thousand items would make a slow test."""
+    monkeypatch.setattr(search_index_module, "_WALK_ROWS", 3)
+    walks = []
+    walk = SearchIndex._threshold_walk
+
+    def recorded(self, *arguments):
+        walks.append(walk(self, *arguments))
+        return walks[-1]
+
+    monkeypatch.setattr(SearchIndex, "_threshold_walk", recorded)
+    bodies = [f"{word} " + " ".join(["keys"] * n) for n in range(5) for word in ("alpha", "beta")]
+    index = SearchIndex(None, common_from=1)
+    items = [_item(n, body, f"c{n}", 0.0, None, (n, 0, n)) for n, body in enumerate(bodies)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    for limit in (1, 3, 10):
+        _assert_keyword_as_scan(index, items, "alpha beta", limit)
+    assert walks and all(found is None for found in walks)  # each gave up
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
