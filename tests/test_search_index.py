@@ -208,6 +208,23 @@ def test_a_walk_over_common_words_that_meets_too_many_rows_scores_every_holder(m
     assert walks and all(found is None for found in walks)  # each gave up
 
 
+def test_a_semantic_search_over_items_without_vectors_finds_nothing():
+    """An index none of whose items has a vector has no embedder's label: a semantic
+    search of it finds nothing, as a scan does (it raised a TypeError when the check
+    was taken out, and every other test passed)."""
+    index = SearchIndex(None)
+    items = [_item(n, "alpha", None, 0.0, None, (n, 0, n)) for n in range(3)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    query = np.ones(3, dtype=np.float32)
+    assert rank(items, strategy="semantic", text="alpha", query_vector=query, embedder=LABEL) == []
+    found = index.find(
+        "alpha", mode="semantic", query_vector=query, min_similarity=None, limit=5,
+        exclude=frozenset(),
+    )  # fmt: skip
+    assert found == []
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item

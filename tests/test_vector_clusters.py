@@ -99,6 +99,28 @@ def test_clustering_changes_no_ranking(before, after, query):
     assert len(index) == len(live)
 
 
+def test_a_zero_query_vector_is_searched_exactly_by_an_approximate_search():
+    """A query vector of zeros (an embedder's answer to a text with no words) is like
+    every vector alike, so every item ties at 0 and the newest come first. Approximate
+    search must not probe clusters by it (it has no direction: probing by the NaNs of
+    its normalisation picked clusters at random and returned older items)."""
+    index = SearchIndex(LABEL)
+    items = [_item(n, "alpha", None, 0.0, [1.0 + n, -0.5, n % 3], (n, 0, n)) for n in range(300)]
+    for item in items:
+        index.put(item.id.bytes, item)
+    zero = np.zeros(3, dtype=np.float32)
+    want = rank(
+        items, strategy="semantic", text="alpha", limit=5, query_vector=zero, embedder=LABEL
+    )
+    assert [i.id for i in want] == [i.id for i in items[:-6:-1]]
+    for approximate in (None, lm.ApproximateSearch(from_vectors=1, probe_share=0.1)):
+        got = index.search(
+            ["alpha"], strategy="semantic", query_vector=zero, min_similarity=None, limit=5,
+            exclude=frozenset(), approximate=approximate,
+        )  # fmt: skip
+        assert [(raw_id, r.score) for raw_id, r in got] == [(i.id.bytes, i.score) for i in want]
+
+
 def test_probing_the_nearest_clusters_finds_most_of_the_exact_best():
     """Vectors around 40 topics in 64 dimensions: the nearest fifth of the clusters
     holds nearly all of a query's exact top 10."""
