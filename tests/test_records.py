@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+import laser_memory.records as records_module
 from hostile_text import LyingText
 from laser_memory.errors import (
     InvalidName,
@@ -293,6 +294,8 @@ def test_every_copy_of_a_headers_set_reads_as_the_set_says():
         (headers("a", b"\xff"), ("a", b"\xff", None)),
         (headers("a", b"acme", b"2"), ("a", "acme", UnsupportedSchemaVersion)),
         (headers("a", b"acme", b"two"), ("a", "acme", RecordDecodeError)),
+        # A version header that is a number no newer than this one's: the value says.
+        (headers("a", b"acme", b"01"), ("a", "acme", None)),
         (headers("a", b"globex", pad=2_000), ("a", "globex", None)),
     ]
     for _ in range(3):
@@ -306,11 +309,27 @@ def test_every_copy_of_a_headers_set_reads_as_the_set_says():
     for n in range(5_000):
         assert read_headers(tuple(headers("n", str(n).encode()))).tenant == str(n)
     assert read_headers(tuple(cases[1][0])).tenant == "globex"
-    # A list can change between two reads of the same object: read each time.
+    # ... and kept no more of them than they may (a topic can hold millions of sets);
+    # nor a set too large to keep.
+    assert 0 < len(records_module._READINGS) <= records_module._MAX_READINGS
+    large = tuple(cases[-1][0])
+    assert read_headers(large).tenant == "globex"
+    assert large not in records_module._READINGS
+    # A list can change between two reads of the same object: read each time. So can
+    # a tuple of lists, or of pairs with a bytearray (a custom log's), which no hash holds.
     changing = headers("a", b"acme")
     assert read_headers(changing).tenant == "acme"
     changing[3] = ("lm-tenant", b"globex")
     assert read_headers(changing).tenant == "globex"
+    inner = tuple(map(list, headers("a", b"acme")))
+    assert read_headers(inner).tenant == "acme"
+    inner[3][1] = b"globex"
+    assert read_headers(inner).tenant == "globex"
+    value = bytearray(b"acme")
+    mutable = (*map(tuple, headers("a", None)), ("lm-tenant", value))
+    assert read_headers(mutable).tenant == "acme"
+    value[:] = b"globex"
+    assert read_headers(mutable).tenant == "globex"
 
 
 def test_newer_schema_version_is_refused_from_value_even_if_its_shape_changed():
@@ -347,6 +366,8 @@ def test_bad_bytes_are_a_decode_error_with_a_reason(raw: bytes):
     with pytest.raises(RecordDecodeError) as info:
         decode_record(raw)
     assert str(info.value)
+    # A record of this version that is bad is not "newer": upgrading would not read it.
+    assert type(info.value) is RecordDecodeError
 
 
 def test_an_empty_value_says_it_is_empty():
