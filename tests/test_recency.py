@@ -13,9 +13,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from folders import recency
-from folders.recency import TAIL, RecencyWriter, entries_of_run, newest_first, prefixed_backwards
+from folders.recency import (
+    TAIL,
+    RecencyWriter,
+    entries_of_run,
+    holds_at_least,
+    newest_first,
+    prefixed_backwards,
+)
 
-PREFIXES = (b"R\x00ns\x00c:a\x00", b"R\x00ns\x00c:b\x00", b"R\x00ns\x00k:1\x00")
+# A conversation "a1" sorts between "a"'s entries and the key a walk back from "a"'s
+# end starts at: a search for that end must not land among "a1"'s runs.
+PREFIXES = (
+    b"R\x00ns\x00c:a\x00",
+    b"R\x00ns\x00c:a1\x00",
+    b"R\x00ns\x00c:b\x00",
+    b"R\x00ns\x00k:1\x00",
+)
 
 
 def _tail(number: int) -> bytes:
@@ -50,6 +64,9 @@ def _check(env: lmdb.Environment, model: dict[bytes, bytes]) -> None:
         for prefix in PREFIXES:
             want = sorted(((k, v) for k, v in model.items() if k.startswith(prefix)), reverse=True)
             assert list(newest_first(txn.cursor(), prefix)) == want
+            # Whether to build a conversation's index apart asks if it holds so many.
+            for count in {1, 2, len(want) - 1, len(want), len(want) + 1} - {0, -1}:
+                assert holds_at_least(txn.cursor(), prefix, count) == (len(want) >= count)
 
 
 @pytest.mark.parametrize("run", [1, 2, 3, 32])
