@@ -106,6 +106,16 @@ EXPECTED_V1 = {
         expires_at=1_800_000_000_000,
         supersedes=bytes(16),
     ),
+    # Pinned since 2026-12-06: an origin and a producer that set only their required
+    # fields, which write nothing else (the fixtures above set every field of both).
+    "remember-bare-lineage": Remember(
+        ns="notes",
+        id=bytes(range(16)),
+        kind=1,
+        body=b"the office is in York",
+        origin=Origin(topic="sessions", partition=0, offset=3),
+        producer=Producer(name="fact-extractor"),
+    ),
     "superseded": Superseded(
         ns="stream:prod/notes",
         scope=MemoryScope(stream="prod", tenant="acme"),
@@ -241,6 +251,7 @@ def test_round_trip_with_headers(name: str):
         .replace("-seen", "")
         .replace("-embedded", "")
         .replace("-expiring", "")
+        .replace("-bare-lineage", "")
         .replace("-indexed", "")
         .replace("-if-version", "")
         .replace("-", ".")
