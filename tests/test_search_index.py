@@ -225,6 +225,25 @@ def test_a_semantic_search_over_items_without_vectors_finds_nothing():
     assert found == []
 
 
+def test_entries_added_as_columns_grow_the_index_past_its_first_size():
+    """An ordering-only index starts with room for 64 entries and doubles as it fills;
+    columns added in one call (a fresh handle's first recall puts every item of the
+    namespace at once) must grow it as often as they need. 48 owners' items fit the
+    first size, so no other test grew it this way."""
+    items = [_item(n, "", f"c{n % 7}", 0.0, None, (n // 3, n % 4, n)) for n in range(1_000)]
+    one_by_one = SearchIndex(None, ordering_only=True)
+    one_by_one.put_many((i.id.bytes, i, False) for i in items)
+    columns = SearchIndex(None, ordering_only=True)
+    _put_plain(columns, items[:50])
+    _put_plain(columns, items[50:])  # 950 more: the columns double four times
+    assert len(columns) == len(items)
+    for strategy in ("recent", "auto"):
+        for limit in (1, 10, 1_000):
+            want = one_by_one.ordered(strategy=strategy, limit=limit, exclude=frozenset())
+            got = columns.ordered(strategy=strategy, limit=limit, exclude=frozenset())
+            assert want is not None and got == want, (strategy, limit)
+
+
 put = st.tuples(
     st.just("put"),
     st.integers(0, 7),  # which item
