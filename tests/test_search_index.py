@@ -55,6 +55,14 @@ def _put_plain(index: SearchIndex, items: list[MemoryItem]) -> None:
     )
 
 
+def _index_of(items: list[MemoryItem], label: str | None = None, **options) -> SearchIndex:
+    """An index holding ``items``, each put in turn."""
+    index = SearchIndex(label, **options)
+    for item in items:
+        index.put(item.id.bytes, item)
+    return index
+
+
 def _random_index(seed: int, count: int, *, common_from: int) -> tuple[SearchIndex, list]:
     """An index of ``count`` items of one to five random `WORDS`, and the items."""
     rng = np.random.default_rng(seed)
@@ -88,15 +96,14 @@ def test_feedback_can_lift_an_item_of_common_words_alone_past_the_rare_ones():
     out, as did one that left the lift out, and the random items of the property test
     never put such an item at the cut. The other holders of "gamma" are longer than it,
     so the bound is its own score, under the cut without the lift and over it with."""
-    index = SearchIndex(None, common_from=3)
     bodies = [" ".join(["gamma"] * 8)]  # the most gammas, in the shortest gamma item
     bodies += ["node-7 " + " ".join(["alpha beta delta keys"] * n) for n in (1, 2, 10)]
     bodies += ["gamma alpha beta delta keys the alpha beta keys"] * 3  # common from three
-    items = []
-    for n, body in enumerate(bodies):
-        item = _item(n, body, f"c{n % 5}", 2.0 if n == 0 else 0.0, None, (n, 0, n))
-        items.append(item)
-        index.put(item.id.bytes, item)
+    items = [
+        _item(n, body, f"c{n % 5}", 2.0 if n == 0 else 0.0, None, (n, 0, n))
+        for n, body in enumerate(bodies)
+    ]
+    index = _index_of(items, common_from=3)
     unlifted = [msgspec.structs.replace(item, weight=0.0) for item in items]
     unlifted_top = rank(unlifted, strategy="keyword", text="node-7 gamma", limit=3)
     assert items[0].id not in [i.id for i in unlifted_top]
@@ -113,13 +120,11 @@ def test_a_walk_over_common_words_meets_an_item_that_ties_its_cut(newer):
     exactly that bound (the same two parts, added the other way round): the walk must
     meet it, as a tie goes to the newer item. Stopping at a bound equal to the cut
     passed every other test."""
-    index = SearchIndex(None, common_from=1)
     items = [
         _item(n, body, f"c{n}", 0.0, None, (1 + (n == newer), 0, n))
         for n, body in enumerate(["alpha alpha beta", "alpha beta beta"])
     ]
-    for item in items:
-        index.put(item.id.bytes, item)
+    index = _index_of(items, common_from=1)
     first = rank(items, strategy="keyword", text="alpha beta", limit=2)
     assert [i.score for i in first] == [1.0, 1.0]
     assert first[0].id == items[newer].id
@@ -134,10 +139,8 @@ def test_excluded_items_leave_room_for_the_next_holders_of_common_words():
     best item excluded, a search for one item found none."""
     bodies = ["alpha", "alpha alpha beta", "alpha beta gamma delta", "alpha beta"]
     bodies.append("alpha the keys beta delta")
-    index = SearchIndex(None, common_from=2)
     items = [_item(n, body, f"c{n}", 0.0, None, (n, 0, n)) for n, body in enumerate(bodies)]
-    for item in items:
-        index.put(item.id.bytes, item)
+    index = _index_of(items, common_from=2)
     for text in ("alpha", "alpha beta"):
         for limit in (1, 2):
             for excluded in ([0], [0, 1], [1, 3]):
@@ -153,10 +156,8 @@ def test_a_word_on_exactly_common_from_items_is_one_of_the_rare_words():
     filler = " ".join(["the keys delta beta gamma"] * 6)
     bodies = ["zeta alpha " + filler, "zeta " + filler, "mid mid mid mid", "mid " + filler]
     bodies += ["mid alpha " + filler, "alpha beta", "alpha gamma", "alpha delta"]
-    index = SearchIndex(None, common_from=3)  # mid on three items, alpha on four
     items = [_item(n, body, f"c{n}", 0.0, None, (n, 0, n)) for n, body in enumerate(bodies)]
-    for item in items:
-        index.put(item.id.bytes, item)
+    index = _index_of(items, common_from=3)  # mid on three items, alpha on four
     assert rank(items, strategy="keyword", text="zeta mid alpha", limit=1)[0].id == items[2].id
     for limit in (1, 2, 3):
         _assert_keyword_as_scan(index, items, "zeta mid alpha", limit)
@@ -170,13 +171,11 @@ def test_groups_of_one_common_word_that_tie_are_taken_together(newer):
     after the one that filled the answer must still be taken when it ties (a tie goes
     to the newer item); breaking at a tie too passed every other test."""
     bodies = ["alpha", "alpha alpha beta", "gamma delta keys zeta beta"]  # 9 words, 3 items
-    index = SearchIndex(None, common_from=1)
     items = [
         _item(n, body, f"c{n}", 0.0, None, (1 + (n == newer), 0, n))
         for n, body in enumerate(bodies)
     ]
-    for item in items:
-        index.put(item.id.bytes, item)
+    index = _index_of(items, common_from=1)
     first = rank(items, strategy="keyword", text="alpha", limit=2)
     assert [(i.id, i.score) for i in first] == [(items[newer].id, 1.0), (items[1 - newer].id, 1.0)]
     for limit in (1, 2):
@@ -199,10 +198,8 @@ def test_a_walk_over_common_words_that_meets_too_many_rows_scores_every_holder(m
 
     monkeypatch.setattr(SearchIndex, "_threshold_walk", recorded)
     bodies = [f"{word} " + " ".join(["keys"] * n) for n in range(5) for word in ("alpha", "beta")]
-    index = SearchIndex(None, common_from=1)
     items = [_item(n, body, f"c{n}", 0.0, None, (n, 0, n)) for n, body in enumerate(bodies)]
-    for item in items:
-        index.put(item.id.bytes, item)
+    index = _index_of(items, common_from=1)
     for limit in (1, 3, 10):
         _assert_keyword_as_scan(index, items, "alpha beta", limit)
     assert walks and all(found is None for found in walks)  # each gave up
@@ -212,10 +209,8 @@ def test_a_semantic_search_over_items_without_vectors_finds_nothing():
     """An index none of whose items has a vector has no embedder's label: a semantic
     search of it finds nothing, as a scan does (it raised a TypeError when the check
     was taken out, and every other test passed)."""
-    index = SearchIndex(None)
     items = [_item(n, "alpha", None, 0.0, None, (n, 0, n)) for n in range(3)]
-    for item in items:
-        index.put(item.id.bytes, item)
+    index = _index_of(items)
     query = np.ones(3, dtype=np.float32)
     assert rank(items, strategy="semantic", text="alpha", query_vector=query, embedder=LABEL) == []
     found = index.find(

@@ -18,7 +18,7 @@ from laser_memory.recall import rank, search_mode
 from laser_memory.search_index import SearchIndex
 from laser_memory.terms import terms
 from laser_memory.vector_clusters import VectorClusters
-from tests.test_search_index import LABEL, _item, drop, put, queries
+from tests.test_search_index import LABEL, _index_of, _item, drop, put, queries
 
 EVERY_CLUSTER = lm.ApproximateSearch(from_vectors=1, probe_share=1.0)
 WORD_HASH = lm.WordHashEmbedder()
@@ -100,14 +100,12 @@ def test_clustering_changes_no_ranking(before, after, query):
 
 
 def test_a_zero_query_vector_is_searched_exactly_by_an_approximate_search():
-    """A query vector of zeros (an embedder's answer to a text with no words) is like
-    every vector alike, so every item ties at 0 and the newest come first. Approximate
-    search must not probe clusters by it (it has no direction: probing by the NaNs of
-    its normalisation picked clusters at random and returned older items)."""
-    index = SearchIndex(LABEL)
+    """A query vector of zeros (an embedder of one's own may return one) is no
+    nearer one item than another, so every item ties at 0 and the newest come first.
+    Approximate search must not probe clusters by it (it has no direction: probing by
+    the NaNs of its normalisation picked clusters at random and returned older items)."""
     items = [_item(n, "alpha", None, 0.0, [1.0 + n, -0.5, n % 3], (n, 0, n)) for n in range(300)]
-    for item in items:
-        index.put(item.id.bytes, item)
+    index = _index_of(items, LABEL)
     zero = np.zeros(3, dtype=np.float32)
     want = rank(
         items, strategy="semantic", text="alpha", limit=5, query_vector=zero, embedder=LABEL
