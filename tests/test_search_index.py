@@ -883,6 +883,10 @@ def _crafted(snap, arrays: dict, case: str) -> None:
         del arrays["vectors"]
     elif case == "vectors for an index without":
         snap.dimensions = None
+    elif case == "sorted ids of unequal lengths":
+        arrays["id_sorted_high"] = arrays["id_sorted_high"][:-1].copy()
+    elif case == "posting lists fewer than terms":
+        snap.posting_live = snap.posting_live[:-8]
     else:
         raise AssertionError(case)
 
@@ -918,6 +922,8 @@ def _crafted(snap, arrays: dict, case: str) -> None:
         ("vectors of other dimensions", "does not fit the snapshot"),
         ("vectors missing", "does not fit the snapshot"),
         ("vectors for an index without", "vectors for an index without them"),
+        ("sorted ids of unequal lengths", "the sorted ids do not fit their slots"),
+        ("posting lists fewer than terms", "posting lists do not fit the terms"),
     ],
 )
 def test_a_snapshot_that_does_not_fit_its_own_slots_is_refused_saying_how(case, reason):
@@ -971,6 +977,71 @@ def test_a_restored_index_finds_every_term_as_the_index_it_was_saved_from():
     for term in index._term_table:
         assert found(restored, term) == found(index, term), term
     assert found(restored, "only7") and not found(restored, "only5")
+
+
+def test_an_empty_index_is_saved_and_restored():
+    """A snapshot of an index that never held an entry loads (no slot in use is a fit,
+    not a fault), and the restored index takes entries as a new one does."""
+    data, arrays = SearchIndex(LABEL).snapshot()
+    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    assert len(restored) == 0
+    item = _item(1, "alpha beta", "c", 0.0, [1.0, 0.0, 0.0], (1, 0, 1))
+    restored.put(item.id.bytes, item)
+    hits = restored.find(
+        "alpha", mode="keyword", query_vector=None, min_similarity=None, limit=5,
+        exclude=frozenset(),
+    )  # fmt: skip
+    assert [raw_id for raw_id, _ in hits] == [item.id.bytes]
+
+
+def test_a_restored_index_fills_the_slots_freed_before_its_snapshot_first():
+    """Slots of entries removed before a save are free in the restored index too: its
+    next entries take them instead of growing every column (a reader that restores and
+    churns would otherwise grow by every removal ever saved)."""
+    items = [_item(n, f"note {n}", "c", 0.0, None, (n, 0, n)) for n in range(12)]
+    index = _index_of(items)
+    for gone in items[2:5]:
+        index.put(gone.id.bytes, None)
+    data, arrays = index.snapshot()
+    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    later = [_item(n, f"later {n}", "c", 0.0, None, (n, 0, n)) for n in range(100, 104)]
+    for item in later[:3]:
+        restored.put(item.id.bytes, item)
+    assert len(restored._ids) == len(items)  # the three freed slots, no new one
+    restored.put(later[3].id.bytes, later[3])
+    assert len(restored._ids) == len(items) + 1
+    hits = restored.find(
+        "later", mode="keyword", query_vector=None, min_similarity=None, limit=10,
+        exclude=frozenset(),
+    )  # fmt: skip
+    assert sorted(raw_id for raw_id, _ in hits) == sorted(item.id.bytes for item in later)
+
+
+def test_vector_clusters_are_made_from_exactly_their_number_of_vectors():
+    """`ApproximateSearch.from_vectors` counts the entries holding a vector of the
+    index's embedder: one short makes no clusters; reaching it does; a removed entry,
+    an entry without a vector or one of another embedder's length counts for none, an
+    entry put again once; and a restored index counts what it was saved with."""
+    approximate = ApproximateSearch(from_vectors=5, probe_share=1.0)
+    vectors = [_item(n, f"note {n}", None, 0.0, [1.0, n, 0.5], (n, 0, n)) for n in range(5)]
+    plain = _item(10, "no vector", None, 0.0, None, (10, 0, 10))
+    other = _item(11, "other length", None, 0.0, [1.0, 2.0], (11, 0, 11))
+
+    def clustered(index: SearchIndex) -> bool:
+        index.cluster_for(approximate)
+        return index._clusters is not None
+
+    four = _index_of([*vectors[:4], plain, other, vectors[3]], LABEL)
+    assert not clustered(four)
+    data, arrays = four.snapshot()
+    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    assert not clustered(restored)
+    restored.put(vectors[4].id.bytes, vectors[4])
+    assert clustered(restored)
+    assert clustered(_index_of(vectors, LABEL))
+    removed = _index_of(vectors, LABEL)
+    removed.put(vectors[0].id.bytes, None)
+    assert not clustered(removed)
 
 
 def test_an_entry_whose_vector_changed_after_clustering_is_found_where_it_now_points():
