@@ -887,6 +887,10 @@ def _crafted(snap, arrays: dict, case: str) -> None:
         arrays["id_sorted_high"] = arrays["id_sorted_high"][:-1].copy()
     elif case == "posting lists fewer than terms":
         snap.posting_live = snap.posting_live[:-8]
+    elif case == "expiry times fewer than slots":
+        snap.expiry_at = snap.expiry_at[:-8]
+    elif case == "expiring slots fewer than times":
+        snap.expiring_slots = snap.expiring_slots[:-8]
     else:
         raise AssertionError(case)
 
@@ -924,6 +928,8 @@ def _crafted(snap, arrays: dict, case: str) -> None:
         ("vectors for an index without", "vectors for an index without them"),
         ("sorted ids of unequal lengths", "the sorted ids do not fit their slots"),
         ("posting lists fewer than terms", "posting lists do not fit the terms"),
+        ("expiry times fewer than slots", "not a search index snapshot"),
+        ("expiring slots fewer than times", "not a search index snapshot"),
     ],
 )
 def test_a_snapshot_that_does_not_fit_its_own_slots_is_refused_saying_how(case, reason):
@@ -936,6 +942,7 @@ def test_a_snapshot_that_does_not_fit_its_own_slots_is_refused_saying_how(case, 
         _item(n, f"alpha w{n % 7}", f"c{n % 2}", 0.0, [1.0, n % 5, 0.5], (n, 0, n))
         for n in range(80)
     ]
+    items[1:3] = [msgspec.structs.replace(item, expires_at_ms=10**12) for item in items[1:3]]
     index.put_many((item.id.bytes, item, False) for item in items)
     for gone in (items[0], items[3]):  # free slots, the first among them
         index.put(gone.id.bytes, None)
@@ -1015,6 +1022,37 @@ def test_a_restored_index_fills_the_slots_freed_before_its_snapshot_first():
         exclude=frozenset(),
     )  # fmt: skip
     assert sorted(raw_id for raw_id, _ in hits) == sorted(item.id.bytes for item in later)
+
+
+def test_a_restored_index_keeps_owners_apart_from_those_put_after_it():
+    """Owners are held as small codes: a restored index keeps the codes it was saved
+    with, so an owner first seen after the restore gets a code of its own and an owner
+    filter never returns another owner's entries (codes counted afresh, the new agent
+    took the number of one saved before)."""
+
+    def owned(n: int, agent: str) -> MemoryItem:
+        item = _item(n, f"note {n}", "c", 0.0, None, (n, 0, n))
+        return msgspec.structs.replace(item, scope=MemoryScope(conversation="c", agent=agent))
+
+    saved = [owned(n, "a" if n % 2 else "b") for n in range(6)]
+    data, arrays = _index_of(saved).snapshot()
+    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    later = [owned(n, "z") for n in range(10, 13)]
+    for item in later:
+        restored.put(item.id.bytes, item)
+
+    def found(agent: str) -> set[bytes]:
+        owner = (agent, None, None, None)
+        hits = restored.find(
+            "note", mode="keyword", query_vector=None, min_similarity=None, limit=20,
+            exclude=frozenset(), owner=owner,
+        )  # fmt: skip
+        recent = restored.ordered(strategy="recent", limit=20, exclude=frozenset(), owner=owner)
+        assert {raw_id for raw_id, _ in recent} == {raw_id for raw_id, _ in hits}
+        return {raw_id for raw_id, _ in hits}
+
+    for agent, items in (("a", saved[1::2]), ("b", saved[0::2]), ("z", later)):
+        assert found(agent) == {item.id.bytes for item in items}, agent
 
 
 def test_vector_clusters_are_made_from_exactly_their_number_of_vectors():
