@@ -1242,10 +1242,13 @@ def test_clustering_moves_every_entrys_expiry_and_terms_with_it():
         if n % 10 == 0:  # expiring at times that are no heap in slot order
             item = msgspec.structs.replace(item, expires_at_ms=10_000 - 37 * n)
         items.append(item)
-    index = SearchIndex(LABEL)
+    # "note" and "alpha" common: their counts of every slot are cached by the queries
+    # before clustering, and must not be read by slot number after it.
+    index = SearchIndex(LABEL, common_from=30)
     index.put_many((item.id.bytes, item, False) for item in items)
     for text in ("alpha", "note w3", "w4 alpha"):
         _assert_keyword_as_scan(index, items, text, 10)
+    assert len(index._dense)
     index.cluster_for(approximate)
     assert index._clustered_until == 200
     assert any(index._ids.slot_of(item.id.bytes) != n for n, item in enumerate(items))
@@ -1264,6 +1267,81 @@ def test_clustering_moves_every_entrys_expiry_and_terms_with_it():
         min_similarity=0.999, limit=300, exclude=frozenset(), approximate=approximate,
     )  # fmt: skip
     assert late.id.bytes in {raw_id for raw_id, _ in found}
+
+
+def test_clusters_are_made_again_only_past_a_quarter_more_or_half_fewer_vectors():
+    """Clusters are kept while entries change a little (clustering moves every slot, so
+    making them at each search would cost a full sort per query): they are made again
+    once the vectors put since outnumber a quarter of the clustered ones, or once fewer
+    than half the clustered ones are left."""
+    approximate = ApproximateSearch(from_vectors=1, probe_share=1.0)
+    rng = np.random.default_rng(5)
+    items = [
+        _item(n, f"note {n}", None, 0.0, rng.normal(0, 1, 3).tolist(), (n, 0, n)) for n in range(12)
+    ]
+    query = np.asarray([1.0, 0.0, 0.0], dtype=np.float32)
+
+    def search(index: SearchIndex) -> None:
+        index.find(
+            "", mode="semantic", query_vector=query, min_similarity=None, limit=3,
+            exclude=frozenset(), approximate=approximate,
+        )  # fmt: skip
+
+    grown = _index_of(items[:8], LABEL)
+    grown.cluster_for(approximate)
+    first = grown._clusters
+    for item in items[8:10]:  # two more: a quarter of eight
+        grown.put(item.id.bytes, item)
+    search(grown)
+    grown.cluster_for(approximate)
+    assert grown._clusters is first and grown._clustered_until == 8
+    grown.put(items[10].id.bytes, items[10])
+    search(grown)
+    assert grown._clusters is not first and grown._clustered_until == 11
+
+    shrunk = _index_of(items[:8], LABEL)
+    shrunk.cluster_for(approximate)
+    first = shrunk._clusters
+    for item in items[:4]:  # half of them gone
+        shrunk.put(item.id.bytes, None)
+    search(shrunk)
+    assert shrunk._clusters is first
+    shrunk.put(items[4].id.bytes, None)
+    search(shrunk)
+    assert shrunk._clusters is not first and shrunk._clustered_until == 3
+
+
+def test_an_approximate_search_keeps_to_its_owner_filter():
+    """A semantic search by clusters filters owners as an exact one does, in the
+    clustered slots and in those put since: it never returns another agent's entry."""
+    approximate = ApproximateSearch(from_vectors=10, probe_share=1.0)
+    rng = np.random.default_rng(9)
+
+    def owned(n: int) -> MemoryItem:
+        item = _item(n, f"note {n}", None, 0.0, rng.normal(0, 1, 3).tolist(), (n, 0, n))
+        return msgspec.structs.replace(item, scope=MemoryScope(agent="ab"[n % 2]))
+
+    items = [owned(n) for n in range(40)]
+    index = _index_of(items, LABEL)
+    index.cluster_for(approximate)
+    assert index._clustered_until == 40
+    later = [owned(n) for n in range(100, 104)]
+    for item in later:
+        index.put(item.id.bytes, item)
+    query = np.asarray([1.0, 0.5, 0.0], dtype=np.float32)
+    for agent in "ab":
+        owner = (agent, None, None, None)
+        found = {}
+        for exact in (True, False):
+            hits = index.find(
+                "", mode="semantic", query_vector=query, min_similarity=None, limit=100,
+                exclude=frozenset(), approximate=None if exact else approximate, owner=owner,
+            )  # fmt: skip
+            assert hits is not None
+            found[exact] = [(raw_id, hit.score) for raw_id, hit in hits]
+        want = {item.id.bytes for item in items + later if item.scope.agent == agent}
+        assert {raw_id for raw_id, _ in found[False]} == want
+        assert found[False] == found[True]
 
 
 def test_counts_too_large_for_16_bits_keep_their_value():
