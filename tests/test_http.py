@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -483,22 +484,30 @@ async def test_recall_by_meaning_over_http(tmp_path: Path):
         f"local://{tmp_path / 'log'}", stream="s", embedder=lm.WordHashEmbedder()
     ) as laser:
         memory = laser.memory("notes")
-        keys = await memory.remember("rotate signing keys every month")
-        await memory.remember("the cafeteria serves lunch at noon")
+        keys = await memory.remember("rotate signing keys every month", agent="ops")
+        await memory.remember("the cafeteria serves lunch at noon", agent="ops")
+        await memory.remember("the menu changes on monday", agent="cook")
         await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
             until_caught_up=True
         )
         query = {"namespace": memory.namespace, "text": "when do keys rotate"}
-        for strategy in ("semantic", "hybrid"):
-            want = await memory.recall(strategy=strategy, text=query["text"], folded=True)
+        # With an owner filter a hybrid recall is ranked from a scan of the view, which
+        # compares the vectors of the server's embedder only.
+        for strategy, agent in itertools.product(("semantic", "hybrid"), (None, "ops")):
+            want = await memory.recall(
+                strategy=strategy, text=query["text"], agent=agent, folded=True
+            )
+            params = {**query, "strategy": strategy, **({"agent": agent} if agent else {})}
             config = ServerConfig(embedder=lm.WordHashEmbedder())
             async with serving(tmp_path / "view", config) as base, ClientSession(base) as http:
-                async with http.get("/v1/recall", params={**query, "strategy": strategy}) as got:
+                async with http.get("/v1/recall", params=params) as got:
                     assert got.status == 200
                     body = await got.json()
             assert [item["id"] for item in body] == [str(i.id) for i in want]
             assert body[0]["id"] == str(keys)
-            assert body[0]["signals"][0]["strategy"] == strategy
+            assert [s["strategy"] for s in body[0]["signals"]] == (
+                ["semantic"] if strategy == "semantic" else ["hybrid", "keyword", "semantic"]
+            ), body[0]["signals"]
 
         # A view read that fails for a reason of the server's own (here its embedder) is
         # a 503 naming it, never a bare 500.
