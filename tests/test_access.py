@@ -218,6 +218,46 @@ async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.L
         await elsewhere.recall()
 
 
+async def test_a_write_without_the_publish_grant_is_refused_before_its_input_is_used(
+    laser: lm.Laser,
+):
+    """The grant is the first thing a write checks: bad input is refused for the grant
+    (the one thing to fix), and no body reaches the embedder, which may be paid by the
+    call, for a write that could never land."""
+    mid = await laser.memory("notes").remember("acme's fact", tenant="acme")
+    embedded: list[str] = []
+
+    class Counting(lm.WordHashEmbedder):
+        def embed_many(self, texts):
+            embedded.extend(texts)
+            return super().embed_many(texts)
+
+    reader = laser.memory(
+        "notes",
+        embedder=Counting(),
+        principal=Principal("reader", tenant="acme", grants={"kv:read:*"}),
+    )
+    before = await _ends(laser)
+    for call in (
+        reader.remember_many(["fine", {"body": "also fine", "kind": "summary"}]),
+        reader.remember_many("not a list"),
+        reader.append(lm.MemoryId.new(), "fine", kind="fact"),
+        reader.append("not an id", "fine", kind="fact"),
+        reader.improve(mid, float("nan")),
+        reader.forget("not an id"),
+        reader.forget(mid),
+        reader.set("bad\x00key", "v"),
+        reader.update("bad\x00key", {"a": 1}),
+        reader.update("profile", {"a": 1}),
+        reader.remove("bad\x00key"),
+        reader.remove("profile", if_version=0),
+    ):
+        with pytest.raises(lm.AccessDenied, match=f"publish:{laser.memory_topic_name}"):
+            await call
+    assert embedded == []
+    assert await _ends(laser) == before
+
+
 async def test_a_principal_without_the_read_grant_reads_nothing_through_a_view(
     laser: lm.Laser, tmp_path: Path
 ):
