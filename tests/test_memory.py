@@ -855,6 +855,36 @@ async def test_folded_recall_keeps_nothing_per_item_for_the_garbage_collector(la
 # -- named items ------------------------------------------------------------------------
 
 
+async def test_reads_before_the_first_write_answer_empty_and_make_nothing(
+    any_log_url: str, stream_name: str, tmp_path
+):
+    """A stream nobody has written to yet has no topic: every read answers as for an
+    empty memory (never an error a caller must special-case), and reading makes no topic;
+    a view no folder has written yet answers empty too."""
+    mid = lm.MemoryId.new()
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        memory = laser.memory("notes")
+        assert await memory.fetch("profile") is None
+        assert await memory.fetch_folded("profile") is None
+        assert await memory.named() == []
+        assert await memory.named("user:", limit=3) == []
+        assert await memory.recall() == []
+        assert await memory.recall(text="anything", strategy="keyword") == []
+        assert await memory.history(mid) == []
+        with pytest.raises(lm.UnknownTopic):
+            await laser.log.describe_topic(memory.topic)
+    MemoryView.open(str(tmp_path / "view")).close()  # made, then never folded into
+    async with lm.connect(any_log_url, stream=stream_name, view=tmp_path / "view") as laser:
+        memory = laser.memory("notes")
+        assert await memory.fetch("profile") is None
+        assert await memory.named() == []
+        assert await memory.recall() == []
+        assert await memory.history(mid) == []
+        assert await memory.history("profile") == []
+        with pytest.raises(lm.UnknownTopic):
+            await laser.log.describe_topic(memory.topic)
+
+
 async def test_named_items_set_update_remove(laser: lm.Laser):
     memory = laser.memory("notes")
     assert await memory.fetch_folded("profile") is None
