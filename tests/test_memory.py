@@ -665,6 +665,12 @@ async def test_every_write_returns_its_receipt(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember("x")
     assert memory.last_receipt == mid.receipt  # a plain remember's own path too
+    durable = await memory.remember("y", durable=True)  # the path with options
+    assert durable.receipt != mid.receipt and memory.last_receipt == durable.receipt
+    appended = await memory.append(lm.MemoryId.new(), "z", kind="fact")
+    assert memory.last_receipt == appended.receipt
+    batch = await memory.remember_many(["a", "b"])
+    assert memory.last_receipt == batch[-1].receipt
     receipts = [
         mid.receipt,
         await memory.improve(mid, 1),
