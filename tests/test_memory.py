@@ -1389,6 +1389,21 @@ async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
             await call()
     assert await _end_offsets(laser) == ends
 
+    # A whole encoded record, 1 MiB + 64 KiB: the refusal says by how much a record is
+    # over; a body that much smaller makes one exactly at the limit (its encoding's
+    # lengths are as wide either way), taken; a byte more is refused.
+    limit = (1 << 20) + (64 << 10)
+    vector = [0.5] * 16_384  # 64 KiB of float32: with the body, over by its framing
+    with pytest.raises(lm.RecordTooLarge) as raised:
+        await memory.remember(b"r" * (1 << 20), embedding=vector)
+    over = int(re.search(r"the encoded record is (\d+) bytes", str(raised.value))[1]) - limit
+    assert 0 < over < 1024, over
+    await memory.remember(b"r" * ((1 << 20) - over), embedding=vector)
+    ends = await _end_offsets(laser)
+    with pytest.raises(lm.RecordTooLarge, match=f"is {limit + 1} bytes, over the {limit}-byte"):
+        await memory.remember(b"r" * ((1 << 20) - over + 1), embedding=vector)
+    assert await _end_offsets(laser) == ends
+
 
 async def test_a_named_body_may_be_any_bytes_like_object(laser: lm.Laser):
     """A bytearray or a memoryview is stored as the bytes it holds (no test gave one)."""
