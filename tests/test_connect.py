@@ -218,6 +218,8 @@ def test_a_connection_over_no_log_is_refused_when_made(tmp_path, log):
         (lambda: lm.MemoryConfig(max_record_bytes="1"), "MemoryConfig.max_record_bytes"),
         (lambda: lm.MemoryConfig(default_partitions=0), "MemoryConfig.default_partitions"),
         (lambda: lm.MemoryConfig(default_partitions=10_001), "default_partitions is at most 10000"),
+        # A mapping of its settings, a plausible slip, was a raw AttributeError at a search.
+        (lambda: lm.MemoryConfig(approximate={"from_vectors": 50}), "approximate is an Approx"),
         (lambda: KafkaLogConfig(5), "bootstrap_servers"),
         # Each was taken, and read by aiokafka as port 9092 of some host.
         (lambda: KafkaLogConfig("garbage"), "bootstrap_servers: 'garbage' is not host:port"),
