@@ -63,6 +63,13 @@ def _index_of(items: list[MemoryItem], label: str | None = None, **options) -> S
     return index
 
 
+def _restored(index: SearchIndex) -> SearchIndex:
+    """``index`` saved and restored, from copies of its arrays (as a reader's are mapped
+    from the snapshot's file, never shared with the index that saved them)."""
+    data, arrays = index.snapshot()
+    return SearchIndex.from_snapshot(data, {name: a.copy() for name, a in arrays.items()})
+
+
 def _random_index(seed: int, count: int, *, common_from: int) -> tuple[SearchIndex, list]:
     """An index of ``count`` items of one to five random `WORDS`, and the items."""
     rng = np.random.default_rng(seed)
@@ -966,8 +973,7 @@ def test_a_restored_index_finds_every_term_as_the_index_it_was_saved_from():
     ]
     index.put_many((item.id.bytes, item, False) for item in items)
     index.put(items[5].id.bytes, None)  # "only5" is held by no entry now
-    data, arrays = index.snapshot()
-    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    restored = _restored(index)
     assert "only5" in restored._term_table and restored._term_table[0] == terms("first0")[0]
 
     def found(of: SearchIndex, term: str) -> list:
@@ -989,8 +995,7 @@ def test_a_restored_index_finds_every_term_as_the_index_it_was_saved_from():
 def test_an_empty_index_is_saved_and_restored():
     """A snapshot of an index that never held an entry loads (no slot in use is a fit,
     not a fault), and the restored index takes entries as a new one does."""
-    data, arrays = SearchIndex(LABEL).snapshot()
-    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    restored = _restored(SearchIndex(LABEL))
     assert len(restored) == 0
     item = _item(1, "alpha beta", "c", 0.0, [1.0, 0.0, 0.0], (1, 0, 1))
     restored.put(item.id.bytes, item)
@@ -1009,8 +1014,7 @@ def test_a_restored_index_fills_the_slots_freed_before_its_snapshot_first():
     index = _index_of(items)
     for gone in items[2:5]:
         index.put(gone.id.bytes, None)
-    data, arrays = index.snapshot()
-    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    restored = _restored(index)
     later = [_item(n, f"later {n}", "c", 0.0, None, (n, 0, n)) for n in range(100, 104)]
     for item in later[:3]:
         restored.put(item.id.bytes, item)
@@ -1035,8 +1039,7 @@ def test_a_restored_index_keeps_owners_apart_from_those_put_after_it():
         return msgspec.structs.replace(item, scope=MemoryScope(conversation="c", agent=agent))
 
     saved = [owned(n, "a" if n % 2 else "b") for n in range(6)]
-    data, arrays = _index_of(saved).snapshot()
-    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    restored = _restored(_index_of(saved))
     later = [owned(n, "z") for n in range(10, 13)]
     for item in later:
         restored.put(item.id.bytes, item)
@@ -1071,8 +1074,7 @@ def test_vector_clusters_are_made_from_exactly_their_number_of_vectors():
 
     four = _index_of([*vectors[:4], plain, other, vectors[3]], LABEL)
     assert not clustered(four)
-    data, arrays = four.snapshot()
-    restored = SearchIndex.from_snapshot(data, {n: a.copy() for n, a in arrays.items()})
+    restored = _restored(four)
     assert not clustered(restored)
     restored.put(vectors[4].id.bytes, vectors[4])
     assert clustered(restored)
@@ -1705,8 +1707,7 @@ def test_entries_removed_and_put_again_keep_their_terms_through_compactions(monk
         index.put(items[n].id.bytes, items[n])
     held = sum(len(index._terms_of(slot)) for slot in range(len(index._ids)))
     assert len(index._slot_terms) <= 2 * held + 16  # dead runs were dropped as it went
-    data, arrays = index.snapshot()
-    restored = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
+    restored = _restored(index)
     assert len(restored._slot_terms) == held
     for text in ("alpha", "beta gamma keys", "rare7 alpha", "x2400", "node-7 the"):
         for searched in (index, restored):
@@ -1734,8 +1735,7 @@ def test_a_restored_index_finds_each_entry_by_id_after_removals_and_reuse():
     for raw_id in ids[::7]:
         index.put(raw_id, None)
         del model[raw_id]
-    data, arrays = index.snapshot()
-    restored = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
+    restored = _restored(index)
     changes = [*ids[::5], *(rng.bytes(16) for _ in range(40))]
     for step, raw_id in enumerate(changes):
         removing = raw_id in model and step % 2
@@ -2000,8 +2000,7 @@ def test_an_index_from_its_snapshot_answers_as_the_index_does(
     later = iter(range(20_000, 30_000))
     _apply(restored, after, later)
     assert _answers(restored, now_ms + 5) == _answers(index, now_ms + 5)
-    data, arrays = restored.snapshot()
-    again = SearchIndex.from_snapshot(data, {k: a.copy() for k, a in arrays.items()})
+    again = _restored(restored)
     assert _answers(again, now_ms + 5) == _answers(index, now_ms + 5)
     _apply(index, more, iter(range(40_000, 50_000)))
     _apply(again, more, iter(range(40_000, 50_000)))
