@@ -161,6 +161,27 @@ async def test_histories_over_an_operators_replay_keep_one_tenant(laser: lm.Lase
     ]
 
 
+@pytest.mark.parametrize(
+    ("argument", "error", "says"),
+    [
+        ({"principal": "alice"}, lm.ConfigError, "principal is a Principal, got str"),
+        ({"principal": {"name": "p", "grants": ["kv:read:*"]}}, lm.ConfigError, "Principal"),
+        ({"governor": 5}, lm.ConfigError, "a governor is a callable"),
+        ({"embedder": "minilm"}, lm.InvalidInput, "an embedder has an embed_many"),
+        ({"tenant": 5}, lm.ConfigError, "tenant must be a string"),
+    ],
+)
+async def test_a_handle_refuses_arguments_of_the_wrong_kind_when_made(
+    laser: lm.Laser, argument, error, says
+):
+    """As `connect` does: refused when the handle is made, not at its first call (and a
+    principal's name given where the principal goes grants nothing)."""
+    before = await _ends(laser)
+    with pytest.raises(error, match=says):
+        laser.memory("notes", **argument)
+    assert await _ends(laser) == before
+
+
 async def test_grants_are_checked_before_anything_is_read_or_written(laser: lm.Laser):
     writer = laser.memory("notes")
     mid = await writer.remember("acme's secret", tenant="acme", conversation="c1")
