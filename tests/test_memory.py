@@ -289,6 +289,18 @@ async def test_scoped_handle_always_passes_its_conversation(laser: lm.Laser):
     with pytest.raises(lm.InvalidInput, match="scoped"):
         await c1.recall(conversation="c2")
     assert await texts(c2) == []
+    # Scoped again: to its own conversation it is the same scope; never to another, which
+    # would let a handle given out for one conversation reach the rest.
+    assert [i.id for i in await c1.scoped("c1").recall()] == [mine]
+    with pytest.raises(lm.InvalidInput, match="cannot be rescoped to 'c2'"):
+        c1.scoped("c2")
+    with pytest.raises(lm.InvalidName, match="conversation"):
+        laser.memory("notes").scoped("a\x00b")
+    assert repr(c1) == f"MemoryHandle(namespace={c1.namespace!r}, topic={c1.topic!r}, " + (
+        "conversation='c1')"
+    )
+    bound = laser.memory("notes", tenant="acme").scoped("c1")
+    assert repr(bound).endswith("conversation='c1', tenant='acme')")
 
 
 async def test_improve_reorders_every_strategy_but_recent(laser: lm.Laser):
