@@ -321,6 +321,33 @@ async def test_improve_reorders_every_strategy_but_recent(laser: lm.Laser):
     assert await texts(memory) == ["new alpha", "old alpha"]
 
 
+async def test_derived_handles_share_their_handles_fold(laser: lm.Laser, monkeypatch):
+    """A scoped or lineage-stamped handle reads through its handle's fold, bound to a
+    tenant or not: nothing folded is read again, and a new record is read once for all."""
+    read: list[int] = []
+    reading = laser.log.read
+
+    async def counting(*args, **kwargs):
+        async for batch in reading(*args, **kwargs):
+            read.append(len(batch))
+            yield batch
+
+    monkeypatch.setattr(laser.log, "read", counting)
+    for memory in (laser.memory("notes"), laser.memory("notes", tenant="acme")):
+        mine = await memory.remember_many(
+            [{"body": f"fact {n}", "conversation": "c1"} for n in range(20)]
+        )
+        assert len(await memory.recall(limit=100)) == 20
+        read.clear()
+        for derived in (memory.scoped("c1"), memory.with_lineage(producer={"name": "p"})):
+            assert {i.id for i in await derived.recall(conversation="c1", limit=100)} >= set(mine)
+        assert sum(read) == 0, read
+        await memory.scoped("c1").remember("one more")
+        assert len(await memory.scoped("c1").recall(limit=100)) == 21
+        assert len(await memory.recall(limit=100)) == 21
+        assert sum(read) == 1  # the new record, once, for the handle and all it derived
+
+
 async def test_feedback_scoped_to_a_conversation(laser: lm.Laser):
     memory = laser.memory("notes")
     mid = await memory.remember("x", dedup=True, conversation="c1")
@@ -675,6 +702,7 @@ async def test_typed_append_keeps_the_given_id_and_kind(laser: lm.Laser):
 
 async def test_every_write_returns_its_receipt(laser: lm.Laser):
     memory = laser.memory("notes")
+    assert memory.last_receipt is None  # nothing written through it yet
     mid = await memory.remember("x")
     assert memory.last_receipt == mid.receipt  # a plain remember's own path too
     durable = await memory.remember("y", durable=True)  # the path with options
