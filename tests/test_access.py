@@ -272,8 +272,18 @@ async def test_a_write_without_the_publish_grant_is_refused_before_its_input_is_
         reader.update("profile", {"a": 1}),
         reader.remove("bad\x00key"),
         reader.remove("profile", if_version=0),
+        reader.reembed("not an embedder"),
+        reader.reembed(Counting(), batch_size=0),
     ):
         with pytest.raises(lm.AccessDenied, match=f"publish:{laser.memory_topic_name}"):
+            await call
+    # A re-embedding reads every item first: the read grant too, before anything else.
+    publisher = laser.memory(
+        "notes",
+        principal=Principal("agent", tenant="acme", grants={"publish:*"}),
+    )
+    for call in (publisher.reembed("not an embedder"), publisher.reembed(Counting())):
+        with pytest.raises(lm.AccessDenied, match="kv:read:"):
             await call
     assert embedded == []
     assert await _ends(laser) == before
