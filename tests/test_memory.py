@@ -905,8 +905,9 @@ async def test_reads_before_the_first_write_answer_empty_and_make_nothing(
     any_log_url: str, stream_name: str, tmp_path
 ):
     """A stream nobody has written to yet has no topic: every read answers as for an
-    empty memory (never an error a caller must special-case), and reading makes no topic;
-    a view no folder has written yet answers empty too."""
+    empty memory (never an error a caller must special-case), an audit of the past
+    excepted, and reading makes no topic; a view no folder has written yet answers empty
+    too."""
     mid = lm.MemoryId.new()
     async with lm.connect(any_log_url, stream=stream_name) as laser:
         memory = laser.memory("notes")
@@ -917,6 +918,12 @@ async def test_reads_before_the_first_write_answer_empty_and_make_nothing(
         assert await memory.recall() == []
         assert await memory.recall(text="anything", strategy="keyword") == []
         assert await memory.history(mid) == []
+        # An audit of the past says there is none, as `replay` does: a stream named wrong
+        # is told apart from one that held nothing then.
+        with pytest.raises(lm.UnknownTopic, match="there is no past to read"):
+            await memory.as_of(0)
+        with pytest.raises(lm.InvalidInput, match="with a receipt"):
+            await memory.as_of(mid)  # an id never written has no place in the log
         with pytest.raises(lm.UnknownTopic):
             await laser.log.describe_topic(memory.topic)
     MemoryView.open(str(tmp_path / "view")).close()  # made, then never folded into
