@@ -938,6 +938,29 @@ async def test_reads_before_the_first_write_answer_empty_and_make_nothing(
             await laser.log.describe_topic(memory.topic)
 
 
+async def test_a_forget_as_the_first_write_lands_or_says_to_bootstrap(
+    any_log_url: str, stream_name: str
+):
+    """A forget (or feedback, or a remove) may come before any remember: on the embedded
+    log it makes the topic as a first remember does, and forgets what the log held then,
+    nothing; on Kafka it asks for the topic to be created first, writing nothing."""
+    mid = lm.MemoryId.new()
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        memory = laser.memory("notes")
+        if any_log_url.startswith("kafka://"):
+            for first in (memory.forget(mid), memory.improve(mid, 1.0), memory.remove("k")):
+                with pytest.raises(lm.UnknownTopic, match="laser-memory bootstrap"):
+                    await first
+            with pytest.raises(lm.UnknownTopic):  # no topic made by asking
+                await laser.log.describe_topic(memory.topic)
+            return
+        receipt = await memory.forget(mid)
+        assert [(h.op, h.offset) for h in await memory.history(mid)] == [("forget", 0)]
+        assert receipt.offset == 0
+        await memory.append(mid, "remembered after the forget", kind="fact")
+        assert [i.id for i in await memory.recall()] == [mid]  # not forgotten: it came later
+
+
 async def test_named_items_set_update_remove(laser: lm.Laser):
     memory = laser.memory("notes")
     assert await memory.fetch_folded("profile") is None
@@ -969,6 +992,7 @@ async def test_named_items_list_by_key_whatever_order_they_were_set_in(laser: lm
     want = ["a.b", "b", "k1", "k10", "k2", "é"]
     assert [i.key for i in await memory.named(folded=True)] == want
     assert [i.key for i in await memory.named("k", folded=True, limit=2)] == ["k1", "k10"]
+    assert await memory.named(folded=True, limit=0) == []  # 0 is a limit, as in recall
     await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
         until_caught_up=True
     )
@@ -977,6 +1001,7 @@ async def test_named_items_list_by_key_whatever_order_they_were_set_in(laser: lm
         managed = reader.memory("notes")
         assert [i.key for i in await managed.named()] == want
         assert [i.key for i in await managed.named("k", limit=2)] == ["k1", "k10"]
+        assert await managed.named(limit=0) == []
     finally:
         reader.managed_view().close()
 
