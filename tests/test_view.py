@@ -729,6 +729,12 @@ async def test_named_items_keep_every_version(viewed):
     assert history == await memory.history("profile", folded=True)
     with pytest.raises(lm.InvalidInput):
         await memory.fetch("profile", version=0)
+    # A key that is no name is refused from the view as from the log (the view alone
+    # answers an empty history for a key it could not hold, as though the key had none).
+    for bad in ("", "a\x00b", 5, b"profile"):
+        for folded in (False, True):
+            with pytest.raises(lm.InvalidName, match="named item key"):
+                await memory.history(bad, folded=folded)
 
 
 def test_a_patch_may_make_a_named_body_exactly_as_large_as_the_limit():
