@@ -169,6 +169,25 @@ async def test_put_get_update_delete(memory):
     assert again.created_at > item.created_at
 
 
+async def test_a_store_before_the_first_write_answers_empty_and_makes_nothing(
+    any_log_url: str, stream_name: str, tmp_path: Path
+):
+    """A graph's first read may come before any put: over a stream with no topic yet, or
+    a view no folder has written, the store is empty, and reading makes no topic."""
+    from folders.view import MemoryView
+
+    MemoryView.open(str(tmp_path / "view")).close()  # made, then never folded into
+    for view in (None, tmp_path / "view"):
+        async with lm.connect(any_log_url, stream=stream_name, view=view) as laser:
+            async with LaserStore(laser.memory("graph")) as store:
+                assert await store.asearch(("docs",)) == []
+                assert await store.asearch(("docs",), query="anything") == []
+                assert await store.alist_namespaces() == []
+                assert await store.aget(("docs",), "k") is None
+            with pytest.raises(lm.UnknownTopic):
+                await laser.log.describe_topic(laser.memory_topic_name)
+
+
 async def test_puts_in_one_millisecond_list_as_a_fresh_store_lists_them(tmp_path):
     # A store keeps its newest-first listing and puts each new item in its place; items
     # appended in one millisecond (one group commit) are ordered by partition, then

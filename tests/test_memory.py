@@ -932,6 +932,7 @@ async def test_reads_before_the_first_write_answer_empty_and_make_nothing(
         assert await memory.fetch("profile") is None
         assert await memory.named() == []
         assert await memory.recall() == []
+        assert await memory.recall(text="anything", strategy="keyword") == []
         assert await memory.history(mid) == []
         assert await memory.history("profile") == []
         with pytest.raises(lm.UnknownTopic):
