@@ -94,6 +94,20 @@ async def test_an_age_counts_back_from_the_connections_clock(tmp_path: Path):
         assert first not in {i.id for i in await memory.recall(folded=True)}
 
 
+async def test_purge_and_forget_expired_take_1000_items_a_call_by_default(tmp_path: Path):
+    """The README's default: at most 1,000 items a call, so a caller loops while a call
+    returns 1,000 (a larger default would be one long batch nobody asked for)."""
+    clock = SteppedClock(1_000_000_000_000)
+    async with lm.connect(f"local://{tmp_path / 'log'}", clock=clock) as laser:
+        memory = laser.memory("notes")
+        await memory.remember_many([{"body": f"old {n}"} for n in range(1001)])
+        await memory.remember_many([{"body": f"brief {n}", "ttl": 1.0} for n in range(1001)])
+        clock.step(60_000)
+        assert [await memory.forget_expired() for _ in range(3)] == [1000, 1, 0]
+        assert [await memory.purge(30.0) for _ in range(3)] == [1000, 1, 0]
+        assert await memory.recall(folded=True) == []
+
+
 async def test_a_moment_without_a_timezone_is_refused(tmp_path: Path):
     """A naive datetime was read as local time here and as UTC by as_of: which items a
     purge forgot depended on the machine's time zone."""
