@@ -152,6 +152,20 @@ async def test_counts_are_ascii_digits_within_their_range(big_view: Path):
             assert len(await response.json()) == 5
 
 
+async def test_a_recall_without_a_limit_gives_50_items_every_way(big_view: Path):
+    """The default limit is the same 50 over HTTP, from the managed view and from the
+    fold in process: the newest 50, alike."""
+    async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
+        async with http.get("/v1/recall", params={"namespace": "stream:s/notes"}) as response:
+            served = [item["id"] for item in await response.json()]
+    url = f"local://{big_view.parent / 'log'}"
+    async with lm.connect(url, stream="s", view=big_view, create=False) as laser:
+        memory = laser.memory("notes")
+        managed = [str(i.id) for i in await memory.recall()]
+        folded = [str(i.id) for i in await memory.recall(folded=True)]
+    assert len(served) == 50 and served == managed == folded
+
+
 async def test_a_query_that_is_no_utf8_once_percent_decoded_is_a_400(big_view: Path):
     """Read with replacement, ``key=%FF`` and ``key=%FE`` both fetched the key U+FFFD
     (and ``namespace=%FF`` recalled the namespace of that name): a 200 for bytes the
