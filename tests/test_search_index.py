@@ -1209,6 +1209,40 @@ def test_removing_the_entry_before_the_first_slots_links_its_neighbours_as_a_sca
     assert len(want) == 2  # the later note scores by its neighbour alone
 
 
+def test_removing_the_entry_after_the_first_slot_links_its_neighbours_as_a_scan_has_them():
+    """As above, the other way round in time: the first slot's entry is the oldest, so
+    the removal relinks the entry before it (linked only past slot 0, the first slot
+    kept pointing at the removed entry and lost its neighbour's lift)."""
+    items = [
+        _item(n, body, "c1", 0.0, None, (time, 0, n))
+        for n, body, time in ((0, "earlier note", 10), (1, "middle note", 20), (2, "alpha", 30))
+    ]
+    index = _index_of(items)
+    index.put(items[1].id.bytes, None)
+    want = rank([items[0], items[2]], strategy="hybrid", text="alpha", limit=2)
+    for searched in (index, _restored(index)):
+        got = searched.find(
+            "alpha", mode="hybrid", query_vector=None, min_similarity=None, limit=2,
+            exclude=frozenset(),
+        )  # fmt: skip
+        assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
+            (i.id.bytes, i.score, i.signals) for i in want
+        ]
+    assert len(want) == 2  # the earlier note scores by its neighbour alone
+
+
+def test_a_conversation_whose_entries_all_left_keeps_no_neighbour_list():
+    """A reader folds conversations that come and go for months: the neighbour list of
+    one whose every entry left goes with it, or each kept an empty list for good."""
+    items = [_item(n, f"note {n}", f"c{n % 3}", 0.0, None, (n, 0, n)) for n in range(9)]
+    index = _index_of(items)
+    assert set(index._groups) == {"c0", "c1", "c2"}
+    for item in items:
+        if item.scope.conversation != "c1":
+            index.put(item.id.bytes, None)
+    assert set(index._groups) == {"c1"}
+
+
 def test_a_feedback_ranked_read_after_a_weighted_entry_left_lists_each_entry_once():
     """The entries with feedback a feedback-ranked read keeps are forgotten with one that
     leaves: an entry put in its slot afterwards is listed once, by its own weight."""
