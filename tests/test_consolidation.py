@@ -143,22 +143,48 @@ async def test_a_slow_synchronous_summarizer_never_holds_the_event_loop(laser: l
 
 
 @pytest.mark.parametrize(
-    "summarizer, error",
+    "summarizer, error, says",
     [
-        (lambda bodies: 1 / 0, lm.SummarizeFailed),
-        (lambda bodies: b"", lm.SummarizeFailed),
-        (lambda bodies: 42, lm.SummarizeFailed),
-        (lambda bodies: "half a pair \ud83d", lm.SummarizeFailed),  # `remember` refuses it too
-        ("not a summarizer", lm.InvalidInput),
+        (lambda bodies: 1 / 0, lm.SummarizeFailed, "ZeroDivisionError"),
+        (lambda bodies: b"", lm.SummarizeFailed, "must return a non-empty str or bytes"),
+        (lambda bodies: 42, lm.SummarizeFailed, "returned int 42"),
+        # `remember` refuses it too; the reason says where, not only that it is no text.
+        (lambda bodies: "half a pair \ud83d", lm.SummarizeFailed, "not valid Unicode .* 12"),
+        ("not a summarizer", lm.InvalidInput, "summarizer"),
     ],
 )
-async def test_a_failing_summarizer_writes_nothing(laser: lm.Laser, summarizer, error):
+async def test_a_failing_summarizer_writes_nothing(laser: lm.Laser, summarizer, error, says):
     memory = laser.memory("notes")
     await _turns(memory, "c1", 3)
     ends = await laser.log.end_offsets(memory.topic)
-    with pytest.raises(error):
+    with pytest.raises(error, match=says):
         await memory.consolidate(1, summarizer=summarizer)
     assert await laser.log.end_offsets(memory.topic) == ends
+
+
+async def test_a_summary_may_be_a_bytearray(laser: lm.Laser):
+    """As `remember` takes any bytes-like body, a summarizer may return a bytearray: it
+    is stored as the bytes it holds (it was refused as no str or bytes)."""
+    memory = laser.memory("notes")
+    await _turns(memory, "c1", 3)
+    report = await memory.consolidate(10, summarizer=lambda bodies: bytearray(b"in short"))
+    assert report.summarized == 3  # the messages it summarizes
+    [summary] = await memory.recall(kind="summary")
+    assert summary.body == b"in short"
+
+
+async def test_consolidating_a_stream_with_no_topic_yet_does_nothing(
+    any_log_url: str, stream_name: str
+):
+    """Nothing to consolidate before the first write: an empty report, no summarizer
+    called, and no topic made (on Kafka, where a write would need one, no error)."""
+    called = []
+    async with lm.connect(any_log_url, stream=stream_name) as laser:
+        memory = laser.memory("notes")
+        report = await memory.consolidate(0, summarizer=called.append, prune_summarized=True)
+        assert report == lm.ConsolidationReport() and called == []
+        with pytest.raises(lm.UnknownTopic):
+            await laser.log.describe_topic(memory.topic)
 
 
 @pytest.mark.parametrize(
