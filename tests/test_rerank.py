@@ -100,6 +100,14 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
     [top, *_] = await memory.reranker(Async()).recall(text="keys", strategy="keyword")
     assert top.text == BODIES[0]
 
+    async def scores(texts):
+        return [len(t) for t in texts]
+
+    # A plain function handing back an awaitable (a client's call, say) is awaited: its
+    # coroutine is no list of scores.
+    [top, *_] = await memory.reranker(lambda query, texts: scores(texts)).recall(text="keys")
+    assert top.text == BODIES[0]
+
     def longest_first(query, texts):
         return [len(t) for t in texts]
 
