@@ -383,6 +383,20 @@ async def test_a_running_folder_stops_when_its_topic_is_recreated_and_folds_none
         await catch_up(laser, view)
 
 
+async def test_a_running_folder_stops_when_its_topic_is_deleted_and_keeps_its_view(viewed):
+    """A topic deleted (and not made again) while a folder follows it: the folder stops,
+    saying so, rather than wait for ever on a topic that is gone; the view keeps what it
+    folded, and its readers go on reading it."""
+    laser, view = viewed
+    memory = laser.memory("notes")
+    folder = asyncio.create_task(ViewFolder(laser.log, laser.memory_topic_name, view).run())
+    await memory.recall(after=await memory.remember("folded before the deletion"))
+    await laser.log.delete_topic(laser.memory_topic_name)
+    with pytest.raises(lm.UnknownTopic, match="was deleted while"):
+        await asyncio.wait_for(folder, 30)
+    assert [i.text for i in await memory.recall()] == ["folded before the deletion"]
+
+
 async def test_a_folder_asks_again_while_the_log_cannot_say_which_topic_it_holds(tmp_path):
     """Before each commit the folder asks the log which topic it holds; a log that cannot
     answer (a broker restarting) is asked again until it does, never taken as a change."""
