@@ -1186,36 +1186,19 @@ def test_a_vector_of_another_length_under_the_label_leaves_semantic_ranking_to_a
     assert index.can_rank(query)
 
 
-def test_removing_the_entry_before_the_first_slots_links_its_neighbours_as_a_scan_has_them():
+@pytest.mark.parametrize("first_slot", ["newest", "oldest"])
+def test_removing_an_entry_links_its_neighbours_as_a_scan_has_them(first_slot):
     """An entry's neighbours in its conversation (a hybrid score takes 0.3 of theirs)
-    are relinked when one between them goes, the entry in the index's first slot too."""
-    index = SearchIndex(None)
-    # Slots 0, 1, 2 in that order, but in time the conversation reads 2, 1, 0.
-    items = [
-        _item(n, body, "c1", 0.0, None, (time, 0, n))
-        for n, body, time in ((0, "later note", 30), (1, "middle note", 20), (2, "alpha", 10))
-    ]
-    index.put_many((item.id.bytes, item, False) for item in items)
-    index.put(items[1].id.bytes, None)
-    live = [items[0], items[2]]
-    want = rank(live, strategy="hybrid", text="alpha", limit=2)
-    got = index.find(
-        "alpha", mode="hybrid", query_vector=None, min_similarity=None, limit=2,
-        exclude=frozenset(),
-    )  # fmt: skip
-    assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
-        (i.id.bytes, i.score, i.signals) for i in want
-    ]
-    assert len(want) == 2  # the later note scores by its neighbour alone
-
-
-def test_removing_the_entry_after_the_first_slot_links_its_neighbours_as_a_scan_has_them():
-    """As above, the other way round in time: the first slot's entry is the oldest, so
-    the removal relinks the entry before it (linked only past slot 0, the first slot
+    are relinked when one between them goes, the entry in the index's first slot too,
+    whichever side of the removed one it is on (linked only past slot 0, the first slot
     kept pointing at the removed entry and lost its neighbour's lift)."""
+    # Slots 0, 1, 2 in that order; in time the conversation reads them backwards, or not.
+    times = (30, 20, 10) if first_slot == "newest" else (10, 20, 30)
     items = [
         _item(n, body, "c1", 0.0, None, (time, 0, n))
-        for n, body, time in ((0, "earlier note", 10), (1, "middle note", 20), (2, "alpha", 30))
+        for n, body, time in zip(
+            range(3), ("other note", "middle note", "alpha"), times, strict=True
+        )
     ]
     index = _index_of(items)
     index.put(items[1].id.bytes, None)
@@ -1228,7 +1211,7 @@ def test_removing_the_entry_after_the_first_slot_links_its_neighbours_as_a_scan_
         assert [(raw_id, r.score, r.signals) for raw_id, r in got] == [
             (i.id.bytes, i.score, i.signals) for i in want
         ]
-    assert len(want) == 2  # the earlier note scores by its neighbour alone
+    assert len(want) == 2  # the other note scores by its neighbour alone
 
 
 def test_a_conversation_whose_entries_all_left_keeps_no_neighbour_list():
