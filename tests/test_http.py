@@ -255,7 +255,10 @@ async def test_heavy_recalls_never_hold_other_requests(big_view: Path):
         finished: list[str] = []
 
         async def recall(n: int) -> None:
-            params = {"namespace": "stream:s/notes", "text": "common fact", "limit": "10"}
+            # Heavy: a thousand items ranked and sent. With ten, twelve recalls over the
+            # index an earlier test's server saved beside the view took 30 ms in all, and
+            # under load they could all end before stats (sent at 50 ms) did.
+            params = {"namespace": "stream:s/notes", "text": "common fact", "limit": "1000"}
             async with http.get("/v1/recall", params=params) as response:
                 assert response.status == 200
                 await response.read()
@@ -269,8 +272,9 @@ async def test_heavy_recalls_never_hold_other_requests(big_view: Path):
             finished.append("stats")
 
         await asyncio.gather(*(recall(n) for n in range(12)), stats())
-        # Twelve recalls through two read slots: stats answered while they queued.
-        assert finished.index("stats") < len(finished) - 1
+        # Twelve recalls through two read slots: stats answered while they queued, not
+        # in the queue behind them (it then finished among the last three).
+        assert finished.index("stats") < 6, finished
 
 
 async def test_a_flood_of_half_open_connections_keeps_a_normal_client_answered(
