@@ -234,8 +234,6 @@ async def test_parameters_a_handle_would_refuse_are_400s(big_view: Path):
                 assert r.status == 200 and await r.json() == [], path
         async with http.get("/v1/recall", params=[notes, ("limit", "5")]) as response:
             assert response.status == 200 and len(await response.json()) == 5
-        async with http.get("/v1/recall", params=[notes]) as response:
-            assert len(await response.json()) == 50  # recall's default, as in the SDK
         fetch = [notes, ("key", "profile"), ("tenant", ""), ("version", "1")]
         async with http.get("/v1/fetch", params=fetch) as response:
             assert response.status == 200 and (await response.json())["body"] == '{"a":1}'
