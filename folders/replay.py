@@ -353,12 +353,28 @@ async def snapshot(
     """
     namespace = validate_name(namespace, "namespace")
     tenant = _tenant_or_none(tenant)
+    by_receipt = isinstance(at, Appended) or (
+        isinstance(at, tuple) and bool(at) and all(isinstance(r, Appended) for r in at)
+    )
+    # What needs no topic is checked before the topic is asked for: bad input is told
+    # what is wrong with it, not that the topic does not exist.
+    as_of_ms: int | None = None
+    if by_receipt:
+        pass  # a receipt's fields are checked against the topic's shape, below
+    elif isinstance(at, Mapping):
+        for partition, offset in at.items():
+            if (
+                not isinstance(partition, int)
+                or not isinstance(offset, int)
+                or isinstance(offset, bool)
+                or offset < 0
+            ):
+                raise InvalidInput(f"positions map partitions to offsets, got {shown(dict(at))}")
+    else:
+        as_of_ms = to_millis(at)
     info = await log.describe_topic(topic)
     state = MemoryState(namespace, topic=topic, generation=info.generation)
-    as_of_ms: int | None = None
-    if isinstance(at, Appended) or (
-        isinstance(at, tuple) and at and all(isinstance(r, Appended) for r in at)
-    ):
+    if by_receipt:
         # One write's receipts (a remember that supersedes has two): exact in their
         # partitions, by the latest of their times elsewhere.
         receipts = (at,) if isinstance(at, Appended) else at
@@ -387,17 +403,8 @@ async def snapshot(
             )
         ]
     elif isinstance(at, Mapping):
-        for partition, offset in at.items():
-            if (
-                not isinstance(partition, int)
-                or not isinstance(offset, int)
-                or isinstance(offset, bool)
-                or offset < 0
-            ):
-                raise InvalidInput(f"positions map partitions to offsets, got {shown(dict(at))}")
         records = await replay(log, topic, namespace=namespace, until=at)
     else:
-        as_of_ms = to_millis(at)
         records = await replay(log, topic, namespace=namespace, until_ms=as_of_ms)
     positions: dict[int, int] = {}
     newest = None

@@ -837,18 +837,21 @@ class MemoryHandle:
             if at.receipt is None:
                 raise InvalidInput("as_of takes the MemoryId a remember returned (with a receipt)")
             at = (at.receipt, *at.also) if at.also else at.receipt
-        if await self._topic_info() is None:
+        try:
+            return await snapshot(
+                self._laser.log,
+                self.topic,
+                self.namespace,
+                at,
+                tenant=self.tenant,
+                embedder=self._embedder,
+            )
+        except UnknownTopic:
+            if await self._topic_info() is not None:
+                raise
             raise UnknownTopic(
                 f"topic {shown(self.topic)} does not exist: there is no past to read"
-            )
-        return await snapshot(
-            self._laser.log,
-            self.topic,
-            self.namespace,
-            at,
-            tenant=self.tenant,
-            embedder=self._embedder,
-        )
+            ) from None
 
     def _managed(self, folded: bool | None) -> bool:
         if folded is not None and not isinstance(folded, bool):

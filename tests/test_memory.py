@@ -924,6 +924,10 @@ async def test_reads_before_the_first_write_answer_empty_and_make_nothing(
             await memory.as_of(0)
         with pytest.raises(lm.InvalidInput, match="with a receipt"):
             await memory.as_of(mid)  # an id never written has no place in the log
+        # Bad input is told what is wrong with it first (it was told the topic was missing).
+        for bad, says in (("garbage", "a moment is"), (-5, "between the epoch"), ({0: -1}, "")):
+            with pytest.raises(lm.InvalidInput, match=says):
+                await memory.as_of(bad)
         with pytest.raises(lm.UnknownTopic):
             await laser.log.describe_topic(memory.topic)
     MemoryView.open(str(tmp_path / "view")).close()  # made, then never folded into
