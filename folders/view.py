@@ -110,6 +110,7 @@ from laser_memory.lmdb_env import (
     check_map_size,
     folder_path,
     open_failure,
+    real_folder,
     write_failure,
 )
 from laser_memory.log.port import LogRecord, Position
@@ -626,7 +627,7 @@ class MemoryView:
         build and save its index, then loads it (`folders.index_build`; None: never).
         Each search index's caches of per-term arrays hold up to ``search_cache_bytes``."""
         check_map_size(map_size, "a view's map_size")
-        real = os.path.realpath(view_path_of(path))
+        real = real_folder(view_path_of(path), "a view path")
         if not create and not os.path.isfile(os.path.join(real, "data.mdb")):
             raise NoView(
                 f"there is no view at {real}; check --view, or build one with "

@@ -26,6 +26,7 @@ __all__ = [
     "check_map_size",
     "folder_path",
     "open_failure",
+    "real_folder",
     "write_failure",
 ]
 
@@ -60,6 +61,24 @@ def folder_path(path: object, what: str) -> str:
         )
     check_utf8_path(text, what)
     return text
+
+
+def real_folder(path: str, what: str) -> str:
+    """The real path of the folder ``path`` names (links resolved: `SharedEnvironments`
+    knows one environment by it), `ConfigError` when a link on the way cannot be read.
+    Python before 3.13 raised that ``OSError`` raw (a ``/proc/<pid>/root`` a process may
+    not follow); 3.13 leaves such a link as it is, and the open then says what is wrong.
+
+    >>> real_folder("/tmp/../tmp/laser-data", "a local log's path")
+    '/tmp/laser-data'
+    """
+    try:
+        return os.path.realpath(path)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot resolve {what} {shown(path)}: {exc.strerror or exc}; name a folder "
+            "this process may reach"
+        ) from None
 
 
 def check_utf8_path(path: str, what: str) -> None:

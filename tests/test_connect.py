@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 import time
 
 import pytest
@@ -175,6 +176,37 @@ def test_connect_refuses_arguments_of_the_wrong_kind(tmp_path, arguments, error,
     with pytest.raises(error, match=says):
         lm.connect(f"local://{tmp_path}/log", **arguments)
     assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.skipif(
+    sys.version_info >= (3, 13), reason="3.13's realpath leaves a link it cannot read as it is"
+)
+@pytest.mark.parametrize("where", ["log", "view"])
+async def test_a_path_through_a_link_that_cannot_be_read_is_a_config_error(
+    tmp_path, monkeypatch, where
+):
+    """Python before 3.13 raises a link's unreadable target (``/proc/1/root`` in a
+    container without ptrace rights) from ``os.path.realpath``: it escaped the connect
+    or the view's open raw. The readlink of one real link is made to fail so: where
+    the kernel refuses it depends on the machine's rights."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "target", target_is_directory=True)
+    readlink = os.readlink
+
+    def refused(path, *args, **kwargs):
+        if os.fspath(path) == str(link):
+            raise PermissionError(13, "Permission denied", str(path))
+        return readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", refused)
+    if where == "log":
+        with pytest.raises(lm.ConfigError, match=r"cannot resolve a local log's path .*Permission"):
+            lm.connect(f"local://{link}/log")
+    else:
+        async with lm.connect(f"local://{tmp_path}/log", view=link / "view") as laser:
+            with pytest.raises(lm.ConfigError, match=r"cannot resolve a view path .*Permission"):
+                await laser.memory("notes").recall()
+    assert not (tmp_path / "target").exists()
 
 
 @pytest.mark.parametrize("log", ["local://./laser-data", None, object()])

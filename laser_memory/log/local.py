@@ -59,6 +59,7 @@ from ..lmdb_env import (
     check_map_size,
     folder_path,
     open_failure,
+    real_folder,
     write_failure,
 )
 from .deadlines import Deadlines
@@ -227,7 +228,8 @@ class LocalLog(LogLifecycle):
     """
 
     def __init__(self, path: str | os.PathLike[str], config: LocalLogConfig | None = None):
-        self._path = os.path.realpath(folder_path(path, "a local log's path"))
+        what = "a local log's path"
+        self._path = real_folder(folder_path(path, what), what)
         if config is not None and not isinstance(config, LocalLogConfig):
             raise ConfigError(f"config is a LocalLogConfig or None, got {type(config).__name__}")
         self._config = config or LocalLogConfig()
