@@ -112,8 +112,11 @@ def load_json(data: bytes | str, what: str = "the body") -> Any:
         raise InvalidBody(f"{what} is not valid JSON: {exc}") from None
 
 
-def dump_json(value: Any, what: str = "the body") -> bytes:
-    """Compact strict JSON bytes; raises `InvalidBody` for values JSON cannot hold."""
+def dump_json(value: Any, what: str = "the body", most: int = MAX_JSON_DEPTH) -> bytes:
+    """Compact strict JSON bytes; raises `InvalidBody` for values JSON cannot hold.
+    ``most`` is the depth the caller allows ``what`` (named in the error when the value
+    is too deep to write at all): less than `MAX_JSON_DEPTH` for a value stored inside
+    another object."""
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return text.encode("utf-8")
@@ -130,7 +133,7 @@ def dump_json(value: Any, what: str = "the body") -> bytes:
             # Python's own words ("maximum recursion depth exceeded") name no limit of ours.
             raise InvalidBody(
                 f"{what} nests more levels deep than JSON can be written here; at most "
-                f"{MAX_JSON_DEPTH} are allowed"
+                f"{most} are allowed"
             ) from None
         raise InvalidBody(f"{what} cannot be written as JSON: {reason}") from None
 

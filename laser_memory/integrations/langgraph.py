@@ -1239,7 +1239,9 @@ class LaserStore(BaseStore):
                     raise InvalidInput(
                         f"ttl {shown(op.ttl)} minutes ends past the year 292 million"
                     )
-            body = memory._check_body(dump_json(envelope, "the store value"))
+            body = memory._check_body(
+                dump_json(envelope, "the store value", most=MAX_JSON_DEPTH - 1)
+            )
             # The value sits one level down in the stored object: what a fold cannot
             # parse back is refused here, never stored unreadable.
             if json_too_deep(body):
