@@ -75,7 +75,10 @@ def to_millis(moment: dt.datetime | int | float) -> int:
     if isinstance(moment, dt.datetime):
         millis = aware_millis(moment, "the moment", "datetime(2026, 5, 1, 9, tzinfo=timezone.utc)")
         if not 0 <= millis < 1 << 63:
-            raise InvalidInput(f"a moment must fall after the epoch, got {moment.isoformat()}")
+            raise InvalidInput(
+                "a moment must not fall before the epoch (1970-01-01T00:00:00Z), got "
+                f"{moment.isoformat()}"
+            )
         return millis
     if isinstance(moment, bool) or not isinstance(moment, int | float):
         raise InvalidInput(
