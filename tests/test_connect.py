@@ -573,6 +573,27 @@ async def test_a_stop_ends_while_tasks_keep_writing(any_log_url: str, stream_nam
     assert {item.id for item in kept} <= set(acknowledged)
 
 
+async def test_a_stop_wakes_when_its_one_plain_write_is_appended(tmp_path):
+    """A plain remember counts as one write under way (the others nest two: a
+    connection's and their writer's), so only its end can wake the stop: a stop that
+    woke on a count above 0 passed every test with more than one."""
+    url = f"local://{tmp_path}/log"
+    laser = lm.connect(url)
+    await laser.start()
+    await laser.bootstrap(partitions=1)
+    notes = laser.memory("notes")
+    await notes.remember("first")
+    write = asyncio.create_task(notes.remember("alone"))
+    await asyncio.sleep(0)  # its append is waiting for the commit
+    assert not write.done()
+    await asyncio.wait_for(laser.stop(), 10)
+    assert write.done()
+    async with lm.connect(url) as again:
+        kept = await again.memory("notes").recall(folded=True)
+    assert [item.text for item in kept] == ["alone", "first"]
+    assert kept[0].id == write.result()
+
+
 async def test_a_stop_waits_for_a_lone_write_still_embedding(tmp_path):
     url = f"local://{tmp_path}/log"
     async with lm.connect(url) as laser:
