@@ -250,6 +250,13 @@ async def test_a_view_path_with_no_view_is_said_at_once_unless_a_write_is_awaite
         with pytest.raises(lm.NoView, match="there is no view"):
             await memory.recall(after=written, timeout=0.3)
         assert time.monotonic() - started >= 0.3
+        # A folder that makes the view meanwhile (in this process too: the wait yields)
+        # answers the read.
+        waiting = asyncio.create_task(memory.recall(after=written, timeout=5))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        await ViewFolder(laser.log, memory.topic, tmp_path / "nope").run(until_caught_up=True)
+        assert [item.text for item in await asyncio.wait_for(waiting, 10)] == ["a fact"]
 
 
 async def test_bad_records_are_set_aside_and_counted(viewed):
