@@ -379,6 +379,17 @@ async def test_agent_configuration_is_checked(laser: lm.Laser):
         await laser.spawn_agent("", AgentTopic.SESSIONS, print)
     with pytest.raises(lm.InvalidInput):
         await laser.send_to_agent("triage", "")
+    # A message no agent could be named by, or in no conversation a name can be, is
+    # refused before it reaches the sessions topic (an int was written, and every
+    # agent's decoder then set it aside; an empty id was a message for no one).
+    for agent_id, conversation in ((5, None), ("", None), ("tri\x00age", None), ("triage", 5)):
+        with pytest.raises(lm.InvalidName):
+            await laser.send_to_agent(agent_id, "hello", conversation=conversation)
+    try:
+        ends = await laser.log.end_offsets(f"{laser.stream}.{AgentTopic.SESSIONS}")
+    except lm.UnknownTopic:
+        ends = {}
+    assert not any(ends.values())
     # A memory of another kind failed every message whose session linked it, once the
     # agent ran; an agent made by hand on no connection was a raw AttributeError, and
     # one on no topic failed only when started.
