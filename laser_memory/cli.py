@@ -199,7 +199,7 @@ def _print_items(items: list[MemoryItem], as_json: bool) -> None:
     if not items:
         click.echo("(nothing recalled)")
     for item in items:
-        conversation = item.conversation or "-"
+        conversation = printable(item.conversation or "-")
         click.echo(
             f"{item.id}  {item.kind.value:<9} {conversation:<14} w={item.weight:<6g} "
             f"{printable(item.text)}"
@@ -504,7 +504,7 @@ async def named(prefix, url, stream, namespace, as_json, view, tenant) -> None:
                 body = item.text
             click.echo(json.dumps({"key": item.key, "body": body, "version": item.version}))
         else:
-            click.echo(f"{item.key}\t{item.version}\t{printable(item.text)}")
+            click.echo(f"{printable(item.key)}\t{item.version}\t{printable(item.text)}")
 
 
 def _topic_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -648,7 +648,9 @@ def _remake_snapshots(view: str, reads: list[Read]) -> None:
             prepared = opened.prepare_index(namespace, where, ApproximateSearch())
             read = _read_label(tenant, conversation, embedder, superseded)
             done = "saved" if prepared.snapshot is not None else f"not saved: {prepared.reason}"
-            click.echo(f"  {namespace}{read}: {prepared.entries} entries, {done}", err=True)
+            click.echo(
+                f"  {printable(namespace)}{read}: {prepared.entries} entries, {done}", err=True
+            )
 
 
 @main.command()
@@ -748,7 +750,7 @@ def stats(view: str, url: str | None, as_json: bool) -> None:
         read = _read_label(
             snapshot.tenant, snapshot.conversation, snapshot.embedder, snapshot.superseded
         )
-        click.echo(f"  {snapshot.namespace}{read}: {state}")
+        click.echo(f"  {printable(snapshot.namespace)}{read}: {state}")
 
 
 def _read_label(
@@ -949,7 +951,7 @@ def _print_history(entries, as_json: bool) -> None:
         detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
         if entry.weight is not None:
             detail = f"weight {entry.weight:g}"
-        conversation = entry.conversation or "-"
+        conversation = printable(entry.conversation or "-")
         click.echo(
             f"{when}  v{entry.version:<3} {entry.op:<12} {entry.topic}/{entry.partition}@"
             f"{entry.offset}  {conversation:<12} {printable(detail)}"
@@ -1081,7 +1083,7 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
             elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
                 target = str(MemoryId(logged.record.target))
             else:
-                target = entry.key or ""
+                target = printable(entry.key or "")
             detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
             if entry.weight is not None:
                 detail = f"weight {entry.weight:g}"
@@ -1091,7 +1093,7 @@ async def replay(url, stream, namespace, as_json, view, since, until, tenant, al
                 detail = f"by {entry.superseded_by}"
             click.echo(
                 f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
-                f"{entry.conversation or '-':<12} {printable(detail)}"
+                f"{printable(entry.conversation or '-'):<12} {printable(detail)}"
             )
 
 

@@ -260,14 +260,18 @@ def shown(value: object) -> str:
 
 
 #: Control characters (C0 with newline and tab, DEL, C1): what a terminal acts on rather
-#: than shows.
-_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: than shows. With them the bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E,
+#: U+2066-U+2069), which reorder how the rest of a line is shown (an id or an operation
+#: read backwards, the "Trojan Source" trick), and the line and paragraph separators
+#: (U+2028, U+2029) some viewers break a line at.
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:
     """``text`` with its control characters escaped as a repr escapes them (``\\n``,
-    ``\\x1b``), for text a producer wrote that is printed to a person: a newline could
-    forge a line of a listing, an escape sequence drive the terminal.
+    ``\\x1b``, ``\\u202e``), for text a producer wrote that is printed to a person: a
+    newline could forge a line of a listing, an escape sequence drive the terminal, a
+    bidirectional override show the rest of the line reversed.
 
     >>> printable("ok\\n\\x1b[2J")
     'ok\\\\n\\\\x1b[2J'

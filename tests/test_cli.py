@@ -246,6 +246,20 @@ def test_listings_print_a_body_on_its_own_line_with_its_control_characters_escap
     assert item["body"] == forged
     # One value, printed as it is (click drops escape sequences when not a terminal).
     assert run("fetch", "k", *common).startswith("ok\n2026-12-05T00:00:00.000Z  forget")
+    # Bidirectional controls (a name may hold them) reorder how the rest of a line is
+    # shown: an override in a conversation or a key showed the body, or the operation
+    # after it, backwards. Escaped wherever a listing prints what a producer wrote; a
+    # line separator too, where some viewers break a line.
+    other = ["--url", f"local://{tmp_path / 'other'}"]
+    mid = run("remember", "evil\u2066 body\u2028", "--conversation", "c\u202e", *other)
+    mid = mid.split()[0]
+    run("set", "k\u202e", "value\u200f", *other)
+    for args in (("recall",), ("replay",), ("audit", mid), ("named",)):
+        output = run(*args, *other)
+        for control in ("\u202e", "\u2066", "\u2028", "\u200f"):
+            assert control not in output, (args, control, output)
+        assert "\\u202e" in output, (args, output)
+    assert json.loads(run("recall", "--json", *other))[0]["scope"]["conversation"] == "c\u202e"
 
 
 def test_named_bodies_are_json_or_text_and_json_output_is_strict(tmp_path):
