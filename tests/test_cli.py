@@ -451,9 +451,47 @@ def test_purge_from_the_command_line(any_log_url: str, stream_name: str):
     assert "1 forgotten" in run("purge", "--expired", *common)
     assert "say what to forget" in run("purge", *common, ok=False)
     assert "no age" in run("remember", "x", "--ttl", "soon", *common, ok=False)
-    # An age of 0 is every item, as asked.
-    assert "2 forgotten" in run("purge", "--older-than", "0s", *common)
+    # An age of 0 is every item, as asked; each batch says how far it got on stderr.
+    every = CliRunner().invoke(main, ["purge", "--older-than", "0s", "--limit", "1", *common])
+    assert every.exit_code == 0, every.output
+    assert every.stdout == "2 forgotten\n"
+    assert every.stderr == "forgot 1 (1 so far)\nforgot 1 (2 so far)\n"
     assert json.loads(run("recall", *common, "--json")) == []
+
+
+def test_bootstrap_makes_four_partitions_unless_told_and_says_so_in_json(tmp_path):
+    common = ["--url", f"local://{tmp_path / 'log'}", "--stream", "s"]
+    made = [json.loads(line) for line in run("bootstrap", *common, "--json").splitlines()]
+    assert made == [
+        {"topic": "s.agent.memory", "partitions": 4},
+        {"topic": "s.agent.sessions", "partitions": 4},
+    ]
+
+
+def test_remember_options_reach_the_record(tmp_path):
+    """Each of remember's options as the item recalls it: the kind (a fact unless
+    given), --durable, --dedup (the same text once) and --ttl in every unit."""
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    ages = {"45s": 45, "30m": 30 * 60, "1.5h": 5_400, "2d": 2 * 86_400, "90": 90}
+    ids = {
+        age: json.loads(run("remember", f"ttl {age}", "--ttl", age, *common, "--json"))["id"]
+        for age in ages
+    }
+    durable = json.loads(run("remember", "kept", "--durable", *common, "--json"))["id"]
+    once = json.loads(run("remember", "same fact", "--dedup", *common, "--json"))["id"]
+    again = json.loads(run("remember", "same fact", "--dedup", *common, "--json"))["id"]
+    twice = json.loads(run("remember", "same fact", *common, "--json"))["id"]
+    assert once == again != twice
+    items = {item["id"]: item for item in json.loads(run("recall", *common, "--json"))}
+    for age, seconds in ages.items():
+        item = items[ids[age]]
+        # Set by the writer's clock as it wrote, a millisecond or so before the append.
+        lasts = item["expires_at_ms"] - item["append_time_ms"]
+        assert seconds * 1000 - 1000 < lasts <= seconds * 1000, (age, lasts)
+    assert items[durable]["lifetime"] == "durable" and items[durable]["expires_at_ms"] is None
+    assert {items[ids["45s"]]["lifetime"], items[twice]["lifetime"]} == {"session"}
+    assert {item["kind"] for item in items.values()} == {"fact"}
+    assert len(items) == 8  # the deduplicated fact is one item
 
 
 def test_fold_prints_status_lines_as_often_as_asked_and_none_at_0(tmp_path):
