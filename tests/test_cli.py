@@ -73,6 +73,9 @@ def test_a_memory_session_from_the_command_line(any_log_url: str, stream_name: s
     run("set", "prefs", "dark mode", *common)
     listed = [json.loads(line) for line in run("named", "pro", *common, "--json").splitlines()]
     assert listed == [fetched]
+    # A body that is no JSON is listed as its text.
+    listed = [json.loads(line) for line in run("named", *common, "--json").splitlines()]
+    assert listed == [{"key": "prefs", "body": "dark mode", "version": 1}, fetched]
     assert [line.split("\t")[0] for line in run("named", *common).splitlines()] == [
         "prefs",
         "profile",
@@ -82,6 +85,9 @@ def test_a_memory_session_from_the_command_line(any_log_url: str, stream_name: s
     assert json.loads(run("fetch", "profile", *common, "--json")) == fetched
     run("remove", "profile", *common, "--if-version", "2")
     assert "no named item" in run("fetch", "profile", *common, ok=False)
+    # With --json an absent item is null on stdout (and still exit code 1).
+    absent = CliRunner().invoke(main, ["fetch", "profile", *common, "--json"])
+    assert absent.exit_code == 1 and absent.stdout == "null\n", absent.output
     assert "0" in run("remove", "prefs", *common, "--if-version", "0", ok=False)
     run("remove", "prefs", *common)
     assert run("named", *common) == ""
