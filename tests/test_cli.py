@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+import laser_memory as lm
 from laser_memory.cli import main
 
 
@@ -283,6 +285,7 @@ def test_reads_never_create_a_log_a_view_or_a_topic(tmp_path):
         ("recall", "--url", f"local://{missing}"),
         ("replay", "--url", f"local://{missing}"),
         ("fetch", "k", "--url", f"local://{missing}"),
+        ("named", "--url", f"local://{missing}"),
         ("audit", "0" * 26, "--url", f"local://{missing}"),
         ("stats", "--view", str(missing)),
         ("recall", "--url", f"local://{tmp_path / 'log'}", "--view", str(missing)),
@@ -474,6 +477,21 @@ def test_bootstrap_makes_four_partitions_unless_told_and_says_so_in_json(tmp_pat
     ]
 
 
+def test_recall_gives_the_newest_50_unless_told(tmp_path):
+    """As recall() and HTTP do; --limit 0 is a recall of nothing, not refused."""
+    url = f"local://{tmp_path / 'log'}"
+
+    async def write() -> list[str]:
+        async with lm.connect(url) as laser:
+            ids = await laser.memory("notes").remember_many([f"fact {n}" for n in range(51)])
+            return [str(mid) for mid in ids]
+
+    written = asyncio.run(write())
+    recalled = [item["id"] for item in json.loads(run("recall", "--url", url, "--json"))]
+    assert len(recalled) == 50 and set(recalled) <= set(written)
+    assert json.loads(run("recall", "--url", url, "--limit", "0", "--json")) == []
+
+
 def test_remember_options_reach_the_record(tmp_path):
     """Each of remember's options as the item recalls it: the kind (a fact unless
     given), --durable, --dedup (the same text once) and --ttl in every unit."""
@@ -545,6 +563,10 @@ def test_writes_say_what_they_wrote_and_an_age_without_a_unit_is_seconds(tmp_pat
     stats = run("stats", "--view", str(tmp_path / "view"))
     for line in ("items:      1", "named:      1", "set aside:  0", "watermark:  {"):
         assert f"\n{line}" in stats, stats
+    gone = json.loads(run("remove", "profile", *common, "--json"))
+    assert gone["key"] == "profile" and gone["receipt"]["topic"] == "s.agent.memory"
+    forgotten = run("forget", written["id"], *common)
+    assert forgotten.startswith(f"{written['id']} ") and where.search(forgotten), forgotten
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
