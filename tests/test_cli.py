@@ -605,9 +605,26 @@ def test_a_running_folder_stops_cleanly_on_a_signal_and_a_restart_resumes(tmp_pa
             folder.kill()
     assert folder.returncode == 0, rest
     assert re.search(rf"stopped by {stop.name}: folded 2 records; watermark {{\d+: 2}}", rest)
+    assert "folded None" not in rest  # the stop's line is the last: no end-of-run line
     run("remember", "after it stopped", "--url", url)
     resumed = run("fold", "--url", url, "--view", view, "--exit-when-caught-up")
     assert "folded 1 records" in resumed
+
+
+def test_fold_and_rebuild_of_a_topic_not_made_yet_say_so_and_make_nothing(tmp_path):
+    """A folder started before the first write (or with a mistyped --stream) is told
+    what to do, and leaves no view; a rebuild of a mistyped --url makes no log."""
+    url, view = f"local://{tmp_path / 'log'}", tmp_path / "view"
+    run("bootstrap", "--url", url, "--stream", "a")
+    for command in ("fold", "rebuild"):
+        said = run(command, "--url", url, "--stream", "b", "--view", str(view), ok=False)
+        assert "topic 'b.agent.memory' does not exist" in said, said
+        assert not view.exists(), command
+    missing = tmp_path / "typo"
+    said = run("rebuild", "--url", f"local://{missing}", "--view", str(view), ok=False)
+    assert "no log at" in said, said
+    assert not missing.exists() and not view.exists()
+    assert "bootstrap" in run("fold", "--url", url, "--view", str(view), ok=False)
 
 
 def test_serve_on_a_port_in_use_or_out_of_range_says_so(tmp_path):
