@@ -175,6 +175,10 @@ def test_reembed_from_the_command_line(tmp_path: Path):
     assert json.loads(result.output)[0]["body"] == "rotate signing keys monthly"
     result = runner.invoke(main, ["reembed", "--url", url])
     assert result.exit_code != 0 and "--embedder" in result.output
+    # Run again, it writes only what is missing: nothing, and says so on stdout.
+    result = runner.invoke(main, ["reembed", "--url", url, "--embedder", "word-hash"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "wrote 0 vector(s) of test/word-hash\n"
 
 
 @pytest.mark.parametrize("batch_size", [0, True, "2", 4097])

@@ -320,6 +320,10 @@ async def test_stats_with_the_log_say_how_far_the_view_is_behind(viewed):
     await catch_up(laser, view)
     out = await cli("stats", "--view", str(view), "--url", url)
     assert "behind:     0 record(s) (caught up)" in out.output
+    generation = (await laser.log.describe_topic(laser.memory_topic_name)).generation
+    assert f"\ntopic:      {laser.memory_topic_name} (generation {generation})\n" in out.output
+    report = json.loads((await cli("stats", "--view", str(view), "--url", url, "--json")).output)
+    assert report["log"]["behind"] == {}  # only partitions behind are listed
     await laser.log.delete_topic(laser.memory_topic_name)
     await laser.bootstrap(partitions=4)
     out = await cli("stats", "--view", str(view), "--url", url)
