@@ -67,6 +67,9 @@ def test_a_memory_session_from_the_command_line(any_log_url: str, stream_name: s
     )
     assert json.loads(run("recall", *common, "--conversation", "c2", "--json")) == []
     assert "prefers email" in run("recall", *common, "--limit", "1")
+    # An id nothing touched has an empty audit, said so (and [] in JSON), not an error.
+    assert run("audit", "0" * 26, *common) == "(no records)\n"
+    assert json.loads(run("audit", "0" * 26, *common, "--json")) == []
 
     run("set", "profile", '{"name": "Ada", "channel": "phone"}', *common)
     run("update", "profile", '{"channel": "email", "name": null}', *common)
