@@ -361,10 +361,9 @@ async def snapshot(
     )
     # What needs no topic is checked before the topic is asked for: bad input is told
     # what is wrong with it, not that the topic does not exist.
+    # (A receipt's fields are checked against the topic's shape, below.)
     as_of_ms: int | None = None
-    if by_receipt:
-        pass  # a receipt's fields are checked against the topic's shape, below
-    elif isinstance(at, Mapping):
+    if isinstance(at, Mapping):
         for partition, offset in at.items():
             if (
                 not isinstance(partition, int)
@@ -373,7 +372,7 @@ async def snapshot(
                 or offset < 0
             ):
                 raise InvalidInput(f"positions map partitions to offsets, got {shown(dict(at))}")
-    else:
+    elif not by_receipt:
         as_of_ms = to_millis(at)
     info = await log.describe_topic(topic)
     state = MemoryState(namespace, topic=topic, generation=info.generation)
