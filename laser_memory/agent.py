@@ -38,7 +38,7 @@ import asyncio
 import enum
 import inspect
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -142,18 +142,31 @@ class Session:
         return memory.with_lineage(origin=self.origin, producer=producer)._derive(tenant=tenant)
 
     async def record_retrieval(
-        self, query: str, items: Sequence[MemoryItem], memory: MemoryHandle | None = None
+        self, query: str, items: Iterable[MemoryItem], memory: MemoryHandle | None = None
     ) -> int:
         """Write a `retrieved` record for each item that entered this session's context,
-        in one batch; returns how many. The items' histories show it."""
+        in one batch; returns how many. The items' histories show it. ``items`` is any
+        iterable of recalled `MemoryItem`s (a list, a generator); anything else is
+        `InvalidInput`, with nothing written."""
         memory = memory if memory is not None else self._agent.memory
         if memory is None:
             raise ConfigError("this agent has no memory: pass one to record_retrieval")
         memory._check_publish()  # with items or without: a write it may not make
         if not isinstance(query, str):
             raise InvalidInput(f"query is a string, got {type(query).__name__}")
-        if isinstance(items, str | bytes) or not all(isinstance(i, MemoryItem) for i in items):
-            raise InvalidInput("items are the MemoryItems a recall returned")
+        try:
+            str.encode(query, "utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput(f"query {shown(query)} is not valid Unicode text") from None
+        refused = InvalidInput("items are the MemoryItems a recall returned")
+        if isinstance(items, str | bytes):
+            raise refused
+        try:  # once, as a list: a generator checked by `all` was spent, and nothing written
+            listed = list(items)
+        except TypeError:  # one item, a number: not a sequence
+            raise refused from None
+        if not all(isinstance(i, MemoryItem) for i in listed):
+            raise refused
         records = [
             Retrieved(
                 ns=memory.namespace,
@@ -166,7 +179,7 @@ class Session:
                 query=query,
                 session=self.origin,
             )
-            for item in items
+            for item in listed
         ]
         if records:
             await memory._write(records)

@@ -124,6 +124,7 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
     kb = await memory.remember("node-7 logins fail after the key rotation", conversation="kb")
     other = await memory.remember("rotate keys on Mondays", conversation="kb")
     refused: list[type] = []
+    generated: list[int] = []
 
     async def answer(message: lm.AgentMessage) -> None:
         [item] = await memory.recall(conversation="kb", text="node-7", strategy="keyword")
@@ -141,15 +142,21 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
                 session.acting_on(bad)
             except lm.InvalidInput:
                 refused.append(type(bad))
-        for items in ("a string", [5], [kb], [item, None]):  # no list of recalled items
+        # No list of recalled items (one item alone, a number: a raw TypeError before).
+        for items in ("a string", [5], [kb], [item, None], item, 5):
             try:
                 await session.record_retrieval("q", items)
             except lm.InvalidInput as exc:
                 refused.append(str(exc))
-        try:  # a query that is no text was written, and set aside by every fold
-            await session.record_retrieval(5, [item])
-        except lm.InvalidInput as exc:
-            refused.append(str(exc))
+        # A query that is no text was written, and set aside by every fold; one that is no
+        # Unicode failed as a record that "cannot be encoded".
+        for query in (5, "\ud800"):
+            try:
+                await session.record_retrieval(query, [item])
+            except lm.InvalidInput as exc:
+                refused.append(str(exc))
+        # A generator is taken whole: checking it spent it, and 0 was written.
+        generated.append(await session.record_retrieval("from a generator", (i for i in [item])))
 
     agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, lm.MemoryHandler(answer, memory))
     try:
@@ -160,7 +167,12 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
         await agent.stop()
     assert refused == [str, lm.MemoryId, type(None)] + [
         "items are the MemoryItems a recall returned"
-    ] * 4 + ["query is a string, got int"]
+    ] * 6 + ["query is a string, got int", "query '\\ud800' is not valid Unicode text"]
+    assert generated == [1]
+    history = await memory.history(kb)
+    assert [(e.op, e.body) for e in history if e.op == "retrieved"] == [
+        ("retrieved", b"from a generator")
+    ]
     by_text = {i.text: i.origin for i in await memory.recall(conversation="a")}
     where = {text: (o.topic, o.partition, o.offset) for text, o in by_text.items()}
     assert where == {
