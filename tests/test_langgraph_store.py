@@ -1776,9 +1776,13 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 with pytest.raises(lm.ConfigError, match="index dims"):
                     LaserStore(memory, index={"dims": dims, "embed": TrigramEmbeddings()})
             assert LaserStore(memory, index={"dims": 1, "embed": TrigramEmbeddings()})
-            for fields in ("text", [""], [5]):
+            for fields in ("text", [""], [5], 5):  # 5: a raw TypeError before
                 with pytest.raises(lm.ConfigError, match="index fields"):
                     LaserStore(memory, index={**index, "fields": fields})
+            # Fields given by a generator are taken whole: checking them spent it, and the
+            # store embedded no field at all.
+            made = LaserStore(memory, index={**index, "fields": (f for f in ["text", "$.b"])})
+            assert made.index_config["fields"] == ["text", "$.b"]
 
     asyncio.run(check())
 

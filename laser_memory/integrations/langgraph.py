@@ -1011,9 +1011,13 @@ class LaserStore(BaseStore):
         embed = index.get("embed")
         if embed is None:
             raise ConfigError("index needs embed: an Embeddings, a function, or a provider name")
-        fields = index.get("fields") or ["$"]
-        if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
-            raise ConfigError(f"index fields is a list of JSON paths, got {shown(fields)}")
+        given = index.get("fields") or ["$"]
+        try:  # once, as a list: a generator checked by `all` was spent, and nothing indexed
+            fields = None if isinstance(given, str) else list(given)
+        except TypeError:
+            fields = None  # a number: no list
+        if fields is None or not all(isinstance(f, str) and f for f in fields):
+            raise ConfigError(f"index fields is a list of JSON paths, got {shown(given)}")
         for field in fields:
             tokenize_path(field)
         if isinstance(embed, Embedder):
@@ -1033,7 +1037,7 @@ class LaserStore(BaseStore):
             raise ConfigError(
                 f"label {shown(name)} is no '<provider>/<model>' of at most 255 bytes"
             )
-        self.index_config = {**index, "fields": list(fields)}
+        self.index_config = {**index, "fields": fields}
         self.embeddings = embeddings
         self._fields = list(fields)
         if isinstance(embeddings, _LaserEmbeddings):
