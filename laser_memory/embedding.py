@@ -101,15 +101,31 @@ def check_texts(texts: object) -> Sequence[str]:
     return [str.__str__(text) for text in texts]
 
 
+def is_label(label: object) -> bool:
+    """Whether ``label`` can name an embedder's vectors in a record as every fold takes
+    it: a str holding '/', of at most 255 bytes of UTF-8, without NUL. (A label with a
+    NUL was written and then set aside by every fold; one that is no Unicode text, a
+    lone surrogate, escaped as a raw `UnicodeEncodeError`.)"""
+    if not isinstance(label, str):
+        return False
+    text = str.__str__(label)  # a subclass: the text it holds, not its own methods
+    try:
+        size = len(str.encode(text, "utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return "/" in text and size <= 255 and "\x00" not in text
+
+
 def validate_embedder(embedder: object) -> Embedder:
     """Check an object can serve as an embedder; raises `InvalidInput`."""
     label = getattr(embedder, "label", None)
     dimensions = getattr(embedder, "dimensions", None)
     if not callable(getattr(embedder, "embed_many", None)):
         raise InvalidInput("an embedder has an embed_many(texts) method")
-    if not isinstance(label, str) or "/" not in label or len(label.encode()) > 255:
+    if not is_label(label):
         raise InvalidInput(
-            f"an embedder's label is '<provider>/<model>' (at most 255 bytes), got {shown(label)}"
+            "an embedder's label is '<provider>/<model>' (at most 255 bytes of Unicode text, "
+            f"no NUL), got {shown(label)}"
         )
     if (
         isinstance(dimensions, bool)

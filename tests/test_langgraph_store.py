@@ -1758,7 +1758,7 @@ def test_bad_store_settings_are_config_errors(tmp_path):
             for bad in (5, b"x/y"):
                 with pytest.raises(lm.ConfigError, match="label is a str"):
                     LaserStore(memory, index=index, label=bad)
-            for bad in ("noslash", "a/" + "x" * 300, "a/b\x00"):
+            for bad in ("noslash", "a/" + "x" * 300, "a/b\x00", "a/\ud800"):  # a raw error
                 with pytest.raises(lm.ConfigError, match="'<provider>/<model>' of at most 255"):
                     LaserStore(memory, index=index, label=bad)
             assert LaserStore(memory, index=index, label="a/" + "x" * 253).index_config

@@ -399,6 +399,11 @@ async def test_min_similarity_takes_its_bounds(embedded: lm.Laser, tmp_path):
         ({"embed_many": None}, "an embedder has an embed_many"),
         ({"label": None}, "label is '<provider>/<model>'"),
         ({"label": "no-provider"}, "label is '<provider>/<model>'"),
+        # A NUL was taken, then every fold set the item aside; a lone surrogate escaped
+        # as a raw UnicodeEncodeError.
+        ({"label": "test/word\x00hash"}, "no NUL), got 'test/word\\x00hash'"),
+        ({"label": "test/\ud800"}, "Unicode text, no NUL), got 'test/\\ud800'"),
+        ({"label": "test/" + "é" * 126}, "at most 255 bytes"),  # 257 bytes, 131 characters
         ({"dimensions": 0}, "dimensions are 1 to 65536, got 0"),
         ({"dimensions": 65537}, "dimensions are 1 to 65536, got 65537"),
         ({"dimensions": True}, "dimensions are 1 to 65536, got True"),
@@ -426,6 +431,29 @@ def test_the_largest_and_smallest_embedders_are_taken():
     for dimensions in (1, 65536):
         wide = type("Wide", (lm.WordHashEmbedder,), {"dimensions": dimensions})()
         assert validate_embedder(wide) is wide
+
+
+async def test_every_label_an_embedder_is_taken_with_folds(tmp_path):
+    """The longest label (255 bytes of UTF-8), and labels of odd characters, are taken,
+    and the items their embedders remember are found by meaning, folded and managed:
+    nothing accepted is set aside."""
+    labels = ["test/" + "é" * 125, "t/\u202e\x01\u2028", "/"]
+    assert [len(label.encode()) for label in labels] == [255, 9, 1]
+    embedders = [type("Odd", (lm.WordHashEmbedder,), {"label": label})() for label in labels]
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        memories = [laser.memory(f"notes{n}", embedder=e) for n, e in enumerate(embedders)]
+        items = [await memory.remember("node seven rotates its keys") for memory in memories]
+        for memory, item, label in zip(memories, items, labels, strict=True):
+            found = await memory.recall(text="node seven", strategy="semantic", folded=True)
+            assert [(i.id, i.embedder) for i in found] == [(item, label)]
+            assert memory.set_aside == []
+        view = tmp_path / "view"
+        await ViewFolder(laser.log, memories[0].topic, view).run(until_caught_up=True)
+    async with lm.connect(f"local://{tmp_path}", view=view) as reader:
+        for n, (embedder, item) in enumerate(zip(embedders, items, strict=True)):
+            managed = reader.memory(f"notes{n}", embedder=embedder)
+            found = await managed.recall(text="node seven", strategy="semantic")
+            assert [i.id for i in found] == [item]
 
 
 async def test_a_snapshot_ranks_as_its_handles_folded_recall_did_then(embedded: lm.Laser):

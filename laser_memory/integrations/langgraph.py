@@ -74,7 +74,14 @@ except ImportError as exc:  # the extra is not installed: say which one
 
 from folders.state import decode_for_fold
 
-from ..embedding import Embedder, cosine_similarities, embed_texts, row_norms, to_vector
+from ..embedding import (
+    Embedder,
+    cosine_similarities,
+    embed_texts,
+    is_label,
+    row_norms,
+    to_vector,
+)
 from ..errors import (
     AccessDenied,
     ConfigError,
@@ -1033,9 +1040,10 @@ class LaserStore(BaseStore):
             except Exception as exc:
                 raise ConfigError(f"index embed cannot be used: {exc}") from None
         name = label if label is not None else _label_of(embed, dims)
-        if "/" not in name or len(name.encode()) > 255 or "\x00" in name:
+        if not is_label(name):
             raise ConfigError(
-                f"label {shown(name)} is no '<provider>/<model>' of at most 255 bytes"
+                f"label {shown(name)} is no '<provider>/<model>' of at most 255 bytes "
+                "of Unicode text without NUL"
             )
         self.index_config = {**index, "fields": fields}
         self.embeddings = embeddings
