@@ -175,11 +175,10 @@ def origin(value: Any) -> Origin:
     """The log record an item came from, as a remember's ``origin`` (see `_origin_of`
     for what it may be given as), with every part checked."""
     found = _origin_of(value)
-    if not isinstance(found.topic, str) or not isinstance(found.stream, str):
-        raise InvalidInput("an origin's topic and stream are strings")
     found = msgspec.structs.replace(
         found,
-        topic=validate_topic(found.topic),  # plain text: no record carries a str subclass
+        # Each refuses what is no str; plain text: no record carries a str subclass.
+        topic=validate_topic(found.topic),
         stream=validate_name(found.stream, "origin stream", allow_empty=True),
         generation=validate_name(found.generation, "origin generation", allow_empty=True),
     )
@@ -197,9 +196,7 @@ def origin(value: Any) -> Origin:
 def producer(value: Any) -> Producer:
     """Who wrote an item: a name, a (name, version) pair, a mapping or a `Producer`."""
     found = _producer_of(value)
-    name = validate_name(found.name, "producer name")
-    if not isinstance(found.version, str):
-        raise InvalidInput(f"a producer version is a string, got {shown(found.version)}")
+    name = validate_name(found.name, "producer name")  # each refuses what is no str
     version = validate_name(found.version, "producer version", allow_empty=True)
     if name is not found.name or version is not found.version:  # plain text for a subclass
         found = Producer(name=name, version=version)

@@ -17,6 +17,9 @@ from folders.view import MemoryView
 from laser_memory.log import Appended, LocalLog, LocalLogConfig, OutgoingRecord, partition_for
 from log_conformance import read_all
 
+#: The largest offset or append time a receipt may hold.
+_U63 = (1 << 63) - 1
+
 
 async def texts(memory: lm.MemoryHandle, **query) -> list[str]:
     return [item.text for item in await memory.recall(limit=1000, **query)]
@@ -1446,6 +1449,10 @@ async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
         lambda: memory.remember("n", tenant="t" * 255),
         lambda: memory.remember("n", agent="é" * 127),  # 254 bytes
         lambda: memory.remember("o", origin=("", "t", (1 << 31) - 1, (1 << 63) - 1)),
+        # A receipt's offset and time at 2**63-1, and a wait just under 1e9 seconds (a
+        # folded read never waits).
+        lambda: memory.recall(after=Appended(memory.topic, 0, _U63, _U63), folded=True),
+        lambda: memory.recall(timeout=math.nextafter(1e9, 0), folded=True),
     ]
     for call in at_limit:
         await call()
@@ -1458,10 +1465,17 @@ async def test_the_limits_table_holds_to_the_unit(laser: lm.Laser):
         (lambda: memory.remember(b"b" * ((1 << 20) + 1)), lm.BodyTooLarge),
         (lambda: memory.remember("n", tenant="t" * 256), lm.InvalidName),
         (lambda: memory.remember("n", agent="é" * 128), lm.InvalidName),  # 256 bytes
-        (lambda: memory.remember("o", origin=("", "t", 1 << 31, 0)), lm.InvalidInput),
-        (lambda: memory.remember("o", origin=("", "t", 0, 1 << 63)), lm.InvalidInput),
+        (lambda: memory.remember("o", origin=("", "t", 1 << 31, 0)), "0 to 2147483647, got"),
+        (lambda: memory.remember("o", origin=("", "t", 0, 1 << 63)), f"0 to {_U63}, got"),
+        (lambda: memory.recall(after=Appended(memory.topic, 0, _U63 + 1, 0)), "offset is 92"),
+        (lambda: memory.recall(after=Appended(memory.topic, 0, 0, _U63 + 1)), "time is 92"),
+        (lambda: memory.recall(timeout=1e9, folded=True), "from 0 to below 1e9, got 1"),
     ]
     for call, error in past:
+        if isinstance(error, str):  # InvalidInput, saying this
+            with pytest.raises(lm.InvalidInput, match=re.escape(error)):
+                await call()
+            continue
         with pytest.raises(error):
             await call()
     assert await _end_offsets(laser) == ends
