@@ -143,7 +143,7 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
             except lm.InvalidInput:
                 refused.append(type(bad))
         # No list of recalled items (one item alone, a number: a raw TypeError before).
-        for items in ("a string", [5], [kb], [item, None], item, 5):
+        for items in ("a string", "", b"", [5], [kb], [item, None], item, 5):
             try:
                 await session.record_retrieval("q", items)
             except lm.InvalidInput as exc:
@@ -167,7 +167,7 @@ async def test_a_session_acting_on_another_record_stamps_it_as_origin(laser: lm.
         await agent.stop()
     assert refused == [str, lm.MemoryId, type(None)] + [
         "items are the MemoryItems a recall returned"
-    ] * 6 + ["query is a string, got int", "query '\\ud800' is not valid Unicode text"]
+    ] * 8 + ["query is a string, got int", "query '\\ud800' is not valid Unicode text"]
     assert generated == [1]
     history = await memory.history(kb)
     assert [(e.op, e.body) for e in history if e.op == "retrieved"] == [
