@@ -80,6 +80,8 @@ from laser_memory.named import MAX_VERSION, apply_patch_bytes
 from laser_memory.recall import rank, search_mode, with_ranking
 from laser_memory.records import (
     MAX_DIMENSIONS,
+    MAX_NAMED_PATHS,
+    MAX_NAMED_VECTOR_BYTES,
     MAX_WEIGHT,
     NAMED_RECORDS,
     Embedded,
@@ -400,11 +402,6 @@ def _check_finite(raw: bytes, what: str) -> None:
     recall ranked first."""
     if not np.isfinite(np.frombuffer(raw, dtype="<f4")).all():
         raise RecordDecodeError(f"{what} holds a NaN or an infinite value")
-
-
-#: At most this many search paths, and this many bytes of vectors, on one named set.
-MAX_NAMED_PATHS = 64
-MAX_NAMED_VECTOR_BYTES = 4 << 20
 
 
 def _check_named_index(record: NamedSet) -> None:

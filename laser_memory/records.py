@@ -88,6 +88,10 @@ SCHEMA_VERSION = 1
 MAX_WEIGHT = 1e9
 #: The most float32 values a record's embedding may hold (and an embedder make).
 MAX_DIMENSIONS = 65536
+#: At most this many search paths (each a name: at most 255 bytes, no control
+#: character), and this many bytes of vectors, on one `NamedSet`.
+MAX_NAMED_PATHS = 64
+MAX_NAMED_VECTOR_BYTES = 4 << 20
 
 HEADER_NAMESPACE = "lm-ns"
 HEADER_OPERATION = "lm-op"

@@ -1290,6 +1290,65 @@ async def test_put_index_overrides_the_store_fields(memory):
     assert len(await store.asearch(("test",))) == 3
 
 
+async def test_index_paths_every_fold_takes_are_the_only_ones_put(laser: lm.Laser):
+    """A path with a control character, one over 255 bytes, 65 paths on one item, or a
+    path that is no Unicode text: each was written, then set aside by every fold, so the
+    item read as never put (the surrogate escaped as an `InvalidRecord` from encoding).
+    Refused at the put, nothing written, and as the store's ``fields`` a `ConfigError`;
+    64 paths and a 255-byte path are taken and fold."""
+    memory = laser.memory("graph")
+    index = {"dims": 64, "embed": WordHashEmbedder()}
+    async with LaserStore(memory, index=index) as store:
+        await store.aput(("n",), "first", {"text": "baseline"})
+        ends = await laser.log.end_offsets(memory.topic)
+        for paths, says in (
+            (["te\x01xt"], "contains a control character"),
+            (["a" * 256], "is 256 bytes long; at most 255"),
+            ([f"f{n}" for n in range(65)], "at most 64 JSON paths are indexed on one item"),
+            (["\ud800"], "is not valid Unicode text"),
+        ):
+            with pytest.raises(lm.InvalidInput, match=says):
+                await store.aput(("n",), "k", {"text": "hello"}, index=paths)
+            with pytest.raises(lm.ConfigError, match=f"index fields: .*{says}"):
+                LaserStore(memory, index={**index, "fields": paths})
+        assert await laser.log.end_offsets(memory.topic) == ends
+        value = {"a" * 255: "north gate", **{f"f{n}": f"word{n}" for n in range(63)}}
+        await store.aput(("n",), "wide", value, index=["a" * 255, *value][:64])
+        [found] = await store.asearch(("n",), query="north gate", limit=1)
+        assert (found.key, found.value) == ("wide", value)
+    assert memory.set_aside == []
+
+
+async def test_an_item_whose_vectors_no_fold_takes_is_refused(tmp_path: Path):
+    """One item's vectors are at most 4 MiB, which a fold takes: with a log and config
+    that take larger records, a value of more texts to index was written and set aside
+    by every fold. Refused before its texts are embedded, nothing of the batch written;
+    4 MiB exactly is taken and found."""
+    from laser_memory.log import LocalLog, LocalLogConfig
+
+    large = 16 << 20
+    log = LocalLog(tmp_path / "log", LocalLogConfig(max_record_bytes=large))
+    config = lm.MemoryConfig(max_record_bytes=large, max_body_bytes=large)
+    embedder = WordHashEmbedder()  # 64 dimensions: 16,384 texts fill 4 MiB
+    async with lm.Laser(log, config=config) as laser:
+        memory = laser.memory("graph")
+        index = {"dims": 64, "embed": embedder, "fields": ["words[*]"]}
+        async with LaserStore(memory, index=index) as store:
+            await store.aput(("n",), "first", {"words": ["baseline"]})
+            ends = await laser.log.end_offsets(memory.topic)
+            over = {"words": [f"word{n}" for n in range(16_385)]}
+            with pytest.raises(lm.InvalidBody, match="16385 texts to index, whose vectors"):
+                await store.abatch(
+                    [PutOp(("n",), "small", {"words": ["x"]}), PutOp(("n",), "big", over)]
+                )
+            assert await laser.log.end_offsets(memory.topic) == ends
+            full = {"words": [f"word{n}" for n in range(16_383)] + ["lighthouse keeper"]}
+            await store.aput(("n",), "full", full)
+            [found] = await store.asearch(("n",), query="lighthouse keeper", limit=1)
+            assert found.key == "full"
+        assert memory.set_aside == []
+
+
 async def test_vectors_come_from_the_log_not_the_model(memory):
     """A fold (or a second store, in another process) never calls the model for
     stored items: the vectors are in the records."""

@@ -91,6 +91,7 @@ from ..errors import (
     LaserError,
     shown,
 )
+from ..ids import validate_name
 from ..inputs import wait_seconds
 from ..items import NamedItem
 from ..latest import Latest
@@ -105,7 +106,15 @@ from ..named import (
     validate_key,
 )
 from ..recall import query_text
-from ..records import MAX_DIMENSIONS, NAMED_RECORDS, NamedPatch, NamedRemove, NamedSet
+from ..records import (
+    MAX_DIMENSIONS,
+    MAX_NAMED_PATHS,
+    MAX_NAMED_VECTOR_BYTES,
+    NAMED_RECORDS,
+    NamedPatch,
+    NamedRemove,
+    NamedSet,
+)
 from ..scoring import TermStatistics, bm25, bm25_postings
 from ..terms import term_counts, terms
 from ..text_ranking import Columns, rank_by_text
@@ -124,6 +133,21 @@ _MINUTE_MS = 60_000
 
 def _item_key(namespace: tuple[str, ...], key: str) -> str:
     return ".".join(namespace) + ".." + key
+
+
+def _checked_paths(paths: Sequence[str]) -> list[str]:
+    """JSON paths to index as a `NamedSet` carries them: at most `MAX_NAMED_PATHS`, each
+    a name every fold takes (at most 255 bytes of Unicode text, no control character).
+    One past these was written, then set aside by every fold: the item read as never
+    put. Raises `InvalidInput` (`InvalidName` for a path)."""
+    if len(paths) > MAX_NAMED_PATHS:
+        raise InvalidInput(
+            f"at most {MAX_NAMED_PATHS} JSON paths are indexed on one item, got {len(paths)}"
+        )
+    checked = [validate_name(path, "JSON path to index") for path in paths]
+    for path in checked:
+        tokenize_path(path)
+    return checked
 
 
 def _split_key(name: str) -> tuple[tuple[str, ...], str]:
@@ -1025,8 +1049,10 @@ class LaserStore(BaseStore):
             fields = None  # a number: no list
         if fields is None or not all(isinstance(f, str) and f for f in fields):
             raise ConfigError(f"index fields is a list of JSON paths, got {shown(given)}")
-        for field in fields:
-            tokenize_path(field)
+        try:
+            fields = _checked_paths(fields)
+        except InvalidInput as exc:
+            raise ConfigError(f"index fields: {exc}") from None
         if isinstance(embed, Embedder):
             if embed.dimensions != dims:
                 raise ConfigError(
@@ -1277,6 +1303,16 @@ class LaserStore(BaseStore):
                             f"{shown(op.key)} cannot be read: {type(exc).__name__}: {exc}; "
                             "nothing of the batch was written"
                         ) from None
+                size = (len(texts) - start) * self._dims * 4
+                if size > MAX_NAMED_VECTOR_BYTES:
+                    # Written, every fold set it aside (with a log and config taking
+                    # records this large): the item read as never put.
+                    raise InvalidBody(
+                        f"the value put at key {shown(op.key)} has {len(texts) - start} "
+                        f"texts to index, whose vectors would take {size} bytes; one item "
+                        f"carries at most {MAX_NAMED_VECTOR_BYTES}: index fewer or shorter "
+                        "lists; nothing of the batch was written"
+                    )
             spans.append((start, len(texts)))
             bodies.append((op, name, body, paths))
         vectors = (
@@ -1314,9 +1350,7 @@ class LaserStore(BaseStore):
             isinstance(p, str) and p for p in op.index
         ):
             raise InvalidInput(f"index is False or a list of JSON paths, got {shown(op.index)}")
-        for path in op.index:
-            tokenize_path(path)
-        return tuple(op.index)
+        return tuple(_checked_paths(op.index))
 
     def _name(self, namespace: tuple[str, ...], key: Any) -> str:
         if not namespace:
