@@ -82,6 +82,16 @@ async def test_every_tool_through_an_mcp_session(laser: lm.Laser):
         fetched = data(await client.call_tool("fetch", {"key": "motto"}))
         assert fetched == {"key": "motto", "value": "ship it {", "version": 1}
         assert data(await client.call_tool("fetch", {"key": "absent"})) is None
+        # Every JSON value comes back as set: a string that reads as a JSON number or bool
+        # stays a string (stored as its bare text, "12345" came back a number and "true" a
+        # bool). (The SDK itself hands the tool a string holding a JSON object, list or
+        # null as that value.)
+        for number, value in enumerate(
+            ["12345", "true", "-0.5e3", "", 12345, 2.5, True, False, None, [1, "x"], {}]
+        ):
+            data(await client.call_tool("set", {"key": f"v{number}", "value": value}))
+            fetched = data(await client.call_tool("fetch", {"key": f"v{number}"}))
+            assert fetched["value"] == value and type(fetched["value"]) is type(value), value
 
         # Bad input is a tool error with the LaserError's message; the server goes on.
         for name, arguments, message in (

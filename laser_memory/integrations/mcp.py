@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,6 +36,7 @@ from ..errors import ConfigError, LaserError, shown
 from ..ids import MemoryId
 from ..items import MemoryItem
 from ..memory import MemoryHandle
+from ..named import dump_json
 from ..rerank import RerankedMemory, is_memory_handle
 
 __all__ = ["memory_server"]
@@ -163,10 +163,15 @@ def memory_server(
             value = item.text
         return {"key": key, "value": value, "version": item.version}
 
-    @server.tool(description="Set a named item (a profile, settings) to a JSON value or text.")
+    @server.tool(
+        description="Set a named item (a profile, settings) to a JSON value: an object, a "
+        "list, a string, a number, true, false or null. fetch returns it as set."
+    )
     @_tool_errors
     async def set(key: str, value: Any) -> dict[str, Any]:
-        body = value if isinstance(value, str | dict | list) else json.dumps(value)
+        # Every value as JSON, a string too: stored as its bare text, the string "12345"
+        # or "true" came back from fetch as a number or a bool.
+        body = value if isinstance(value, dict | list) else dump_json(value, "the value")
         await memory.set(key, body)
         return {"key": key, "set": True}
 
