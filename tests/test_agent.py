@@ -538,7 +538,8 @@ async def test_a_read_that_fails_is_kept_not_logged(tmp_path):
 
 async def test_drain_raises_a_failed_read_at_once(tmp_path, monkeypatch):
     """With the log still answering (so drain can ask its ends), a listener whose read
-    failed makes drain raise that failure at once instead of waiting out its timeout."""
+    failed makes drain raise that failure at once instead of waiting out its timeout;
+    started again, the agent listens anew and drain no longer raises it."""
     async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
         await laser.bootstrap(partitions=2)
 
@@ -565,6 +566,14 @@ async def test_drain_raises_a_failed_read_at_once(tmp_path, monkeypatch):
             with pytest.raises(lm.LogUnavailable, match="went away"):
                 await agent.drain(30)
             assert loop.time() - started < 10
+            # Started again once the log reads, the agent listens anew: the failure of
+            # its last listener is no longer what drain raises.
+            monkeypatch.undo()
+            await agent.stop()
+            await agent.start()
+            await laser.send_to_agent("triage", "read now")
+            await agent.drain(30)
+            assert agent.handled == 1
         finally:
             await agent.stop()
 

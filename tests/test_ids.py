@@ -27,6 +27,23 @@ def test_random_ids_are_16_bytes_printable_and_time_ordered():
     assert abs(first.millis - time.time() * 1000) < 5000
 
 
+def test_a_random_id_takes_its_time_from_the_clock_given_and_checks_it():
+    """`MemoryId.new(clock)` stamps the clock's millisecond (the low 48 bits of it), and a
+    clock that is none, or reads no whole number of milliseconds, is a `ConfigError`."""
+    from laser_memory.clock import SteppedClock
+
+    assert MemoryId.new(SteppedClock(1_234_567)).millis == 1_234_567
+    assert MemoryId.new(SteppedClock((1 << 48) + 9)).millis == 9  # 48 bits: the year 10889
+
+    class Fractional:
+        def now_ms(self) -> float:
+            return 1.5
+
+    for bad in (object(), Fractional()):
+        with pytest.raises(lm.ConfigError):
+            MemoryId.new(bad)  # type: ignore[arg-type]
+
+
 def test_printed_ids_parse_back():
     mid = MemoryId.new()
     assert MemoryId.parse(str(mid)) == mid
