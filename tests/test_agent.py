@@ -479,6 +479,26 @@ async def test_drain_waits_only_for_what_an_agent_listens_to(laser: lm.Laser):
         await agent.stop()
 
 
+async def test_drain_returns_once_every_message_sent_is_handled(laser: lm.Laser):
+    """Of a conversation's messages (one partition) handled slowly, drain returns after the
+    last, not after the one before it: each handled message moves its partition's
+    position one past its own offset."""
+    got: list[bytes] = []
+
+    async def slow(message: lm.AgentMessage) -> None:
+        await asyncio.sleep(0.05)
+        got.append(message.payload)
+
+    agent = await laser.spawn_agent("triage", AgentTopic.SESSIONS, slow)
+    try:
+        for n in range(3):
+            await laser.send_to_agent("triage", f"m{n}", conversation="c-1")
+        await agent.drain(timeout=20)
+        assert got == [b"m0", b"m1", b"m2"]
+    finally:
+        await agent.stop()
+
+
 async def test_two_starts_at_once_make_one_listener_and_a_stop_meanwhile_wins(laser: lm.Laser):
     """`start` looks up the topic's end before it listens: a second `start` made while
     the first looked, or a `stop`, must not leave two listeners or a stopped agent
