@@ -262,6 +262,16 @@ async def test_embedding_checks_and_an_async_embedder(embedded: lm.Laser):
     await embedded.memory("notes", embedder=Recording()).remember("a sync model")
     assert threads and threads[0] is not threading.main_thread()  # off the event loop
     await embedded.memory("notes", embedder=Async()).remember("an async model")
+
+    class HandsBackAwaitable(WordHashEmbedder):  # sync, returning its client's coroutine
+        def embed_many(self, texts):
+            return Async().embed_many(texts)
+
+    wrapped = embedded.memory("notes", embedder=HandsBackAwaitable())
+    mid = await wrapped.remember("a wrapped model")
+    [item] = [i for i in await wrapped.recall(folded=True, limit=10) if i.id == mid]
+    [vector] = WordHashEmbedder().embed_many(["a wrapped model"])
+    assert item.embedding == np.asarray(vector, "<f4").tobytes()
     for bad in (object(), type("NoLabel", (WordHashEmbedder,), {"label": "nolabel"})()):
         with pytest.raises(lm.InvalidInput):
             embedded.memory("notes", embedder=bad)
