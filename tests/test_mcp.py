@@ -77,10 +77,13 @@ async def test_every_tool_through_an_mcp_session(laser: lm.Laser):
             "value": {"channel": "email", "tier": "gold"},
             "version": 2,
         }
-        # A value that is no JSON comes back as its text.
         data(await client.call_tool("set", {"key": "motto", "value": "ship it {"}))
         fetched = data(await client.call_tool("fetch", {"key": "motto"}))
         assert fetched == {"key": "motto", "value": "ship it {", "version": 1}
+        # A body that is no JSON (set through the Python API) comes back as its text.
+        await laser.memory("notes", tenant="acme").set("plain", "ship it {")
+        fetched = data(await client.call_tool("fetch", {"key": "plain"}))
+        assert fetched == {"key": "plain", "value": "ship it {", "version": 1}
         assert data(await client.call_tool("fetch", {"key": "absent"})) is None
         # Every JSON value comes back as set: a string that reads as a JSON number or bool
         # stays a string (stored as its bare text, "12345" came back a number and "true" a
@@ -155,10 +158,20 @@ async def test_the_cli_serves_mcp_over_http_on_the_port_it_prints(tmp_path):
         assert item.text == "remembered over http"
 
 
+async def test_recall_over_mcp_returns_ten_items_unless_told(laser: lm.Laser):
+    memory = laser.memory("notes")
+    await memory.remember_many([f"fact {n}" for n in range(12)])
+    async with Client(memory_server(memory)) as client:
+        assert len(data(await client.call_tool("recall", {}))) == 10
+        assert len(data(await client.call_tool("recall", {"limit": 12}))) == 12
+
+
 async def test_an_http_server_in_process_serves_until_cancelled(laser: lm.Laser, capfd):
     memory = laser.memory("notes", tenant="acme")
     server = memory_server(memory)
-    for bad in ({"port": "80"}, {"port": True}, {"port": 70000}, {"port": 0, "host": ""}):
+    for bad in (
+        {"port": "80"}, {"port": True}, {"port": 65536}, {"port": -1}, {"port": 0, "host": ""}
+    ):  # fmt: skip
         with pytest.raises(lm.ConfigError, match=r"an MCP server's (port|host)"):
             await serve_streamable_http(server, **bad)
     for host in ("0.0.0.0", "::", "10.0.0.1", "my-host"):  # it asks no caller who it is
