@@ -189,6 +189,8 @@ async def test_an_http_server_in_process_serves_until_cancelled(laser: lm.Laser,
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(serving, 30)
     assert "Traceback" not in capfd.readouterr().err  # stopped as on Ctrl-C, not torn down
+    # And stopped by the time the cancelled call returns: no server left shutting down.
+    assert not [t for t in asyncio.all_tasks() if "Server.serve" in repr(t.get_coro())]
     assert [i.text for i in await memory.recall(folded=True)] == ["over http in process"]
 
 
