@@ -70,6 +70,7 @@ from typing import Generic, TypeVar
 import msgspec
 import numpy as np
 
+from laser_memory.embedding import is_label
 from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError, printable, shown
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem, Source
@@ -423,7 +424,7 @@ def _check_named_index(record: NamedSet) -> None:
 
 
 def _check_label(label: str, what: str) -> None:
-    if "/" not in label or len(label.encode("utf-8", "surrogatepass")) > 255 or "\x00" in label:
+    if not is_label(label):  # what the writers check: nothing they take is set aside here
         raise RecordDecodeError(f"{what} {shown(label[:80])} is no '<provider>/<model>'")
 
 
