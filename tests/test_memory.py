@@ -6,6 +6,7 @@ import asyncio
 import re
 import sys
 import uuid
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -1251,6 +1252,13 @@ for _ in range(5000):
         (lambda m: m.remember("x", embedding=[1 + 2j, 0.5]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[1.0, None]), lm.InvalidInput),
         (lambda m: m.remember("x", embedding="0.5"), lm.InvalidInput),
+        # Bytes are no numbers: numpy reads a memoryview or bytearray as its byte values.
+        (lambda m: m.remember("x", embedding=memoryview(b"\x01\x02")), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=bytearray(b"\x01\x02")), lm.InvalidInput),
+        # Only ints and floats, Python's or numpy's: numpy makes 0.5 of a Fraction, and
+        # 1.0 of a True in an array of objects.
+        (lambda m: m.remember("x", embedding=[2**70, Fraction(1, 2)]), lm.InvalidInput),
+        (lambda m: m.remember("x", embedding=np.array([2**70, True], object)), lm.InvalidInput),
         (lambda m: m.remember("x", embedding=[]), lm.InvalidInput),  # was written, set aside
         (lambda m: m.remember("x", embedding=[[0.5, 0.5], [0.5, 0.5]]), lm.InvalidInput),
         (lambda m: m.remember("x", producer=["p", "1"]), lm.InvalidInput),  # a pair is a tuple
