@@ -1835,6 +1835,9 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 with pytest.raises(lm.ConfigError, match="index dims"):
                     LaserStore(memory, index={"dims": dims, "embed": TrigramEmbeddings()})
             assert LaserStore(memory, index={"dims": 1, "embed": TrigramEmbeddings()})
+            for embedless in ({"dims": 8}, {"dims": 8, "embed": None}):  # nothing to embed with
+                with pytest.raises(lm.ConfigError, match="index needs embed: an Embeddings"):
+                    LaserStore(memory, index=embedless)
             for fields in ("text", [""], [5], 5):  # 5: a raw TypeError before
                 with pytest.raises(lm.ConfigError, match="index fields"):
                     LaserStore(memory, index={**index, "fields": fields})
