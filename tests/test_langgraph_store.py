@@ -1835,6 +1835,7 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                 with pytest.raises(lm.ConfigError, match="index dims"):
                     LaserStore(memory, index={"dims": dims, "embed": TrigramEmbeddings()})
             assert LaserStore(memory, index={"dims": 1, "embed": TrigramEmbeddings()})
+            assert LaserStore(memory).index_config is None  # as InMemoryStore's, unindexed
             for embedless in ({"dims": 8}, {"dims": 8, "embed": None}):  # nothing to embed with
                 with pytest.raises(lm.ConfigError, match="index needs embed: an Embeddings"):
                     LaserStore(memory, index=embedless)
