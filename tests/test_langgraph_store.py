@@ -1836,6 +1836,19 @@ def test_bad_store_settings_are_config_errors(tmp_path):
                     LaserStore(memory, index={"dims": dims, "embed": TrigramEmbeddings()})
             assert LaserStore(memory, index={"dims": 1, "embed": TrigramEmbeddings()})
             assert LaserStore(memory).index_config is None  # as InMemoryStore's, unindexed
+            # The embeddings LangGraph made of `embed` are the store's, as InMemoryStore's.
+            embeddings = TrigramEmbeddings()
+            made = LaserStore(memory, index={"dims": 128, "embed": embeddings})
+            assert made.embeddings is embeddings
+            # No embeddings can be made of these: taken, 5 failed every put (LangGraph
+            # wraps anything as a function), and a provider LangGraph cannot load is said.
+            for unusable in (5, object()):
+                with pytest.raises(lm.ConfigError, match="index embed is an Embeddings, a"):
+                    LaserStore(memory, index={"dims": 8, "embed": unusable})
+            with pytest.raises(lm.ConfigError, match="index embed cannot be used: "):
+                LaserStore(memory, index={"dims": 8, "embed": "nosuch:model"})
+            with pytest.raises(lm.InvalidInput, match="unknown store operation object"):
+                await LaserStore(memory).abatch([object()])
             for embedless in ({"dims": 8}, {"dims": 8, "embed": None}):  # nothing to embed with
                 with pytest.raises(lm.ConfigError, match="index needs embed: an Embeddings"):
                     LaserStore(memory, index=embedless)

@@ -1042,6 +1042,12 @@ class LaserStore(BaseStore):
         embed = index.get("embed")
         if embed is None:
             raise ConfigError("index needs embed: an Embeddings, a function, or a provider name")
+        if not (isinstance(embed, Embedder | Embeddings | str) or callable(embed)):
+            # LangGraph wraps anything as a function: taken, 5 failed every put.
+            raise ConfigError(
+                "index embed is an Embeddings, a function, a provider name or a laser-memory "
+                f"Embedder, got {shown(embed)}"
+            )
         given = index.get("fields") or ["$"]
         try:  # once, as a list: a generator checked by `all` was spent, and nothing indexed
             fields = None if isinstance(given, str) else list(given)
