@@ -361,7 +361,7 @@ async def test_a_bad_put_writes_nothing_of_its_batch(memory):
     deep: Any = "leaf"
     for _ in range(150):
         deep = [deep]
-    with pytest.raises(lm.InvalidBody, match="levels deep; at most 99 are allowed"):
+    with pytest.raises(lm.InvalidBody, match="value nests 151 levels deep; at most 99 are allowed"):
         await store.aput(("t",), "k", {"deep": deep})
     # Too deep for JSON to write at all (past Python's recursion limits, 3.13's C one
     # too: 2,000 levels more were written there, and measured): the same limit named (it
