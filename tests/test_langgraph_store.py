@@ -1344,6 +1344,9 @@ async def test_an_item_whose_vectors_no_fold_takes_is_refused(tmp_path: Path):
             assert await laser.log.end_offsets(memory.topic) == ends
             full = {"words": [f"word{n}" for n in range(16_383)] + ["lighthouse keeper"]}
             await store.aput(("n",), "full", full)
+            # Each item of a batch is measured alone: two of 10,000 texts are taken.
+            half = {"words": [f"word{n}" for n in range(10_000)]}
+            await store.abatch([PutOp(("n",), "half1", half), PutOp(("n",), "half2", half)])
             [found] = await store.asearch(("n",), query="lighthouse keeper", limit=1)
             assert found.key == "full"
         assert memory.set_aside == []
