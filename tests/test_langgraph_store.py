@@ -1576,6 +1576,14 @@ async def test_reads_refresh_the_ttl_unless_told_not_to(memory, clock):
     await store.aget(("t",), "read")
     ops = [e.op for e in await timed.history("t..read", folded=True)]
     assert ops == ["named.set", "named.patch", "named.patch", "named.patch"]
+    # The edge: 1% of the 2-minute ttl is 1,200 ms. A read 1,190 ms after the last
+    # refresh writes nothing; one at 1,200 ms writes the next.
+    clock.step(1_190)
+    await store.aget(("t",), "read")
+    assert len(await timed.history("t..read", folded=True)) == 4
+    clock.step(10)
+    await store.aget(("t",), "read")
+    assert len(await timed.history("t..read", folded=True)) == 5
 
 
 async def test_omit_expired_hides_what_is_not_yet_swept(memory, clock):
