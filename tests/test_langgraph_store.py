@@ -556,6 +556,8 @@ async def test_a_kept_listing_takes_other_writers_records_from_the_log(memory, m
     for outsider in elsewhere:
         await outsider.aput(("docs",), "6", {"text": "secret"})
         await outsider.aput(("docs",), "outside", {"text": "secret alpha"})
+    # A memory item of the namespace, no named item: it names no key.
+    await laser.memory(memory.namespace).remember("a plain memory, no named item")
     await laser.log.append(laser.memory_topic_name, OutgoingRecord(b"\xc1 no record", key=b"docs"))
     # A record no writer could send, whose key (a control character in it) a fetch
     # would refuse: the fold sets it aside, and so it changed nothing here either.
