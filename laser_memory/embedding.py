@@ -106,14 +106,16 @@ def is_label(label: object) -> bool:
     it: a str holding '/', of at most 255 bytes of UTF-8, without NUL. (A label with a
     NUL was written and then set aside by every fold; one that is no Unicode text, a
     lone surrogate, escaped as a raw `UnicodeEncodeError`.)"""
-    if not isinstance(label, str):
+    if type(label) is not str:  # checked first: the fold asks this of every vector's label
+        if not isinstance(label, str):
+            return False
+        label = str.__str__(label)  # a subclass: the text it holds, not its own methods
+    if "/" not in label or "\x00" in label:
         return False
-    text = str.__str__(label)  # a subclass: the text it holds, not its own methods
     try:
-        size = len(str.encode(text, "utf-8"))
+        return len(label.encode()) <= 255
     except UnicodeEncodeError:
         return False
-    return "/" in text and size <= 255 and "\x00" not in text
 
 
 def validate_embedder(embedder: object) -> Embedder:
