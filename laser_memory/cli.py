@@ -279,15 +279,19 @@ async def remember(
 
 
 @main.command()
+@click.argument("query", required=False)
 @_connection_options
 @_scope_options
 @click.option("--kind", default=None, type=click.Choice([k.value for k in MemoryKind]))
-@click.option("--text", default=None, help="Rank by this text (keyword, meaning or both).")
+@click.option(
+    "--text", default=None, help="Rank by this text (keyword, meaning or both); as QUERY."
+)
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(STRATEGIES))
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(0, MAX_LIMIT))
 @_embedder_option
 @_run
 async def recall(
+    query,
     url,
     stream,
     namespace,
@@ -304,7 +308,13 @@ async def recall(
     limit,
     embedder,
 ) -> None:
-    """Recall items in scope: from the managed view with --view, else folded from the log."""
+    """Recall items in scope, ranked by QUERY (or --text) when given: from the managed view
+    with --view, else folded from the log."""
+    if query is not None:
+        if text is not None and text != query:
+            # Two texts: which one ranks is a guess, so neither is taken.
+            raise click.UsageError("give the text to rank by once: as QUERY or as --text")
+        text = query
     async with _Session(url, stream, namespace, view, read=True, embedder=embedder) as memory:
         items = await memory.recall(
             conversation=conversation,

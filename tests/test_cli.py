@@ -65,6 +65,12 @@ def test_a_memory_session_from_the_command_line(any_log_url: str, stream_name: s
         ]
         == second["id"]
     )
+    # The text as an argument, as remember takes it: the same ranking as --text.
+    by_query = json.loads(run("recall", "LOGIN", *common, "--strategy", "keyword", "--json"))
+    assert [i["id"] for i in by_query] == [second["id"]]
+    both = json.loads(run("recall", "login", *common, "--text", "login", "--json"))
+    assert both[0]["id"] == second["id"]
+    assert "as QUERY or as --text" in run("recall", "login", *common, "--text", "email", ok=False)
     assert json.loads(run("recall", *common, "--conversation", "c2", "--json")) == []
     assert "prefers email" in run("recall", *common, "--limit", "1")
     # An id nothing touched has an empty audit, said so (and [] in JSON), not an error.
