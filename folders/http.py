@@ -111,6 +111,47 @@ def _error(status: int, exc: Exception) -> web.Response:
     return _json({"error": type(exc).__name__, "message": str(exc)}, status)
 
 
+#: Where aiohttp logs a request's failure, so ours go with them (`_RepeatFilter`).
+_server_log = logging.getLogger("aiohttp.server")
+
+
+@web.middleware
+async def _json_refusals(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The router's own refusals and the server's failures as every other error of the
+    server: JSON a client parses, not aiohttp's "404: Not Found" text, which a client
+    reading errors as JSON failed to parse. Refusals of the routes are theirs
+    (`ViewServer.route`)."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        routes = ", ".join(sorted(_PARAMETERS))
+        return _json(
+            {"error": "NotFound", "message": f"no route {shown(request.path)}; routes: {routes}"},
+            404,
+        )
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        response = _json(
+            {
+                "error": "MethodNotAllowed",
+                "message": f"{shown(request.path)} takes {allowed}, not {request.method}",
+            },
+            405,
+        )
+        response.headers["Allow"] = ",".join(sorted(exc.allowed_methods))
+        return response
+    except web.HTTPException:
+        raise
+    except Exception:
+        # The server's own fault: logged whole where aiohttp logs it (and throttled there
+        # by `serve_view`), answered as JSON that says no more than that.
+        _server_log.exception("Error handling request %s %s", request.method, request.path)
+        said = "the server failed this request; its log says why"
+        return _json({"error": "InternalError", "message": said}, 500)
+
+
 def _flag(request: web.Request, name: str) -> bool:
     raw = request.query.get(name, "false")
     if raw not in ("true", "false"):
@@ -368,7 +409,7 @@ def make_app(
     if config is not None and not isinstance(config, ServerConfig):
         raise ConfigError(f"config is a ServerConfig or None, got {shown(config)}")
     server = ViewServer(view, auth, config)
-    app = web.Application()
+    app = web.Application(middlewares=[_json_refusals])
     for path, handler in (
         ("/v1/recall", server.recall),
         ("/v1/fetch", server.fetch),

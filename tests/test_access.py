@@ -612,6 +612,11 @@ async def test_an_authenticator_of_ones_own_may_be_sync_and_must_give_a_principa
     async with _served(laser, tmp_path / "view", lambda request: "ops") as http:
         async with http.get("/v1/stats") as response:
             assert response.status == 500
+            # JSON, as every error of the server, saying no more than that it failed.
+            assert await response.json() == {
+                "error": "InternalError",
+                "message": "the server failed this request; its log says why",
+            }
     assert "returned 'ops'; it returns a Principal" in caplog.text
 
 

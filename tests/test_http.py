@@ -125,6 +125,32 @@ async def test_bad_parameters_are_400s_never_500s(big_view: Path):
                 assert (await response.json())["error"]
 
 
+async def test_the_routers_refusals_are_json_as_every_error(big_view: Path):
+    """An unknown path or method got aiohttp's "404: Not Found" text, which a client
+    reading the server's errors as JSON failed to parse."""
+    async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
+        for path in ("/nope", "/v1/recall/", "/v2/recall"):
+            async with http.get(path) as response:
+                assert response.status == 404
+                error = await response.json()
+                assert error["error"] == "NotFound"
+                assert path in error["message"] and "/v1/recall" in error["message"]
+        async with http.post("/v1/recall", params={"namespace": "stream:s/notes"}) as response:
+            assert response.status == 405 and response.headers["Allow"] == "GET,HEAD"
+            assert await response.json() == {
+                "error": "MethodNotAllowed",
+                "message": "'/v1/recall' takes GET, HEAD, not POST",
+            }
+        # An absent named item is still the route's own 404.
+        params = {"namespace": "stream:s/notes", "key": "absent"}
+        async with http.get("/v1/fetch", params=params) as response:
+            assert response.status == 404
+            assert await response.json() == {
+                "error": "NotFound",
+                "message": "no named item 'absent'",
+            }
+
+
 async def test_counts_are_ascii_digits_within_their_range(big_view: Path):
     """int() read "1_0" as 10, " 5 " and "+5" as 5, and Arabic-Indic digits as theirs:
     each was answered as that number. The message names the range the server takes."""
