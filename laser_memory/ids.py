@@ -262,7 +262,10 @@ def body_bytes(value: object) -> bytes:
             raise InvalidBody(f"the body is not valid Unicode text: {exc}") from None
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    raise InvalidBody(f"a body is str or bytes, got {type(value).__name__}")
+    raise InvalidBody(
+        f"a body is str or bytes, got {type(value).__name__}; give a structured value as "
+        "its JSON text (json.dumps(value))"
+    )
 
 
 def memory_id_content(

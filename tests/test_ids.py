@@ -112,7 +112,11 @@ def test_content_id_depends_on_owner_kind_and_body_only():
     ("arguments", "error", "says"),
     [
         # bytes(5) hashed five zero bytes (and bytes(10**12) would allocate a terabyte).
-        (("fact", 5), lm.InvalidBody, "a body is str or bytes, got int"),
+        (
+            ("fact", 5),
+            lm.InvalidBody,
+            "a body is str or bytes, got int; give a structured value as its JSON text",
+        ),
         (("fact", 10**12), lm.InvalidBody, "got int"),
         (("fact", None), lm.InvalidBody, "got NoneType"),
         (("fact", [1, 2]), lm.InvalidBody, "got list"),
