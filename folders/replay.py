@@ -371,7 +371,10 @@ async def snapshot(
                 or isinstance(offset, bool)
                 or offset < 0
             ):
-                raise InvalidInput(f"positions map partitions to offsets, got {shown(dict(at))}")
+                raise InvalidInput(
+                    "positions map each partition (an int) to the first offset not included "
+                    f"(an int from 0), got {shown(dict(at))}"
+                )
     elif not by_receipt:
         as_of_ms = to_millis(at)
     info = await log.describe_topic(topic)

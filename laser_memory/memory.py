@@ -835,7 +835,11 @@ class MemoryHandle:
         self._check_read()
         if isinstance(at, MemoryId):
             if at.receipt is None:
-                raise InvalidInput("as_of takes the MemoryId a remember returned (with a receipt)")
+                raise InvalidInput(
+                    f"as_of takes the MemoryId a remember returned, with a receipt; {at} has "
+                    "none (an id parsed or recalled): give a recalled item's append_time_ms, "
+                    "or a write's receipt"
+                )
             at = (at.receipt, *at.also) if at.also else at.receipt
         try:
             return await snapshot(

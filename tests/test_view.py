@@ -958,7 +958,7 @@ async def test_as_of_answers_what_was_known_then(laser: lm.Laser):
     # empty past (nor a raw ValueError).
     with pytest.raises(lm.InvalidInput, match="a moment is a datetime"):
         await memory.as_of(())
-    with pytest.raises(lm.InvalidInput, match="positions map partitions to offsets"):
+    with pytest.raises(lm.InvalidInput, match="positions map each partition"):
         await memory.as_of({first.receipt.partition: -1})
     assert [i.text for i in await just_after.recall()] == ["second", "first"]
     import datetime as dt
