@@ -70,6 +70,10 @@ def test_malformed_urls_are_a_clear_error(bad):
         ("local:// ", "' ' starts or ends with white space"),
         ("local://./data ", "'./data ' starts or ends with white space"),
         ("local://\t./data", "starts or ends with white space"),
+        # A query read as settings made a folder named "data?sync=off" and set nothing.
+        ("local://./data?sync=off", "has a query or fragment .* a folder path only"),
+        ("local://./data#x", "has a query or fragment"),
+        ("kafka://h:9092?acks=all", "'h:9092\\?acks=all' is not host:port"),
     ],
 )
 def test_a_url_that_names_some_other_place_is_refused(url, says, tmp_path, monkeypatch):

@@ -51,6 +51,13 @@ def parse_url(url: str) -> tuple[str, str]:
     if scheme == "local":
         if not rest:
             raise InvalidUrl("local:// needs a folder path, for example local://./laser-data")
+        if "?" in rest or "#" in rest:
+            # Read as a URL's query, ?sync=off made a folder named "data?sync=off" and
+            # set nothing; a folder's name with either is far rarer than that mistake.
+            raise InvalidUrl(
+                f"{shown(url)} has a query or fragment ('?' or '#'): a local:// URL is a "
+                "folder path only; settings go to connect() (config=MemoryConfig(...))"
+            )
         try:
             # The checks LocalLog makes of any path, made here so a bad one is a URL's
             # error (InvalidUrl) wherever a URL is parsed.
