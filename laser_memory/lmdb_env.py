@@ -183,6 +183,9 @@ def open_failure(exc: BaseException, damaged_hint: str) -> str:
     """
     if isinstance(exc, DAMAGED):
         return f"{exc}; the file is damaged: {damaged_hint}"
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        # "File exists" said nothing of what was wrong: the path names a file.
+        return f"{exc}; the path, or a part of it, is a file, not a folder: name a folder"
     if isinstance(exc, lmdb.Error) and "Read-only file system" in str(exc):
         return (
             f"{exc}; LMDB writes its lock file even to read, so a folder on read-only "

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 import laser_memory as lm
+from folders.view import MemoryView
 from laser_memory.clock import SteppedClock
 from laser_memory.errors import InvalidInput, LogClosed, WriteTimeout
 from laser_memory.log import LocalLog, LocalLogConfig, OutgoingRecord
@@ -707,3 +708,16 @@ async def test_a_forked_child_never_uses_the_parents_environment(tmp_path):
         assert outcomes[3] == "own: written"
         await log.append("t", OutgoingRecord(b"parent again"))
         assert [r.value for r in await read_all(log, "t")] == [b"parent", b"parent again"]
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+async def test_a_path_that_is_a_file_says_so(tmp_path, under):
+    """A log or a view named at a file said only "File exists" (or "Not a directory")."""
+    (tmp_path / "afile").write_bytes(b"not a folder")
+    path = tmp_path / "afile" / under if under else tmp_path / "afile"
+    with pytest.raises(lm.LogUnavailable, match="is a file, not a folder: name a folder"):
+        async with lm.connect(f"local://{path}", stream="s") as laser:
+            await laser.memory("notes").remember("x")
+    with pytest.raises(lm.LogUnavailable, match="is a file, not a folder: name a folder"):
+        MemoryView.open(str(path))
+    assert (tmp_path / "afile").read_bytes() == b"not a folder"
