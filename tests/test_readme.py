@@ -17,6 +17,7 @@ import datetime
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from typing_extensions import TypedDict
 
 import laser_memory as lm
 from folders.service import ViewFolder
+from laser_memory.records import MemoryRecord
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -223,3 +225,14 @@ def test_the_layout_table_names_every_module():
         if not any(f"`{folder}`" in row for row in rows):
             missing.append(folder)
     assert missing == [], f"modules with no row in the README's layout: {missing}"
+
+
+def test_the_wire_format_names_every_record():
+    """The wire format said seven records after `superseded` and `retrieved` made nine."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Wire format") : text.index("## Layout")]
+    tags = [record.__struct_config__.tag for record in typing.get_args(MemoryRecord)]
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    words += ["ten", "eleven", "twelve"]
+    assert f"{words[len(tags)]} frozen msgspec records" in section
+    assert [tag for tag in tags if f"`{tag}`" not in section] == []
