@@ -413,6 +413,31 @@ async def test_hybrid_recall_adds_the_neighbours_of_a_match(laser: lm.Laser):
     assert keyword == ["Cy: I adopted nothing", "Ada: what did you adopt last week?"]
 
 
+async def test_items_without_a_conversation_are_neighbours_among_themselves(
+    laser: lm.Laser, tmp_path
+):
+    """Remembered without a conversation, items are one conversation's turns to hybrid
+    recall (a chat remembered without its id keeps its neighbours), and never neighbours
+    of a conversation's items written between them; the managed view ranks the same."""
+    memory = laser.memory("facts")
+    await memory.remember("the deploy key rotates on fridays")
+    await memory.remember("standup moved to ten", conversation="c1")
+    await memory.remember("the staging db is postgres 16")
+    await memory.remember("lunch is at noon")
+    expected = [("the deploy key rotates on fridays", 1.0), ("the staging db is postgres 16", 0.3)]
+    got = await memory.recall(text="deploy key", strategy="hybrid")
+    assert [(i.text, round(i.score, 6)) for i in got] == expected
+    await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+        until_caught_up=True
+    )
+    reader = lm.Laser(laser.log, stream=laser.stream, view=tmp_path / "view")
+    try:
+        managed = await reader.memory("facts").recall(text="deploy key", strategy="hybrid")
+        assert [(i.text, round(i.score, 6)) for i in managed] == expected
+    finally:
+        reader.managed_view().close()
+
+
 async def test_recall_reads_only_new_records_and_a_fresh_handle_reads_all(laser: lm.Laser):
     memory = laser.memory("notes")
     await memory.remember("one")
