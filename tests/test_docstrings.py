@@ -8,6 +8,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import pkgutil
+import re
 
 import pytest
 
@@ -37,3 +38,26 @@ def test_the_examples_are_found():
         for test in doctest.DocTestFinder().find(importlib.import_module(name))
     )
     assert len(MODULES) > 50 and examples > 60, (len(MODULES), examples)
+
+
+def test_the_error_tree_drawn_in_errors_is_the_classes_tree():
+    """`laser_memory.errors` draws its tree at the top, where a reader looks first: an
+    error added, moved or renamed without the drawing would send them to the wrong
+    ``except``."""
+    from laser_memory import errors
+
+    drawn: dict[str, str | None] = {}
+    path: list[str] = []
+    for line in errors.__doc__.split("::")[1].split("Each message")[0].splitlines():
+        if not line.strip():
+            continue
+        prefix, name = re.match(r"^ {4}([│ ├└─]*)(\w+)", line).groups()
+        depth = len(prefix) // 4
+        path[depth:] = [name]
+        drawn[name] = path[depth - 1] if depth else None
+    classes = {
+        name: (None if cls is errors.LaserError else cls.__mro__[1].__name__)
+        for name, cls in vars(errors).items()
+        if isinstance(cls, type) and issubclass(cls, errors.LaserError)
+    }
+    assert drawn == classes
