@@ -288,6 +288,13 @@ async def remember(
 )
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(STRATEGIES))
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(0, MAX_LIMIT))
+@click.option(
+    "--as-of",
+    "as_of",
+    default=None,
+    help="Recall as memory stood at this moment (ISO time, UTC unless it names a zone, or "
+    "epoch milliseconds): folded from the log up to it, never from a view.",
+)
 @_embedder_option
 @_run
 async def recall(
@@ -306,26 +313,43 @@ async def recall(
     text,
     strategy,
     limit,
+    as_of,
     embedder,
 ) -> None:
     """Recall items in scope, ranked by QUERY (or --text) when given: from the managed view
-    with --view, else folded from the log."""
+    with --view, else folded from the log; with --as-of, as they stood at that moment."""
     if query is not None:
         if text is not None and text != query:
             # Two texts: which one ranks is a guess, so neither is taken.
             raise click.UsageError("give the text to rank by once: as QUERY or as --text")
         text = query
-    async with _Session(url, stream, namespace, view, read=True, embedder=embedder) as memory:
-        items = await memory.recall(
-            conversation=conversation,
-            agent=agent,
-            user=user,
-            application=application,
-            tenant=tenant,
-            kind=kind,
-            text=text,
-            strategy=strategy,
-            limit=limit,
+    moment = _moment(as_of)
+    arguments = {
+        "conversation": conversation,
+        "agent": agent,
+        "user": user,
+        "application": application,
+        "tenant": tenant,
+        "kind": kind,
+        "text": text,
+        "strategy": strategy,
+        "limit": limit,
+    }
+    if moment is None:
+        async with _Session(url, stream, namespace, view, read=True, embedder=embedder) as memory:
+            items = await memory.recall(**arguments)
+        _print_items(items, as_json)
+        return
+    # A view holds only the present: the past is folded from the log (as_of).
+    async with _Session(url, stream, namespace, None, read=True, embedder=embedder) as memory:
+        snapshot = await memory.as_of(moment)
+        items = await snapshot.recall(**arguments)
+    if not as_json:
+        # What an auditor cites: the moment, and the log up to where it was read.
+        positions = ", ".join(f"{p}@{o}" for p, o in sorted(snapshot.positions.items()))
+        click.echo(
+            f"as of {_format_ms(moment)} (read up to partition@offset, not included: "
+            f"{positions or 'nothing'})"
         )
     _print_items(items, as_json)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import re
@@ -190,6 +191,38 @@ def test_negative_weights_work_from_the_shell(any_log_url: str, stream_name: str
     run("improve", mid, "-1.5", *common)
     [item] = json.loads(run("recall", *common, "--json"))
     assert item["weight"] == -1.5
+
+
+def test_recall_as_of_a_moment_shows_what_was_known_then(
+    any_log_url: str, stream_name: str, tmp_path
+):
+    """An auditor's question from the shell: what could the agent recall at that moment?
+    Folded from the log up to it, even with a view (which holds only the present)."""
+    common = ["--url", any_log_url, "--stream", stream_name]
+    if any_log_url.startswith("kafka"):
+        run("bootstrap", *common, "--partitions", "3")
+    old = json.loads(run("remember", "the key rotates monthly", *common, "--json"))
+    then = old["receipt"]["append_time_ms"]
+    new = json.loads(run("remember", "the key rotates weekly", *common, "--json"))
+    run("forget", old["id"], *common)
+    now = new["receipt"]["append_time_ms"] + 60_000
+    view = str(tmp_path / "view")
+    run("rebuild", *common, "--view", view)
+
+    def recalled(*args: str) -> list[str]:
+        return [i["body"] for i in json.loads(run("recall", *common, *args, "--json"))]
+
+    assert recalled("--view", view) == ["the key rotates weekly"]
+    assert recalled("--as-of", str(then), "--view", view) == ["the key rotates monthly"]
+    assert recalled("--as-of", str(now), "key") == ["the key rotates weekly"]
+    assert recalled("--as-of", "1970-01-01T00:00:00Z") == []
+    iso = dt.datetime.fromtimestamp(then / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    assert recalled("--as-of", iso.replace("+00:00", "")) == ["the key rotates monthly"]
+    printed = run("recall", *common, "--as-of", str(then)).splitlines()
+    position = f"{old['receipt']['partition']}@{old['receipt']['offset'] + 1}"
+    assert printed[0].startswith(f"as of {iso.replace('+00:00', 'Z')} (read up to")
+    assert position in printed[0] and "the key rotates monthly" in printed[1]
+    assert "is neither milliseconds" in run("recall", *common, "--as-of", "yesterday", ok=False)
 
 
 def test_bad_input_is_a_message_never_a_traceback(tmp_path):
