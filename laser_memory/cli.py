@@ -470,11 +470,27 @@ async def set_(key, body, url, stream, namespace, as_json, view, tenant) -> None
     default=None,
     help="After this many writes (needs --view).",
 )
+@click.option(
+    "--as-of",
+    "as_of",
+    default=None,
+    help="As it stood at this moment (ISO time, UTC unless it names a zone, or epoch "
+    "milliseconds): folded from the log up to it, never from a view.",
+)
 @_run
-async def fetch(key, url, stream, namespace, as_json, view, tenant, version) -> None:
+async def fetch(key, url, stream, namespace, as_json, view, tenant, version, as_of) -> None:
     """Print named item KEY (exit code 1 if absent)."""
-    async with _Session(url, stream, namespace, view, read=True) as memory:
-        item = await memory.fetch(key, tenant=tenant, version=version)
+    moment = _moment(as_of)
+    if moment is not None and version is not None:
+        raise click.UsageError(
+            "--version reads a view's versions and --as-of the log at a moment: give one"
+        )
+    if moment is None:
+        async with _Session(url, stream, namespace, view, read=True) as memory:
+            item = await memory.fetch(key, tenant=tenant, version=version)
+    else:
+        async with _Session(url, stream, namespace, None, read=True) as memory:
+            item = (await memory.as_of(moment)).fetch(key, tenant=tenant)
     if item is None:
         if as_json:
             click.echo("null")

@@ -223,6 +223,16 @@ def test_recall_as_of_a_moment_shows_what_was_known_then(
     assert printed[0].startswith(f"as of {iso.replace('+00:00', 'Z')} (read up to")
     assert position in printed[0] and "the key rotates monthly" in printed[1]
     assert "is neither milliseconds" in run("recall", *common, "--as-of", "yesterday", ok=False)
+    # A named item as it stood: its value then, and absent before it was set.
+    first = json.loads(run("set", "plan", '{"tier": "free"}', *common, "--json"))
+    run("update", "plan", '{"tier": "pro"}', *common)
+    at = str(first["receipt"]["append_time_ms"])
+    fetched = json.loads(run("fetch", "plan", *common, "--as-of", at, "--json"))
+    assert fetched == {"key": "plan", "body": {"tier": "free"}, "version": 1}
+    assert json.loads(run("fetch", "plan", *common, "--json"))["body"] == {"tier": "pro"}
+    assert "no named item" in run("fetch", "plan", *common, "--as-of", str(then), ok=False)
+    both = run("fetch", "plan", *common, "--as-of", at, "--version", "1", "--view", view, ok=False)
+    assert "give one" in both
 
 
 def test_bad_input_is_a_message_never_a_traceback(tmp_path):
