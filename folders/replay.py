@@ -285,6 +285,12 @@ class MemorySnapshot:
         self.as_of_ms = as_of_ms
         self.positions = positions
 
+    def __repr__(self) -> str:
+        return (
+            f"MemorySnapshot(namespace={shown(self._state.namespace)}, "
+            f"as_of_ms={self.as_of_ms}, positions={self.positions})"
+        )
+
     async def recall(
         self,
         *,

@@ -109,6 +109,14 @@ class Laser:
         self._writes_under_way = 0
         self._writes_idle: asyncio.Event | None = None
 
+    def __repr__(self) -> str:
+        parts = [f"url={shown(self.log.url)}", f"stream={shown(self.stream)}"]
+        if self.view_path is not None:
+            parts.append(f"view={shown(self.view_path)}")
+        if self.tenant is not None:
+            parts.append(f"tenant={shown(self.tenant)}")
+        return f"Laser({', '.join(parts)})"
+
     async def __aenter__(self) -> Laser:
         await self.start()
         return self

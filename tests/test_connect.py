@@ -607,3 +607,19 @@ async def test_a_stop_waits_for_a_lone_write_still_embedding(tmp_path):
         await asyncio.sleep(0.05)
         await asyncio.wait_for(laser.stop(), 10)  # woken when its one write is done
         assert write.done() and write.result().receipt is not None
+
+
+async def test_a_connection_and_a_snapshot_say_what_they_are(tmp_path, monkeypatch):
+    """In a REPL or a log line: where a connection writes and what a snapshot holds, not
+    an object's address."""
+    monkeypatch.delenv("LASER_VIEW", raising=False)
+    laser = lm.connect(f"local://{tmp_path}", stream="prod", tenant="acme", view="v")
+    assert repr(laser) == f"Laser(url='local://{tmp_path}', stream='prod', view='v', tenant='acme')"
+    assert repr(lm.connect("kafka://h:1")) == "Laser(url='kafka://h:1', stream=None)"
+    async with lm.connect(f"local://{tmp_path}") as laser:
+        mid = await laser.memory("notes").remember("x")
+        snapshot = await laser.memory("notes").as_of(mid)
+    assert repr(snapshot) == (
+        f"MemorySnapshot(namespace='notes', as_of_ms={mid.receipt.append_time_ms}, "
+        f"positions={{{mid.receipt.partition}: 1}})"
+    )
