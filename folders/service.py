@@ -140,6 +140,9 @@ class ViewFolder:
             raise ConfigError(f"cannot write the lock file {path}: {exc}") from None
         return fd
 
+    def __repr__(self) -> str:
+        return f"ViewFolder(topic={self._topic!r}, view={self._path!r}, log={self._log!r})"
+
     async def _ends_not_behind(self, folded: dict[int, int]) -> dict[int, int]:
         """The log's end offsets, asked again for a few seconds while any is below what
         the view has folded: a Kafka partition's new leader may report a lower end for a

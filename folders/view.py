@@ -555,6 +555,9 @@ class MemoryView:
     >>> view.close()                                                    # doctest: +SKIP
     """
 
+    def __repr__(self) -> str:
+        return f"MemoryView({self.path!r}{', closed' if self._closed else ''})"
+
     def __init__(self, path: str, env: lmdb.Environment, dbs: dict) -> None:
         self.path = path
         self._env = env

@@ -12,7 +12,8 @@ import pytest
 
 import laser_memory as lm
 from folders.http import ServerConfig
-from folders.service import FolderConfig
+from folders.service import FolderConfig, ViewFolder
+from folders.view import MemoryView
 from laser_memory.ids import MAX_NAME_BYTES, MemoryId
 from laser_memory.log import (
     KafkaLog,
@@ -623,3 +624,13 @@ async def test_a_connection_and_a_snapshot_say_what_they_are(tmp_path, monkeypat
         f"MemorySnapshot(namespace='notes', as_of_ms={mid.receipt.append_time_ms}, "
         f"positions={{{mid.receipt.partition}: 1}})"
     )
+    log = f"LocalLog(url='local://{tmp_path}')"
+    assert repr(laser.log) == log
+    assert repr(lm.connect("kafka://h:1,h:2").log) == "KafkaLog(url='kafka://h:1,h:2')"
+    folder = ViewFolder(laser.log, "agent.memory", tmp_path / "view")
+    where = tmp_path / "view"
+    assert repr(folder) == f"ViewFolder(topic='agent.memory', view='{where}', log={log})"
+    view = MemoryView.open(str(tmp_path / "view"))
+    assert repr(view) == f"MemoryView('{tmp_path / 'view'}')"
+    view.close()
+    assert repr(view) == f"MemoryView('{tmp_path / 'view'}', closed)"

@@ -2034,3 +2034,11 @@ async def test_names_paths_queries_and_filters_given_as_str_subclasses_are_their
             ]
         )
     assert await store.aget(("docs",), "fine") is None
+
+
+async def test_a_store_says_what_it_stores_in_a_repr(laser: lm.Laser):
+    memory = laser.memory("lg")
+    assert repr(LaserStore(memory)) == f"LaserStore({memory!r})"
+    embedder = lm.WordHashEmbedder()
+    indexed = LaserStore(memory, index={"dims": embedder.dimensions, "embed": embedder})
+    assert repr(indexed) == f"LaserStore({memory!r}, index='{embedder.label}')"

@@ -993,6 +993,10 @@ class LaserStore(BaseStore):
         if index is not None:
             self._configure_index(index, label)
 
+    def __repr__(self) -> str:
+        indexed = f", index={self._label!r}" if self._queries is not None else ""
+        return f"LaserStore({self._memory!r}{indexed})"
+
     # -- configuration -------------------------------------------------------------
 
     @staticmethod

@@ -41,6 +41,9 @@ class LogLifecycle:
     def _describe(self) -> str:
         return type(self).__name__
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r})"
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self
