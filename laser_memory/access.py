@@ -95,6 +95,10 @@ class Principal(msgspec.Struct, frozen=True):
     ``tenant=None`` is a principal bound to no tenant; only the anonymous local
     principal of ``laser-memory serve`` without ``--auth`` is one, and a handle built
     with it is unbound.
+
+    >>> bot = Principal("bot", tenant="acme", grants={"kv:read:stream:prod/*"})
+    >>> bot.may_read("stream:prod/notes"), bot.may_read("stream:dev/notes")
+    (True, False)
     """
 
     name: str

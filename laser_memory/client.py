@@ -57,7 +57,11 @@ def _stream_topic(stream: str | None, topic: str) -> str:
 
 class Laser:
     """A log connection with a default stream. Start it with ``async with`` or
-    `start`/`stop` (both safe twice); it starts and stops the log it was given."""
+    `start`/`stop` (both safe twice); it starts and stops the log it was given.
+
+    >>> async with Laser(LocalLog("./laser-data"), stream="prod") as laser:  # doctest: +SKIP
+    ...     await laser.memory("notes").remember("hello")
+    """
 
     def __init__(
         self,
@@ -125,13 +129,22 @@ class Laser:
         await self.stop()
 
     async def start(self) -> None:
+        """Start the log (safe twice); ``async with`` starts and stops for you.
+
+        >>> laser = connect("local://./laser-data")                    # doctest: +SKIP
+        >>> await laser.start()                                         # doctest: +SKIP
+        >>> await laser.stop()                                          # doctest: +SKIP
+        """
         await self.log.start()
 
     async def stop(self) -> None:
         """Stop the connection: the writes under way finish first (those still embedding
         their bodies or asking the governor too, and every append), a write begun later is
         `LogClosed` before anything of it is done, and every read is `LogClosed`; then its
-        view, its vector memories and its log close."""
+        view, its vector memories and its log close.
+
+        >>> await laser.stop()                                          # doctest: +SKIP
+        """
         self._stopped = True
         while True:
             while self._writes_under_way:
@@ -233,7 +246,11 @@ class Laser:
         return private.memory(namespace, embedder=chosen)
 
     def memory_custom(self, backend: Any) -> CustomMemory:
-        """The memory API over your own store (see `laser_memory.custom`)."""
+        """The memory API over your own store (see `laser_memory.custom`).
+
+        >>> memory = laser.memory_custom(MyStore())                     # doctest: +SKIP
+        >>> await memory.remember("hello")                              # doctest: +SKIP
+        """
         return CustomMemory(
             backend,
             stream=self.stream or "",
@@ -242,7 +259,10 @@ class Laser:
         )
 
     def managed_view(self) -> MemoryView:
-        """The managed view this connection reads (``connect(..., view=PATH)``)."""
+        """The managed view this connection reads (``connect(..., view=PATH)``).
+
+        >>> laser.managed_view().stats().items                          # doctest: +SKIP
+        """
         if self.view_path is None:
             raise NoView(
                 "this connection has no managed view; pass view=PATH to connect() "
@@ -321,7 +341,11 @@ class Laser:
         self, partitions: int = 4, retention: float | None = None
     ) -> list[TopicInfo]:
         """Create the stream's agent topics (``agent.memory`` among them). Idempotent.
-        ``retention`` is in seconds; None keeps records forever."""
+        ``retention`` is in seconds; None keeps records forever.
+
+        >>> [t.name for t in await laser.bootstrap(partitions=8)]       # doctest: +SKIP
+        ['prod.agent.memory', 'prod.agent.sessions']
+        """
         return [
             await self.log.create_topic(
                 _stream_topic(self.stream, topic), partitions=partitions, retention_s=retention
@@ -393,7 +417,10 @@ class Laser:
         return namespace, MEMORY_TOPIC, ""
 
     def memory_on_topic(self, topic: str, stream: str | None = None) -> MemoryHandle:
-        """A handle on an existing topic, using the topic name as the namespace."""
+        """A handle on an existing topic, using the topic name as the namespace.
+
+        >>> audit = laser.memory_on_topic("audit.memory")               # doctest: +SKIP
+        """
         validate_topic(topic)
         _check_stream(stream)
         return MemoryHandle(
@@ -411,7 +438,10 @@ class Laser:
         self, topic: str, *, partitions: int = 4, retention: float | None = None
     ) -> MemoryHandle:
         """Create a topic (partitions, retention in seconds) and return a handle on it,
-        using the topic name as the namespace."""
+        using the topic name as the namespace.
+
+        >>> scratch = await laser.memory_topic("scratch", retention=86_400.0)  # doctest: +SKIP
+        """
         await self.log.create_topic(topic, partitions=partitions, retention_s=retention)
         return self.memory_on_topic(topic)
 
@@ -426,7 +456,10 @@ class Laser:
         """Put a message for agent ``agent_id`` on the stream's sessions topic (see
         `laser_memory.agent`); returns its receipt. A conversation's messages keep their
         order. ``tenant``: the message's (default: the connection's bound tenant, else
-        ``""``); a connection bound to a tenant refuses another (`AccessDenied`)."""
+        ``""``); a connection bound to a tenant refuses another (`AccessDenied`).
+
+        >>> await laser.send_to_agent("triage", "ticket 42", conversation="c1")  # doctest: +SKIP
+        """
         topic = _stream_topic(self.stream, AgentTopic.SESSIONS)
         if self.principal is not None:  # the connection's principal: it needs the topic's grant
             self.principal.check_publish(topic)
@@ -496,7 +529,10 @@ class Laser:
         return agent
 
     def context(self, conversation: str) -> ConversationContext:
-        """Handles scoped to one conversation: ``laser.context(c).memory("notes")``."""
+        """Handles scoped to one conversation.
+
+        >>> notes = laser.context("support-42").memory("notes")         # doctest: +SKIP
+        """
         return ConversationContext(self, validate_name(conversation, "conversation"))
 
     async def _append_making_topic(

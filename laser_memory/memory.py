@@ -122,6 +122,9 @@ class MemoryConfig:
     arrays that queries make (16 MB by default; more answers a reader's repeated
     common words faster and takes more memory: at a million items 64 MB took a reader
     from 88 to 134 MB).
+
+    >>> MemoryConfig(max_body_bytes=2 << 20).max_body_bytes
+    2097152
     """
 
     max_body_bytes: int = 1 << 20
@@ -175,6 +178,11 @@ class MemoryHandle:
     Get one from `Laser.memory`, `Laser.memory_on_topic`, `Laser.memory_topic` or
     a conversation context. A handle keeps its own folder: the first folded recall
     reads the whole topic, later ones read only new records.
+
+    >>> memory = laser.memory("notes")                                  # doctest: +SKIP
+    >>> mid = await memory.remember("ticket 42 is a login bug", conversation="c1")  # doctest: +SKIP
+    >>> [i.text for i in await memory.recall(text="login")]             # doctest: +SKIP
+    ['ticket 42 is a login bug']
     """
 
     def __init__(
@@ -264,7 +272,11 @@ class MemoryHandle:
         return MemoryHandle(self._laser, **fields)
 
     def scoped(self, conversation: str) -> MemoryHandle:
-        """A handle that always passes this conversation (it shares this handle's fold)."""
+        """A handle that always passes this conversation (it shares this handle's fold).
+
+        >>> support = memory.scoped("support-42")                       # doctest: +SKIP
+        >>> await support.recall()    # only support-42's items         # doctest: +SKIP
+        """
         conversation = validate_name(conversation, "conversation")
         if self.conversation is not None and conversation != self.conversation:
             raise InvalidInput(
@@ -518,7 +530,10 @@ class MemoryHandle:
         tenant: str | None = None,
     ) -> Receipt:
         """Add a feedback weight to an item. With a conversation (always, on a scoped
-        handle) it applies only to the item as remembered in that conversation."""
+        handle) it applies only to the item as remembered in that conversation.
+
+        >>> await memory.improve(mid, 2.0)   # ranks higher in auto recall  # doctest: +SKIP
+        """
         self._check_publish()
         target_id = MemoryId.parse(target)
         value = inputs.weight(weight)
@@ -620,7 +635,12 @@ class MemoryHandle:
     async def set(
         self, key: str, body: str | bytes | dict | list, *, tenant: str | None = None
     ) -> Receipt:
-        """Set a named item to a body (objects and lists are stored as JSON)."""
+        """Set a named item to a body (objects and lists are stored as JSON).
+
+        >>> await memory.set("profile", {"name": "Ada"})                # doctest: +SKIP
+        >>> (await memory.fetch("profile")).json()                      # doctest: +SKIP
+        {'name': 'Ada'}
+        """
         self._check_publish()
         data = self._check_body(encode_body(body))
         return await self._write_one(
@@ -637,7 +657,10 @@ class MemoryHandle:
     ) -> Receipt:
         """Apply an RFC 7386 JSON merge patch to a named item: fields overwrite, ``null``
         removes. The patch itself is the record, so concurrent updates all apply in
-        log order."""
+        log order.
+
+        >>> await memory.update("profile", {"channel": "email", "name": None})  # doctest: +SKIP
+        """
         self._check_publish()
         key = validate_key(key)
         data = self._check_body(encode_patch(patch))
@@ -683,7 +706,10 @@ class MemoryHandle:
 
     async def fetch_folded(self, key: str, *, tenant: str | None = None) -> NamedItem | None:
         """A named item's current value, folded from the topic in this process
-        (reading only the key's partition), or None if it is absent."""
+        (reading only the key's partition), or None if it is absent.
+
+        >>> item = await memory.fetch_folded("profile")                 # doctest: +SKIP
+        """
         key = validate_key(key)
         tenant = self._tenant(tenant)
         self._check_read()
@@ -795,6 +821,9 @@ class MemoryHandle:
         append times and the version after each. An item's history follows its chain
         of replacements both ways (``supersedes``): each entry's ``item`` names its
         item. From the managed view when there is one, else by replaying the log.
+
+        >>> [e.op for e in await memory.history(mid)]                   # doctest: +SKIP
+        ['remember', 'feedback', 'forget']
         """
         tenant = self._tenant(tenant)
         self._check_read()
@@ -1095,7 +1124,10 @@ class MemoryHandle:
         limit: int = 50,
         tenant: str | None = None,
     ) -> str:
-        """Recall a conversation's items and format them as one prompt block."""
+        """Recall a conversation's items and format them as one prompt block.
+
+        >>> prompt = await memory.context("support-42", token_budget=500)  # doctest: +SKIP
+        """
         return await self.recall(
             conversation=conversation,
             tenant=tenant,

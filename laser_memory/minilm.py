@@ -96,7 +96,10 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions, label ``sentence-transformers/all-MiniLM-L6-v2``):
     mean-pooled, L2-normalised sentence vectors, computed on the CPU with numpy.
     Texts longer than 256 word pieces are cut there, as sentence-transformers does.
-    Safe to call from several threads."""
+    Safe to call from several threads.
+
+    >>> laser = connect("local://./laser-data", embedder=MiniLMEmbedder())  # doctest: +SKIP
+    """
 
     label = "sentence-transformers/all-MiniLM-L6-v2"
     dimensions = 384

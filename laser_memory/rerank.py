@@ -61,7 +61,12 @@ RerankFunction = Callable[[str, Sequence[str]], Sequence[float] | Awaitable[Sequ
 class RerankedMemory:
     """A memory handle whose text recalls are reranked; everything else passes through.
 
-    ``depth`` is how many first-pass items the reranker sees (at least ``limit``)."""
+    ``depth`` is how many first-pass items the reranker sees (at least ``limit``).
+
+    >>> def by_length(query, texts):                                    # doctest: +SKIP
+    ...     return [-len(t) for t in texts]   # shorter first
+    >>> await memory.reranker(by_length, depth=20).recall(text="login")  # doctest: +SKIP
+    """
 
     def __init__(
         self,

@@ -164,6 +164,9 @@ class RetentionDriver(PeriodicPass):
     `expired` and `purged` count what was forgotten.
 
     ``start``/``stop`` are safe to call twice; ``async with`` does both.
+
+    >>> async with RetentionDriver(memory, older_than=90 * 86_400, every=3600.0):  # doctest: +SKIP
+    ...     await serve_forever()
     """
 
     name = "laser-retention"

@@ -27,7 +27,11 @@ _VALID: set[MemoryScope] = set()
 
 
 class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, gc=False):
-    """The scope of one item or one write. Part of the wire format (schema v1)."""
+    """The scope of one item or one write. Part of the wire format (schema v1).
+
+    >>> MemoryScope(conversation="c1", agent="triage").conversation
+    'c1'
+    """
 
     stream: str = ""
     tenant: str = ""
