@@ -64,14 +64,18 @@ class Summarizer(Protocol):
     """Turns a conversation's message bodies into one summary body (sync or async). A
     plain callable ``(bodies) -> body`` serves too."""
 
-    def summarize(self, bodies: list[bytes]) -> bytes | str | Awaitable[bytes | str]: ...
+    def summarize(self, bodies: list[bytes]) -> bytes | str | Awaitable[bytes | str]:
+        """One non-empty summary body of ``bodies`` (oldest first)."""
+        ...
 
 
 @runtime_checkable
 class Consolidator(Protocol):
     """A custom pass, for an agent's timer: ``consolidate(scope)`` returns a report."""
 
-    def consolidate(self, scope: Any) -> Awaitable[ConsolidationReport | None]: ...
+    def consolidate(self, scope: Any) -> Awaitable[ConsolidationReport | None]:
+        """One pass over ``scope`` (the driver's, or None); its report, if any."""
+        ...
 
 
 def validate_max_items(max_items: int) -> int:

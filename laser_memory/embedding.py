@@ -47,14 +47,25 @@ __all__ = [
 @runtime_checkable
 class Embedder(Protocol):
     """What a handle needs of an embedding model. ``embed_many`` may be sync (it then
-    runs on a worker thread, off the event loop) or return an awaitable."""
+    runs on a worker thread, off the event loop) or return an awaitable.
+
+    >>> class Lengths:
+    ...     label = "example/lengths"    # '<provider>/<model>', kept with each vector
+    ...     dimensions = 2
+    ...     def embed_many(self, texts):
+    ...         return [[len(t), 1.0] for t in texts]
+    >>> validate_embedder(Lengths()).label
+    'example/lengths'
+    """
 
     label: str
     dimensions: int
 
     def embed_many(
         self, texts: Sequence[str]
-    ) -> Sequence[Sequence[float]] | Awaitable[Sequence[Sequence[float]]]: ...
+    ) -> Sequence[Sequence[float]] | Awaitable[Sequence[Sequence[float]]]:
+        """One vector of ``dimensions`` finite numbers for each text, in order."""
+        ...
 
 
 _WORD = re.compile(r"[a-z0-9]{4,}")

@@ -51,7 +51,9 @@ class Reranker(Protocol):
 
     def rerank(
         self, query: str, texts: Sequence[str]
-    ) -> Sequence[float] | Awaitable[Sequence[float]]: ...
+    ) -> Sequence[float] | Awaitable[Sequence[float]]:
+        """One finite score for each text, in order; higher ranks first."""
+        ...
 
 
 #: A plain function that reranks: ``(query, texts) -> scores``, sync or async.
