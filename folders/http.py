@@ -49,6 +49,7 @@ from laser_memory.access import Principal, resolve_tenant
 from laser_memory.embedding import Embedder, embed_texts, validate_embedder
 from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError, shown
 from laser_memory.ids import MemoryId, validate_name
+from laser_memory.items import body_fields
 from laser_memory.log.naming import check_settings
 from laser_memory.named import MAX_VERSION, validate_key
 from laser_memory.recall import MAX_LIMIT, validate_strategy
@@ -313,7 +314,7 @@ class ViewServer:
         return _json(
             {
                 "key": item.key,
-                "body": item.text,
+                **body_fields(item.body),
                 "version": item.version,
                 "append_time_ms": item.append_time_ms,
                 "source": item.source._asdict(),
@@ -333,7 +334,7 @@ class ViewServer:
             limit=MAX_LIMIT if limit is None else limit,
         )
         return _json(
-            [{"key": item.key, "body": item.text, "version": item.version} for item in items]
+            [{"key": item.key, **body_fields(item.body), "version": item.version} for item in items]
         )
 
     async def history(self, principal: Principal, request: web.Request) -> web.Response:

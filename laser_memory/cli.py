@@ -33,7 +33,7 @@ from folders.view import MemoryView, view_path_of
 from . import connect
 from .errors import ConfigError, LaserError, UnknownTopic, printable, shown
 from .ids import MemoryId, validate_name
-from .items import MemoryItem
+from .items import MemoryItem, NamedItem, body_fields
 from .kinds import MemoryKind
 from .log import DEFAULT_URL
 from .memory import MemoryHandle, Receipt
@@ -168,6 +168,16 @@ class _Session:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.laser.stop()
+
+
+def _named_json(item: NamedItem) -> dict[str, Any]:
+    """A named item for ``--json``: its body as the JSON it holds, else as text (with its
+    exact bytes in ``body_base64`` when they are no UTF-8)."""
+    try:
+        body: dict[str, Any] = {"body": item.json()}
+    except LaserError:
+        body = body_fields(item.body)
+    return {"key": item.key, **body, "version": item.version}
 
 
 def _receipt_json(receipt: Receipt) -> dict[str, Any]:
@@ -496,13 +506,9 @@ async def fetch(key, url, stream, namespace, as_json, view, tenant, version, as_
             click.echo("null")
         raise click.ClickException(f"no named item {shown(key)}")
     if as_json:
-        try:
-            body: Any = item.json()
-        except LaserError:
-            body = item.text
-        click.echo(json.dumps({"key": key, "body": body, "version": item.version}))
+        click.echo(json.dumps(_named_json(item)))
     else:
-        click.echo(item.text)
+        click.echo(item.body)  # its bytes as they are: text as it was set, and bytes too
 
 
 @main.command()
@@ -548,11 +554,7 @@ async def named(prefix, url, stream, namespace, as_json, view, tenant) -> None:
         items = await memory.named(prefix, tenant=tenant)
     for item in items:
         if as_json:
-            try:
-                body: Any = item.json()
-            except LaserError:
-                body = item.text
-            click.echo(json.dumps({"key": item.key, "body": body, "version": item.version}))
+            click.echo(json.dumps(_named_json(item)))
         else:
             click.echo(f"{printable(item.key)}\t{item.version}\t{printable(item.text)}")
 

@@ -3,6 +3,7 @@ and what preparing a search index reports."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any, NamedTuple
 
 import msgspec
@@ -14,7 +15,34 @@ from .named import load_json
 from .records import Origin, Producer
 from .scope import Lifetime, MemoryScope
 
-__all__ = ["HistoryEntry", "MemoryItem", "NamedItem", "PreparedSearch", "Signal", "Source"]
+__all__ = [
+    "HistoryEntry",
+    "MemoryItem",
+    "NamedItem",
+    "PreparedSearch",
+    "Signal",
+    "Source",
+    "body_fields",
+]
+
+
+def body_fields(body: bytes) -> dict[str, str]:
+    r"""A body as JSON output gives it: ``body``, its text; and for a body that is no
+    UTF-8 (bytes a caller remembered) ``body_base64`` too, its exact bytes, which the
+    text (undecodable bytes replaced) cannot give back.
+
+    >>> body_fields("café".encode())
+    {'body': 'café'}
+    >>> body_fields(b"\xff\x00")
+    {'body': '�\x00', 'body_base64': '/wA='}
+    """
+    try:
+        return {"body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {
+            "body": body.decode("utf-8", "replace"),
+            "body_base64": base64.b64encode(body).decode("ascii"),
+        }
 
 
 class Source(NamedTuple):
@@ -85,7 +113,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
         return {
             "id": str(self.id),
             "kind": self.kind.value,
-            "body": self.text,
+            **body_fields(self.body),
             "scope": msgspec.to_builtins(self.scope),
             "lifetime": self.lifetime,
             "weight": self.weight,
@@ -161,7 +189,7 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     def to_json(self) -> dict[str, Any]:
         out = msgspec.to_builtins(self)
         if self.body is not None:
-            out["body"] = self.body.decode("utf-8", "replace")
+            out.update(body_fields(self.body))
         return out
 
 

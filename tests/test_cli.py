@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import json
 import os
@@ -320,6 +321,35 @@ def test_listings_print_a_body_on_its_own_line_with_its_control_characters_escap
             assert control not in output, (args, control, output)
         assert "\\u202e" in output, (args, output)
     assert json.loads(run("recall", "--json", *other))[0]["scope"]["conversation"] == "c\u202e"
+
+
+def test_json_output_gives_a_body_that_is_no_utf8_exactly(tmp_path):
+    """A body remembered as bytes came out of --json (and HTTP) with its undecodable bytes
+    replaced, so no reader could get it back: body_base64 carries it exactly."""
+    url = f"local://{tmp_path / 'log'}"
+    blob, text = b"\x89PNG\r\n\x1a\n\xff", "caf\u00e9"
+
+    async def write() -> None:
+        async with lm.connect(url) as laser:
+            memory = laser.memory("notes")
+            await memory.remember(blob, conversation="c1")
+            await memory.remember(text, conversation="c1")
+            await memory.set("blob", blob)
+
+    asyncio.run(write())
+    common = ["--url", url]
+    recalled = json.loads(run("recall", *common, "--strategy", "recent", "--json"))
+    assert [i["body"] for i in recalled] == [text, blob.decode("utf-8", "replace")]
+    assert "body_base64" not in recalled[0]  # text is given as text alone
+    assert base64.b64decode(recalled[1]["body_base64"]) == blob
+    for args in (("replay",), ("audit", recalled[1]["id"]), ("named",), ("fetch", "blob")):
+        printed = [json.loads(line) for line in run(*args, *common, "--json").splitlines()]
+        entries = printed[0] if isinstance(printed[0], list) else printed  # audit: one list
+        given = [base64.b64decode(e["body_base64"]) for e in entries if "body_base64" in e]
+        assert given == [blob] * (2 if args == ("replay",) else 1), (args, printed)
+    # One value, printed as it is: its bytes.
+    printed = CliRunner().invoke(main, ["fetch", "blob", *common], catch_exceptions=False)
+    assert printed.stdout_bytes == blob + b"\n"
 
 
 def test_named_bodies_are_json_or_text_and_json_output_is_strict(tmp_path):

@@ -5,6 +5,7 @@ the server nor keeps a normal client out."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import socket
@@ -646,3 +647,33 @@ async def test_what_each_route_reads_of_its_parameters(tmp_path: Path):
             async with http.get(path, params=params) as response:
                 assert response.status == 400, (path, params)
                 assert (await response.json())["message"] == says
+
+
+async def test_a_body_that_is_no_utf8_is_served_exactly_beside_its_text(tmp_path: Path):
+    """Bytes a caller remembered came back from every route with their undecodable bytes
+    replaced: `body_base64` gives them exactly, and text stays text alone."""
+    blob = b"\x89PNG\r\n\x1a\n\xff"
+    async with lm.connect(f"local://{tmp_path / 'log'}", stream="s") as laser:
+        memory = laser.memory("notes")
+        mid = await memory.remember(blob)
+        await memory.remember("plain text")
+        await memory.set("blob", blob)
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+    namespace = {"namespace": "stream:s/notes"}
+    async with serving(tmp_path / "view", ServerConfig()) as base, ClientSession(base) as http:
+        async with http.get("/v1/recall", params={**namespace, "strategy": "recent"}) as got:
+            text, binary = await got.json()
+        assert text["body"] == "plain text" and "body_base64" not in text
+        assert base64.b64decode(binary["body_base64"]) == blob
+        assert binary["body"] == blob.decode("utf-8", "replace")
+        for path, params in (
+            ("/v1/fetch", {"key": "blob"}),
+            ("/v1/named", {}),
+            ("/v1/history", {"id": str(mid)}),
+        ):
+            async with http.get(path, params={**namespace, **params}) as got:
+                served = await got.json()
+            entry = served if isinstance(served, dict) else served[0]
+            assert base64.b64decode(entry["body_base64"]) == blob, (path, served)
