@@ -170,6 +170,21 @@ class _Session:
         await self.laser.stop()
 
 
+def _given(value: str) -> str | bytes:
+    """An argument as given, or for ``-`` what standard input holds: its text, or its
+    bytes when they are no UTF-8 (a file of any kind piped in), less one trailing
+    newline, as a shell's ``$(...)`` drops it (``echo`` adds one)."""
+    if value != "-":
+        return value
+    with click.open_file("-", "rb") as stdin:
+        data = stdin.read()
+    data = data[:-2] if data.endswith(b"\r\n") else data[:-1] if data.endswith(b"\n") else data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
 def _named_json(item: NamedItem) -> dict[str, Any]:
     """A named item for ``--json``: its body as the JSON it holds, else as text (with its
     exact bytes in ``body_base64`` when they are no UTF-8)."""
@@ -270,11 +285,12 @@ async def remember(
     ttl,
     embedder,
 ) -> None:
-    """Remember TEXT; prints the new item's id."""
+    """Remember TEXT (- reads it from standard input); prints the new item's id."""
     seconds = _age(ttl) if ttl is not None else None
+    body = _given(text)
     async with _Session(url, stream, namespace, embedder=embedder) as memory:
         mid = await memory.remember(
-            text,
+            body,
             kind=kind,
             conversation=conversation,
             agent=agent,
@@ -461,10 +477,12 @@ def _parse_json(value: str, what: str) -> Any:
 @click.option("--tenant", default="")
 @_run
 async def set_(key, body, url, stream, namespace, as_json, view, tenant) -> None:
-    """Set named item KEY to BODY (a JSON object or array, or plain text)."""
-    value: Any = body
-    if body.lstrip()[:1] in ("{", "["):
-        value = _parse_json(body, "BODY")
+    """Set named item KEY to BODY (a JSON object or array, or plain text; - reads it from
+    standard input)."""
+    given = _given(body)
+    value: Any = given
+    if isinstance(given, str) and given.lstrip()[:1] in ("{", "["):
+        value = _parse_json(given, "BODY")
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.set(key, value, tenant=tenant)
     _print_write(as_json, receipt, key=key)
@@ -518,8 +536,11 @@ async def fetch(key, url, stream, namespace, as_json, view, tenant, version, as_
 @click.option("--tenant", default="")
 @_run
 async def update(key, patch, url, stream, namespace, as_json, view, tenant) -> None:
-    """Apply JSON merge PATCH to named item KEY."""
-    parsed = _parse_json(patch, "PATCH")
+    """Apply JSON merge PATCH to named item KEY (- reads it from standard input)."""
+    given = _given(patch)
+    if isinstance(given, bytes):
+        raise click.BadParameter("PATCH is JSON text; standard input held bytes that are no UTF-8")
+    parsed = _parse_json(given, "PATCH")
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.update(key, parsed, tenant=tenant)
     _print_write(as_json, receipt, key=key)

@@ -352,6 +352,30 @@ def test_json_output_gives_a_body_that_is_no_utf8_exactly(tmp_path):
     assert printed.stdout_bytes == blob + b"\n"
 
 
+def test_a_dash_reads_text_bodies_and_patches_from_standard_input(tmp_path):
+    """`cat notes.txt | laser-memory remember -` stored the text "-"."""
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+
+    def piped(data: bytes, *args: str, ok: bool = True) -> str:
+        result = CliRunner().invoke(main, [*args, *common], input=data)
+        assert (result.exit_code == 0) is ok, result.output
+        return result.output
+
+    piped(b"line one\nline two\n", "remember", "-", "--conversation", "c1")
+    piped(b"\x89PNG\r\n\x1a\n", "remember", "-", "--conversation", "c2")
+    piped(b'{"tier": "free", "seats": 3}\r\n', "set", "plan", "-")
+    piped(b'{"seats": null}', "update", "plan", "-")
+    assert "no UTF-8" in piped(b"\xff", "update", "plan", "-", ok=False)
+    assert "EmptyBody" in piped(b"\n", "remember", "-", ok=False)
+    items = {i["scope"]["conversation"]: i for i in json.loads(run("recall", *common, "--json"))}
+    # One trailing newline dropped, as $(...) drops it; the rest as piped.
+    assert items["c1"]["body"] == "line one\nline two"
+    assert base64.b64decode(items["c2"]["body_base64"]) == b"\x89PNG\r\n\x1a"
+    assert json.loads(run("fetch", "plan", *common, "--json"))["body"] == {"tier": "free"}
+    run("remember", *common, "--", "-x-")  # only "-" alone reads the input
+    assert "-x-" in run("recall", *common)
+
+
 def test_named_bodies_are_json_or_text_and_json_output_is_strict(tmp_path):
     common = ["--url", f"local://{tmp_path / 'log'}"]
     run("set", "k", "plain text", *common)
