@@ -31,12 +31,12 @@ from folders.state import ItemFilter, history_entry
 from folders.view import MemoryView, view_path_of
 
 from . import connect
-from .errors import ConfigError, LaserError, UnknownTopic, printable, shown
+from .errors import BodyTooLarge, ConfigError, LaserError, UnknownTopic, printable, shown
 from .ids import MemoryId, validate_name
 from .items import MemoryItem, NamedItem, body_fields
 from .kinds import MemoryKind
 from .log import DEFAULT_URL
-from .memory import MemoryHandle, Receipt
+from .memory import MemoryConfig, MemoryHandle, Receipt
 from .named import load_json
 from .recall import MAX_LIMIT, STRATEGIES
 from .records import Embedded, Feedback, Forget, Remember, Retrieved, Superseded
@@ -176,8 +176,16 @@ def _given(value: str) -> str | bytes:
     newline, as a shell's ``$(...)`` drops it (``echo`` adds one)."""
     if value != "-":
         return value
+    most = MemoryConfig().max_body_bytes
     with click.open_file("-", "rb") as stdin:
-        data = stdin.read()
+        # No more than a body can hold (and a newline): read whole, 10 GB piped in by
+        # mistake would be 10 GB of memory before the refusal.
+        data = stdin.read(most + 3)
+    if len(data) > most + 2:
+        raise BodyTooLarge(
+            f"standard input holds more than {most} bytes, the most a body takes; store "
+            "large content elsewhere and remember a reference"
+        )
     data = data[:-2] if data.endswith(b"\r\n") else data[:-1] if data.endswith(b"\n") else data
     try:
         return data.decode("utf-8")

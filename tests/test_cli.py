@@ -367,6 +367,10 @@ def test_a_dash_reads_text_bodies_and_patches_from_standard_input(tmp_path):
     piped(b'{"seats": null}', "update", "plan", "-")
     assert "no UTF-8" in piped(b"\xff", "update", "plan", "-", ok=False)
     assert "EmptyBody" in piped(b"\n", "remember", "-", ok=False)
+    # Read no further than a body can hold (it was read whole first, however large).
+    most = lm.MemoryConfig().max_body_bytes
+    assert "more than 1048576 bytes" in piped(b"a" * (most + 3), "remember", "-", ok=False)
+    assert "1048577 bytes, over" in piped(b"a" * (most + 1) + b"\n", "remember", "-", ok=False)
     items = {i["scope"]["conversation"]: i for i in json.loads(run("recall", *common, "--json"))}
     # One trailing newline dropped, as $(...) drops it; the rest as piped.
     assert items["c1"]["body"] == "line one\nline two"
