@@ -555,9 +555,6 @@ class MemoryView:
     >>> view.close()                                                    # doctest: +SKIP
     """
 
-    def __repr__(self) -> str:
-        return f"MemoryView({self.path!r}{', closed' if self._closed else ''})"
-
     def __init__(self, path: str, env: lmdb.Environment, dbs: dict) -> None:
         self.path = path
         self._env = env
@@ -608,6 +605,9 @@ class MemoryView:
         self._apart_builds: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[tuple, asyncio.Lock]
         ] = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"MemoryView({self.path!r}{', closed' if self._closed else ''})"
 
     @classmethod
     def open(
