@@ -10,6 +10,8 @@
   first ``limit`` (default and at most `MAX_LIMIT`) whose key starts with the prefix
 - ``GET /v1/history?namespace=NS&(id=ID|key=K)[&tenant=]``
 - ``GET /v1/stats``
+- ``GET /v1/health``: ``{"status": "ok"}`` while the view can be read, else a 503; the
+  one route that asks for no token, as it says nothing of any tenant (for probes)
 
 Bad input is a 400 (a parameter the route does not take, or one given twice, is bad
 input: a misspelt filter must not widen a recall), an absent named item a 404, a
@@ -22,7 +24,7 @@ that never finish their request: it bounds the open connections, closes one
 that has not sent its request headers within ``header_timeout_s``, and when
 full makes room by closing the oldest connection still waiting for headers.
 
-Every request is authenticated first (`folders.http_auth`): with ``--auth FILE``
+Every other request is authenticated first (`folders.http_auth`): with ``--auth FILE``
 by its bearer token (401 without a valid one), else as the local anonymous
 principal. A request acts in its principal's tenant only (a ``tenant`` parameter
 naming another is a 403) and within its grants: ``kv:read:<namespace>`` for
@@ -182,6 +184,7 @@ _PARAMETERS = {
     "/v1/named": frozenset({"namespace", "prefix", "tenant", "limit"}),
     "/v1/history": frozenset({"namespace", "id", "key", "tenant"}),
     "/v1/stats": frozenset(),
+    "/v1/health": frozenset(),
 }
 
 
@@ -364,6 +367,25 @@ class ViewServer:
         stats = await asyncio.to_thread(self._view.stats)
         return _json(msgspec.to_builtins(stats))
 
+    async def health(self, request: web.Request) -> web.Response:
+        """200 ``{"status": "ok"}`` while the view can be read, else a 503: for a load
+        balancer's or an orchestrator's probe, which holds no token. It reads no tenant's
+        data and answers nothing of any (so no token is asked for), and is not behind the
+        read limit: a probe answers while recalls queue."""
+        try:
+            _check_parameters(request, "/v1/health")
+        except InvalidInput as exc:
+            return _error(400, exc)
+        try:
+            await asyncio.to_thread(self._view.watermark)
+        except LaserError as exc:
+            # The cause names the view's path on disk: the log has it, an unauthenticated
+            # caller does not.
+            _server_log.error("health check: %s", exc)
+            said = "the view cannot be read; the server's log says why"
+            return _json({"error": type(exc).__name__, "message": said}, 503)
+        return _json({"status": "ok"})
+
     def route(
         self, path: str, handler: Callable[[Principal, web.Request], Awaitable[web.Response]]
     ):
@@ -419,6 +441,7 @@ def make_app(
         ("/v1/stats", server.stats),
     ):
         app.router.add_get(path, server.route(path, handler))
+    app.router.add_get("/v1/health", server.health)
     return app
 
 

@@ -568,6 +568,44 @@ async def test_http_takes_the_tenant_and_grants_from_the_token_only(
             assert r.status == 200 and (await r.json())["items"] == 2
 
 
+async def test_the_health_route_needs_no_token_and_says_nothing_of_any_tenant(
+    laser: lm.Laser, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """A load balancer's probe holds no token: with `--auth` every route was a 401 to it.
+    The health route answers without one, and nothing in its answer comes from a tenant's
+    data; a view that cannot be read is a 503 whose body does not name its path."""
+    memory = laser.memory("notes")
+    await memory.remember("acme's secret", tenant="acme")
+    auth = TokenAuth({hash_token("ops"): Principal("ops", tenant="", grants={"view:stats"})})
+    view = tmp_path / "view"
+    await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+    opened = MemoryView.open(view, create=False)
+    server = TestServer(make_app(opened, auth), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with ClientSession(base_url=str(server.make_url(""))) as http:
+            for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Bearer ops"}):
+                async with http.get("/v1/health", headers=headers) as r:
+                    assert r.status == 200 and await r.json() == {"status": "ok"}
+            async with http.head("/v1/health") as r:
+                assert r.status == 200
+            # Every other route still asks for the token.
+            async with http.get("/v1/stats") as r:
+                assert r.status == 401
+            async with http.get("/v1/health", params={"tenant": "acme"}) as r:
+                assert r.status == 400 and (await r.json())["error"] == "InvalidInput"
+            opened.close()
+            with caplog.at_level("ERROR", logger="aiohttp.server"):
+                async with http.get("/v1/health") as r:
+                    assert r.status == 503
+                    answer = await r.json()
+        assert answer["error"] == "LogClosed" and str(view) not in answer["message"]
+        assert any(str(view) in record.getMessage() for record in caplog.records)
+    finally:
+        await server.close()
+        opened.close()
+
+
 async def test_a_bearer_token_that_is_no_utf8_is_a_401(laser: lm.Laser, tmp_path: Path):
     """Sent as raw bytes on the wire (no client library sends them): a 500 before."""
     ops = Principal("ops", tenant="", grants={"view:stats"})

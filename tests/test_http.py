@@ -135,7 +135,8 @@ async def test_the_routers_refusals_are_json_as_every_error(big_view: Path):
                 assert response.status == 404
                 error = await response.json()
                 assert error["error"] == "NotFound"
-                assert path in error["message"] and "/v1/recall" in error["message"]
+                assert path in error["message"]
+                assert "/v1/recall" in error["message"] and "/v1/health" in error["message"]
         async with http.post("/v1/recall", params={"namespace": "stream:s/notes"}) as response:
             assert response.status == 405 and response.headers["Allow"] == "GET,HEAD"
             assert await response.json() == {
