@@ -89,12 +89,20 @@ async def _until_stopped(work: Awaitable[Any]) -> tuple[Any, str | None]:
 
 
 def _connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The log's options and ``--view``: for the commands that read the present, which
+    a managed view holds."""
     fn = click.option(
         "--view",
         envvar="LASER_VIEW",
         default=None,
         help="Managed view folder to read (default $LASER_VIEW; none: fold the log).",
     )(fn)
+    return _log_options(fn)
+
+
+def _log_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The log's options, for the commands that write, or read the log itself (replay):
+    a ``--view`` they took and never read let a caller believe it was used."""
     fn = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
     fn = click.option(
         "--namespace", "-n", default="notes", show_default=True, help="Memory namespace."
@@ -246,13 +254,13 @@ def main() -> None:
 
 
 @main.command()
-@_connection_options
+@_log_options
 @click.option("--partitions", default=4, show_default=True, type=int)
 @click.option(
     "--retention", default=None, type=float, help="Seconds to keep records (default: forever)."
 )
 @_run
-async def bootstrap(url, stream, namespace, as_json, view, partitions, retention) -> None:
+async def bootstrap(url, stream, namespace, as_json, partitions, retention) -> None:
     """Create the stream's agent topics (idempotent)."""
     async with connect(url, stream=stream) as laser:
         infos = await laser.bootstrap(partitions=partitions, retention=retention)
@@ -265,7 +273,7 @@ async def bootstrap(url, stream, namespace, as_json, view, partitions, retention
 
 @main.command()
 @click.argument("text")
-@_connection_options
+@_log_options
 @_scope_options
 @click.option(
     "--kind", default="fact", show_default=True, type=click.Choice([k.value for k in MemoryKind])
@@ -281,7 +289,6 @@ async def remember(
     stream,
     namespace,
     as_json,
-    view,
     tenant,
     conversation,
     agent,
@@ -392,11 +399,11 @@ async def recall(
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("id")
 @click.argument("weight", type=float)
-@_connection_options
+@_log_options
 @click.option("--conversation", default=None)
 @click.option("--tenant", default="")
 @_run
-async def improve(id, weight, url, stream, namespace, as_json, view, conversation, tenant) -> None:
+async def improve(id, weight, url, stream, namespace, as_json, conversation, tenant) -> None:
     """Add feedback WEIGHT to item ID."""
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.improve(id, weight, conversation=conversation, tenant=tenant)
@@ -405,11 +412,11 @@ async def improve(id, weight, url, stream, namespace, as_json, view, conversatio
 
 @main.command()
 @click.argument("id")
-@_connection_options
+@_log_options
 @click.option("--conversation", default=None)
 @click.option("--tenant", default="")
 @_run
-async def forget(id, url, stream, namespace, as_json, view, conversation, tenant) -> None:
+async def forget(id, url, stream, namespace, as_json, conversation, tenant) -> None:
     """Write a tombstone for item ID."""
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.forget(id, conversation=conversation, tenant=tenant)
@@ -438,14 +445,12 @@ def _age(value: str) -> float:
 @main.command()
 @click.option("--older-than", "older_than", default=None, help="an age: 90d, 12h, 30m, 45s")
 @click.option("--expired", is_flag=True, help="forget the items whose ttl or expiry passed")
-@_connection_options
+@_log_options
 @click.option("--tenant", default="")
 @click.option("--conversation", default=None, help="only items of this conversation")
 @click.option("--limit", type=int, default=1000, show_default=True, help="forgets per batch")
 @_run
-async def purge(
-    older_than, expired, url, stream, namespace, as_json, view, tenant, conversation, limit
-):
+async def purge(older_than, expired, url, stream, namespace, as_json, tenant, conversation, limit):
     """Forget the expired items (--expired) and the items last written longer ago than
     --older-than, oldest first, in batches of --limit until none is left; print how
     many."""
@@ -481,10 +486,10 @@ def _parse_json(value: str, what: str) -> Any:
 @main.command(name="set")
 @click.argument("key")
 @click.argument("body")
-@_connection_options
+@_log_options
 @click.option("--tenant", default="")
 @_run
-async def set_(key, body, url, stream, namespace, as_json, view, tenant) -> None:
+async def set_(key, body, url, stream, namespace, as_json, tenant) -> None:
     """Set named item KEY to BODY (a JSON object or array, or plain text; - reads it from
     standard input)."""
     given = _given(body)
@@ -540,10 +545,10 @@ async def fetch(key, url, stream, namespace, as_json, view, tenant, version, as_
 @main.command()
 @click.argument("key")
 @click.argument("patch")
-@_connection_options
+@_log_options
 @click.option("--tenant", default="")
 @_run
-async def update(key, patch, url, stream, namespace, as_json, view, tenant) -> None:
+async def update(key, patch, url, stream, namespace, as_json, tenant) -> None:
     """Apply JSON merge PATCH to named item KEY (- reads it from standard input)."""
     given = _given(patch)
     if isinstance(given, bytes):
@@ -556,7 +561,7 @@ async def update(key, patch, url, stream, namespace, as_json, view, tenant) -> N
 
 @main.command()
 @click.argument("key")
-@_connection_options
+@_log_options
 @click.option("--tenant", default="")
 @click.option(
     "--if-version",
@@ -565,7 +570,7 @@ async def update(key, patch, url, stream, namespace, as_json, view, tenant) -> N
     help="Remove only if the item is still at this version when folded.",
 )
 @_run
-async def remove(key, url, stream, namespace, as_json, view, tenant, if_version) -> None:
+async def remove(key, url, stream, namespace, as_json, tenant, if_version) -> None:
     """Remove named item KEY (absent keys succeed)."""
     async with _Session(url, stream, namespace) as memory:
         receipt = await memory.remove(key, tenant=tenant, if_version=if_version)
@@ -735,7 +740,7 @@ def _remake_snapshots(view: str, reads: list[Read]) -> None:
 
 
 @main.command()
-@_connection_options
+@_log_options
 @click.option("--tenant", default="", help="Tenant whose items to embed (default '').")
 @click.option(
     "--embedder",
@@ -746,7 +751,7 @@ def _remake_snapshots(view: str, reads: list[Read]) -> None:
 )
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 4096))
 @_run
-async def reembed(url, stream, namespace, as_json, view, tenant, embedder, batch_size) -> None:
+async def reembed(url, stream, namespace, as_json, tenant, embedder, batch_size) -> None:
     """Write the --embedder model's vector for every live item of the namespace that has
     none, as records (history kept), with progress. Rerun it to resume."""
     model = _make_embedder(embedder)
@@ -1008,6 +1013,10 @@ def mcp(url, stream, namespace, as_json, view, tenant, http_port, embedder) -> N
         try:
             laser = connect(url, stream=stream, view=view, embedder=_make_embedder(embedder))
             async with laser:
+                if view is not None:
+                    # As every command reading a view, at once: a mistyped --view was
+                    # found only when a model first recalled, as an error only it read.
+                    laser.managed_view()
                 server = memory_server(laser.memory(namespace, tenant=tenant))
                 if http_port is None:
                     await server.run_stdio_async()
@@ -1091,7 +1100,7 @@ def _moment(value: str | None) -> int | None:
 
 
 @main.command()
-@_connection_options
+@_log_options
 @click.option(
     "--since",
     default=None,
@@ -1109,7 +1118,7 @@ def _moment(value: str | None) -> int | None:
     help="Operators only: print every tenant's records, and records nobody can read.",
 )
 @_run
-async def replay(url, stream, namespace, as_json, view, since, until, tenant, all_tenants) -> None:
+async def replay(url, stream, namespace, as_json, since, until, tenant, all_tenants) -> None:
     """Print a tenant's records of a namespace from the log, in order (append time,
     partition, offset)."""
     since_ms, until_ms = _moment(since), _moment(until)

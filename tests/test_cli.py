@@ -737,6 +737,47 @@ def test_fold_and_rebuild_of_a_topic_not_made_yet_say_so_and_make_nothing(tmp_pa
     assert "bootstrap" in run("fold", "--url", url, "--view", str(view), ok=False)
 
 
+def test_view_is_an_option_only_of_the_commands_that_read_one(tmp_path):
+    """Ten commands took --view and never read it: `replay --view ./view` looked like a
+    replay of the view, `remember --view` like a write that waits for it. Each command
+    that takes it reads it at once: a mistyped one is a NoView at start (the MCP server
+    said so only to a model, at its first recall) and makes nothing there."""
+    url, missing = f"local://{tmp_path / 'log'}", tmp_path / "typo"
+    mid = json.loads(run("remember", "a fact", "--url", url, "--json"))["id"]
+    for command in (
+        ["remember", "another"],
+        ["improve", mid, "1"],
+        ["forget", mid],
+        ["set", "k", "v"],
+        ["update", "k", "{}"],
+        ["remove", "k"],
+        ["purge", "--expired"],
+        ["reembed", "--embedder", "word-hash"],
+        ["bootstrap"],
+        ["replay"],
+    ):
+        result = CliRunner().invoke(main, [*command, "--url", url, "--view", str(missing)])
+        # A usage error naming it (improve, which takes a negative weight, says "unexpected
+        # extra arguments (--view ...)").
+        assert result.exit_code == 2 and "--view" in result.output, command
+    for command in (
+        ["recall"],
+        ["fetch", "k"],
+        ["named"],
+        ["audit", mid],
+        ["index"],
+        ["stats"],
+        ["serve", "--port", "0"],
+        ["mcp"],
+    ):
+        with_url = [] if command[0] in ("stats", "serve") else ["--url", url]
+        result = CliRunner().invoke(main, [*command, *with_url, "--view", str(missing)])
+        assert result.exit_code == 1, (command, result.output)
+        assert f"NoView: there is no view at {missing}" in result.output, command
+        assert not missing.exists(), command
+    assert run("replay", "--url", url).count("a fact") == 1  # the log unchanged
+
+
 def test_serve_on_a_port_in_use_or_out_of_range_says_so(tmp_path):
     # Both were raw tracebacks (OSError, OverflowError).
     url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
