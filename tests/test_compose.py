@@ -145,6 +145,13 @@ async def test_the_compose_services_serve_what_the_header_says(
             header = to.word(curl[curl.index("-H") + 1]).replace("$TOKEN", token)
             name, _, value = header.partition(": ")
             address = to.word(curl[-1])
+            # The reader's healthcheck, as Docker runs it in the container (no token).
+            check = compose["services"]["reader"]["healthcheck"]["test"]
+            assert check[:2] == ["CMD", "python"]
+            probe = await asyncio.create_subprocess_exec(
+                sys.executable, *to.command(check[2:-1]), check[-1].replace("8765", str(to.port))
+            )
+            assert await asyncio.wait_for(probe.wait(), 60) == 0
             async with ClientSession() as http:
                 async with http.get(address) as anonymous:
                     assert anonymous.status == 401
