@@ -88,25 +88,32 @@ async def _until_stopped(work: Awaitable[Any]) -> tuple[Any, str | None]:
             loop.remove_signal_handler(sig)
 
 
+#: ``--view``, for the commands that read the present, which a managed view holds.
+_view_to_read = click.option(
+    "--view",
+    envvar="LASER_VIEW",
+    default=None,
+    help="Managed view folder to read (default $LASER_VIEW; none: fold the log).",
+)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+_namespace_option = click.option(
+    "--namespace", "-n", default="notes", show_default=True, help="Memory namespace."
+)
+
+
 def _connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The log's options and ``--view``: for the commands that read the present, which
-    a managed view holds."""
-    fn = click.option(
-        "--view",
-        envvar="LASER_VIEW",
-        default=None,
-        help="Managed view folder to read (default $LASER_VIEW; none: fold the log).",
-    )(fn)
-    return _log_options(fn)
+    """The log's options and ``--view``: for the commands that read the present."""
+    return _log_options(_view_to_read(fn))
 
 
 def _log_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The log's options, for the commands that write, or read the log itself (replay):
-    a ``--view`` they took and never read let a caller believe it was used."""
-    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
-    fn = click.option(
-        "--namespace", "-n", default="notes", show_default=True, help="Memory namespace."
-    )(fn)
+    """The log's options, for the commands that write, or read the log itself (replay).
+    Each command takes only the options it reads: a ``--view`` (or ``--namespace``, or
+    ``--json``) taken and never read let a caller believe it was used."""
+    return _url_options(_namespace_option(_json_option(fn)))
+
+
+def _url_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--stream", default=None, help="Default stream (topic prefix).")(fn)
     fn = click.option(
         "--url",
@@ -254,13 +261,14 @@ def main() -> None:
 
 
 @main.command()
-@_log_options
+@_url_options
+@_json_option
 @click.option("--partitions", default=4, show_default=True, type=int)
 @click.option(
     "--retention", default=None, type=float, help="Seconds to keep records (default: forever)."
 )
 @_run
-async def bootstrap(url, stream, namespace, as_json, partitions, retention) -> None:
+async def bootstrap(url, stream, as_json, partitions, retention) -> None:
     """Create the stream's agent topics (idempotent)."""
     async with connect(url, stream=stream) as laser:
         infos = await laser.bootstrap(partitions=partitions, retention=retention)
@@ -991,7 +999,9 @@ def token(name: str, tenant: str, grants: tuple[str, ...]) -> None:
 
 
 @main.command()
-@_connection_options
+@_url_options
+@_namespace_option
+@_view_to_read
 @click.option("--tenant", default="", help="The tenant every tool acts in (fixed; default '').")
 @click.option(
     "--http-port",
@@ -1000,7 +1010,7 @@ def token(name: str, tenant: str, grants: tuple[str, ...]) -> None:
     help="Serve streamable HTTP on 127.0.0.1:PORT/mcp, not stdio (0: a free port, printed).",
 )
 @_embedder_option
-def mcp(url, stream, namespace, as_json, view, tenant, http_port, embedder) -> None:
+def mcp(url, stream, namespace, view, tenant, http_port, embedder) -> None:
     """Run a Model Context Protocol server over one namespace (stdio by default): tools
     remember, recall, context, improve, forget, fetch, set and update. The namespace and
     tenant are fixed here, never by the model. Needs 'laser-memory[mcp]'."""

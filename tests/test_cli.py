@@ -778,6 +778,23 @@ def test_view_is_an_option_only_of_the_commands_that_read_one(tmp_path):
     assert run("replay", "--url", url).count("a fact") == 1  # the log unchanged
 
 
+def test_every_option_a_command_takes_is_read():
+    """A command took --view (ten did), --namespace (bootstrap) or --json (mcp) and never
+    read it: the caller believed it was used. Every parameter of every command is read
+    in its function's body."""
+    import ast
+    import inspect
+    import textwrap
+
+    unread = []
+    for name, command in main.commands.items():
+        function = inspect.unwrap(command.callback)
+        body = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+        read = {node.id for node in ast.walk(body) if isinstance(node, ast.Name)}
+        unread += [(name, p.name) for p in command.params if p.name not in read]
+    assert unread == []
+
+
 def test_serve_on_a_port_in_use_or_out_of_range_says_so(tmp_path):
     # Both were raw tracebacks (OSError, OverflowError).
     url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
