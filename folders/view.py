@@ -1198,7 +1198,7 @@ class MemoryView:
             else:
                 # Excluded ids would take places the limit counts: fetch that many more.
                 wanted = limit + len(exclude)
-                candidates = self._candidates(txn, namespace, where, strategy, text, wanted)
+                candidates = self._candidates(txn, namespace, where, strategy, wanted)
         return rank(
             candidates,
             strategy=strategy,
@@ -1614,7 +1614,7 @@ class MemoryView:
         ]
         return ((key, owner) for _, key, owner in heapq.merge(*walks, reverse=True))
 
-    def _candidates(self, txn, namespace, where, strategy, text, limit) -> list[MemoryItem]:
+    def _candidates(self, txn, namespace, where, strategy, limit) -> list[MemoryItem]:
         index = txn.cursor(db=self._dbs["index"])
         if where.has_owner_filter and any(
             True for _ in _prefixed(index, b"I" + _scope(where.tenant, namespace))

@@ -1307,7 +1307,7 @@ class SearchIndex:
         statistics = self._statistics(query, owner)
         by_rare = by_groups = None
         if owner is None and shortcuts:
-            by_rare = self._by_rare_terms(held, statistics, limit)
+            by_rare = self._by_rare_terms(held, statistics)
             if by_rare is None:
                 by_groups = self._by_groups(held, statistics, limit + len(exclude))
         if by_rare is not None:
@@ -1359,7 +1359,7 @@ class SearchIndex:
         return [(self._ids[int(rows[r.row])], r) for r in ranked]
 
     def _by_rare_terms(
-        self, held: list[str], statistics: TermStatistics, limit: int
+        self, held: list[str], statistics: TermStatistics
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """For a query with both rare and common terms (an identifier such as
         ``ERR-4021`` gives ``err``, held by half the namespace): the rows holding a rare
