@@ -589,11 +589,17 @@ async def remove(key, url, stream, namespace, as_json, tenant, if_version) -> No
 @click.argument("prefix", default="")
 @_connection_options
 @click.option("--tenant", default="")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="List the first N in key order (default: all); a view reads no further.",
+)
 @_run
-async def named(prefix, url, stream, namespace, as_json, view, tenant) -> None:
+async def named(prefix, url, stream, namespace, as_json, view, tenant, limit) -> None:
     """List the named items whose key starts with PREFIX (all without one), by key."""
     async with _Session(url, stream, namespace, view, read=True) as memory:
-        items = await memory.named(prefix, tenant=tenant)
+        items = await memory.named(prefix, tenant=tenant, limit=limit)
     for item in items:
         if as_json:
             click.echo(json.dumps(_named_json(item)))

@@ -93,6 +93,10 @@ def test_a_memory_session_from_the_command_line(any_log_url: str, stream_name: s
         "prefs",
         "profile",
     ]
+    for limit, keys in (("1", ["prefs"]), ("0", [])):
+        listed = run("named", *common, "--limit", limit).splitlines()
+        assert [line.split("\t")[0] for line in listed] == keys
+    assert "--limit" in run("named", *common, "--limit", "-1", ok=False)
     # A remove for a version the item has moved past changes nothing.
     run("remove", "profile", *common, "--if-version", "1")
     assert json.loads(run("fetch", "profile", *common, "--json")) == fetched
@@ -793,6 +797,31 @@ def test_every_option_a_command_takes_is_read():
         read = {node.id for node in ast.walk(body) if isinstance(node, ast.Name)}
         unread += [(name, p.name) for p in command.params if p.name not in read]
     assert unread == []
+
+
+def test_the_commands_on_a_memory_take_the_options_the_readme_says():
+    """The README said every command takes the scope options: most take only --tenant."""
+    options = {
+        name: {o for p in command.params for o in p.opts if o.startswith("--")}
+        for name, command in main.commands.items()
+    }
+    on_a_memory = {name for name, taken in options.items() if "--namespace" in taken}
+    assert on_a_memory == {
+        *("audit", "fetch", "forget", "improve", "index", "mcp", "named", "purge", "recall"),
+        *("reembed", "remember", "remove", "replay", "set", "update"),
+    }
+    for name in on_a_memory:
+        common = {"--url", "--stream", "--tenant"} | ({"--json"} if name != "mcp" else set())
+        assert common <= options[name], name
+        owner = {"--conversation", "--agent", "--user", "--application"}
+        expected = (
+            owner
+            if name in ("remember", "recall")
+            else {"--conversation"}
+            if name in ("improve", "forget", "purge", "index")
+            else set()
+        )
+        assert options[name] & owner == expected, name
 
 
 def test_serve_on_a_port_in_use_or_out_of_range_says_so(tmp_path):
