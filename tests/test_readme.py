@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import datetime
 import re
+import shlex
 import subprocess
 import sys
 import typing
@@ -236,3 +237,75 @@ def test_the_wire_format_names_every_record():
     words += ["ten", "eleven", "twelve"]
     assert f"{words[len(tags)]} frozen msgspec records" in section
     assert [tag for tag in tags if f"`{tag}`" not in section] == []
+
+
+def command_lines() -> list[tuple[int, str]]:
+    """Each ``laser-memory`` command line of the README: in shell blocks (split at ``;``
+    and ``|``, comments and redirections dropped) and in the prose's code spans."""
+    found = []
+    in_shell = False
+    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip() in ("```sh", "```bash", "```shell"):
+            in_shell = True
+            continue
+        if in_shell and line.strip() == "```":
+            in_shell = False
+            continue
+        if in_shell:
+            for part in re.split(r"[;|]", re.split(r"\s#\s", line)[0]):
+                part = re.split(r"\s>>?\s", part)[0].strip()
+                if part.startswith("laser-memory "):
+                    found.append((number, part))
+        else:
+            found += [(number, span) for span in re.findall(r"`(laser-memory [^`]+)`", line)]
+    return found
+
+
+COMMAND_LINES = command_lines()
+
+
+def test_the_readme_has_its_command_lines():
+    assert len(COMMAND_LINES) > 40
+
+
+def _placeholder(word: str) -> bool:
+    """What the reader fills in: ``...``, ``01M8...``, ``PATH``, ``BYTES``, ``TIME``."""
+    return "..." in word or re.fullmatch(r"[A-Z][A-Z_]*", word) is not None
+
+
+@pytest.mark.parametrize(("line", "text"), COMMAND_LINES, ids=[str(n) for n, _ in COMMAND_LINES])
+def test_every_command_line_of_the_readme_parses(line: int, text: str):
+    """A command or option renamed, a value of the wrong type, or a flag a command never
+    took (`fold --until-caught-up`, which a reader would try) fails here rather than in a
+    reader's shell. Each line is parsed as its command parses it, not run; ``[...]``
+    marks what may be left out, and prose may name a command without the options it
+    needs (`laser-memory stats`), so a missing one is no failure."""
+    import click
+
+    from laser_memory.cli import main
+
+    words = shlex.split(re.sub(r"[\[\]]", "", text))[1:]
+    if words == ["COMMAND", "--help"]:
+        return
+    name, args = words[0], words[1:]
+    command = main.commands.get(name)
+    assert command is not None, f"line {line}: no command {name!r}"
+    ctx = click.Context(command, info_name=name)
+    option = next((p for p in command.params if args and args[-1] in p.opts), None)
+    if isinstance(option, click.Option) and not option.is_flag:
+        args.append("VALUE")  # prose naming an option (`serve --auth`), not a whole line
+    try:
+        given, positional, _ = command.make_parser(ctx).parse_args(list(args))
+    except click.UsageError as exc:
+        pytest.fail(f"line {line}: {text!r}: {exc.format_message()}")
+    arguments = [p for p in command.params if isinstance(p, click.Argument)]
+    if all(p.nargs >= 0 for p in arguments):
+        most = sum(p.nargs for p in arguments)
+        assert len(positional) <= most, f"line {line}: {text!r}: extra {positional[most:]}"
+    for param in command.params:
+        value = given.get(param.name)
+        if isinstance(param, click.Option) and value is not None and not param.is_flag:
+            values = value if isinstance(value, list) else [value]
+            for one in values:
+                if isinstance(one, str) and not _placeholder(one):
+                    param.type(one, param, ctx)  # a BadParameter for a wrong type
