@@ -309,3 +309,20 @@ def test_every_command_line_of_the_readme_parses(line: int, text: str):
             for one in values:
                 if isinstance(one, str) and not _placeholder(one):
                     param.type(one, param, ctx)  # a BadParameter for a wrong type
+
+
+def test_the_http_routes_are_the_servers():
+    """Every route the server has is in the README, every route and query parameter the
+    README names is the server's, and the recall's list of parameters is whole (it
+    lacked ``include_superseded``)."""
+    from folders.http import _PARAMETERS
+
+    text = README.read_text(encoding="utf-8")
+    named = set(re.findall(r"GET (/v1/\w+)", text))
+    assert named == set(_PARAMETERS)
+    for path, query in re.findall(r"(/v1/\w+)\?([^`'\s)]+)", text):
+        for parameter in re.findall(r"(?:^|&|\[&)(\w+)=", query):
+            assert parameter in _PARAMETERS[path], (path, parameter)
+    listed = re.search(r"`GET /v1/recall\?namespace=NS` \(with `([^`]+)`\)", text)
+    assert listed is not None
+    assert {"namespace", *listed.group(1).split()} == _PARAMETERS["/v1/recall"]
