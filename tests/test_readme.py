@@ -326,3 +326,76 @@ def test_the_http_routes_are_the_servers():
     listed = re.search(r"`GET /v1/recall\?namespace=NS` \(with `([^`]+)`\)", text)
     assert listed is not None
     assert {"namespace", *listed.group(1).split()} == _PARAMETERS["/v1/recall"]
+
+
+def _api_objects() -> dict[str, list[Any]]:
+    """Every public function, class and method of the package, by name."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import folders
+
+    found: dict[str, list[Any]] = {}
+    for package in (lm, folders):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith((".cli", "__main__")):
+                continue
+            try:
+                module = importlib.import_module(info.name)
+            except ImportError:  # an optional extra that is not installed
+                continue
+            for name, value in vars(module).items():
+                if name.startswith("_") or not callable(value):
+                    continue
+                found.setdefault(name, []).append(value)
+                if inspect.isclass(value):
+                    for member, attribute in vars(value).items():
+                        if not member.startswith("_") and callable(attribute):
+                            found.setdefault(member, []).append(attribute)
+    return found
+
+
+def _calls_with_keywords(text: str) -> set[tuple[str, tuple[str, ...]]]:
+    """(call, its keywords) of each call in a code span that gives keywords: in
+    ``LocalLog(path, LocalLogConfig(map_size=BYTES))`` the keyword is the inner call's."""
+    calls = set()
+    for span in re.findall(r"`([A-Za-z_][\w.]*\([^`]*\))`", text):
+        stack: list[tuple[str, list[str]]] = []
+        for token in re.finditer(r"([A-Za-z_][\w.]*)\(|(\w+)=(?!=)|\)", span):
+            if token.group(1):
+                stack.append((token.group(1), []))
+            elif token.group(2) and stack:
+                stack[-1][1].append(token.group(2))
+            elif token.group(0) == ")" and stack:
+                call, keywords = stack.pop()
+                if keywords:
+                    calls.add((call, tuple(keywords)))
+    return calls
+
+
+def test_every_keyword_the_readme_gives_a_call_is_taken():
+    """``connect(embedder=)``, ``named(limit=)``: each keyword the README's prose gives a
+    call of ours is one that call takes (a parameter renamed would leave the prose
+    naming one that is refused)."""
+    import inspect
+
+    text = README.read_text(encoding="utf-8")
+    objects = _api_objects()
+    wrong = []
+    for call, keywords in _calls_with_keywords(text):
+        name = call.rsplit(".", 1)[-1]
+        if name == "put":  # LangGraph's BaseStore.put, not ours
+            continue
+        candidates = objects.get(name, [])
+        if not candidates:
+            wrong.append(f"{call}: no such function or class")
+            continue
+        takes: set[str] = set()
+        for candidate in candidates:
+            try:
+                takes |= set(inspect.signature(candidate).parameters)
+            except (TypeError, ValueError):
+                continue
+        wrong += [f"{call}({keyword}=)" for keyword in keywords if keyword not in takes]
+    assert wrong == []
