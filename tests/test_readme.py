@@ -328,31 +328,39 @@ def test_the_http_routes_are_the_servers():
     assert {"namespace", *listed.group(1).split()} == _PARAMETERS["/v1/recall"]
 
 
-def _api_objects() -> dict[str, list[Any]]:
-    """Every public function, class and method of the package, by name."""
+def _modules() -> list[Any]:
+    """Every module of the package but the command line's."""
     import importlib
-    import inspect
     import pkgutil
 
     import folders
 
-    found: dict[str, list[Any]] = {}
+    modules = []
     for package in (lm, folders):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             if info.name.endswith((".cli", "__main__")):
                 continue
             try:
-                module = importlib.import_module(info.name)
+                modules.append(importlib.import_module(info.name))
             except ImportError:  # an optional extra that is not installed
                 continue
-            for name, value in vars(module).items():
-                if name.startswith("_") or not callable(value):
-                    continue
-                found.setdefault(name, []).append(value)
-                if inspect.isclass(value):
-                    for member, attribute in vars(value).items():
-                        if not member.startswith("_") and callable(attribute):
-                            found.setdefault(member, []).append(attribute)
+    return modules
+
+
+def _api_objects() -> dict[str, list[Any]]:
+    """Every public function, class and method of the package, by name."""
+    import inspect
+
+    found: dict[str, list[Any]] = {}
+    for module in _modules():
+        for name, value in vars(module).items():
+            if name.startswith("_") or not callable(value):
+                continue
+            found.setdefault(name, []).append(value)
+            if inspect.isclass(value):
+                for member, attribute in vars(value).items():
+                    if not member.startswith("_") and callable(attribute):
+                        found.setdefault(member, []).append(attribute)
     return found
 
 
@@ -399,3 +407,17 @@ def test_every_keyword_the_readme_gives_a_call_is_taken():
                 continue
         wrong += [f"{call}({keyword}=)" for keyword in keywords if keyword not in takes]
     assert wrong == []
+
+
+def test_every_class_the_readme_names_is_ours_or_named_as_anothers():
+    """A class renamed (an error, a config) leaves the README naming one a reader cannot
+    import. The others it names are Python's, msgspec's, aiokafka's and LangGraph's."""
+    import builtins
+
+    text = README.read_text(encoding="utf-8")
+    known = set(dir(builtins)) | {"CancelledError", "DecodeError", "InMemoryStore", "NaN"}
+    known |= {"LogAppendTime"}  # Kafka's timestamp type, not a class
+    for module in _modules():
+        known |= set(vars(module))
+    named = set(re.findall(r"`([A-Z][a-z]\w*[A-Z]\w*)`", text))
+    assert sorted(named - known) == []
