@@ -38,7 +38,7 @@ from .kinds import MemoryKind
 from .log import DEFAULT_URL
 from .memory import MemoryConfig, MemoryHandle, Receipt
 from .named import load_json
-from .recall import MAX_LIMIT, STRATEGIES
+from .recall import MAX_LIMIT, STRATEGIES, to_context_block
 from .records import Embedded, Feedback, Forget, Remember, Retrieved, Superseded
 from .vector_clusters import ApproximateSearch
 
@@ -344,6 +344,17 @@ async def remember(
     help="Recall as memory stood at this moment (ISO time, UTC unless it names a zone, or "
     "epoch milliseconds): folded from the log up to it, never from a view.",
 )
+@click.option(
+    "--block",
+    is_flag=True,
+    help="Print the items as one prompt block ('- [kind] body' lines), as context() does.",
+)
+@click.option(
+    "--token-budget",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With --block: keep lines within about this many tokens (UTF-8 bytes / 4).",
+)
 @_embedder_option
 @_run
 async def recall(
@@ -363,10 +374,14 @@ async def recall(
     strategy,
     limit,
     as_of,
+    block,
+    token_budget,
     embedder,
 ) -> None:
     """Recall items in scope, ranked by QUERY (or --text) when given: from the managed view
     with --view, else folded from the log; with --as-of, as they stood at that moment."""
+    if token_budget is not None and not block:
+        raise click.UsageError("--token-budget budgets a --block; without one it cuts nothing")
     if query is not None:
         if text is not None and text != query:
             # Two texts: which one ranks is a guess, so neither is taken.
@@ -387,20 +402,30 @@ async def recall(
     if moment is None:
         async with _Session(url, stream, namespace, view, read=True, embedder=embedder) as memory:
             items = await memory.recall(**arguments)
-        _print_items(items, as_json)
+        _print_recalled(items, as_json, block, token_budget)
         return
     # A view holds only the present: the past is folded from the log (as_of).
     async with _Session(url, stream, namespace, None, read=True, embedder=embedder) as memory:
         snapshot = await memory.as_of(moment)
         items = await snapshot.recall(**arguments)
-    if not as_json:
-        # What an auditor cites: the moment, and the log up to where it was read.
+    if not as_json and not block:
+        # What an auditor cites: the moment, and the log up to where it was read (not
+        # in a block, which is text for a prompt).
         positions = ", ".join(f"{p}@{o}" for p, o in sorted(snapshot.positions.items()))
         click.echo(
             f"as of {_format_ms(moment)} (read up to partition@offset, not included: "
             f"{positions or 'nothing'})"
         )
-    _print_items(items, as_json)
+    _print_recalled(items, as_json, block, token_budget)
+
+
+def _print_recalled(items, as_json: bool, block: bool, token_budget: int | None) -> None:
+    if not block:
+        _print_items(items, as_json)
+        return
+    # As recall(block=True) makes it, from the same items; with --json, as a JSON string.
+    text = to_context_block(items, token_budget)
+    click.echo(json.dumps(text, ensure_ascii=False) if as_json else text)
 
 
 # ignore_unknown_options: a negative WEIGHT such as -1.5 is an argument, not an option.

@@ -68,10 +68,10 @@ from .recall import (
     query_vector,
     search_mode,
     to_context_block,
+    validate_block,
     validate_limit,
     validate_min_similarity,
     validate_strategy,
-    validate_token_budget,
 )
 from .records import (
     Feedback,
@@ -993,11 +993,9 @@ class MemoryHandle:
         validate_min_similarity(min_similarity)
         if not isinstance(exact, bool):
             raise InvalidInput(f"exact is True or False, got {shown(exact)}")
-        if not isinstance(block, bool):
-            raise InvalidInput(f"block is True or False, got a {type(block).__name__}")
         # Checked whichever path the read takes (a folded one never waits, and only a
         # block is budgeted): a wrong one is refused, never ignored.
-        validate_token_budget(token_budget)
+        validate_block(block, token_budget)
         inputs.wait_target(self.topic, after, timeout)
         if not isinstance(include_superseded, bool):
             raise InvalidInput(

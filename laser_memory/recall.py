@@ -58,6 +58,7 @@ __all__ = [
     "rank",
     "search_mode",
     "to_context_block",
+    "validate_block",
     "validate_limit",
     "validate_min_similarity",
     "validate_strategy",
@@ -398,6 +399,20 @@ def validate_token_budget(token_budget: object) -> None:
     ):
         raise InvalidInput(
             f"token_budget must be a whole number, 0 or more, got {shown(token_budget)}"
+        )
+
+
+def validate_block(block: object, token_budget: object) -> None:
+    """Refuse a ``block`` that is no bool, a bad token budget, and a budget given
+    without ``block=True``: only a block is budgeted, so it would cut nothing (a list of
+    items is cut by its limit)."""
+    if not isinstance(block, bool):
+        raise InvalidInput(f"block is True or False, got a {type(block).__name__}")
+    validate_token_budget(token_budget)
+    if token_budget is not None and not block:
+        raise InvalidInput(
+            "token_budget budgets a context block, so it is given with block=True (or to "
+            "context()); a recall's list of items is cut by its limit"
         )
 
 

@@ -33,8 +33,8 @@ from .recall import (
     MAX_LIMIT,
     query_text,
     to_context_block,
+    validate_block,
     validate_limit,
-    validate_token_budget,
 )
 
 if TYPE_CHECKING:
@@ -141,11 +141,9 @@ class RerankedMemory:
         is text. Takes the same arguments."""
         validate_limit(limit)
         text = query_text(text)
-        if not isinstance(block, bool):
-            raise InvalidInput(f"block is True or False, got a {type(block).__name__}")
         # Checked here too: a reranked recall without a block never formats one, so a
         # bad budget passed there and failed only the same call without text.
-        validate_token_budget(token_budget)
+        validate_block(block, token_budget)
         if not text or not text.strip() or strategy == "recent" or limit == 0:
             return await self.inner.recall(
                 text=text, strategy=strategy, limit=limit, block=block,

@@ -198,6 +198,28 @@ def test_negative_weights_work_from_the_shell(any_log_url: str, stream_name: str
     assert item["weight"] == -1.5
 
 
+def test_recall_prints_a_context_block_for_a_prompt(tmp_path):
+    """What an agent pastes into a prompt, from a shell: the SDK had context() and
+    recall(block=True), the CLI only its listing."""
+    common = ["--url", f"local://{tmp_path / 'log'}"]
+    for body in ("first fact", "second fact", "third fact"):
+        run("remember", body, *common, "--conversation", "c1")
+    run("remember", "another conversation", *common, "--conversation", "c2")
+    block = ["- [fact] third fact", "- [fact] second fact", "- [fact] first fact"]
+    assert run("recall", *common, "--conversation", "c1", "--block").splitlines() == block
+    # "- [fact] third fact\n" is 5 tokens: a budget of 5 keeps it and says what it left.
+    budgeted = run("recall", *common, "--conversation", "c1", "--block", "--token-budget", "5")
+    assert budgeted.splitlines() == [block[0], "[... 2 more recalled item(s) omitted ...]"]
+    as_json = run("recall", *common, "--conversation", "c1", "--block", "--json")
+    assert json.loads(as_json) == "\n".join(block)
+    # Of a moment, with no header line (the block is text for a prompt).
+    now = str(int(time.time() * 1000) + 60_000)
+    of_then = run("recall", *common, "--conversation", "c1", "--block", "--as-of", now)
+    assert of_then.splitlines() == block
+    said = run("recall", *common, "--token-budget", "5", ok=False)
+    assert "--token-budget budgets a --block" in said
+
+
 def test_recall_as_of_a_moment_shows_what_was_known_then(
     any_log_url: str, stream_name: str, tmp_path
 ):

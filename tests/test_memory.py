@@ -1610,6 +1610,10 @@ async def test_context_block_respects_the_budget(laser: lm.Laser):
     ]
     block = await memory.recall(block=True, token_budget=5, strategy="recent")
     assert block.splitlines()[-1] == "[... 2 more recalled item(s) omitted ...]"
+    # A budget without a block cut nothing: three items came back for a budget of one.
+    for folded in (True, False):
+        with pytest.raises(lm.InvalidInput, match="token_budget budgets a context block"):
+            await memory.recall(token_budget=1, folded=folded)
 
 
 async def test_a_handle_notices_its_topic_was_recreated(laser: lm.Laser):

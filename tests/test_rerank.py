@@ -140,6 +140,7 @@ async def test_a_failing_reranker_is_a_laser_error(laser: lm.Laser):
         # Taken without a block (none was formatted); refused without text.
         ({"text": "keys", "token_budget": -5}, "token_budget must be a whole number"),
         ({"text": "keys", "token_budget": "x"}, "token_budget must be a whole number"),
+        ({"text": "keys", "token_budget": 50}, "token_budget budgets a context block"),
     ],
 )
 async def test_a_reranked_recall_refuses_what_recall_refuses(tmp_path, arguments, says):
