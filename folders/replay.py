@@ -323,7 +323,7 @@ class MemorySnapshot:
         strategy = validate_strategy(strategy)
         validate_limit(limit)
         text = query_text(text)
-        validate_min_similarity(min_similarity)
+        validate_min_similarity(min_similarity, strategy)
         vector = await query_vector(self._embedder, strategy, text)
         label = self._embedder.label if self._embedder is not None else None
         return self._state.recall(

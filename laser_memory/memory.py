@@ -990,7 +990,7 @@ class MemoryHandle:
         strategy = validate_strategy(strategy)
         validate_limit(limit)
         text = query_text(text)
-        validate_min_similarity(min_similarity)
+        validate_min_similarity(min_similarity, strategy)
         if not isinstance(exact, bool):
             raise InvalidInput(f"exact is True or False, got {shown(exact)}")
         # Checked whichever path the read takes (a folded one never waits, and only a

@@ -167,13 +167,20 @@ def query_text(text: object) -> str | None:
     return text
 
 
-def validate_min_similarity(min_similarity: object) -> None:
+def validate_min_similarity(min_similarity: object, strategy: str = "auto") -> None:
+    """Refuse a ``min_similarity`` outside -1..1, and one given to a strategy that never
+    compares meanings (``recent``, ``keyword``), where it would filter nothing."""
     if min_similarity is not None and (
         isinstance(min_similarity, bool)
         or not isinstance(min_similarity, int | float)
         or not -1.0 <= min_similarity <= 1.0
     ):
         raise InvalidInput(f"min_similarity is from -1 to 1, got {shown(min_similarity)}")
+    if min_similarity is not None and strategy in ("recent", "keyword"):
+        raise InvalidInput(
+            f"min_similarity filters by meaning, which strategy {shown(strategy)} never "
+            "compares: use strategy 'semantic', 'hybrid' or 'auto' with an embedder"
+        )
 
 
 async def query_vector(

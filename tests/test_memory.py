@@ -1367,6 +1367,9 @@ for _ in range(5000):
         (lambda m: m.recall(exclude="01M92HWRF8T7TZRQ15KHTXXVE8"), lm.InvalidInput),
         (lambda m: m.recall(exclude=b"x" * 16), lm.InvalidInput),
         (lambda m: m.recall(text="x", min_similarity=1.0000001), lm.InvalidInput),
+        # A filter by meaning where none is compared: taken, it filtered nothing.
+        (lambda m: m.recall(text="x", strategy="keyword", min_similarity=0.5), lm.InvalidInput),
+        (lambda m: m.recall(strategy="recent", min_similarity=0.5), lm.InvalidInput),
         (lambda m: m.as_of(lm.MemoryId.new()), lm.InvalidInput),  # no receipt
         (lambda m: m.scoped("c1").remember("x", conversation="c2"), lm.InvalidInput),
         # Lineage of the wrong types, as mappings and as the records' own structs
