@@ -79,6 +79,9 @@ class ServerConfig:
     max_connections: int = 512
     header_timeout_s: float = 5.0
     keepalive_timeout_s: float = 15.0
+    #: How long an answer of ``GET /v1/health`` stands before the view is read again
+    #: (anyone may ask it: probes share one read a second, not a worker thread each).
+    health_check_every_s: float = 1.0
     #: Embeds the text of semantic, hybrid and auto recalls (``serve --embedder``);
     #: without one they rank by keyword alone.
     embedder: Embedder | None = None
@@ -89,6 +92,7 @@ class ServerConfig:
             self,
             positive_ints=("max_concurrent_reads", "max_connections"),
             positive_seconds=("header_timeout_s", "keepalive_timeout_s"),
+            seconds=("health_check_every_s",),
         )
         if self.embedder is not None:
             try:
@@ -116,6 +120,13 @@ def _error(status: int, exc: Exception) -> web.Response:
 
 #: Where aiohttp logs a request's failure, so ours go with them (`_RepeatFilter`).
 _server_log = logging.getLogger("aiohttp.server")
+
+
+def _log_failed_health_check(check: asyncio.Future[object]) -> None:
+    """Log a failed health check once, however many probes it answers (and retrieve its
+    exception even if they all hung up)."""
+    if not check.cancelled() and isinstance(failed := check.exception(), LaserError):
+        _server_log.error("health check: %s", failed)
 
 
 @web.middleware
@@ -239,6 +250,10 @@ class ViewServer:
         self._auth = auth
         self._config = config or ServerConfig()
         self._reads = asyncio.Semaphore(self._config.max_concurrent_reads)
+        # The health route's last check (when it began, and its outcome): anyone may ask
+        # it, so probes share one read of the view (see `health_check_every_s`) rather
+        # than each taking a worker thread from the recalls.
+        self._health: tuple[float, asyncio.Future[object]] | None = None
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         async with self._reads:
@@ -376,12 +391,22 @@ class ViewServer:
             _check_parameters(request, "/v1/health")
         except InvalidInput as exc:
             return _error(400, exc)
+        now = time.monotonic()
+        # A new read only once the last has ended (a view on a stalled disk holds one
+        # thread, not one a second) and its answer has stood its time.
+        if self._health is None or (
+            self._health[1].done() and now - self._health[0] >= self._config.health_check_every_s
+        ):
+            check = asyncio.ensure_future(asyncio.to_thread(self._view.watermark))
+            check.add_done_callback(_log_failed_health_check)
+            self._health = (now, check)
+        check = self._health[1]
         try:
-            await asyncio.to_thread(self._view.watermark)
+            # Shielded: a probe that hangs up must not cancel the check the others share.
+            await asyncio.shield(check)
         except LaserError as exc:
-            # The cause names the view's path on disk: the log has it, an unauthenticated
-            # caller does not.
-            _server_log.error("health check: %s", exc)
+            # The cause names the view's path on disk: the log has it (once a check), an
+            # unauthenticated caller does not.
             said = "the view cannot be read; the server's log says why"
             return _json({"error": type(exc).__name__, "message": said}, 503)
         return _json({"status": "ok"})

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,10 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import laser_memory as lm
-from folders.http import make_app
+from folders.http import ServerConfig, make_app
 from folders.http_auth import (
     TokenAuth,
     Unauthorized,
+    anonymous,
     hash_token,
     is_loopback,
     load_principals,
@@ -580,7 +582,9 @@ async def test_the_health_route_needs_no_token_and_says_nothing_of_any_tenant(
     view = tmp_path / "view"
     await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
     opened = MemoryView.open(view, create=False)
-    server = TestServer(make_app(opened, auth), host="127.0.0.1")
+    # Every probe reads the view (by default an answer stands a second).
+    config = ServerConfig(health_check_every_s=0)
+    server = TestServer(make_app(opened, auth, config), host="127.0.0.1")
     await server.start_server()
     try:
         async with ClientSession(base_url=str(server.make_url(""))) as http:
@@ -604,6 +608,43 @@ async def test_the_health_route_needs_no_token_and_says_nothing_of_any_tenant(
     finally:
         await server.close()
         opened.close()
+
+
+async def test_a_flood_of_health_probes_reads_the_view_once(
+    laser: lm.Laser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Anyone may ask the health route: each probe took a worker thread for its read of
+    the view, so a flood of them (no token needed) took the threads the recalls read on.
+    Probes now share one read while its answer stands."""
+    await laser.memory("notes").remember("a fact")
+    view = tmp_path / "view"
+    await ViewFolder(laser.log, laser.memory_topic_name, view).run(until_caught_up=True)
+    reads = []
+    with MemoryView.open(view, create=False) as opened:
+        watermark = opened.watermark
+
+        def counted() -> dict[int, int]:
+            reads.append(1)
+            time.sleep(0.05)  # a read that takes a while: the probes meet it under way
+            return watermark()
+
+        monkeypatch.setattr(opened, "watermark", counted)
+        # An answer that stands a minute: the probes all come within it, however slow
+        # the machine (by default a second).
+        config = ServerConfig(health_check_every_s=60)
+        server = TestServer(make_app(opened, anonymous, config), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with ClientSession(base_url=str(server.make_url(""))) as http:
+
+                async def probe() -> int:
+                    async with http.get("/v1/health") as r:
+                        return r.status
+
+                assert await asyncio.gather(*(probe() for _ in range(200))) == [200] * 200
+        finally:
+            await server.close()
+    assert len(reads) == 1
 
 
 async def test_a_bearer_token_that_is_no_utf8_is_a_401(laser: lm.Laser, tmp_path: Path):
