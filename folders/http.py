@@ -5,6 +5,8 @@
 - ``GET /v1/recall?namespace=NS`` with any of ``tenant conversation agent user
   application kind text strategy limit include_superseded`` (``limit`` at most
   `MAX_LIMIT`)
+- ``GET /v1/context?namespace=NS[&tenant=&conversation=&limit=&token_budget=]``:
+  ``{"block": ...}``, the prompt block `MemoryHandle.context` makes
 - ``GET /v1/fetch?namespace=NS&key=K[&tenant=&version=]`` (404 when absent)
 - ``GET /v1/named?namespace=NS[&prefix=P&tenant=&limit=]``: named items by key, the
   first ``limit`` (default and at most `MAX_LIMIT`) whose key starts with the prefix
@@ -28,7 +30,7 @@ Every other request is authenticated first (`folders.http_auth`): with ``--auth 
 by its bearer token (401 without a valid one), else as the local anonymous
 principal. A request acts in its principal's tenant only (a ``tenant`` parameter
 naming another is a 403) and within its grants: ``kv:read:<namespace>`` for
-recall, fetch, named and history, ``view:stats`` for stats. Grants are checked before
+recall, context, fetch, named and history, ``view:stats`` for stats. Grants are checked before
 the view is read, so a 403 says nothing about whether a namespace or item exists.
 """
 
@@ -54,7 +56,7 @@ from laser_memory.ids import MemoryId, validate_name
 from laser_memory.items import body_fields
 from laser_memory.log.naming import check_settings
 from laser_memory.named import MAX_VERSION, validate_key
-from laser_memory.recall import MAX_LIMIT, validate_strategy
+from laser_memory.recall import MAX_LIMIT, to_context_block, validate_strategy
 
 from .http_auth import Unauthorized, anonymous, is_loopback
 from .replay import chain_history
@@ -191,6 +193,7 @@ _PARAMETERS = {
             "include_superseded",
         }
     ),
+    "/v1/context": frozenset({"namespace", "tenant", "conversation", "limit", "token_budget"}),
     "/v1/fetch": frozenset({"namespace", "key", "tenant", "version"}),
     "/v1/named": frozenset({"namespace", "prefix", "tenant", "limit"}),
     "/v1/history": frozenset({"namespace", "id", "key", "tenant"}),
@@ -222,6 +225,10 @@ def _check_parameters(request: web.Request, path: str) -> None:
     for name in allowed:
         if len(query.getall(name, ())) > 1:
             raise InvalidInput(f"query parameter {shown(name)} is given more than once")
+
+
+#: The largest ``token_budget`` the context route takes (past any model's window).
+MAX_TOKEN_BUDGET = 1_000_000_000
 
 
 def _whole_number(request: web.Request, name: str, low: int, high: int) -> int | None:
@@ -318,6 +325,22 @@ class ViewServer:
             **ranking,
         )
         return _json([item.to_json() for item in items])
+
+    async def context(self, principal: Principal, request: web.Request) -> web.Response:
+        """``{"block": ...}``: what `MemoryHandle.context` gives, the conversation's items
+        (or the namespace's, without one) as one prompt block within ``token_budget``."""
+        namespace = self._namespace(principal, request)
+        limit = _whole_number(request, "limit", 0, MAX_LIMIT)
+        budget = _whole_number(request, "token_budget", 0, MAX_TOKEN_BUDGET)
+        items = await self._off_loop(
+            self._view.recall,
+            namespace,
+            self._where(principal, request),
+            strategy="auto",
+            text=None,
+            limit=50 if limit is None else limit,
+        )
+        return _json({"block": to_context_block(items, budget)})
 
     async def fetch(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._namespace(principal, request)
@@ -460,6 +483,7 @@ def make_app(
     app = web.Application(middlewares=[_json_refusals])
     for path, handler in (
         ("/v1/recall", server.recall),
+        ("/v1/context", server.context),
         ("/v1/fetch", server.fetch),
         ("/v1/named", server.named),
         ("/v1/history", server.history),

@@ -960,7 +960,8 @@ async def _view_lag(url: str, stats: Any) -> dict[str, Any] | None:
 )
 @_embedder_option
 def serve(view: str, host: str, port: int, auth_file: str | None, embedder: str | None) -> None:
-    """Serve the view read-only over HTTP (recall, fetch, named, history, stats, health)."""
+    """Serve the view read-only over HTTP (recall, context, fetch, named, history, stats,
+    health)."""
     from folders.http import ServerConfig, serve_view
     from folders.http_auth import TokenAuth, is_loopback
 

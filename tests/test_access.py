@@ -570,6 +570,62 @@ async def test_http_takes_the_tenant_and_grants_from_the_token_only(
             assert r.status == 200 and (await r.json())["items"] == 2
 
 
+async def test_the_context_route_is_the_handles_block_in_the_tokens_tenant(
+    laser: lm.Laser, tmp_path: Path
+):
+    """A reader on another host builds its prompt from the view as `context()` does: the
+    same block, for the token's tenant only, within its grants."""
+    memory = laser.memory("notes")
+    ns = memory.namespace
+    for body in ("acme's first", "acme's second", "acme's third"):
+        await memory.remember(body, tenant="acme", conversation="c1")
+    await memory.remember("acme's other conversation", tenant="acme", conversation="c2")
+    await memory.remember("globex's secret", tenant="globex", conversation="c1")
+    acme, other = "acme-token", "other-token"
+    auth = TokenAuth(
+        {
+            hash_token(acme): Principal("acme-bot", tenant="acme", grants={f"kv:read:{ns}"}),
+            hash_token(other): Principal("x", tenant="acme", grants={"kv:read:stream:x/*"}),
+        }
+    )
+    async with _served(laser, tmp_path / "view", auth) as http:
+        bearer = {"Authorization": f"Bearer {acme}"}
+
+        async def block(**params: str) -> str:
+            async with http.get(
+                "/v1/context", params={"namespace": ns, **params}, headers=bearer
+            ) as r:
+                assert r.status == 200, await r.text()
+                return (await r.json())["block"]
+
+        # The handle folds the log itself: the view's block is the one it makes.
+        handle = laser.memory("notes", tenant="acme")
+        for conversation, budget in (("c1", None), ("c1", 6), (None, None), ("c2", 0)):
+            params = {} if conversation is None else {"conversation": conversation}
+            if budget is not None:
+                params["token_budget"] = str(budget)
+            want = await handle.context(conversation, token_budget=budget)
+            assert await block(**params) == want, params
+        assert "globex" not in await block(conversation="c1")
+        assert (await block(conversation="c1", limit="1")).splitlines() == ["- [fact] acme's third"]
+        for params, status in (
+            ({"tenant": "globex"}, 403),
+            ({"token_budget": "-1"}, 400),
+            ({"token_budget": "1e3"}, 400),
+            ({"text": "secret"}, 400),  # a context block is no search
+        ):
+            async with http.get(
+                "/v1/context", params={"namespace": ns, **params}, headers=bearer
+            ) as r:
+                assert r.status == status, (params, await r.text())
+        async with http.get(
+            "/v1/context", params={"namespace": ns}, headers={"Authorization": f"Bearer {other}"}
+        ) as r:
+            assert r.status == 403
+        async with http.get("/v1/context", params={"namespace": ns}) as r:
+            assert r.status == 401
+
+
 async def test_the_health_route_needs_no_token_and_says_nothing_of_any_tenant(
     laser: lm.Laser, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
