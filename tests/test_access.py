@@ -1000,6 +1000,22 @@ async def test_no_read_crosses_a_tenant_or_a_grant(laser, history, who, asked):
                         assert r.status == 200
                         got = [lm.MemoryId.parse(i["id"]) for i in await r.json()]
                         assert got == truth, params
+                    # The context block: the token's tenant's items only, as a folded
+                    # handle of that tenant makes it.
+                    params = {"namespace": namespace, "limit": "1000"}
+                    if conversation is not None:
+                        params["conversation"] = conversation
+                    if named is not None:
+                        params["tenant"] = TENANTS[named]
+                    async with http.get(
+                        "/v1/context", params=params, headers={"Authorization": f"Bearer {token}"}
+                    ) as r:
+                        assert r.status == (200 if allowed else 403), params
+                        if allowed:
+                            want = await handles[ns].context(
+                                conversation, tenant=principal.tenant, limit=1000
+                            )
+                            assert (await r.json())["block"] == want, params
     finally:
         if reader._view is not None:
             reader.managed_view().close()
