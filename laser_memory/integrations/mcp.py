@@ -113,8 +113,9 @@ def memory_server(
 
     @server.tool(
         description="Find remembered items. With text: the items that best answer it "
-        "(by words and meaning); without: the newest. strategy is auto, recent, keyword, "
-        "semantic or hybrid."
+        "(by words and meaning); without: the items feedback says helped, then the newest "
+        "(strategy recent: the newest only). strategy is auto, recent, keyword, semantic or "
+        "hybrid."
     )
     @_tool_errors
     async def recall(
@@ -129,8 +130,8 @@ def memory_server(
         return [_item(item) for item in items]
 
     @server.tool(
-        description="A conversation's memory as one prompt block, newest first, cut to "
-        "token_budget tokens when given."
+        description="A conversation's memory as one prompt block (the items feedback says "
+        "helped first, then the newest), cut to token_budget tokens when given."
     )
     @_tool_errors
     async def context(conversation: str | None = None, token_budget: int | None = None) -> str:
