@@ -607,6 +607,16 @@ async def test_the_context_route_is_the_handles_block_in_the_tokens_tenant(
             want = await handle.context(conversation, token_budget=budget)
             assert await block(**params) == want, params
         assert "globex" not in await block(conversation="c1")
+        assert await block(conversation="c1", limit="0") == ""
+        # By default 50 items, as context() takes.
+        await memory.remember_many(
+            [{"body": f"note {i}", "tenant": "acme", "conversation": "c3"} for i in range(60)]
+        )
+        await ViewFolder(laser.log, laser.memory_topic_name, tmp_path / "view").run(
+            until_caught_up=True
+        )
+        many = await block(conversation="c3")
+        assert len(many.splitlines()) == 50 and many == await handle.context("c3")
         assert (await block(conversation="c1", limit="1")).splitlines() == ["- [fact] acme's third"]
         for params, status in (
             ({"tenant": "globex"}, 403),

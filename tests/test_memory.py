@@ -1370,6 +1370,8 @@ for _ in range(5000):
         # A filter by meaning where none is compared: taken, it filtered nothing.
         (lambda m: m.recall(text="x", strategy="keyword", min_similarity=0.5), lm.InvalidInput),
         (lambda m: m.recall(strategy="recent", min_similarity=0.5), lm.InvalidInput),
+        (lambda m: m.recall(text="x", min_similarity=-1.5), lm.InvalidInput),
+        (lambda m: m.recall(text="x", min_similarity="0.5"), lm.InvalidInput),
         (lambda m: m.as_of(lm.MemoryId.new()), lm.InvalidInput),  # no receipt
         (lambda m: m.scoped("c1").remember("x", conversation="c2"), lm.InvalidInput),
         # Lineage of the wrong types, as mappings and as the records' own structs
@@ -1613,6 +1615,9 @@ async def test_context_block_respects_the_budget(laser: lm.Laser):
     ]
     block = await memory.recall(block=True, token_budget=5, strategy="recent")
     assert block.splitlines()[-1] == "[... 2 more recalled item(s) omitted ...]"
+    # The ends of min_similarity's range are taken.
+    for bound in (-1, 1.0):
+        assert len(await memory.recall(text="fact", min_similarity=bound)) == 3
     # A budget without a block cut nothing: three items came back for a budget of one.
     for folded in (True, False):
         with pytest.raises(lm.InvalidInput, match="token_budget budgets a context block"):
