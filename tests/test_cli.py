@@ -212,6 +212,9 @@ def test_recall_prints_a_context_block_for_a_prompt(tmp_path):
     assert budgeted.splitlines() == [block[0], "[... 2 more recalled item(s) omitted ...]"]
     as_json = run("recall", *common, "--conversation", "c1", "--block", "--json")
     assert json.loads(as_json) == "\n".join(block)
+    run("remember", "un café noté", *common, "--conversation", "c3")
+    # Text as it is, as every --json output gives it (not \u escapes).
+    assert "un café noté" in run("recall", *common, "--conversation", "c3", "--block", "--json")
     # Of a moment, with no header line (the block is text for a prompt).
     now = str(int(time.time() * 1000) + 60_000)
     of_then = run("recall", *common, "--conversation", "c1", "--block", "--as-of", now)
