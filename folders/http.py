@@ -124,7 +124,7 @@ def _error(status: int, exc: Exception) -> web.Response:
 _server_log = logging.getLogger("aiohttp.server")
 
 
-def _log_failed_health_check(check: asyncio.Future[object]) -> None:
+def _log_failed_health_check(check: asyncio.Future[Any]) -> None:
     """Log a failed health check once, however many probes it answers (and retrieve its
     exception even if they all hung up)."""
     if not check.cancelled() and isinstance(failed := check.exception(), LaserError):
@@ -260,16 +260,20 @@ class ViewServer:
         # The health route's last check (when it began, and its outcome): anyone may ask
         # it, so probes share one read of the view (see `health_check_every_s`) rather
         # than each taking a worker thread from the recalls.
-        self._health: tuple[float, asyncio.Future[object]] | None = None
+        self._health: tuple[float, asyncio.Future[dict[int, int]]] | None = None
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         async with self._reads:
             return await asyncio.to_thread(fn, *args, **kwargs)
 
     @staticmethod
-    def _arg(request: web.Request, name: str, *, required: bool = False) -> str | None:
+    def _arg(request: web.Request, name: str) -> str | None:
+        return request.query.get(name)
+
+    @staticmethod
+    def _required(request: web.Request, name: str) -> str:
         value = request.query.get(name)
-        if required and not value:
+        if not value:
             raise InvalidInput(f"query parameter {shown(name)} is required")
         return value
 
@@ -280,7 +284,7 @@ class ViewServer:
         return resolve_tenant(principal.tenant, request.query.get("tenant"))
 
     def _namespace(self, principal: Principal, request: web.Request) -> str:
-        namespace = self._arg(request, "namespace", required=True)
+        namespace = self._required(request, "namespace")
         # The name a handle would refuse is refused here too (before the grant check,
         # which says nothing of what exists), not answered with an empty list.
         validate_name(namespace, "namespace")
@@ -344,7 +348,7 @@ class ViewServer:
 
     async def fetch(self, principal: Principal, request: web.Request) -> web.Response:
         namespace = self._namespace(principal, request)
-        key = validate_key(self._arg(request, "key", required=True))
+        key = validate_key(self._required(request, "key"))
         version = _whole_number(request, "version", 1, MAX_VERSION)
         tenant = self._tenant(principal, request)
         item = await self._off_loop(
@@ -391,7 +395,7 @@ class ViewServer:
                 lambda one: self._view.item_history(namespace, one, tenant=tenant),
             )
         else:
-            key = validate_key(self._arg(request, "key", required=True))
+            key = validate_key(self._required(request, "key"))
             entries = await self._off_loop(self._view.named_history, namespace, key, tenant=tenant)
         return _json([entry.to_json() for entry in entries])
 
@@ -417,16 +421,17 @@ class ViewServer:
         now = time.monotonic()
         # A new read only once the last has ended (a view on a stalled disk holds one
         # thread, not one a second) and its answer has stood its time.
-        if self._health is None or (
-            self._health[1].done() and now - self._health[0] >= self._config.health_check_every_s
+        health = self._health
+        if health is None or (
+            health[1].done() and now - health[0] >= self._config.health_check_every_s
         ):
+            check: asyncio.Future[dict[int, int]]
             check = asyncio.ensure_future(asyncio.to_thread(self._view.watermark))
             check.add_done_callback(_log_failed_health_check)
-            self._health = (now, check)
-        check = self._health[1]
+            health = self._health = (now, check)
         try:
             # Shielded: a probe that hangs up must not cancel the check the others share.
-            await asyncio.shield(check)
+            await asyncio.shield(health[1])
         except LaserError as exc:
             # The cause names the view's path on disk: the log has it (once a check), an
             # unauthenticated caller does not.
