@@ -1051,7 +1051,7 @@ def mcp(url, stream, namespace, view, tenant, http_port, embedder) -> None:
     except ImportError as exc:
         raise click.ClickException(f"the MCP server cannot start: {exc}") from None
 
-    async def serve() -> None:
+    async def serve() -> str | None:
         try:
             laser = connect(url, stream=stream, view=view, embedder=_make_embedder(embedder))
             async with laser:
@@ -1061,15 +1061,24 @@ def mcp(url, stream, namespace, view, tenant, http_port, embedder) -> None:
                     laser.managed_view()
                 server = memory_server(laser.memory(namespace, tenant=tenant))
                 if http_port is None:
+                    # Left to the signals' default: a stop could not end it while its
+                    # client keeps stdin open (the SDK reads it on a thread).
                     await server.run_stdio_async()
-                else:
-                    await serve_streamable_http(
+                    return None
+                # A service manager's stop is a clean exit, as `serve`'s and `fold`'s: it
+                # was status 143, uvicorn raising the signal again once it had shut down.
+                _, stopped_by = await _until_stopped(
+                    serve_streamable_http(
                         server, port=http_port, ready=lambda line: click.echo(line, err=True)
                     )
+                )
+                return stopped_by
         except LaserError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
-    asyncio.run(serve())
+    stopped_by = asyncio.run(serve())
+    if stopped_by is not None:
+        click.echo(f"stopped by {stopped_by}", err=True)
 
 
 def _print_history(entries, as_json: bool) -> None:

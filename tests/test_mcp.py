@@ -6,8 +6,10 @@ in process, and once over stdio through `laser-memory mcp`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -152,10 +154,41 @@ async def test_the_cli_serves_mcp_over_http_on_the_port_it_prints(tmp_path):
             assert item["text"] == "remembered over http"
     finally:
         process.terminate()
-        await process.wait()
+        _, said = await process.communicate()
+    # A service manager's stop is a clean exit, as `serve`'s (it was status 143: uvicorn
+    # raised the signal again once it had shut down).
+    assert process.returncode == 0 and b"stopped by SIGTERM" in said, said[-2000:]
     async with lm.connect(log, create=False) as laser:
         [item] = await laser.memory("notes").recall(tenant="acme", folded=True)
         assert item.text == "remembered over http"
+
+
+async def test_the_stdio_mcp_server_stops_at_once_on_sigterm(tmp_path):
+    """Its client, or a service manager, stops it with SIGTERM while stdin is still open:
+    it stops then (a stop that waited for the thread reading stdin hung until the client
+    closed it)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laser_memory.cli", "mcp", "--url", f"local://{tmp_path}",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    # Serving once it answers: an initialize request, answered on stdout.
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    process.stdin.write(json.dumps(hello).encode() + b"\n")
+    await process.stdin.drain()
+    assert b'"id":1' in await asyncio.wait_for(process.stdout.readline(), 60)
+    process.terminate()
+    assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGTERM
 
 
 async def test_recall_over_mcp_returns_ten_items_unless_told(laser: lm.Laser):
