@@ -16,6 +16,7 @@ import json
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -1076,6 +1077,12 @@ def mcp(url, stream, namespace, view, tenant, http_port, embedder) -> None:
         except LaserError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
+    if http_port is None and threading.current_thread() is threading.main_thread():
+        # Ctrl-C ends a stdio server at once, as SIGTERM does: asyncio's own handler
+        # cancels the server, which then waits for the MCP SDK's thread reading stdin
+        # until the client closes it (modelcontextprotocol/python-sdk#3551), so at a
+        # terminal Ctrl-C did nothing. A write is acknowledged once durable: none is lost.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     stopped_by = asyncio.run(serve())
     if stopped_by is not None:
         click.echo(f"stopped by {stopped_by}", err=True)

@@ -163,6 +163,18 @@ async def test_the_cli_serves_mcp_over_http_on_the_port_it_prints(tmp_path):
         assert item.text == "remembered over http"
 
 
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
 async def test_the_stdio_mcp_server_stops_at_once_on_sigterm(tmp_path):
     """Its client, or a service manager, stops it with SIGTERM while stdin is still open:
     it stops then (a stop that waited for the thread reading stdin hung until the client
@@ -174,21 +186,28 @@ async def test_the_stdio_mcp_server_stops_at_once_on_sigterm(tmp_path):
     )  # fmt: skip
     assert process.stdin is not None and process.stdout is not None
     # Serving once it answers: an initialize request, answered on stdout.
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"},
-        },
-    }
-    process.stdin.write(json.dumps(hello).encode() + b"\n")
+    process.stdin.write(json.dumps(_INITIALIZE).encode() + b"\n")
     await process.stdin.drain()
     assert b'"id":1' in await asyncio.wait_for(process.stdout.readline(), 60)
     process.terminate()
     assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGTERM
+
+
+async def test_the_stdio_mcp_server_stops_at_once_on_ctrl_c(tmp_path):
+    """Ctrl-C at a terminal did nothing while stdin stayed open: asyncio's handler
+    cancelled the server, which then waited for the SDK's thread reading stdin
+    (modelcontextprotocol/python-sdk#3551). It ends at once, as on SIGTERM."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laser_memory.cli", "mcp", "--url", f"local://{tmp_path}",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps(_INITIALIZE).encode() + b"\n")
+    await process.stdin.drain()
+    assert b'"id":1' in await asyncio.wait_for(process.stdout.readline(), 60)
+    process.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGINT
 
 
 async def test_recall_over_mcp_returns_ten_items_unless_told(laser: lm.Laser):
