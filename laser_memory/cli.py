@@ -1077,13 +1077,18 @@ def mcp(url, stream, namespace, view, tenant, http_port, embedder) -> None:
         except LaserError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
 
+    previous = None
     if http_port is None and threading.current_thread() is threading.main_thread():
         # Ctrl-C ends a stdio server at once, as SIGTERM does: asyncio's own handler
         # cancels the server, which then waits for the MCP SDK's thread reading stdin
         # until the client closes it (modelcontextprotocol/python-sdk#3551), so at a
         # terminal Ctrl-C did nothing. A write is acknowledged once durable: none is lost.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-    stopped_by = asyncio.run(serve())
+        previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        stopped_by = asyncio.run(serve())
+    finally:
+        if previous is not None:  # the command run in a process of its caller's (a test)
+            signal.signal(signal.SIGINT, previous)
     if stopped_by is not None:
         click.echo(f"stopped by {stopped_by}", err=True)
 

@@ -789,6 +789,7 @@ def test_view_is_an_option_only_of_the_commands_that_read_one(tmp_path):
         # A usage error naming it (improve, which takes a negative weight, says "unexpected
         # extra arguments (--view ...)").
         assert result.exit_code == 2 and "--view" in result.output, command
+    ctrl_c = signal.getsignal(signal.SIGINT)
     for command in (
         ["recall"],
         ["fetch", "k"],
@@ -804,6 +805,8 @@ def test_view_is_an_option_only_of_the_commands_that_read_one(tmp_path):
         assert result.exit_code == 1, (command, result.output)
         assert f"NoView: there is no view at {missing}" in result.output, command
         assert not missing.exists(), command
+    # mcp over stdio lets Ctrl-C end it at once, and gives its caller's handler back.
+    assert signal.getsignal(signal.SIGINT) is ctrl_c
     assert run("replay", "--url", url).count("a fact") == 1  # the log unchanged
 
 
