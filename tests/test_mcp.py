@@ -23,7 +23,10 @@ from mcp import Client, StdioServerParameters
 import laser_memory as lm
 from laser_memory.integrations.mcp import memory_server, serve_streamable_http
 
-TOOLS = {"remember", "recall", "context", "improve", "forget", "fetch", "set", "update"}
+TOOLS = {
+    *("remember", "recall", "context", "improve", "forget"),
+    *("fetch", "set", "update", "remove"),
+}
 
 
 def data(result):
@@ -87,6 +90,19 @@ async def test_every_tool_through_an_mcp_session(laser: lm.Laser):
         fetched = data(await client.call_tool("fetch", {"key": "plain"}))
         assert fetched == {"key": "plain", "value": "ship it {", "version": 1}
         assert data(await client.call_tool("fetch", {"key": "absent"})) is None
+        # A remove for a version the item has moved past changes nothing; at its version,
+        # it removes; an absent key succeeds.
+        removed = {"key": "profile", "removed": True}
+        assert (
+            data(await client.call_tool("remove", {"key": "profile", "if_version": 1})) == removed
+        )
+        assert data(await client.call_tool("fetch", {"key": "profile"}))["version"] == 2
+        data(await client.call_tool("remove", {"key": "profile", "if_version": 2}))
+        assert data(await client.call_tool("fetch", {"key": "profile"})) is None
+        assert data(await client.call_tool("remove", {"key": "absent"})) == {
+            "key": "absent",
+            "removed": True,
+        }
         # Every JSON value comes back as set: a string that reads as a JSON number or bool
         # stays a string (stored as its bare text, "12345" came back a number and "true" a
         # bool). (The SDK itself hands the tool a string holding a JSON object, list or
@@ -272,6 +288,7 @@ CALLS = {
     "fetch": {"key": "k"},
     "set": {"key": "k", "value": "v"},
     "update": {"key": "k", "patch": {"a": 1}},
+    "remove": {"key": "k", "if_version": 1},
 }
 
 

@@ -2,7 +2,7 @@
 assistants, agent frameworks): ``laser-memory mcp``.
 
 Tools: ``remember``, ``recall``, ``context``, ``improve``, ``forget`` for items, and
-``fetch``, ``set``, ``update`` for named items. The namespace and tenant are fixed when
+``fetch``, ``set``, ``update``, ``remove`` for named items. The namespace and tenant are fixed when
 the server starts (the handle is bound to the tenant), never chosen by the model; a
 conversation is the only scope a tool call may name. Every `LaserError` comes back as an
 MCP tool error with its message, so the model can read what was wrong; the server goes on.
@@ -184,6 +184,16 @@ def memory_server(
     async def update(key: str, patch: dict[str, Any]) -> dict[str, Any]:
         await memory.update(key, patch)
         return {"key": key, "updated": True}
+
+    @server.tool(
+        description="Remove a named item (removing an absent key succeeds). With if_version, "
+        "only if the item is still at that version (as fetch gave it): a remove decided on "
+        "what was read never undoes a newer set or update."
+    )
+    @_tool_errors
+    async def remove(key: str, if_version: int | None = None) -> dict[str, Any]:
+        await memory.remove(key, if_version=if_version)
+        return {"key": key, "removed": True}
 
     return server
 
