@@ -424,7 +424,10 @@ def validate_block(block: object, token_budget: object) -> None:
 
 
 def to_context_block(items: Sequence[MemoryItem], token_budget: int | None = None) -> str:
-    """Format items as one prompt block, one ``- [kind] body`` line each.
+    """Format items as one prompt block, one ``- [kind] body`` entry each: a body's
+    further lines are indented by two spaces, so no body starts a line of the block (a
+    remembered message holding ``- [procedure] ...`` or the omission marker cannot pass
+    for an entry of its own).
 
     When the budget runs out the remaining items are dropped and a marker line
     ``[... N more recalled item(s) omitted ...]`` is appended (the marker does not
@@ -439,7 +442,8 @@ def to_context_block(items: Sequence[MemoryItem], token_budget: int | None = Non
     lines: list[str] = []
     used = 0
     for i, item in enumerate(items):
-        line = f"- [{item.kind.value}] {item.text}"
+        # splitlines: every line break Python knows (\r\n, \r, \u2028...), not \n alone.
+        line = f"- [{item.kind.value}] " + "\n  ".join(item.text.splitlines())
         cost = estimate_tokens(line + "\n")
         if i > 0 and token_budget is not None and used + cost > token_budget:
             lines.append(f"[... {len(items) - i} more recalled item(s) omitted ...]")
