@@ -223,7 +223,11 @@ def test_hostile_calls_through_the_handle_kafka(calls, kafka_bootstrap):
 cli_word = st.one_of(
     text.filter(lambda s: "\x00" not in s),
     st.sampled_from(
-        ["--limit", "-1", "--tenant", "--kind", "--version", "0", "1e400", "NaN", "--json"]
+        [
+            *("--limit", "-1", "--tenant", "--kind", "--version", "0", "1e400", "NaN", "--json"),
+            *("--block", "--token-budget", "--as-of", "--view", "-", "--expired", "--older-than"),
+            *("--conversation", "--text", "--strategy", "--if-version", "--partitions"),
+        ]
     ),
 )
 
@@ -244,6 +248,9 @@ cli_word = st.one_of(
             "replay",
             "index",
             "stats",
+            "named",
+            "purge",
+            "bootstrap",
         ]
     ),
     words=st.lists(cli_word, max_size=4),
@@ -283,7 +290,12 @@ query_value = st.one_of(
 
 @_settings(80)
 @given(
-    path=st.sampled_from(["/v1/recall", "/v1/fetch", "/v1/history", "/v1/stats"]),
+    path=st.sampled_from(
+        [
+            *("/v1/recall", "/v1/fetch", "/v1/history", "/v1/stats"),
+            *("/v1/named", "/v1/context", "/v1/health"),
+        ]
+    ),
     params=st.dictionaries(
         st.sampled_from(
             [
@@ -298,6 +310,9 @@ query_value = st.one_of(
                 "kind",
                 "agent",
                 "conversation",
+                "token_budget",
+                "prefix",
+                "include_superseded",
             ]
         ),
         query_value,
