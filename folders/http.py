@@ -281,7 +281,15 @@ class ViewServer:
     def _tenant(principal: Principal, request: web.Request) -> str:
         """The principal's tenant; the ``tenant`` parameter only for a principal bound
         to none (the local anonymous one)."""
-        return resolve_tenant(principal.tenant, request.query.get("tenant"))
+        given = request.query.get("tenant")
+        try:
+            return resolve_tenant(principal.tenant, given)
+        except AccessDenied:
+            # Said as a client of the server knows it: a token, not a handle.
+            raise AccessDenied(
+                f"this token acts for tenant {shown(principal.tenant)}; it cannot read tenant "
+                f"{shown(given)} (leave tenant= out: a token's tenant is its own)"
+            ) from None
 
     def _namespace(self, principal: Principal, request: web.Request) -> str:
         namespace = self._required(request, "namespace")

@@ -629,6 +629,13 @@ async def test_the_context_route_is_the_handles_block_in_the_tokens_tenant(
             ) as r:
                 assert r.status == status, (params, await r.text())
         async with http.get(
+            "/v1/context", params={"namespace": ns, "tenant": "globex"}, headers=bearer
+        ) as r:
+            # Said as the client knows it: its token, not a handle it never made.
+            assert (await r.json())["message"].startswith(
+                "this token acts for tenant 'acme'; it cannot read tenant 'globex'"
+            )
+        async with http.get(
             "/v1/context", params={"namespace": ns}, headers={"Authorization": f"Bearer {other}"}
         ) as r:
             assert r.status == 403
