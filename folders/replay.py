@@ -16,7 +16,7 @@ from laser_memory.access import resolve_tenant
 from laser_memory.embedding import Embedder
 from laser_memory.errors import InvalidInput, shown
 from laser_memory.ids import MemoryId, validate_name
-from laser_memory.inputs import aware_millis, receipt_fields
+from laser_memory.inputs import aware_millis, listing, receipt_fields
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
 from laser_memory.log.port import Appended, Log, LogRecord
@@ -338,6 +338,20 @@ class MemorySnapshot:
 
     def fetch(self, key: str, *, tenant: str | None = None) -> NamedItem | None:
         return self._state.named_item(validate_key(key), tenant=resolve_tenant(self.tenant, tenant))
+
+    def named(
+        self, prefix: str = "", *, tenant: str | None = None, limit: int | None = None
+    ) -> list[NamedItem]:
+        """The named items whose key starts with ``prefix`` as they stood at the
+        snapshot's moment, by key (the first ``limit`` when given), as the handle's
+        `named` lists them now.
+
+        >>> [item.key for item in (await memory.as_of(receipt)).named("user:")]  # doctest: +SKIP
+        ['user:1']
+        """
+        listing(prefix, limit)
+        items = self._state.named_items(tenant=resolve_tenant(self.tenant, tenant), prefix=prefix)
+        return items if limit is None else items[:limit]
 
 
 async def snapshot(

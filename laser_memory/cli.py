@@ -621,11 +621,24 @@ async def remove(key, url, stream, namespace, as_json, tenant, if_version) -> No
     default=None,
     help="List the first N in key order (default: all); a view reads no further.",
 )
+@click.option(
+    "--as-of",
+    "as_of",
+    default=None,
+    help="As they stood at this moment (ISO time, UTC unless it names a zone, or epoch "
+    "milliseconds): folded from the log up to it, never from a view.",
+)
 @_run
-async def named(prefix, url, stream, namespace, as_json, view, tenant, limit) -> None:
+async def named(prefix, url, stream, namespace, as_json, view, tenant, limit, as_of) -> None:
     """List the named items whose key starts with PREFIX (all without one), by key."""
-    async with _Session(url, stream, namespace, view, read=True) as memory:
-        items = await memory.named(prefix, tenant=tenant, limit=limit)
+    moment = _moment(as_of)
+    if moment is None:
+        async with _Session(url, stream, namespace, view, read=True) as memory:
+            items = await memory.named(prefix, tenant=tenant, limit=limit)
+    else:
+        # A view holds only the present: the past is folded from the log (as_of).
+        async with _Session(url, stream, namespace, None, read=True) as memory:
+            items = (await memory.as_of(moment)).named(prefix, tenant=tenant, limit=limit)
     for item in items:
         if as_json:
             click.echo(json.dumps(_named_json(item)))

@@ -316,6 +316,15 @@ def receipt_fields(receipt: Appended, partitions: int | None = None) -> Appended
     return receipt
 
 
+def listing(prefix: Any, limit: Any) -> None:
+    """Refuse a named-item listing's prefix that is no str and a limit that is no whole
+    number from 0 (or None)."""
+    if not isinstance(prefix, str):
+        raise InvalidInput(f"prefix is a string, got {type(prefix).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidInput(f"limit is a whole number, 0 or more, or None; got {shown(limit)}")
+
+
 def wait_seconds(timeout: Any) -> float:
     """A wait's ``timeout``: a number of seconds from 0 to 1e9 (NaN, infinity, a string or
     a bool are refused with `InvalidInput`)."""

@@ -776,12 +776,7 @@ class MemoryHandle:
         >>> [item.key for item in await memory.named("user:", limit=2)]   # doctest: +SKIP
         ['user:1', 'user:2']
         """
-        if not isinstance(prefix, str):
-            raise InvalidInput(f"prefix is a string, got {type(prefix).__name__}")
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
-        ):
-            raise InvalidInput(f"limit is a whole number, 0 or more, or None; got {shown(limit)}")
+        inputs.listing(prefix, limit)
         tenant = self._tenant(tenant)
         self._check_read()
         inputs.wait_target(self.topic, after, timeout)

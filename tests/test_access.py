@@ -88,6 +88,17 @@ async def test_a_bound_handle_acts_in_its_tenant_and_refuses_another(laser: lm.L
     assert [i.text for i in await snapshot.recall()] == ["acme runs node-7"]
     with pytest.raises(lm.AccessDenied):
         await snapshot.recall(tenant="")
+    # The named items then: none yet at the remember; the profile after the set, acme's only.
+    await laser.memory("notes").set("profile", {"tier": "default"})
+    assert snapshot.named() == []
+    now = await acme.as_of(await _ends(laser))
+    assert [(i.key, i.json()) for i in now.named("pro")] == [("profile", {"tier": "gold"})]
+    assert now.named(limit=0) == []
+    with pytest.raises(lm.AccessDenied):
+        now.named(tenant="")
+    for bad in ({"prefix": 5}, {"limit": -1}, {"limit": True}):
+        with pytest.raises(lm.InvalidInput):
+            now.named(**bad)
 
 
 async def test_the_auditors_functions_refuse_what_they_cannot_read(laser: lm.Laser):

@@ -261,6 +261,11 @@ def test_recall_as_of_a_moment_shows_what_was_known_then(
     assert fetched == {"key": "plan", "body": {"tier": "free"}, "version": 1}
     assert json.loads(run("fetch", "plan", *common, "--json"))["body"] == {"tier": "pro"}
     assert "no named item" in run("fetch", "plan", *common, "--as-of", str(then), ok=False)
+    # The named items as they stood: the plan at its first version, and none before it.
+    listed = run("named", *common, "--as-of", at, "--json").splitlines()
+    assert [json.loads(line) for line in listed] == [fetched]
+    assert run("named", *common, "--as-of", str(then)) == ""
+    assert json.loads(run("named", *common, "--json"))["version"] == 2
     both = run("fetch", "plan", *common, "--as-of", at, "--version", "1", "--view", view, ok=False)
     assert "give one" in both
 

@@ -288,6 +288,8 @@ async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, mode
                 assert await managed.recall(limit=1000, **asked) == await managed.recall(
                     limit=1000, folded=True, **asked
                 ), asked
+        # The memory as it stands at the log's end, folded from the log by `as_of`.
+        present = await managed.as_of(await laser.log.end_offsets(managed.topic))
         for tenant in TENANTS:
             for key in KEYS:
                 want = model.fetch(key, tenant=tenant)
@@ -302,6 +304,8 @@ async def _compare_managed(laser: lm.Laser, namespace: str, view_path: str, mode
             for prefix in PREFIXES:
                 listed = await managed.named(prefix, tenant=tenant)
                 assert listed == await managed.named(prefix, tenant=tenant, folded=True)
+                assert listed == present.named(prefix, tenant=tenant)
+                assert listed[:1] == present.named(prefix, tenant=tenant, limit=1)
                 assert [(i.key, i.json(), i.version) for i in listed] == model.named_items(
                     tenant=tenant, prefix=prefix
                 ), prefix
