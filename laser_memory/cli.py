@@ -1058,8 +1058,9 @@ def token(name: str, tenant: str, grants: tuple[str, ...]) -> None:
 @_embedder_option
 def mcp(url, stream, namespace, view, tenant, http_port, embedder) -> None:
     """Run a Model Context Protocol server over one namespace (stdio by default): tools
-    remember, recall, context, improve, forget, fetch, set, update and remove. The
-    namespace and tenant are fixed here, never by the model. Needs 'laser-memory[mcp]'."""
+    remember, recall, context, improve, forget, fetch, named, set, update and remove.
+    The namespace and tenant are fixed here, never by the model. Needs
+    'laser-memory[mcp]'."""
     try:
         from .integrations.mcp import memory_server, serve_streamable_http
     except ImportError as exc:

@@ -25,7 +25,7 @@ from laser_memory.integrations.mcp import memory_server, serve_streamable_http
 
 TOOLS = {
     *("remember", "recall", "context", "improve", "forget"),
-    *("fetch", "set", "update", "remove"),
+    *("fetch", "named", "set", "update", "remove"),
 }
 
 
@@ -90,6 +90,14 @@ async def test_every_tool_through_an_mcp_session(laser: lm.Laser):
         fetched = data(await client.call_tool("fetch", {"key": "plain"}))
         assert fetched == {"key": "plain", "value": "ship it {", "version": 1}
         assert data(await client.call_tool("fetch", {"key": "absent"})) is None
+        listed = data(await client.call_tool("named", {"prefix": "pro"}))
+        assert listed == [
+            {"key": "profile", "value": {"channel": "email", "tier": "gold"}, "version": 2}
+        ]
+        keys = [i["key"] for i in data(await client.call_tool("named", {"limit": 2}))]
+        assert keys == sorted(keys) and len(keys) == 2
+        result = await client.call_tool("named", {"limit": 1001})
+        assert result.is_error and "limit is at most 1000" in result.content[0].text
         # A remove for a version the item has moved past changes nothing; at its version,
         # it removes; an absent key succeeds.
         removed = {"key": "profile", "removed": True}
@@ -289,6 +297,7 @@ CALLS = {
     "set": {"key": "k", "value": "v"},
     "update": {"key": "k", "patch": {"a": 1}},
     "remove": {"key": "k", "if_version": 1},
+    "named": {"prefix": "k", "limit": 5},
 }
 
 

@@ -2,10 +2,11 @@
 assistants, agent frameworks): ``laser-memory mcp``.
 
 Tools: ``remember``, ``recall``, ``context``, ``improve``, ``forget`` for items, and
-``fetch``, ``set``, ``update``, ``remove`` for named items. The namespace and tenant are fixed when
-the server starts (the handle is bound to the tenant), never chosen by the model; a
-conversation is the only scope a tool call may name. Every `LaserError` comes back as an
-MCP tool error with its message, so the model can read what was wrong; the server goes on.
+``fetch``, ``named``, ``set``, ``update``, ``remove`` for named items. The namespace and
+tenant are fixed when the server starts (the handle is bound to the tenant), never chosen
+by the model; a conversation is the only scope a tool call may name. Every `LaserError`
+comes back as an MCP tool error with its message, so the model can read what was wrong;
+the server goes on.
 
 Needs the optional extra: ``pip install 'laser-memory[mcp]'`` (the official ``mcp`` SDK,
 2.x).
@@ -32,11 +33,12 @@ except ImportError as exc:  # the extra is not installed: say which one
     raise missing_extra(__name__, "mcp", exc) from exc
 
 from ..access import is_loopback
-from ..errors import ConfigError, LaserError, shown
+from ..errors import ConfigError, InvalidInput, LaserError, shown
 from ..ids import MemoryId
-from ..items import MemoryItem
+from ..items import MemoryItem, NamedItem
 from ..memory import MemoryHandle
 from ..named import dump_json
+from ..recall import MAX_LIMIT
 from ..rerank import RerankedMemory, is_memory_handle
 
 __all__ = ["memory_server"]
@@ -48,6 +50,15 @@ _INSTRUCTIONS = (
     "Give improve a positive weight for memories that helped and a negative one for "
     "misleading ones; forget removes an item."
 )
+
+
+def _value(item: NamedItem) -> Any:
+    """A named item's value as JSON, or its text when it holds no JSON (set through the
+    Python API)."""
+    try:
+        return item.json()
+    except LaserError:
+        return item.text
 
 
 def _item(item: MemoryItem) -> dict[str, Any]:
@@ -158,11 +169,20 @@ def memory_server(
         item = await memory.fetch(key)
         if item is None:
             return None
-        try:
-            value: Any = item.json()
-        except LaserError:
-            value = item.text
-        return {"key": key, "value": value, "version": item.version}
+        return {"key": key, "value": _value(item), "version": item.version}
+
+    @server.tool(
+        description="List the named items whose key starts with prefix (every key without "
+        "one), by key, with their values and versions: the first limit (20 unless given)."
+    )
+    @_tool_errors
+    async def named(prefix: str = "", limit: int = 20) -> list[dict[str, Any]]:
+        if limit > MAX_LIMIT:  # a model asking for a million keys gets the reason
+            raise InvalidInput(f"limit is at most {MAX_LIMIT}, got {limit}")
+        return [
+            {"key": item.key, "value": _value(item), "version": item.version}
+            for item in await memory.named(prefix, limit=limit)
+        ]
 
     @server.tool(
         description="Set a named item (a profile, settings) to a JSON value: an object, a "
