@@ -423,6 +423,60 @@ def test_named_bodies_are_json_or_text_and_json_output_is_strict(tmp_path):
     assert json.loads(run("fetch", "j", "--json", *common))["body"] == {"a": [1, 2]}
 
 
+def test_every_json_output_is_strict_json(tmp_path):
+    """Every command that takes --json prints JSON a strict parser reads (one document,
+    or one a line): a script piping it to jq must never meet a bare text line."""
+
+    def strict(line: str) -> object:
+        def refuse(constant: str) -> object:
+            raise AssertionError(f"{constant} in {line!r}")
+
+        return json.loads(line, parse_constant=refuse)
+
+    url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
+    common = ["--url", url]
+    mid = strict(run("remember", "a fact", *common, "--conversation", "c1", "--json"))["id"]
+    moment = str(int(time.time() * 1000) + 60_000)
+    commands = [
+        ["bootstrap", *common],
+        ["improve", mid, "1.5", *common],
+        ["set", "k", '{"a": 1}', *common],
+        ["update", "k", '{"b": 2}', *common],
+        ["fetch", "k", *common],
+        ["fetch", "k", *common, "--as-of", moment],
+        ["named", *common],
+        ["named", *common, "--as-of", moment],
+        ["recall", *common],
+        ["recall", "fact", *common, "--as-of", moment],
+        ["recall", *common, "--block", "--token-budget", "5"],
+        ["audit", mid, *common],
+        ["replay", *common],
+        ["reembed", *common, "--embedder", "word-hash"],
+        ["remove", "k", *common],
+        ["forget", mid, *common, "--conversation", "c1"],
+        ["purge", "--expired", *common],
+        ["rebuild", *common, "--view", view],
+        ["stats", "--view", view, "--url", url],
+        ["index", *common, "--view", view],
+    ]
+    taking = {n for n, c in main.commands.items() if any("--json" in p.opts for p in c.params)}
+    assert {c[0] for c in commands} | {"remember"} >= taking - {"rebuild"}, "a command untried"
+    for command in commands:
+        if command[0] not in taking:
+            run(*command)
+            continue
+        result = CliRunner().invoke(main, [*command, "--json"], catch_exceptions=False)
+        assert result.exit_code == 0, (command, result.output)
+        printed = result.stdout  # what a pipe reads: progress goes to stderr
+        lines = printed.splitlines()
+        assert lines, command
+        try:
+            strict(printed)
+        except json.JSONDecodeError:
+            for line in lines:
+                strict(line)
+
+
 def test_reads_never_create_a_log_a_view_or_a_topic(tmp_path):
     missing = tmp_path / "typo"
     for args in (
