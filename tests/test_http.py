@@ -678,3 +678,13 @@ async def test_a_body_that_is_no_utf8_is_served_exactly_beside_its_text(tmp_path
                 served = await got.json()
             entry = served if isinstance(served, dict) else served[0]
             assert base64.b64decode(entry["body_base64"]) == blob, (path, served)
+
+
+def test_the_modules_docstring_names_every_route():
+    """The module's own list of routes (what `help(folders.http)` shows) is the router's."""
+    import re
+
+    import folders.http as http
+
+    named = set(re.findall(r"``GET (/v1/\w+)", http.__doc__ or ""))
+    assert named == set(http._PARAMETERS)
