@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -365,3 +366,25 @@ async def test_a_server_is_made_over_a_memory_handle_only(laser: lm.Laser):
             "keys on the hook",
         ]
     assert len(await laser.memory("notes").recall(tenant="acme", folded=True)) == 2
+
+
+_README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+async def test_the_docs_name_every_tool(laser: lm.Laser):
+    """The module's docstring, the command's help and the README's MCP section name the
+    server's tools: a tool added (remove, named) must not be one a reader never hears of."""
+    import laser_memory.integrations.mcp as module
+    from laser_memory.cli import main
+
+    async with Client(memory_server(laser.memory("notes"))) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+    assert tools == TOOLS
+    doc = module.__doc__ or ""
+    said = doc[doc.index("Tools:") : doc.index("for named items")]
+    assert set(re.findall(r"``(\w+)``", said)) == tools
+    help_text = " ".join((main.commands["mcp"].help or "").split())
+    assert all(re.search(rf"\b{tool}\b", help_text) for tool in tools), help_text
+    readme = _README.read_text(encoding="utf-8")
+    section = readme[readme.index("## An MCP server") : readme.index("## Pointing it at Kafka")]
+    assert all(f"`{tool}`" in section for tool in tools)
