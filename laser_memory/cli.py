@@ -102,6 +102,16 @@ _namespace_option = click.option(
 )
 
 
+#: ``--as-of`` of the named-item reads (recall's says what it recalls).
+_as_of_option = click.option(
+    "--as-of",
+    "as_of",
+    default=None,
+    help="As it stood at this moment (ISO time, UTC unless it names a zone, or epoch "
+    "milliseconds): folded from the log up to it, never from a view.",
+)
+
+
 def _connection_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The log's options and ``--view``: for the commands that read the present."""
     return _log_options(_view_to_read(fn))
@@ -545,13 +555,7 @@ async def set_(key, body, url, stream, namespace, as_json, tenant) -> None:
     default=None,
     help="After this many writes (needs --view).",
 )
-@click.option(
-    "--as-of",
-    "as_of",
-    default=None,
-    help="As it stood at this moment (ISO time, UTC unless it names a zone, or epoch "
-    "milliseconds): folded from the log up to it, never from a view.",
-)
+@_as_of_option
 @_run
 async def fetch(key, url, stream, namespace, as_json, view, tenant, version, as_of) -> None:
     """Print named item KEY (exit code 1 if absent)."""
@@ -621,13 +625,7 @@ async def remove(key, url, stream, namespace, as_json, tenant, if_version) -> No
     default=None,
     help="List the first N in key order (default: all); a view reads no further.",
 )
-@click.option(
-    "--as-of",
-    "as_of",
-    default=None,
-    help="As they stood at this moment (ISO time, UTC unless it names a zone, or epoch "
-    "milliseconds): folded from the log up to it, never from a view.",
-)
+@_as_of_option
 @_run
 async def named(prefix, url, stream, namespace, as_json, view, tenant, limit, as_of) -> None:
     """List the named items whose key starts with PREFIX (all without one), by key."""

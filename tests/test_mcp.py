@@ -200,10 +200,12 @@ _INITIALIZE = {
 }
 
 
-async def test_the_stdio_mcp_server_stops_at_once_on_sigterm(tmp_path):
-    """Its client, or a service manager, stops it with SIGTERM while stdin is still open:
-    it stops then (a stop that waited for the thread reading stdin hung until the client
-    closed it)."""
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+async def test_the_stdio_mcp_server_stops_at_once_on_a_signal(tmp_path, stop):
+    """Its client, a service manager or Ctrl-C stops it while stdin is still open: it
+    stops then. Ctrl-C at a terminal did nothing: asyncio's handler cancelled the server,
+    which then waited for the SDK's thread reading stdin until the client closed it
+    (modelcontextprotocol/python-sdk#3551); a stop by SIGTERM that waited so would hang."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "laser_memory.cli", "mcp", "--url", f"local://{tmp_path}",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -214,25 +216,8 @@ async def test_the_stdio_mcp_server_stops_at_once_on_sigterm(tmp_path):
     process.stdin.write(json.dumps(_INITIALIZE).encode() + b"\n")
     await process.stdin.drain()
     assert b'"id":1' in await asyncio.wait_for(process.stdout.readline(), 60)
-    process.terminate()
-    assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGTERM
-
-
-async def test_the_stdio_mcp_server_stops_at_once_on_ctrl_c(tmp_path):
-    """Ctrl-C at a terminal did nothing while stdin stayed open: asyncio's handler
-    cancelled the server, which then waited for the SDK's thread reading stdin
-    (modelcontextprotocol/python-sdk#3551). It ends at once, as on SIGTERM."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "laser_memory.cli", "mcp", "--url", f"local://{tmp_path}",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(json.dumps(_INITIALIZE).encode() + b"\n")
-    await process.stdin.drain()
-    assert b'"id":1' in await asyncio.wait_for(process.stdout.readline(), 60)
-    process.send_signal(signal.SIGINT)
-    assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGINT
+    process.send_signal(stop)
+    assert await asyncio.wait_for(process.wait(), 30) == -stop
 
 
 async def test_recall_over_mcp_returns_ten_items_unless_told(laser: lm.Laser):
