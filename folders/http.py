@@ -5,8 +5,8 @@
 - ``GET /v1/recall?namespace=NS`` with any of ``tenant conversation agent user
   application kind text strategy limit include_superseded`` (``limit`` at most
   `MAX_LIMIT`)
-- ``GET /v1/context?namespace=NS[&tenant=&conversation=&limit=&token_budget=]``:
-  ``{"block": ...}``, the prompt block `MemoryHandle.context` makes
+- ``GET /v1/context?namespace=NS`` with recall's parameters and ``token_budget``:
+  ``{"block": ...}``, the recalled items as the prompt block ``recall(block=True)`` makes
 - ``GET /v1/fetch?namespace=NS&key=K[&tenant=&version=]`` (404 when absent)
 - ``GET /v1/named?namespace=NS[&prefix=P&tenant=&limit=]``: named items by key, the
   first ``limit`` (default and at most `MAX_LIMIT`) whose key starts with the prefix
@@ -53,7 +53,7 @@ from laser_memory.access import Principal, resolve_tenant
 from laser_memory.embedding import Embedder, embed_texts, validate_embedder
 from laser_memory.errors import AccessDenied, ConfigError, InvalidInput, LaserError, shown
 from laser_memory.ids import MemoryId, validate_name
-from laser_memory.items import body_fields
+from laser_memory.items import MemoryItem, body_fields
 from laser_memory.log.naming import check_settings
 from laser_memory.named import MAX_VERSION, validate_key
 from laser_memory.recall import MAX_LIMIT, to_context_block, validate_strategy
@@ -177,23 +177,24 @@ def _flag(request: web.Request, name: str) -> bool:
 
 #: The query parameters each route reads. Any other is refused: a misspelt filter
 #: (``agnet=``) ignored would answer a wider recall than the caller asked for.
+_RECALL_PARAMETERS = frozenset(
+    {
+        "namespace",
+        "tenant",
+        "conversation",
+        "agent",
+        "user",
+        "application",
+        "kind",
+        "text",
+        "strategy",
+        "limit",
+        "include_superseded",
+    }
+)
 _PARAMETERS = {
-    "/v1/recall": frozenset(
-        {
-            "namespace",
-            "tenant",
-            "conversation",
-            "agent",
-            "user",
-            "application",
-            "kind",
-            "text",
-            "strategy",
-            "limit",
-            "include_superseded",
-        }
-    ),
-    "/v1/context": frozenset({"namespace", "tenant", "conversation", "limit", "token_budget"}),
+    "/v1/recall": _RECALL_PARAMETERS,
+    "/v1/context": _RECALL_PARAMETERS | {"token_budget"},
     "/v1/fetch": frozenset({"namespace", "key", "tenant", "version"}),
     "/v1/named": frozenset({"namespace", "prefix", "tenant", "limit"}),
     "/v1/history": frozenset({"namespace", "id", "key", "tenant"}),
@@ -312,7 +313,9 @@ class ViewServer:
             include_superseded=_flag(request, "include_superseded"),
         )
 
-    async def recall(self, principal: Principal, request: web.Request) -> web.Response:
+    async def _recalled(self, principal: Principal, request: web.Request) -> list[MemoryItem]:
+        """The items a recall with the request's parameters gives (the recall and context
+        routes take the same ones)."""
         namespace = self._namespace(principal, request)
         limit = _whole_number(request, "limit", 0, MAX_LIMIT)
         strategy = validate_strategy(request.query.get("strategy", "auto"))
@@ -327,7 +330,7 @@ class ViewServer:
                 )[0]
                 ranking["embedder"] = embedder.label
                 where = msgspec.structs.replace(where, embedder=embedder.label)
-        items = await self._off_loop(
+        return await self._off_loop(
             self._view.recall,
             namespace,
             where,
@@ -336,22 +339,16 @@ class ViewServer:
             limit=50 if limit is None else limit,
             **ranking,
         )
-        return _json([item.to_json() for item in items])
+
+    async def recall(self, principal: Principal, request: web.Request) -> web.Response:
+        return _json([item.to_json() for item in await self._recalled(principal, request)])
 
     async def context(self, principal: Principal, request: web.Request) -> web.Response:
-        """``{"block": ...}``: what `MemoryHandle.context` gives, the conversation's items
-        (or the namespace's, without one) as one prompt block within ``token_budget``."""
-        namespace = self._namespace(principal, request)
-        limit = _whole_number(request, "limit", 0, MAX_LIMIT)
+        """``{"block": ...}``: the items a recall with the same parameters gives, as one
+        prompt block within ``token_budget`` (`recall(block=True)`; without text or
+        filters, what `MemoryHandle.context` gives)."""
         budget = _whole_number(request, "token_budget", 0, MAX_TOKEN_BUDGET)
-        items = await self._off_loop(
-            self._view.recall,
-            namespace,
-            self._where(principal, request),
-            strategy="auto",
-            text=None,
-            limit=50 if limit is None else limit,
-        )
+        items = await self._recalled(principal, request)
         return _json({"block": to_context_block(items, budget)})
 
     async def fetch(self, principal: Principal, request: web.Request) -> web.Response:

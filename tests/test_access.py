@@ -629,11 +629,17 @@ async def test_the_context_route_is_the_handles_block_in_the_tokens_tenant(
         many = await block(conversation="c3")
         assert len(many.splitlines()) == 50 and many == await handle.context("c3")
         assert (await block(conversation="c1", limit="1")).splitlines() == ["- [fact] acme's third"]
+        # With text, the block of what a recall by it gives, as recall(block=True) makes it.
+        for query in ({"text": "acme's second"}, {"text": "first", "strategy": "keyword"}):
+            want = await handle.recall(**query, block=True, token_budget=6)
+            assert await block(**query, token_budget="6") == want, query
+            assert want.startswith("- [fact] acme's"), want
         for params, status in (
             ({"tenant": "globex"}, 403),
             ({"token_budget": "-1"}, 400),
             ({"token_budget": "1e3"}, 400),
-            ({"text": "secret"}, 400),  # a context block is no search
+            ({"strategy": "graph"}, 400),
+            ({"block": "true"}, 400),  # the route is the block: no such parameter
         ):
             async with http.get(
                 "/v1/context", params={"namespace": ns, **params}, headers=bearer
