@@ -84,6 +84,11 @@ class ServerConfig:
     #: How long an answer of ``GET /v1/health`` stands before the view is read again
     #: (anyone may ask it: probes share one read a second, not a worker thread each).
     health_check_every_s: float = 1.0
+    #: The longest request line (method, path and query) read: a recall's or a context
+    #: block's text is a query parameter, and aiohttp's 8,190 bytes held about 2,700
+    #: characters of a question in a script of three-byte letters. Past it aiohttp
+    #: answers a plain-text 400 of its own, before any route.
+    max_request_line_bytes: int = 65_536
     #: Embeds the text of semantic, hybrid and auto recalls (``serve --embedder``);
     #: without one they rank by keyword alone.
     embedder: Embedder | None = None
@@ -92,7 +97,7 @@ class ServerConfig:
         # At construction: a zero read limit served nothing and hung every request.
         check_settings(
             self,
-            positive_ints=("max_concurrent_reads", "max_connections"),
+            positive_ints=("max_concurrent_reads", "max_connections", "max_request_line_bytes"),
             positive_seconds=("header_timeout_s", "keepalive_timeout_s"),
             seconds=("health_check_every_s",),
         )
@@ -641,6 +646,7 @@ async def serve_view(
         make_app(view, auth if auth is not None else anonymous, config=config),
         access_log=None,
         keepalive_timeout=config.keepalive_timeout_s,
+        max_line_size=config.max_request_line_bytes,
     )
     await runner.setup()
     try:

@@ -102,7 +102,7 @@ _namespace_option = click.option(
 )
 
 
-#: ``--as-of`` of the named-item reads (recall's says what it recalls).
+#: ``--as-of`` of the reads that answer for a past moment (recall, fetch, named).
 _as_of_option = click.option(
     "--as-of",
     "as_of",
@@ -348,13 +348,7 @@ async def remember(
 )
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(STRATEGIES))
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(0, MAX_LIMIT))
-@click.option(
-    "--as-of",
-    "as_of",
-    default=None,
-    help="Recall as memory stood at this moment (ISO time, UTC unless it names a zone, or "
-    "epoch milliseconds): folded from the log up to it, never from a view.",
-)
+@_as_of_option
 @click.option(
     "--block",
     is_flag=True,

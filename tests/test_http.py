@@ -76,6 +76,7 @@ async def serving(view_path: Path, config: ServerConfig) -> AsyncIterator[str]:
         ({"header_timeout_s": 0}, "header_timeout_s is a number of seconds above 0"),
         ({"keepalive_timeout_s": float("nan")}, "keepalive_timeout_s"),
         ({"embedder": "word-hash"}, "ServerConfig.embedder: an embedder has an embed_many"),
+        ({"max_request_line_bytes": 0}, "max_request_line_bytes is a positive int"),
     ],
 )
 def test_server_settings_are_checked_when_made(settings, says):
@@ -107,6 +108,31 @@ def test_server_defaults_are_the_documented_ones():
     assert config.header_timeout_s == 5.0 and config.embedder is None
     with pytest.raises(AttributeError):  # checked when made, so never changed after
         config.max_connections = 0  # type: ignore[misc]
+
+
+async def test_a_long_question_reaches_the_recall_and_context_routes(big_view: Path):
+    """A recall's or a context block's text is a query parameter: aiohttp read request
+    lines of 8,190 bytes at most, about 2,700 characters of a question in a script of
+    three-byte letters, and answered a longer one with a plain-text 400 of its own."""
+    question = "common fact " + "事" * 6_000  # 18 KB of UTF-8, 54 KB percent-encoded
+    async with serving(big_view, ServerConfig()) as base, ClientSession(base) as http:
+        for path in ("/v1/recall", "/v1/context"):
+            params = {"namespace": "stream:s/notes", "text": question, "limit": "3"}
+            async with http.get(path, params=params) as response:
+                assert response.status == 200, await response.text()
+                answer = await response.json()
+            assert "common fact" in (
+                answer["block"] if path == "/v1/context" else answer[0]["body"]
+            )
+    # Past the configured line, aiohttp's own refusal, before any route.
+    async with serving(big_view, ServerConfig(max_request_line_bytes=1024)) as base:
+        async with (
+            ClientSession(base) as http,
+            http.get(
+                "/v1/recall", params={"namespace": "stream:s/notes", "text": "x" * 2000}
+            ) as response,
+        ):
+            assert response.status == 400
 
 
 async def test_bad_parameters_are_400s_never_500s(big_view: Path):

@@ -52,13 +52,14 @@ _INSTRUCTIONS = (
 )
 
 
-def _value(item: NamedItem) -> Any:
-    """A named item's value as JSON, or its text when it holds no JSON (set through the
-    Python API)."""
+def _named(item: NamedItem) -> dict[str, Any]:
+    """A named item as the tools give it: its value as JSON, or its text when it holds no
+    JSON (set through the Python API), and its version."""
     try:
-        return item.json()
+        value: Any = item.json()
     except LaserError:
-        return item.text
+        value = item.text
+    return {"key": item.key, "value": value, "version": item.version}
 
 
 def _item(item: MemoryItem) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def memory_server(
         item = await memory.fetch(key)
         if item is None:
             return None
-        return {"key": key, "value": _value(item), "version": item.version}
+        return _named(item)
 
     @server.tool(
         description="List the named items whose key starts with prefix (every key without "
@@ -179,10 +180,7 @@ def memory_server(
     async def named(prefix: str = "", limit: int = 20) -> list[dict[str, Any]]:
         if limit > MAX_LIMIT:  # a model asking for a million keys gets the reason
             raise InvalidInput(f"limit is at most {MAX_LIMIT}, got {limit}")
-        return [
-            {"key": item.key, "value": _value(item), "version": item.version}
-            for item in await memory.named(prefix, limit=limit)
-        ]
+        return [_named(item) for item in await memory.named(prefix, limit=limit)]
 
     @server.tool(
         description="Set a named item (a profile, settings) to a JSON value: an object, a "
