@@ -10,7 +10,10 @@ dimensions from its stand-in embedder) to an embedded log, then measures:
   semantic recall (the first has a child process build its search index and save a
   snapshot of it, then loads the snapshot: its time, and the child's peak, are
   reported);
-- the **next reader**, another process doing the same, which starts from the snapshot.
+- the **next reader**, another process doing the same, which starts from the snapshot;
+- an auditor's **replay** of the namespace, gathered (`replay`) and streamed
+  (`replay_stream`), each against a process **reading the log** and keeping nothing
+  (peak resident memory counts the log's pages both read through LMDB's memory map).
 
 For each: peak resident memory (VmHWM), and anonymous memory after its work, with a
 reader's connection and search indexes still open (RssAnon: the process's own heap, not
@@ -92,11 +95,32 @@ async def _read(path: str, dims: int) -> tuple[float, dict[str, float]]:
         return first, _status()
 
 
+async def _replay(path: str, role: str) -> None:
+    """Read the namespace's records as an auditor's replay does (``role``), or read the
+    log and keep nothing, its baseline."""
+    import laser_memory as lm
+    from folders.replay import replay, replay_stream
+
+    async with lm.connect(f"local://{path}/log") as laser:
+        memory = laser.memory("bench")
+        if role == "replay":
+            await replay(laser.log, memory.topic, namespace=memory.namespace)
+        elif role == "replay-stream":
+            async for _ in replay_stream(laser.log, memory.topic, namespace=memory.namespace):
+                pass
+        else:
+            async for _ in laser.log.read(memory.topic):
+                pass
+
+
 def child(role: str, path: str, dims: int) -> None:
     """One role in this process; prints its memory as JSON."""
     started = time.perf_counter()
     if role == "folder":
         asyncio.run(_fold(path))
+        seconds, status = time.perf_counter() - started, _status()
+    elif role in ("log-read", "replay", "replay-stream"):
+        asyncio.run(_replay(path, role))
         seconds, status = time.perf_counter() - started, _status()
     else:
         seconds, status = asyncio.run(_read(path, dims))
@@ -120,7 +144,7 @@ def measure(items: int, dims: int) -> dict[str, float]:
         out = {"log on disk MB": _disk_mb(f"{path}/log")}
         # The first reader builds its search index and saves a snapshot; the next one
         # (another process) starts from the snapshot.
-        for role in ("folder", "reader", "next-reader"):
+        for role in ("folder", "reader", "next-reader", "log-read", "replay", "replay-stream"):
             done = subprocess.run(
                 [sys.executable, "-m", "benchmarks.memory", "--child", role, path, str(dims)],
                 cwd=ROOT,
@@ -152,6 +176,9 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
     log = f"log on disk @{items}"
     ratios = {name: log for name, (_, unit) in values.items() if unit == "MB" and name != log}
     ratios[f"next reader @{items}"] = f"reader @{items}"
+    for name in ("replay", "replay stream"):
+        ratios[f"{name} peak RSS @{items}"] = f"log read peak RSS @{items}"
+        ratios[f"{name} @{items}"] = f"log read @{items}"
     return rows("memory", values, ratios)
 
 

@@ -7,8 +7,9 @@ every record up to a time or up to given positions.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import msgspec
 
@@ -53,6 +54,7 @@ __all__ = [
     "item_history",
     "named_history",
     "replay",
+    "replay_stream",
     "snapshot",
     "to_millis",
 ]
@@ -121,6 +123,71 @@ def _records(records: object, what: str) -> list[LoggedRecord]:
     return list(records)
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class _Kept:
+    """Which of a topic's records a replay keeps, as checked arguments: one namespace's
+    and one tenant's (each if given), appended between two moments (both included)."""
+
+    def __init__(
+        self,
+        namespace: str | None,
+        tenant: str | None,
+        since_ms: int | None,
+        until_ms: int | None,
+        until: Mapping[int, int] | None,
+    ):
+        self.namespace = None if namespace is None else validate_name(namespace, "namespace")
+        self.tenant = _tenant_or_none(tenant)
+        self.since_ms = _millis_or_none(since_ms, "since_ms")
+        self.until_ms = _millis_or_none(until_ms, "until_ms")
+        if (
+            self.since_ms is not None
+            and self.until_ms is not None
+            and self.since_ms > self.until_ms
+        ):
+            # Nothing could be in it: an empty answer would read as "no records then".
+            raise InvalidInput(
+                f"since_ms ({self.since_ms}) is after until_ms ({self.until_ms}): no record "
+                "falls between"
+            )
+        if until is not None and not (
+            isinstance(until, Mapping) and all(_whole(p) and _whole(o) for p, o in until.items())
+        ):
+            # Sorted as it came, a str among the partitions failed with a raw TypeError.
+            raise InvalidInput(
+                "until maps partitions to the first offset not to read (ints from 0), got "
+                f"{shown(until)}"
+            )
+
+    def __call__(self, log_record: LogRecord) -> LoggedRecord | None:
+        since_ms, until_ms = self.since_ms, self.until_ms
+        if since_ms is not None and log_record.append_time_ms < since_ms:
+            return None
+        if until_ms is not None and log_record.append_time_ms > until_ms:
+            return None
+        namespace, tenant = self.namespace, self.tenant
+        # A header that is no UTF-8 is read as bytes, which name no namespace or tenant.
+        header, owner, _ = read_headers(log_record.headers)
+        if namespace is not None and header is not None and header != namespace:
+            return None
+        if tenant is not None and owner is not None and owner != tenant:
+            return None
+        try:
+            record = decode_for_fold(log_record)
+        except Exception as exc:
+            if tenant is None:
+                return LoggedRecord(log_record, None, _reason(exc, log_record))
+            return None
+        if namespace is not None and record.ns != namespace:
+            return None
+        if tenant is not None and record.scope.tenant != tenant:
+            return None
+        return LoggedRecord(log_record, record, None)
+
+
 async def replay(
     log: Log,
     topic: str,
@@ -140,52 +207,137 @@ async def replay(
     too (nobody can tell whose it is). ``since_ms`` and ``until_ms`` (milliseconds since
     the epoch, both included) keep the records appended between them.
 
+    It holds every record it keeps until it has sorted them (about 1.4 KB a record);
+    `replay_stream` gives them one at a time, holding a batch a partition.
+
     >>> audit = await replay(laser.log, memory.topic, namespace="notes", tenant="acme")
     ...                                                             # doctest: +SKIP
     """
-    if namespace is not None:
-        namespace = validate_name(namespace, "namespace")
-    tenant = _tenant_or_none(tenant)
-    since_ms = _millis_or_none(since_ms, "since_ms")
-    until_ms = _millis_or_none(until_ms, "until_ms")
-    if since_ms is not None and until_ms is not None and since_ms > until_ms:
-        # Nothing could be in it: an empty answer would read as "no records then".
-        raise InvalidInput(
-            f"since_ms ({since_ms}) is after until_ms ({until_ms}): no record falls between"
-        )
-    if until is not None and not isinstance(until, Mapping):
-        raise InvalidInput(
-            f"until maps partitions to the first offset not to read, got {shown(until)}"
-        )
-    kwargs = {}
-    if until is not None:
-        kwargs = {"partitions": sorted(until), "until": dict(until)}
-    out = []
-    async for batch in log.read(topic, **kwargs):
+    kept = _Kept(namespace, tenant, since_ms, until_ms, until)
+    reading = (
+        log.read(topic)
+        if until is None
+        else log.read(topic, partitions=sorted(until), until=dict(until))
+    )
+    out: list[LoggedRecord] = []
+    async for batch in reading:
         for log_record in batch:
-            if since_ms is not None and log_record.append_time_ms < since_ms:
-                continue
-            if until_ms is not None and log_record.append_time_ms > until_ms:
-                continue
-            # A header that is no UTF-8 is read as bytes, which name no namespace or tenant.
-            header, owner, _ = read_headers(log_record.headers)
-            if namespace is not None and header is not None and header != namespace:
-                continue
-            if tenant is not None and owner is not None and owner != tenant:
-                continue
-            try:
-                record = decode_for_fold(log_record)
-            except Exception as exc:
-                if tenant is None:
-                    out.append(LoggedRecord(log_record, None, _reason(exc, log_record)))
-                continue
-            if namespace is not None and record.ns != namespace:
-                continue
-            if tenant is not None and record.scope.tenant != tenant:
-                continue
-            out.append(LoggedRecord(log_record, record, None))
+            logged = kept(log_record)
+            if logged is not None:
+                out.append(logged)
     out.sort(key=lambda r: sort_key(r.log_record))
     return out
+
+
+#: Records a partition's read brings at a time in `replay_stream`, shared by its
+#: partitions: what the stream holds at most, besides one decoded record a partition.
+STREAM_HELD_RECORDS = 100_000
+
+
+async def replay_stream(
+    log: Log,
+    topic: str,
+    *,
+    namespace: str | None = None,
+    tenant: str | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    until: Mapping[int, int] | None = None,
+) -> AsyncIterator[LoggedRecord]:
+    """`replay`'s records one at a time, as they are read, holding at most a batch of
+    each partition (1,000 records, fewer when there are over 100 partitions): for a
+    replay of more records than fit in memory. It reads the log up to its end offsets
+    when it starts (or to ``until``), each partition in offset order, and takes the
+    earliest head of them each time: `replay`'s order (append time, partition,
+    offset) wherever a partition's append times never step back, which they never do
+    on the embedded log. On Kafka a partition's leader that moved to a broker whose
+    clock was behind can append later records at earlier times; there each partition
+    keeps its offset order (the order its records were appended in), where `replay`'s
+    sort would put them by their times.
+
+    Arguments as `replay`'s; bad ones are refused before anything is read. Each read
+    of a batch is a read of the log of its own (on Kafka a fetch, by one consumer at a
+    time), so a stream left unfinished holds no consumer between them.
+
+    >>> async for logged in replay_stream(laser.log, memory.topic, tenant="acme"):
+    ...     print(logged.log_record.offset, logged.record)              # doctest: +SKIP
+    """
+    kept = _Kept(namespace, tenant, since_ms, until_ms, until)
+    if until is None:
+        ends = await log.end_offsets(topic)
+    else:
+        ends = dict(until)
+    chosen = sorted(ends)
+    batch_size = max(10, min(1000, STREAM_HELD_RECORDS // max(1, len(chosen))))
+    cursors = [_PartitionCursor(log, topic, p, ends[p], batch_size) for p in chosen]
+    heads: list[tuple[tuple[int, int, int], int, LoggedRecord]] = []
+    # Every partition's first kept record is read before any is given: bad arguments
+    # (a partition the topic lacks in ``until``) are refused before the first record.
+    for index, cursor in enumerate(cursors):
+        logged = await cursor.next_kept(kept)
+        if logged is not None:
+            heads.append((sort_key(logged.log_record), index, logged))
+    heapq.heapify(heads)
+    while heads:
+        _, index, logged = heads[0]
+        yield logged
+        following = await cursors[index].next_kept(kept)
+        if following is None:
+            heapq.heappop(heads)
+        else:
+            heapq.heapreplace(heads, (sort_key(following.log_record), index, following))
+
+
+class _PartitionCursor:
+    """One partition of a `replay_stream`: a batch of its records read at a time."""
+
+    def __init__(self, log: Log, topic: str, partition: int, end: int, batch_size: int):
+        self._log = log
+        self._topic = topic
+        self._partition = partition
+        self._end = end
+        self._batch_size = batch_size
+        self._position = 0
+        self._batch: list[LogRecord] = []
+        self._index = 0
+        self._done = False
+
+    async def next_kept(self, kept: _Kept) -> LoggedRecord | None:
+        while True:
+            while self._index < len(self._batch):
+                log_record = self._batch[self._index]
+                self._index += 1
+                logged = kept(log_record)
+                if logged is not None:
+                    return logged
+            if self._done:
+                return None
+            await self._read()
+
+    async def _read(self) -> None:
+        # One batch, and the read closed at once: on Kafka its consumer goes back to
+        # the log's idle ones, so a stream of many partitions holds one at a time.
+        partition = self._partition
+        reading = self._log.read(
+            self._topic,
+            {partition: self._position},
+            partitions=[partition],
+            until={partition: self._end},
+            max_batch=self._batch_size,
+        )
+        try:
+            batch: list[LogRecord] = await anext(reading, [])
+        finally:
+            # The port promises an async iterator: a backend's may have no aclose.
+            close = getattr(reading, "aclose", None)
+            if close is not None:
+                await close()
+        self._batch, self._index = batch, 0
+        if batch:
+            self._position = batch[-1].offset + 1
+        else:
+            # Read up to the end, or what was left was removed by retention meanwhile.
+            self._done = True
 
 
 def item_history(
@@ -397,6 +549,7 @@ async def snapshot(
                 )
     elif not by_receipt:
         as_of_ms = to_millis(at)
+    last: dict[int, int] = {}  # a receipt's partitions -> its last offset folded
     info = await log.describe_topic(topic)
     state = MemoryState(namespace, topic=topic, generation=info.generation)
     if by_receipt:
@@ -415,28 +568,32 @@ async def snapshot(
                     "was deleted since; there is no past of it to read"
                 )
         as_of_ms = max(r.append_time_ms for r in receipts)
-        last: dict[int, int] = {}
         for receipt in receipts:
             last[receipt.partition] = max(last.get(receipt.partition, -1), receipt.offset)
-        records = [
-            logged
-            for logged in await replay(log, topic, namespace=namespace)
-            if (
-                logged.log_record.offset <= last[logged.log_record.partition]
-                if logged.log_record.partition in last
-                else logged.log_record.append_time_ms <= as_of_ms
-            )
-        ]
+        reading = log.read(topic)
     elif isinstance(at, Mapping):
-        records = await replay(log, topic, namespace=namespace, until=at)
+        reading = log.read(topic, partitions=sorted(at), until=dict(at))
     else:
-        records = await replay(log, topic, namespace=namespace, until_ms=as_of_ms)
+        reading = log.read(topic)
+    # Folded as read, each partition in offset order as every fold reads it: the state
+    # is the same whatever order partitions come in, and nothing but it is held (the
+    # records were gathered and sorted first, 1.4 KB each).
     positions: dict[int, int] = {}
     newest = None
-    for logged in records:
-        state.apply(logged.log_record)
-        positions[logged.log_record.partition] = logged.log_record.offset + 1
-        newest = max(newest or 0, logged.log_record.append_time_ms)
+    async for batch in reading:
+        for log_record in batch:
+            header, _, _ = read_headers(log_record.headers)
+            if header is not None and header != namespace:
+                continue
+            if log_record.partition in last:  # a receipt's partition: exact
+                if log_record.offset > last[log_record.partition]:
+                    continue
+            elif as_of_ms is not None and log_record.append_time_ms > as_of_ms:
+                continue
+            state.apply(log_record)
+            positions[log_record.partition] = log_record.offset + 1
+            if newest is None or log_record.append_time_ms > newest:
+                newest = log_record.append_time_ms
     return MemorySnapshot(
         state,
         as_of_ms=as_of_ms,

@@ -25,8 +25,7 @@ import click
 import msgspec
 
 from folders.index_snapshots import IndexSnapshots, Read
-from folders.replay import replay as replay_log
-from folders.replay import to_millis
+from folders.replay import LoggedRecord, replay_stream, to_millis
 from folders.service import FolderConfig, ViewFolder
 from folders.state import ItemFilter, history_entry
 from folders.view import MemoryView, view_path_of
@@ -1201,59 +1200,65 @@ async def replay(url, stream, namespace, as_json, since, until, tenant, all_tena
     async with _Session(url, stream, namespace, read=True) as memory:
         if not await _topic_exists(memory._laser, memory.topic):
             raise click.ClickException(f"topic {shown(memory.topic)} does not exist")
-        records = await replay_log(
+        # Streamed: each record is printed as it is read, and only a batch a partition
+        # is held (a replay gathered first held 1.4 KB a record it kept).
+        async for logged in replay_stream(
             memory._laser.log,
             memory.topic,
             namespace=memory.namespace,
             tenant=None if all_tenants else tenant,
             since_ms=since_ms,
             until_ms=until_ms,
-        )
-    for logged in records:
-        position = logged.log_record
-        where = {
-            "topic": position.topic,
-            "partition": position.partition,
-            "offset": position.offset,
-        }
-        if logged.record is None:
-            if as_json:
-                click.echo(
-                    json.dumps(
-                        {**where, "append_time_ms": position.append_time_ms, "error": logged.error}
-                    )
-                )
-            else:
-                click.echo(f"{_format_ms(position.append_time_ms)}  (set aside) {logged.error}")
-            continue
-        entry = history_entry(logged.record, position, 0)
+        ):
+            _print_logged(logged, as_json)
+
+
+def _print_logged(logged: LoggedRecord, as_json: bool) -> None:
+    """One line of `replay`: a record with its position and time, or why it was set aside."""
+    position = logged.log_record
+    where = {
+        "topic": position.topic,
+        "partition": position.partition,
+        "offset": position.offset,
+    }
+    if logged.record is None:
         if as_json:
-            data = entry.to_json()
-            data.pop("version")
-            if isinstance(logged.record, Remember):
-                data["id"] = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
-                data["id"] = str(MemoryId(logged.record.target))
-            click.echo(json.dumps(data, ensure_ascii=False))
-        else:
-            target = ""
-            if isinstance(logged.record, Remember):
-                target = str(MemoryId(logged.record.id))
-            elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
-                target = str(MemoryId(logged.record.target))
-            else:
-                target = printable(entry.key or "")
-            detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
-            if entry.weight is not None:
-                detail = f"weight {entry.weight:g}"
-            if isinstance(logged.record, Embedded):
-                detail = f"{len(logged.record.embedding) // 4}-d vector of {logged.record.embedder}"
-            if isinstance(logged.record, Superseded):
-                detail = f"by {entry.superseded_by}"
             click.echo(
-                f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
-                f"{printable(entry.conversation or '-'):<12} {printable(detail)}"
+                json.dumps(
+                    {**where, "append_time_ms": position.append_time_ms, "error": logged.error}
+                )
             )
+        else:
+            click.echo(f"{_format_ms(position.append_time_ms)}  (set aside) {logged.error}")
+        return
+    entry = history_entry(logged.record, position, 0)
+    if as_json:
+        data = entry.to_json()
+        data.pop("version")
+        if isinstance(logged.record, Remember):
+            data["id"] = str(MemoryId(logged.record.id))
+        elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
+            data["id"] = str(MemoryId(logged.record.target))
+        click.echo(json.dumps(data, ensure_ascii=False))
+        return
+    target = ""
+    if isinstance(logged.record, Remember):
+        target = str(MemoryId(logged.record.id))
+    elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
+        target = str(MemoryId(logged.record.target))
+    else:
+        target = printable(entry.key or "")
+    detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
+    if entry.weight is not None:
+        detail = f"weight {entry.weight:g}"
+    if isinstance(logged.record, Embedded):
+        detail = f"{len(logged.record.embedding) // 4}-d vector of {logged.record.embedder}"
+    if isinstance(logged.record, Superseded):
+        detail = f"by {entry.superseded_by}"
+    click.echo(
+        f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
+        f"{printable(entry.conversation or '-'):<12} {printable(detail)}"
+    )
 
 
 @main.command()

@@ -1,0 +1,188 @@
+"""`replay_stream`: a replay given one record at a time, holding a batch a partition, in
+`replay`'s order and with its filters. Over both logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+
+import folders.replay as replay_module
+import laser_memory as lm
+from folders.replay import LoggedRecord, replay, replay_stream
+from laser_memory.cli import main
+from laser_memory.log import LocalLog, OutgoingRecord
+from laser_memory.log.port import LogRecord
+from laser_memory.records import HEADER_NAMESPACE
+
+
+async def _streamed(*args, **kwargs) -> list[LoggedRecord]:
+    return [logged async for logged in replay_stream(*args, **kwargs)]
+
+
+def _positions(records: list[LoggedRecord]) -> list[tuple[int, int]]:
+    return [(r.log_record.partition, r.log_record.offset) for r in records]
+
+
+async def _mixed_topic(laser: lm.Laser) -> lm.MemoryHandle:
+    """Records of two tenants and two namespaces over every partition, feedback and
+    named items among them, and one record nobody can decode."""
+    rng = random.Random(7)
+    acme = laser.memory("notes", tenant="acme")
+    globex = laser.memory("notes", tenant="globex")
+    elsewhere = laser.memory("elsewhere", tenant="acme")
+    written = []
+    for round_ in range(6):
+        written += await acme.remember_many(
+            [
+                {"body": f"acme fact {round_}-{i}", "conversation": f"c{round_}-{i % 5}"}
+                for i in range(rng.randint(5, 25))
+            ]
+        )
+        await globex.remember_many([f"globex fact {round_}-{i}" for i in range(7)])
+        await elsewhere.remember(f"elsewhere {round_}")
+        await acme.improve(rng.choice(written), 1.5)
+        await acme.set(f"profile:{round_}", {"round": round_})
+    header = ((HEADER_NAMESPACE, acme.namespace.encode()),)
+    await laser.log.append(acme.topic, OutgoingRecord(b"\xc1 no msgpack", key=b"x", headers=header))
+    await acme.remember("the last fact")
+    return acme
+
+
+async def test_the_stream_gives_what_replay_gives_in_its_order(
+    laser: lm.Laser, monkeypatch: pytest.MonkeyPatch
+):
+    # A stream holds little: 40 records over four partitions is ten a read, so each
+    # partition is read in many batches and the merge runs across their edges.
+    monkeypatch.setattr(replay_module, "STREAM_HELD_RECORDS", 40)
+    acme = await _mixed_topic(laser)
+    log, topic, ns = laser.log, acme.topic, acme.namespace
+    every = await replay(log, topic)
+    assert len(every) > 100 and {r.log_record.partition for r in every} == {0, 1, 2, 3}
+    middle = sorted(r.log_record.append_time_ms for r in every)[len(every) // 2]
+    ends = await log.end_offsets(topic)
+    for filters in (
+        {},
+        {"namespace": ns},
+        {"namespace": ns, "tenant": "acme"},
+        {"tenant": "globex"},
+        {"namespace": ns, "tenant": "nobody"},
+        {"since_ms": middle},
+        {"until_ms": middle, "tenant": "acme"},
+        {"until": {0: ends[0] // 2, 2: ends[2]}},
+        {"until": {1: 0}},
+    ):
+        expected = await replay(log, topic, **filters)
+        assert _positions(await _streamed(log, topic, **filters)) == _positions(expected), filters
+    # The record nobody can decode is the operator's, with why, and no tenant's.
+    streamed = await _streamed(log, topic, namespace=ns)
+    [unreadable] = [r for r in streamed if r.record is None]
+    assert "MessagePack data is malformed" in unreadable.error
+    assert all(r.record is not None for r in await _streamed(log, topic, tenant="acme"))
+
+
+async def test_the_stream_refuses_what_replay_refuses_before_reading(laser: lm.Laser):
+    memory = laser.memory("notes", tenant="acme")
+    await memory.remember("acme's fact")
+    log, topic = laser.log, laser.memory_topic_name
+    for kwargs, error in (
+        ({"namespace": 5}, lm.InvalidName),
+        ({"tenant": b"acme"}, lm.InvalidName),
+        ({"since_ms": "2026"}, lm.InvalidInput),
+        ({"until_ms": float("nan")}, lm.InvalidInput),
+        ({"since_ms": 10, "until_ms": 9}, lm.InvalidInput),
+        ({"until": 5}, lm.InvalidInput),
+        # Sorted as they came, a str among the partitions was a raw TypeError.
+        ({"until": {"0": 1, 1: 1}}, lm.InvalidInput),
+        ({"until": {0: -1}}, lm.InvalidInput),
+        ({"until": {0: True}}, lm.InvalidInput),
+        ({"until": {99: 1}}, lm.UnknownTopic),  # a partition the topic lacks
+    ):
+        with pytest.raises(error):
+            await _streamed(log, topic, **kwargs)
+        with pytest.raises(error):
+            await replay(log, topic, **kwargs)
+
+
+class _CountingLog(LocalLog):
+    """The embedded log, counting the records its reads hand out."""
+
+    handed_out = 0
+
+    async def read(self, *args, **kwargs) -> AsyncIterator[list[LogRecord]]:
+        async for batch in super().read(*args, **kwargs):
+            self.handed_out += len(batch)
+            yield batch
+
+
+async def test_the_stream_gives_its_first_record_before_reading_the_rest(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(replay_module, "STREAM_HELD_RECORDS", 400)
+    log = _CountingLog(tmp_path / "log")
+    async with lm.Laser(log, stream="s") as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        for start in range(0, 4000, 1000):
+            await memory.remember_many([f"fact {i}" for i in range(start, start + 1000)])
+        log.handed_out = 0
+        stream = replay_stream(log, memory.topic, namespace=memory.namespace)
+        first = await anext(stream)
+        # A batch a partition (400 over 4: 100 each), not the topic's 4,000 records.
+        assert log.handed_out <= 400
+        rest = [logged async for logged in stream]
+        assert 1 + len(rest) == 4000 and log.handed_out == 4000
+        assert _positions([first, *rest]) == _positions(
+            await replay(log, memory.topic, namespace=memory.namespace)
+        )
+
+
+class _SteppedBackLog(LocalLog):
+    """The embedded log, reading partition 0's offsets 3 and 4 as appended a minute
+    earlier than the rest: as on Kafka, a partition whose leader moved to a broker with
+    a clock behind."""
+
+    async def read(self, *args, **kwargs) -> AsyncIterator[list[LogRecord]]:
+        async for batch in super().read(*args, **kwargs):
+            yield [
+                msgspec.structs.replace(r, append_time_ms=r.append_time_ms - 60_000)
+                if r.partition == 0 and r.offset in (3, 4)
+                else r
+                for r in batch
+            ]
+
+
+async def test_a_partition_whose_times_step_back_keeps_its_offset_order(tmp_path):
+    log = _SteppedBackLog(tmp_path / "log")
+    async with lm.Laser(log, stream="s") as laser:
+        await laser.bootstrap(partitions=2)
+        memory = laser.memory("notes")
+        await memory.remember_many([f"fact {i}" for i in range(40)])
+        streamed = await _streamed(log, memory.topic)
+        sorted_ = await replay(log, memory.topic)
+    assert sorted(_positions(streamed)) == sorted(_positions(sorted_))
+    # Each partition in the order its records were appended, the stepped-back ones too.
+    for partition in (0, 1):
+        offsets = [o for p, o in _positions(streamed) if p == partition]
+        assert offsets == sorted(offsets)
+    # replay sorts by time, so there the stepped-back records come first.
+    assert _positions(sorted_)[:2] == [(0, 3), (0, 4)]
+    assert _positions(streamed)[:2] != [(0, 3), (0, 4)]
+
+
+async def test_the_cli_replay_prints_in_replays_order(laser: lm.Laser, monkeypatch):
+    monkeypatch.setattr(replay_module, "STREAM_HELD_RECORDS", 40)
+    acme = await _mixed_topic(laser)
+    expected = await replay(laser.log, acme.topic, namespace=acme.namespace, tenant="acme")
+    # The CLI runs its own event loop: on a thread.
+    args = ["replay", "--url", laser.log.url, "--stream", laser.stream]
+    args += ["--namespace", "notes", "--tenant", "acme", "--json"]
+    result = await asyncio.to_thread(CliRunner().invoke, main, args)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert [(d["partition"], d["offset"]) for d in lines] == _positions(expected)
