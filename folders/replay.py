@@ -35,6 +35,7 @@ from laser_memory.records import (
     NamedRemove,
     NamedSet,
     Remember,
+    Superseded,
     read_headers,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "AsOf",
     "LoggedRecord",
     "MemorySnapshot",
+    "history_from_log",
     "item_history",
     "named_history",
     "replay",
@@ -406,6 +408,86 @@ def named_history(records: list[LoggedRecord], key: str, *, tenant: str = "") ->
             continue
         out.append(history_entry(record, logged.log_record, len(out) + 1))
     return out
+
+
+async def history_from_log(
+    log: Log,
+    topic: str,
+    namespace: str,
+    target: MemoryId | str,
+    *,
+    tenant: str,
+) -> list[HistoryEntry]:
+    """An item's history with its chain of replacements (`chain_history`), or a named
+    item's (``target`` a key: `named_history`), read from the log: what `replay`,
+    then `item_history` or `named_history`, give, holding only the records of the
+    item (or of the items of its chain) and the links between items, not every record
+    the replay keeps. One read of the log, and a second when the item was replaced or
+    replaced another (the first read learns the chain).
+
+    >>> await history_from_log(laser.log, memory.topic, "notes", mid, tenant="")
+    ...                                                             # doctest: +SKIP
+    """
+    kept = _Kept(namespace, tenant, None, None, None)
+    if not isinstance(target, MemoryId):
+        key = validate_key(target)
+    # Both reads end where the first began: the chain is learnt of the records read.
+    ends = await log.end_offsets(topic)
+    if not isinstance(target, MemoryId):
+        mine = [
+            logged
+            async for logged in _kept_records(log, topic, ends, kept)
+            if isinstance(logged.record, NamedSet | NamedPatch | NamedRemove)
+            and logged.record.key == key
+        ]
+        return named_history(mine, key, tenant=kept.tenant or "")
+    raw_id = target.bytes
+    # Each item to the items its own records name (the one its remember replaced, the
+    # one that replaced it): the links `chain_history` follows.
+    links: dict[bytes, set[bytes]] = {}
+    mine = []
+    async for logged in _kept_records(log, topic, ends, kept):
+        record = logged.record
+        if record is None or isinstance(record, NamedSet | NamedPatch | NamedRemove):
+            continue
+        if isinstance(record, Remember):
+            item = record.id
+            if record.supersedes is not None:
+                links.setdefault(item, set()).add(record.supersedes)
+        else:
+            item = record.target
+            if isinstance(record, Superseded):
+                links.setdefault(item, set()).add(record.by)
+        if item == raw_id:
+            mine.append(logged)
+    chain = {raw_id}
+    todo = [raw_id]
+    while todo:
+        for linked in links.get(todo.pop(), ()):
+            if linked not in chain:
+                chain.add(linked)
+                todo.append(linked)
+    if len(chain) > 1:
+        mine = []
+        async for logged in _kept_records(log, topic, ends, kept):
+            record = logged.record
+            if record is None or isinstance(record, NamedSet | NamedPatch | NamedRemove):
+                continue
+            if (record.id if isinstance(record, Remember) else record.target) in chain:
+                mine.append(logged)
+    mine.sort(key=lambda logged: sort_key(logged.log_record))
+    return chain_history(raw_id, lambda one: item_history(mine, one, tenant=kept.tenant or ""))
+
+
+async def _kept_records(
+    log: Log, topic: str, ends: Mapping[int, int], kept: _Kept
+) -> AsyncIterator[LoggedRecord]:
+    """The records ``kept`` keeps, up to ``ends``, each partition in offset order."""
+    async for batch in log.read(topic, partitions=sorted(ends), until=dict(ends)):
+        for log_record in batch:
+            logged = kept(log_record)
+            if logged is not None:
+                yield logged
 
 
 class MemorySnapshot:

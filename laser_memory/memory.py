@@ -25,9 +25,7 @@ from folders.replay import (
     AsOf,
     MemorySnapshot,
     chain_history,
-    item_history,
-    named_history,
-    replay,
+    history_from_log,
     snapshot,
 )
 from folders.state import ItemFilter
@@ -838,10 +836,10 @@ class MemoryHandle:
             return view.named_history(self.namespace, target, tenant=tenant)
         if await self._topic_info() is None:
             return []
-        records = await replay(self._laser.log, self.topic, namespace=self.namespace, tenant=tenant)
-        if raw_id is not None:
-            return chain_history(raw_id, lambda one: item_history(records, one, tenant=tenant))
-        return named_history(records, target, tenant=tenant)
+        # Holds the item's records (its chain's), not every record of the tenant.
+        return await history_from_log(
+            self._laser.log, self.topic, self.namespace, target, tenant=tenant
+        )
 
     async def as_of(self, at: AsOf | MemoryId) -> MemorySnapshot:
         """This namespace's memory as it stood at a past moment. ``at`` is a write's

@@ -186,3 +186,53 @@ async def test_the_cli_replay_prints_in_replays_order(laser: lm.Laser, monkeypat
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.output.splitlines()]
     assert [(d["partition"], d["offset"]) for d in lines] == _positions(expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_history_from_the_log_is_what_a_replay_gives(laser: lm.Laser, seed: int):
+    # The handle's history without a view holds only the item's records (its chain's),
+    # read once, or twice when it has a chain: the same entries a replay of every record
+    # gave, through item_history and chain_history, for every item and key, each tenant.
+    from folders.replay import chain_history, history_from_log, item_history, named_history
+
+    rng = random.Random(seed)
+    handles = {t: laser.memory("notes", tenant=t) for t in ("acme", "globex")}
+    ids: dict[str, list[lm.MemoryId]] = {"acme": [], "globex": []}
+    for step in range(120):
+        tenant = rng.choice(["acme", "acme", "globex"])
+        memory, mine = handles[tenant], ids[tenant]
+        choice = rng.random()
+        if not mine or choice < 0.35:
+            old = rng.choice(mine) if mine and rng.random() < 0.4 else None
+            mine.append(
+                await memory.remember(
+                    f"fact {step}", conversation=rng.choice([None, "c1", "c2"]), supersedes=old
+                )
+            )
+        elif choice < 0.5:
+            await memory.improve(rng.choice(mine), rng.choice([-1.0, 0.5, 2.0]))
+        elif choice < 0.6:
+            await memory.forget(rng.choice(mine))
+        elif choice < 0.7 and len(mine) > 1:
+            # An item's later remember naming another it replaces: links out of order.
+            a, b = rng.sample(mine, 2)
+            await memory.append(a, f"more {step}", kind="fact", supersedes=b)
+        elif choice < 0.85:
+            await memory.set(f"key:{rng.randint(0, 3)}", {"step": step})
+        else:
+            await memory.update(f"key:{rng.randint(0, 3)}", {"also": step})
+    log, topic, ns = laser.log, laser.memory_topic_name, handles["acme"].namespace
+    for tenant, memory in handles.items():
+        records = await replay(log, topic, namespace=ns, tenant=tenant)
+        for mid in ids["acme"] + ids["globex"]:
+            expected = chain_history(
+                mid.bytes, lambda one, r=records, t=tenant: item_history(r, one, tenant=t)
+            )
+            assert await history_from_log(log, topic, ns, mid, tenant=tenant) == expected
+            assert await memory.history(mid, folded=True) == expected
+        for key in (f"key:{i}" for i in range(5)):
+            expected = named_history(records, key, tenant=tenant)
+            assert await history_from_log(log, topic, ns, key, tenant=tenant) == expected
+    # Chains were read (entries of other items than the one asked for), not only items.
+    chained = [await handles["acme"].history(m, folded=True) for m in ids["acme"]]
+    assert any(e.item != str(m) for m, h in zip(ids["acme"], chained, strict=True) for e in h)
