@@ -20,7 +20,7 @@ from laser_memory.ids import MemoryId, validate_name
 from laser_memory.inputs import aware_millis, listing, receipt_fields
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
 from laser_memory.kinds import MemoryKind
-from laser_memory.log.port import Appended, Log, LogRecord
+from laser_memory.log.port import Appended, Log, LogRecord, TimeIndexedLog
 from laser_memory.named import validate_key
 from laser_memory.recall import (
     query_text,
@@ -207,7 +207,9 @@ async def replay(
     ``tenant=None`` reads every tenant: that is for an operator, never for a reader
     acting for one tenant. With a tenant, a record that cannot be decoded is left out
     too (nobody can tell whose it is). ``since_ms`` and ``until_ms`` (milliseconds since
-    the epoch, both included) keep the records appended between them.
+    the epoch, both included) keep the records appended between them; with
+    ``since_ms`` each partition is read from where the log's time index puts it (a
+    `TimeIndexedLog`, as both logs are), not from its start.
 
     It holds every record it keeps until it has sorted them (about 1.4 KB a record);
     `replay_stream` gives them one at a time, holding a batch a partition.
@@ -216,10 +218,11 @@ async def replay(
     ...                                                             # doctest: +SKIP
     """
     kept = _Kept(namespace, tenant, since_ms, until_ms, until)
+    start = await _starts(log, topic, kept.since_ms)
     reading = (
-        log.read(topic)
+        log.read(topic, start)
         if until is None
-        else log.read(topic, partitions=sorted(until), until=dict(until))
+        else log.read(topic, start, partitions=sorted(until), until=dict(until))
     )
     out: list[LoggedRecord] = []
     async for batch in reading:
@@ -229,6 +232,15 @@ async def replay(
                 out.append(logged)
     out.sort(key=lambda r: sort_key(r.log_record))
     return out
+
+
+async def _starts(log: Log, topic: str, since_ms: int | None) -> dict[int, int] | None:
+    """Where a replay of what was appended since ``since_ms`` starts reading each
+    partition: every record before it was appended earlier. None (the start) for a
+    replay of everything, or a log that cannot tell."""
+    if since_ms is None or not isinstance(log, TimeIndexedLog):
+        return None
+    return await log.offsets_for_time(topic, since_ms)
 
 
 #: Records a partition's read brings at a time in `replay_stream`, shared by its
@@ -269,9 +281,12 @@ async def replay_stream(
         ends = await log.end_offsets(topic)
     else:
         ends = dict(until)
+    start = await _starts(log, topic, kept.since_ms) or {}
     chosen = sorted(ends)
     batch_size = max(10, min(1000, STREAM_HELD_RECORDS // max(1, len(chosen))))
-    cursors = [_PartitionCursor(log, topic, p, ends[p], batch_size) for p in chosen]
+    cursors = [
+        _PartitionCursor(log, topic, p, start.get(p, 0), ends[p], batch_size) for p in chosen
+    ]
     heads: list[tuple[tuple[int, int, int], int, LoggedRecord]] = []
     # Every partition's first kept record is read before any is given: bad arguments
     # (a partition the topic lacks in ``until``) are refused before the first record.
@@ -293,13 +308,13 @@ async def replay_stream(
 class _PartitionCursor:
     """One partition of a `replay_stream`: a batch of its records read at a time."""
 
-    def __init__(self, log: Log, topic: str, partition: int, end: int, batch_size: int):
+    def __init__(self, log: Log, topic: str, partition: int, start: int, end: int, batch_size: int):
         self._log = log
         self._topic = topic
         self._partition = partition
         self._end = end
         self._batch_size = batch_size
-        self._position = 0
+        self._position = start
         self._batch: list[LogRecord] = []
         self._index = 0
         self._done = False

@@ -26,7 +26,14 @@ from laser_memory.errors import (
     TopicConflict,
     UnknownTopic,
 )
-from laser_memory.log import Log, LogRecord, OutgoingRecord, connect_log, partition_for
+from laser_memory.log import (
+    Log,
+    LogRecord,
+    OutgoingRecord,
+    TimeIndexedLog,
+    connect_log,
+    partition_for,
+)
 from laser_memory.log.batcher import AppendBatcher
 
 
@@ -97,6 +104,39 @@ class LogConformance:
             assert times == sorted(times)
             assert ends[partition] == len(records)
         assert set(ends) == {0, 1, 2}
+
+    async def test_offsets_for_time_find_where_a_moment_falls(self, log: Log, topic_name: str):
+        # What a replay --since starts from: in each partition, the first record appended
+        # at or after the moment (its end offset if none was), so that nothing before it
+        # was; a moment before them all is the start, one after them all the end.
+        assert isinstance(log, TimeIndexedLog)
+        await log.create_topic(topic_name, partitions=3)
+        assert await log.offsets_for_time(topic_name, 0) == {0: 0, 1: 0, 2: 0}
+        for round_ in range(6):
+            await log.append_batch(
+                topic_name,
+                [OutgoingRecord(b"r%d-%d" % (round_, i), key=b"k%d" % i) for i in range(5)],
+            )
+            await asyncio.sleep(0.003)  # rounds in milliseconds of their own
+        records = await read_all(log, topic_name)
+        ends = await log.end_offsets(topic_name)
+        times = sorted({r.append_time_ms for r in records})
+        for moment in [0, times[0] - 1, *times, times[-1] + 1, (1 << 63) - 1]:
+            expected = {
+                p: min(
+                    (r.offset for r in records if r.partition == p and r.append_time_ms >= moment),
+                    default=ends[p],
+                )
+                for p in range(3)
+            }
+            assert await log.offsets_for_time(topic_name, moment) == expected, moment
+        for bad in (-1, 1 << 63, 1.5, "0", True, None):
+            with pytest.raises(InvalidInput, match="milliseconds since the epoch"):
+                await log.offsets_for_time(topic_name, bad)
+        with pytest.raises(UnknownTopic):
+            await log.offsets_for_time(topic_name + "-missing", 0)
+        with pytest.raises(InvalidName):
+            await log.offsets_for_time("__bad", 0)
 
     async def test_headers_and_binary_values_round_trip(self, log: Log, topic_name: str):
         await log.create_topic(topic_name, partitions=1)

@@ -540,6 +540,36 @@ async def test_a_record_damaged_on_disk_is_read_as_unreadable_not_a_failed_read(
     assert records[1].append_time_ms <= damaged.append_time_ms < records[3].append_time_ms
 
 
+async def test_offsets_for_time_over_damaged_records_and_retention(tmp_path):
+    # A binary search of a partition's offsets by their times: a damaged record, whose
+    # time cannot be read, is taken as later than the moment (a replay from there keeps
+    # it, set aside), and records retention removed are not searched.
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path, LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=1, retention_s=60)
+        times = []
+        for i in range(50):
+            await log.append("t", OutgoingRecord(b"%d" % i))
+            times.append(clock.now_ms())
+            clock.step(1000)
+        for damaged in (10, 11, 12, 30):
+            _damage_record(log, damaged, DAMAGES["garbled"])
+        found = {moment: (await log.offsets_for_time("t", moment))[0] for moment in times}
+        for offset, moment in enumerate(times):
+            # Each moment finds its own record, or a damaged run just before it.
+            if offset in (11, 12, 13):
+                assert found[moment] == 10, offset
+            elif offset == 31:
+                assert found[moment] == 30
+            else:
+                assert found[moment] == offset, (offset, found[moment])
+        assert await log.offsets_for_time("t", times[-1] + 1) == {0: 50}
+        clock.step(25_000)  # the first 15 records past the retention
+        await log.append("t", OutgoingRecord(b"now"))
+        [first, *_] = await read_all(log, "t")
+        assert await log.offsets_for_time("t", 0) == {0: first.offset} and first.offset > 0
+
+
 async def test_retention_passes_a_damaged_record_as_old_as_the_next(tmp_path):
     # Retention read each expired record's time: a damaged one failed the commit of
     # every append to the topic from then on. It is as old as the record after it at

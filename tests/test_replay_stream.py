@@ -236,3 +236,41 @@ async def test_history_from_the_log_is_what_a_replay_gives(laser: lm.Laser, seed
     # Chains were read (entries of other items than the one asked for), not only items.
     chained = [await handles["acme"].history(m, folded=True) for m in ids["acme"]]
     assert any(e.item != str(m) for m, h in zip(ids["acme"], chained, strict=True) for e in h)
+
+
+class _UntimedLog(_CountingLog):
+    """A log of one's own that cannot find where a moment falls (no `TimeIndexedLog`)."""
+
+    offsets_for_time = None
+
+
+@pytest.mark.parametrize("log_type", [_CountingLog, _UntimedLog])
+async def test_a_replay_since_a_moment_reads_from_there(tmp_path, log_type):
+    # A replay of the last hour of a long log read the whole log to keep the hour: both
+    # replays start each partition where the log's time index says the moment falls,
+    # and give what a replay of everything, filtered, gives. A log without the index is
+    # read from its start, with the same answer.
+    from laser_memory.clock import SteppedClock
+    from laser_memory.log import LocalLogConfig, TimeIndexedLog
+
+    clock = SteppedClock(1_700_000_000_000)
+    log = log_type(tmp_path / "log", LocalLogConfig(clock=clock))
+    assert isinstance(log, TimeIndexedLog) == (log_type is _CountingLog)
+    async with lm.Laser(log, stream="s") as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        for hour in range(4):
+            await memory.remember_many([f"hour {hour} fact {i}" for i in range(1000)])
+            clock.step(3_600_000)
+        since = clock.now_ms() - 3_600_000 - 1  # the last hour's batch
+        everything = await replay(log, memory.topic)
+        expected = [r for r in everything if r.log_record.append_time_ms >= since]
+        assert len(expected) == 1000
+        for read in (replay, _streamed):
+            log.handed_out = 0
+            got = await read(log, memory.topic, since_ms=since)
+            assert _positions(got) == _positions(expected)
+            assert log.handed_out == (1000 if log_type is _CountingLog else 4000)
+        # With until too: the records between.
+        got = await _streamed(log, memory.topic, since_ms=since, until_ms=since + 10)
+        assert _positions(got) == _positions(expected)

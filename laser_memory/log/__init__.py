@@ -14,7 +14,15 @@ from ..lmdb_env import folder_path
 from .kafka import KafkaLog, KafkaLogConfig, bootstrap_problem
 from .local import LocalLog, LocalLogConfig
 from .partitioner import partition_for
-from .port import Appended, Log, LogRecord, OutgoingRecord, Position, TopicInfo
+from .port import (
+    Appended,
+    Log,
+    LogRecord,
+    OutgoingRecord,
+    Position,
+    TimeIndexedLog,
+    TopicInfo,
+)
 
 __all__ = [
     "DEFAULT_URL",
@@ -27,6 +35,7 @@ __all__ = [
     "LogRecord",
     "OutgoingRecord",
     "Position",
+    "TimeIndexedLog",
     "TopicInfo",
     "connect_log",
     "parse_url",

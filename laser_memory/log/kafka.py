@@ -70,6 +70,7 @@ from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
     check_settings,
+    check_time_ms,
     check_topic_name,
     collision,
     partitions_changed,
@@ -703,6 +704,32 @@ class KafkaLog(LogLifecycle):
         finally:
             self._release_consumer(consumer)
         return {tp.partition: offset for tp, offset in ends.items()}
+
+    async def offsets_for_time(self, topic: str, time_ms: int) -> dict[int, int]:
+        """For each partition, the first offset whose record was appended at or after
+        ``time_ms``, or its end offset if none was (see `TimeIndexedLog`): the broker's
+        time index answers, by one request of a pooled consumer (and one for the end
+        offsets, when a partition has no such record)."""
+        check_topic_name(topic)
+        time_ms = check_time_ms(time_ms)
+        partitions = await self._partition_count(topic)
+        consumer = await self._acquire_consumer()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            with self._counted():
+                found = await consumer.offsets_for_times(dict.fromkeys(tps, time_ms))
+                missing = [tp for tp in tps if found.get(tp) is None]
+                ends = await consumer.end_offsets(missing) if missing else {}
+        except KafkaError as exc:
+            raise LogUnavailable(
+                f"Kafka could not find where {time_ms} falls in {shown(topic)}: {exc}"
+            ) from exc
+        finally:
+            self._release_consumer(consumer)
+        return {
+            tp.partition: hit.offset if (hit := found.get(tp)) is not None else ends[tp]
+            for tp in tps
+        }
 
     async def _topic_now(self, topic: str) -> tuple[str | None, int | None]:
         """(topic id, partition count) as a broker has them now; (None, None) for a topic

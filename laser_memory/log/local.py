@@ -66,6 +66,7 @@ from .deadlines import Deadlines
 from .lifecycle import LogLifecycle
 from .naming import (
     check_settings,
+    check_time_ms,
     check_topic_name,
     collides,
     collision,
@@ -461,6 +462,59 @@ class LocalLog(LogLifecycle):
                 )[0]
                 for p in range(meta.partitions)
             }
+
+    async def offsets_for_time(self, topic: str, time_ms: int) -> dict[int, int]:
+        """For each partition, the first offset whose record was appended at or after
+        ``time_ms``, or its end offset if none was (see `TimeIndexedLog`). Append times
+        never go back in a partition here, so each partition is a binary search of its
+        offsets: a few reads, however long it is."""
+        check_topic_name(topic)
+        time_ms = check_time_ms(time_ms)
+        with self._reading() as txn:
+            meta = self._meta(txn, topic)
+            out = {}
+            for partition in range(meta.partitions):
+                prefix = _head_key(meta.number, partition)
+                raw_head = txn.get(prefix, db=self._dbs["heads"])
+                if raw_head is None:
+                    out[partition] = 0
+                    continue
+                head, last_time, low = self._stored(_head_decoder, raw_head, topic, partition)
+                if last_time < time_ms:
+                    out[partition] = head
+                    continue
+                cursor = txn.cursor(db=self._dbs["records"])
+                # The answer lies in [low, high]; every record from high on is at or after.
+                high = head
+                while low < high:
+                    middle = (low + high) // 2
+                    found = self._readable_time(cursor, meta, partition, middle, high)
+                    if found is None or found[1] >= time_ms:
+                        # Damaged records (their time unknown) between the middle and the
+                        # first readable one are taken as later: a replay keeps them.
+                        high = middle
+                    else:
+                        low = found[0] + 1
+                out[partition] = low
+            return out
+
+    @staticmethod
+    def _readable_time(
+        cursor: lmdb.Cursor, meta: _TopicMeta, partition: int, first: int, end: int
+    ) -> tuple[int, int] | None:
+        """The offset and append time of the first record from ``first`` to ``end``
+        whose time can be read, or None."""
+        prefix = _head_key(meta.number, partition)
+        if not cursor.set_range(_record_key(meta.number, partition, first)):
+            return None
+        for key, value in cursor:
+            offset = int.from_bytes(key[-_U64:], "big")
+            if not key.startswith(prefix) or offset >= end:
+                return None
+            append_time = _stored_time(value)
+            if append_time is not None:
+                return offset, append_time
+        return None
 
     # -- appends -------------------------------------------------------------
 

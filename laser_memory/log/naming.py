@@ -21,6 +21,7 @@ from .port import OutgoingRecord, checked_headers_size
 __all__ = [
     "MAX_PARTITIONS",
     "check_settings",
+    "check_time_ms",
     "check_topic_name",
     "collides",
     "collision",
@@ -174,6 +175,17 @@ _MAX_OFFSET = (1 << 63) - 1  # Kafka's offsets are signed 64-bit
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_time_ms(time_ms: object) -> int:
+    """A moment in milliseconds since the epoch, as a log's times are: an int from 0 to
+    2**63-1 (`InvalidInput` otherwise)."""
+    if not _is_int(time_ms) or not 0 <= time_ms <= _MAX_OFFSET:  # type: ignore[operator]
+        raise InvalidInput(
+            "a moment is milliseconds since the epoch, an int from 0 to 2**63-1, got "
+            f"{shown(time_ms)}"
+        )
+    return int(time_ms)  # type: ignore[call-overload]
 
 
 def validate_read(

@@ -225,3 +225,16 @@ class Log(Protocol):
         records until cancelled, or, given ``until`` too, until it has read up to it.
         """
         ...
+
+
+@runtime_checkable
+class TimeIndexedLog(Log, Protocol):
+    """A log that finds where a moment falls in each partition: a replay of what was
+    appended since then starts there instead of at the log's start. Both logs are
+    one; a log of your own need not be (a replay then reads from the start)."""
+
+    async def offsets_for_time(self, topic: str, time_ms: int) -> dict[int, int]:
+        """For each partition, the first offset whose record was appended at or after
+        ``time_ms`` (milliseconds since the epoch), or the partition's end offset if
+        none was: every record before it was appended earlier."""
+        ...
