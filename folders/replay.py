@@ -15,7 +15,7 @@ import msgspec
 
 from laser_memory.access import resolve_tenant
 from laser_memory.embedding import Embedder
-from laser_memory.errors import InvalidInput, shown
+from laser_memory.errors import InvalidInput, UnknownTopic, shown
 from laser_memory.ids import MemoryId, validate_name
 from laser_memory.inputs import aware_millis, listing, receipt_fields
 from laser_memory.items import HistoryEntry, MemoryItem, NamedItem
@@ -277,6 +277,7 @@ async def replay_stream(
     ...     print(logged.log_record.offset, logged.record)              # doctest: +SKIP
     """
     kept = _Kept(namespace, tenant, since_ms, until_ms, until)
+    generation = (await log.describe_topic(topic)).generation
     if until is None:
         ends = await log.end_offsets(topic)
     else:
@@ -285,7 +286,8 @@ async def replay_stream(
     chosen = sorted(ends)
     batch_size = max(10, min(1000, STREAM_HELD_RECORDS // max(1, len(chosen))))
     cursors = [
-        _PartitionCursor(log, topic, p, start.get(p, 0), ends[p], batch_size) for p in chosen
+        _PartitionCursor(log, topic, generation, p, start.get(p, 0), ends[p], batch_size)
+        for p in chosen
     ]
     heads: list[tuple[tuple[int, int, int], int, LoggedRecord]] = []
     # Every partition's first kept record is read before any is given: bad arguments
@@ -308,9 +310,19 @@ async def replay_stream(
 class _PartitionCursor:
     """One partition of a `replay_stream`: a batch of its records read at a time."""
 
-    def __init__(self, log: Log, topic: str, partition: int, start: int, end: int, batch_size: int):
+    def __init__(
+        self,
+        log: Log,
+        topic: str,
+        generation: str,
+        partition: int,
+        start: int,
+        end: int,
+        batch_size: int,
+    ):
         self._log = log
         self._topic = topic
+        self._generation = generation
         self._partition = partition
         self._end = end
         self._batch_size = batch_size
@@ -349,6 +361,14 @@ class _PartitionCursor:
             close = getattr(reading, "aclose", None)
             if close is not None:
                 await close()
+        if batch and (await self._log.describe_topic(self._topic)).generation != (self._generation):
+            # Each batch is a read of its own: one of a topic deleted and created again
+            # since the stream began would read the new topic's records at the old one's
+            # offsets, as if they were the same log.
+            raise UnknownTopic(
+                f"topic {shown(self._topic)} was deleted and created again while it was "
+                "being replayed"
+            )
         self._batch, self._index = batch, 0
         if batch:
             self._position = batch[-1].offset + 1
@@ -447,6 +467,7 @@ async def history_from_log(
     if not isinstance(target, MemoryId):
         key = validate_key(target)
     # Both reads end where the first began: the chain is learnt of the records read.
+    generation = (await log.describe_topic(topic)).generation
     ends = await log.end_offsets(topic)
     if not isinstance(target, MemoryId):
         mine = [
@@ -490,6 +511,12 @@ async def history_from_log(
                 continue
             if (record.id if isinstance(record, Remember) else record.target) in chain:
                 mine.append(logged)
+        if (await log.describe_topic(topic)).generation != generation:
+            # The second read was of a topic created again since the first.
+            raise UnknownTopic(
+                f"topic {shown(topic)} was deleted and created again while its history "
+                "was being read"
+            )
     mine.sort(key=lambda logged: sort_key(logged.log_record))
     return chain_history(raw_id, lambda one: item_history(mine, one, tenant=kept.tenant or ""))
 

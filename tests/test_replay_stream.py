@@ -274,3 +274,23 @@ async def test_a_replay_since_a_moment_reads_from_there(tmp_path, log_type):
         # With until too: the records between.
         got = await _streamed(log, memory.topic, since_ms=since, until_ms=since + 10)
         assert _positions(got) == _positions(expected)
+
+
+async def test_a_stream_of_a_topic_created_again_meanwhile_ends_with_unknown_topic(
+    laser: lm.Laser, monkeypatch: pytest.MonkeyPatch
+):
+    # Each batch is a read of its own: without a check, a stream went on reading the new
+    # topic's records at the old topic's offsets, as if they were one log.
+    monkeypatch.setattr(replay_module, "STREAM_HELD_RECORDS", 40)
+    memory = laser.memory("notes")
+    await memory.remember_many([f"old fact {i}" for i in range(200)])
+    stream = replay_stream(laser.log, memory.topic)
+    first = await anext(stream)
+    assert first.record.body.startswith(b"old fact")
+    info = await laser.log.describe_topic(memory.topic)
+    await laser.log.delete_topic(memory.topic)
+    await laser.log.create_topic(memory.topic, partitions=info.partitions)
+    await memory.remember_many([f"new fact {i}" for i in range(200)])
+    with pytest.raises(lm.UnknownTopic, match="deleted and created again"):
+        async for logged in stream:
+            assert logged.record.body.startswith(b"old fact")
