@@ -257,6 +257,7 @@ async def replay_stream(
     since_ms: int | None = None,
     until_ms: int | None = None,
     until: Mapping[int, int] | None = None,
+    follow: bool = False,
 ) -> AsyncIterator[LoggedRecord]:
     """`replay`'s records one at a time, as they are read, holding at most a batch of
     each partition (1,000 records, fewer when there are over 100 partitions): for a
@@ -273,10 +274,20 @@ async def replay_stream(
     of a batch is a read of the log of its own (on Kafka a fetch, by one consumer at a
     time), so a stream left unfinished holds no consumer between them.
 
+    ``follow=True`` goes on past the end: the records appended since the stream began,
+    as they come (each partition in offset order, partitions as their records arrive),
+    until the caller stops iterating. It takes no ``until`` or ``until_ms``.
+
     >>> async for logged in replay_stream(laser.log, memory.topic, tenant="acme"):
     ...     print(logged.log_record.offset, logged.record)              # doctest: +SKIP
     """
     kept = _Kept(namespace, tenant, since_ms, until_ms, until)
+    if not isinstance(follow, bool):
+        raise InvalidInput(f"follow is True or False, got {shown(follow)}")
+    if follow and (until is not None or until_ms is not None):
+        raise InvalidInput(
+            "a replay that follows the log has no end: give it since_ms, not until or until_ms"
+        )
     generation = (await log.describe_topic(topic)).generation
     if until is None:
         ends = await log.end_offsets(topic)
@@ -305,6 +316,36 @@ async def replay_stream(
             heapq.heappop(heads)
         else:
             heapq.heapreplace(heads, (sort_key(following.log_record), index, following))
+    if follow:
+        async for logged in _followed(log, topic, generation, ends, kept):
+            yield logged
+
+
+async def _followed(
+    log: Log, topic: str, generation: str, ends: Mapping[int, int], kept: _Kept
+) -> AsyncIterator[LoggedRecord]:
+    """What ``kept`` keeps of the records appended from ``ends`` on, as they come."""
+    reading = log.read(topic, dict(ends), follow=True)
+    checked = False
+    try:
+        async for batch in reading:
+            if not checked:
+                # The read checks the topic it began on from then on; that it began on
+                # the stream's topic, not one created again meanwhile, is checked here.
+                if (await log.describe_topic(topic)).generation != generation:
+                    raise UnknownTopic(
+                        f"topic {shown(topic)} was deleted and created again while it "
+                        "was being replayed"
+                    )
+                checked = True
+            for log_record in batch:
+                logged = kept(log_record)
+                if logged is not None:
+                    yield logged
+    finally:
+        close = getattr(reading, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class _PartitionCursor:

@@ -10,6 +10,7 @@ Every command takes ``--url`` (default ``$LASER_URL`` or ``local://./laser-data`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import json
@@ -1185,15 +1186,25 @@ def _moment(value: str | None) -> int | None:
     is_flag=True,
     help="Operators only: print every tenant's records, and records nobody can read.",
 )
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Then print records as they are appended, until Ctrl-C or SIGTERM.",
+)
 @_run
-async def replay(url, stream, namespace, as_json, since, until, tenant, all_tenants) -> None:
+async def replay(
+    url, stream, namespace, as_json, since, until, tenant, all_tenants, follow
+) -> None:
     """Print a tenant's records of a namespace from the log, in order (append time,
-    partition, offset)."""
+    partition, offset); with --follow, then the records appended since, as they come."""
     since_ms, until_ms = _moment(since), _moment(until)
     if since_ms is not None and until_ms is not None and since_ms > until_ms:
         raise click.UsageError(
             f"--since ({since}) is after --until ({until}): no record is between"
         )
+    if follow and until is not None:
+        raise click.UsageError("--follow has no end: it takes --since, not --until")
     if all_tenants and tenant:
         raise click.UsageError("--tenant and --all-tenants exclude each other")
     validate_name(tenant, "tenant", allow_empty=True)
@@ -1202,15 +1213,28 @@ async def replay(url, stream, namespace, as_json, since, until, tenant, all_tena
             raise click.ClickException(f"topic {shown(memory.topic)} does not exist")
         # Streamed: each record is printed as it is read, and only a batch a partition
         # is held (a replay gathered first held 1.4 KB a record it kept).
-        async for logged in replay_stream(
+        records = replay_stream(
             memory._laser.log,
             memory.topic,
             namespace=memory.namespace,
             tenant=None if all_tenants else tenant,
             since_ms=since_ms,
             until_ms=until_ms,
-        ):
-            _print_logged(logged, as_json)
+            follow=follow,
+        )
+
+        async def print_all() -> None:
+            # Closed here, stopped or not: a follow's read ends before the log stops.
+            async with contextlib.aclosing(records):
+                async for logged in records:
+                    _print_logged(logged, as_json)
+
+        if not follow:
+            await print_all()
+            return
+        _, stopped_by = await _until_stopped(print_all())
+        if stopped_by is not None:
+            click.echo(f"stopped by {stopped_by}", err=True)
 
 
 def _print_logged(logged: LoggedRecord, as_json: bool) -> None:

@@ -809,6 +809,35 @@ def test_a_running_folder_stops_cleanly_on_a_signal_and_a_restart_resumes(tmp_pa
     assert "folded 1 records" in resumed
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_replay_follow_prints_what_is_appended_until_stopped(tmp_path, stop):
+    # An operator's tail of the memory: the records so far, then each one appended, as
+    # it comes, until a Ctrl-C or a service manager's stop, which is a clean exit.
+    url = f"local://{tmp_path / 'log'}"
+    run("remember", "before the tail", "--url", url)
+    run("remember", "another tenant's", "--url", url, "--tenant", "globex")
+    command = [sys.executable, "-c", "from laser_memory.cli import main; main()"]
+    with subprocess.Popen(
+        [*command, "replay", "--url", url, "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as tail:
+        try:
+            assert json.loads(tail.stdout.readline())["body"] == "before the tail"
+            run("remember", "globex again", "--url", url, "--tenant", "globex")
+            run("remember", "while it follows", "--url", url)
+            assert json.loads(tail.stdout.readline())["body"] == "while it follows"
+            tail.send_signal(stop)
+            rest, said = tail.communicate(timeout=30)
+        finally:
+            tail.kill()
+    assert tail.returncode == 0, said
+    assert rest == "" and f"stopped by {stop.name}" in said
+    usage = CliRunner().invoke(main, ["replay", "--url", url, "--follow", "--until", "0"])
+    assert usage.exit_code == 2 and "--follow has no end" in usage.output
+
+
 def test_fold_and_rebuild_of_a_topic_not_made_yet_say_so_and_make_nothing(tmp_path):
     """A folder started before the first write (or with a mistyped --stream) is told
     what to do, and leaves no view; a rebuild of a mistyped --url makes no log."""

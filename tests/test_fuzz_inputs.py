@@ -230,6 +230,8 @@ cli_word = st.one_of(
             *("--limit", "-1", "--tenant", "--kind", "--version", "0", "1e400", "NaN", "--json"),
             *("--block", "--token-budget", "--as-of", "--view", "-", "--expired", "--older-than"),
             *("--conversation", "--text", "--strategy", "--if-version", "--partitions"),
+            # On a fresh log there is no topic: a replay --follow ends with that, at once.
+            *("--follow", "--since", "--until", "--all-tenants"),
         ]
     ),
 )

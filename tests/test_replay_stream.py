@@ -294,3 +294,25 @@ async def test_a_stream_of_a_topic_created_again_meanwhile_ends_with_unknown_top
     with pytest.raises(lm.UnknownTopic, match="deleted and created again"):
         async for logged in stream:
             assert logged.record.body.startswith(b"old fact")
+
+
+async def test_a_followed_stream_gives_what_is_appended_after_it_began(laser: lm.Laser):
+    # An operator's tail of the memory: the replay, then each record appended since, as
+    # it comes, of the tenant and namespace asked for only.
+    acme, globex = laser.memory("notes", tenant="acme"), laser.memory("notes", tenant="globex")
+    before = await acme.remember("before the stream")
+    stream = replay_stream(
+        laser.log, acme.topic, namespace=acme.namespace, tenant="acme", follow=True
+    )
+    try:
+        assert (await anext(stream)).record.id == before.bytes
+        await globex.remember("globex's, never shown")
+        later = [await acme.remember(f"later {i}", conversation=f"c{i}") for i in range(6)]
+        seen = [(await asyncio.wait_for(anext(stream), 30)).record.id for _ in later]
+        assert sorted(seen) == sorted(m.bytes for m in later)
+    finally:
+        await stream.aclose()
+    log, topic = laser.log, acme.topic
+    for kwargs in ({"until_ms": 5}, {"until": {0: 1}}, {"follow": "yes"}):
+        with pytest.raises(lm.InvalidInput):
+            await _streamed(log, topic, **({"follow": True} | kwargs))
