@@ -321,22 +321,28 @@ async def replay_stream(
             yield logged
 
 
+async def _check_generation(log: Log, topic: str, generation: str) -> None:
+    if (await log.describe_topic(topic)).generation != generation:
+        raise UnknownTopic(
+            f"topic {shown(topic)} was deleted and created again while it was being replayed"
+        )
+
+
 async def _followed(
     log: Log, topic: str, generation: str, ends: Mapping[int, int], kept: _Kept
 ) -> AsyncIterator[LoggedRecord]:
     """What ``kept`` keeps of the records appended from ``ends`` on, as they come."""
+    # The read checks the topic it began on from then on; that it begins on the stream's
+    # topic, not one created again since, is checked here: before it (a read of the new
+    # topic at the old one's offsets waited for records that might never come), and at
+    # its first batch, for a topic created again in between.
+    await _check_generation(log, topic, generation)
     reading = log.read(topic, dict(ends), follow=True)
     checked = False
     try:
         async for batch in reading:
             if not checked:
-                # The read checks the topic it began on from then on; that it began on
-                # the stream's topic, not one created again meanwhile, is checked here.
-                if (await log.describe_topic(topic)).generation != generation:
-                    raise UnknownTopic(
-                        f"topic {shown(topic)} was deleted and created again while it "
-                        "was being replayed"
-                    )
+                await _check_generation(log, topic, generation)
                 checked = True
             for log_record in batch:
                 logged = kept(log_record)
@@ -402,14 +408,11 @@ class _PartitionCursor:
             close = getattr(reading, "aclose", None)
             if close is not None:
                 await close()
-        if batch and (await self._log.describe_topic(self._topic)).generation != (self._generation):
+        if batch:
             # Each batch is a read of its own: one of a topic deleted and created again
             # since the stream began would read the new topic's records at the old one's
             # offsets, as if they were the same log.
-            raise UnknownTopic(
-                f"topic {shown(self._topic)} was deleted and created again while it was "
-                "being replayed"
-            )
+            await _check_generation(self._log, self._topic, self._generation)
         self._batch, self._index = batch, 0
         if batch:
             self._position = batch[-1].offset + 1

@@ -316,3 +316,21 @@ async def test_a_followed_stream_gives_what_is_appended_after_it_began(laser: lm
     for kwargs in ({"until_ms": 5}, {"until": {0: 1}}, {"follow": "yes"}):
         with pytest.raises(lm.InvalidInput):
             await _streamed(log, topic, **({"follow": True} | kwargs))
+
+
+async def test_a_followed_stream_of_a_topic_created_again_ends_with_unknown_topic(
+    laser: lm.Laser,
+):
+    memory = laser.memory("notes")
+    await memory.remember("before")
+    stream = replay_stream(laser.log, memory.topic, follow=True)
+    try:
+        await anext(stream)
+        info = await laser.log.describe_topic(memory.topic)
+        await laser.log.delete_topic(memory.topic)
+        await laser.log.create_topic(memory.topic, partitions=info.partitions)
+        await memory.remember("in the new topic")
+        with pytest.raises(lm.UnknownTopic):
+            await asyncio.wait_for(anext(stream), 60)
+    finally:
+        await stream.aclose()
