@@ -334,3 +334,53 @@ async def test_a_followed_stream_of_a_topic_created_again_ends_with_unknown_topi
             await asyncio.wait_for(anext(stream), 60)
     finally:
         await stream.aclose()
+
+
+async def test_the_stream_merges_partitions_whose_first_records_come_in_any_order(tmp_path):
+    # Partition 3's first record first, partition 0's last: the merge must order the
+    # partitions' heads by time from the start, not by partition.
+    from laser_memory.clock import SteppedClock
+    from laser_memory.log import LocalLogConfig
+
+    clock = SteppedClock(1_700_000_000_000)
+    async with LocalLog(tmp_path / "log", LocalLogConfig(clock=clock)) as log:
+        await log.create_topic("t", partitions=4)
+        for round_ in range(3):
+            for partition in (3, 1, 2, 0) if round_ == 0 else (0, 2, 3, 1):
+                await log.append("t", OutgoingRecord(b"x", partition=partition))
+                clock.step(5)
+        streamed = await _streamed(log, "t")
+        gathered = await replay(log, "t")
+    assert _positions(streamed)[:4] == [(3, 0), (1, 0), (2, 0), (0, 0)]
+    assert _positions(streamed) == _positions(gathered)
+
+
+class _RecreatedAfterOneRead(LocalLog):
+    """The embedded log, deleting its topic and creating it again, with a record of its
+    own, once the first read of it has ended: as if someone did while a history read."""
+
+    reads = 0
+
+    async def read(self, topic, *args, **kwargs) -> AsyncIterator[list[LogRecord]]:
+        async for batch in super().read(topic, *args, **kwargs):
+            yield batch
+        self.reads += 1
+        if self.reads == 1:
+            info = await self.describe_topic(topic)
+            await self.delete_topic(topic)
+            await self.create_topic(topic, partitions=info.partitions)
+            await self.append(topic, OutgoingRecord(b"of the new topic", key=b"k"))
+
+
+async def test_a_history_whose_topic_is_created_again_between_its_reads_is_unknown_topic(
+    tmp_path,
+):
+    from folders.replay import history_from_log
+
+    log = _RecreatedAfterOneRead(tmp_path / "log")
+    async with lm.Laser(log, stream="s") as laser:
+        memory = laser.memory("notes")
+        old = await memory.remember("the office is in Leeds")
+        new = await memory.remember("the office is in York", supersedes=old)
+        with pytest.raises(lm.UnknownTopic, match="while its history was being read"):
+            await history_from_log(log, memory.topic, memory.namespace, new, tenant="")
