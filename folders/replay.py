@@ -1,7 +1,10 @@
 """Replay for audit: read the log in order, and fold it as it stood at a past moment.
 
-"What did the agent know when it answered?" is `MemorySnapshot`: the fold of
-every record up to a time or up to given positions.
+"What happened?" is `replay` (the records, gathered and sorted) and `replay_stream`
+(the same one at a time, holding a batch a partition, and on to what is appended with
+``follow``). "What did the agent know when it answered?" is `MemorySnapshot`: the fold
+of every record up to a time or up to given positions, folded as it is read. "What
+touched this item?" is `history_from_log`, which holds the item's records alone.
 """
 
 from __future__ import annotations
