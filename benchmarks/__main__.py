@@ -29,6 +29,7 @@ from . import (
     peers,
     recall,
     recall_quality,
+    replay,
     search,
 )
 from .figures import Figure, NotMeasured
@@ -43,6 +44,7 @@ BENCHMARKS = {
     "approximate": approximate.run,
     "peers": peers.run,
     "memory": memory.run,
+    "replay": replay.run,
     "locomo": recall_quality.run,  # LoCoMo, read from --locomo PATH
 }
 

@@ -119,6 +119,22 @@ def test_a_run_without_a_broker_or_data_says_what_it_did_not_measure():
     assert missing.benchmark == "locomo" and "--locomo PATH" in missing.reason
 
 
+def test_the_replay_benchmark_gives_each_read_against_its_baseline():
+    from benchmarks import replay as replay_benchmark
+
+    *figures, missing = replay_benchmark.run(items=2_000, kafka=None)
+    assert missing == NotMeasured(benchmark="replay", name="Kafka @2000", reason=NO_BROKER)
+    by_name = {f.name: f for f in figures}
+    at = "embedded @2000"
+    assert by_name[f"replay stream, {at}"].baseline == f"replay, {at}"
+    assert by_name[f"history, {at}"].baseline == f"plain read, {at}"
+    for figure in figures:
+        assert figure.value > 0 and figure.unit == "ms"
+        if figure.baseline is not None:
+            base = by_name[figure.baseline].value
+            assert figure.ratio == figure.value / base
+
+
 def test_a_missing_model_is_a_reason_not_a_crash(tmp_path):
     embedder, why = minilm_or_reason(str(tmp_path))
     assert embedder is None
