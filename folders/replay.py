@@ -510,6 +510,9 @@ async def history_from_log(
     >>> await history_from_log(laser.log, memory.topic, "notes", mid, tenant="")
     ...                                                             # doctest: +SKIP
     """
+    # One tenant's history, always (None here read every tenant's records and showed
+    # the default tenant's): as item_history and named_history refuse None.
+    tenant = validate_name(tenant, "tenant", allow_empty=True)
     kept = _Kept(namespace, tenant, None, None, None)
     if not isinstance(target, MemoryId):
         key = validate_key(target)
@@ -523,7 +526,7 @@ async def history_from_log(
             if isinstance(logged.record, NamedSet | NamedPatch | NamedRemove)
             and logged.record.key == key
         ]
-        return named_history(mine, key, tenant=kept.tenant or "")
+        return named_history(mine, key, tenant=tenant)
     raw_id = target.bytes
     # Each item to the items its own records name (the one its remember replaced, the
     # one that replaced it): the links `chain_history` follows.
@@ -565,7 +568,7 @@ async def history_from_log(
                 "was being read"
             )
     mine.sort(key=lambda logged: sort_key(logged.log_record))
-    return chain_history(raw_id, lambda one: item_history(mine, one, tenant=kept.tenant or ""))
+    return chain_history(raw_id, lambda one: item_history(mine, one, tenant=tenant))
 
 
 async def _kept_records(

@@ -236,6 +236,10 @@ async def test_history_from_the_log_is_what_a_replay_gives(laser: lm.Laser, seed
     # Chains were read (entries of other items than the one asked for), not only items.
     chained = [await handles["acme"].history(m, folded=True) for m in ids["acme"]]
     assert any(e.item != str(m) for m, h in zip(ids["acme"], chained, strict=True) for e in h)
+    # One tenant's history, always: None read every tenant's and showed the default's.
+    for target in (ids["acme"][0], "key:0"):
+        with pytest.raises(lm.InvalidName):
+            await history_from_log(log, topic, ns, target, tenant=None)
 
 
 class _UntimedLog(_CountingLog):
