@@ -5,7 +5,7 @@ A `Principal` is a name, the tenant it acts for, and its grants:
 ==================  ==========================================================
 grant               allows
 ==================  ==========================================================
-``kv:read:NS``      reading namespace ``NS``: recall, fetch, history, as_of
+``kv:read:NS``      reading namespace ``NS``: recall, fetch, history, as_of, replay
 ``publish:TOPIC``   writing records to memory topic ``TOPIC``: remember,
                     improve, forget, named items, purge, consolidate, reembed
 ``view:stats``      the managed view's counters over HTTP (every tenant's)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -23,10 +23,13 @@ from folders.index_snapshots import SNAPSHOTS_FROM
 from folders.inprocess import FoldedReader
 from folders.replay import (
     AsOf,
+    LoggedRecord,
     MemorySnapshot,
     chain_history,
     history_from_log,
+    replay_stream,
     snapshot,
+    to_millis,
 )
 from folders.state import ItemFilter
 
@@ -840,6 +843,43 @@ class MemoryHandle:
         return await history_from_log(
             self._laser.log, self.topic, self.namespace, target, tenant=tenant
         )
+
+    async def replay(
+        self,
+        *,
+        since: datetime.datetime | int | float | None = None,
+        until: datetime.datetime | int | float | None = None,
+        tenant: str | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LoggedRecord]:
+        """This namespace's records of one tenant (the handle's), from the log, in order
+        (append time, partition, offset), each with its decoded record: what an auditor
+        acting for a tenant reads, with this handle's read grant and no access to the log
+        itself. ``since`` and ``until`` (a datetime, seconds as a float, milliseconds as
+        an int; both included) keep the records appended between them, ``since`` read
+        from where the log's time index puts it. ``follow=True`` goes on with what is
+        appended, until you stop iterating. It holds a batch a partition, never the
+        whole replay (see `folders.replay.replay_stream`). A handle scoped to a
+        conversation replays the whole namespace too: records such as a replacement's
+        name no conversation.
+
+        >>> async for logged in memory.replay(since=datetime(2026, 5, 1, tzinfo=UTC)):
+        ...     print(logged.log_record.append_time_ms, logged.record)     # doctest: +SKIP
+        """
+        tenant = self._tenant(tenant)
+        self._check_read()
+        since_ms = None if since is None else to_millis(since)
+        until_ms = None if until is None else to_millis(until)
+        async for logged in replay_stream(
+            self._laser.log,
+            self.topic,
+            namespace=self.namespace,
+            tenant=tenant,
+            since_ms=since_ms,
+            until_ms=until_ms,
+            follow=follow,
+        ):
+            yield logged
 
     async def as_of(self, at: AsOf | MemoryId) -> MemorySnapshot:
         """This namespace's memory as it stood at a past moment. ``at`` is a write's

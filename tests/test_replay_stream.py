@@ -388,3 +388,57 @@ async def test_a_history_whose_topic_is_created_again_between_its_reads_is_unkno
         new = await memory.remember("the office is in York", supersedes=old)
         with pytest.raises(lm.UnknownTopic, match="while its history was being read"):
             await history_from_log(log, memory.topic, memory.namespace, new, tenant="")
+
+
+async def test_a_handles_replay_is_its_tenants_records_with_its_read_grant(laser: lm.Laser):
+    import datetime as dt
+
+    from laser_memory.access import Principal
+
+    acme, globex = laser.memory("notes", tenant="acme"), laser.memory("notes", tenant="globex")
+    first = await acme.remember("acme's first")
+    await globex.remember("globex's, never shown to acme")
+    await asyncio.sleep(0.01)
+    second = await acme.remember("acme's second", conversation="c1")
+    await acme.set("profile", {"plan": "pro"})
+
+    async def replayed(memory, **kwargs) -> list[LoggedRecord]:
+        return [logged async for logged in memory.replay(**kwargs)]
+
+    records = await replayed(acme)
+    assert [r.record.scope.tenant for r in records] == ["acme"] * 3
+    assert _positions(records) == _positions(
+        await replay(laser.log, acme.topic, namespace=acme.namespace, tenant="acme")
+    )
+    since = dt.datetime.fromtimestamp(second.receipt.append_time_ms / 1000, dt.UTC)
+    assert [r.record.body for r in await replayed(acme, since=since)] == [
+        b"acme's second",
+        b'{"plan":"pro"}',
+    ]
+    until = first.receipt.append_time_ms  # milliseconds, as an int
+    assert [r.record.body for r in await replayed(acme, until=until)] == [b"acme's first"]
+    assert len(await replayed(acme, since=since.timestamp(), until=since)) >= 1
+    # An unbound handle names its tenant, or reads the default one's.
+    unbound = laser.memory("notes")
+    assert len(await replayed(unbound, tenant="globex")) == 1
+    assert await replayed(unbound) == []
+    for memory, kwargs, error in (
+        (acme, {"tenant": "globex"}, lm.AccessDenied),
+        (acme, {"since": dt.datetime(2026, 1, 1)}, lm.InvalidInput),  # naive: local time?
+        (acme, {"until": "yesterday"}, lm.InvalidInput),
+        (acme, {"follow": True, "until": until}, lm.InvalidInput),
+        (
+            laser.memory(
+                "notes", principal=Principal("agent", tenant="acme", grants={"publish:*"})
+            ),
+            {},
+            lm.AccessDenied,
+        ),
+        (laser.memory("stream:nowhere/notes"), {}, lm.UnknownTopic),
+    ):
+        with pytest.raises(error):
+            await replayed(memory, **kwargs)
+    reader = laser.memory(
+        "notes", principal=Principal("auditor", tenant="acme", grants={"kv:read:*"})
+    )
+    assert len(await replayed(reader)) == 3
