@@ -76,6 +76,7 @@ async def test_the_stream_gives_what_replay_gives_in_its_order(
         {"until_ms": middle, "tenant": "acme"},
         {"until": {0: ends[0] // 2, 2: ends[2]}},
         {"until": {1: 0}},
+        {"since_ms": middle, "until": {0: ends[0], 3: ends[3] // 2}},
     ):
         expected = await replay(log, topic, **filters)
         assert _positions(await _streamed(log, topic, **filters)) == _positions(expected), filters
