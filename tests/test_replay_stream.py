@@ -443,3 +443,23 @@ async def test_a_handles_replay_is_its_tenants_records_with_its_read_grant(laser
         "notes", principal=Principal("auditor", tenant="acme", grants={"kv:read:*"})
     )
     assert len(await replayed(reader)) == 3
+
+
+@pytest.mark.kafka
+async def test_a_stream_over_many_partitions_on_kafka_uses_one_consumer(
+    kafka_bootstrap, monkeypatch: pytest.MonkeyPatch
+):
+    # Each batch is a read of its own, closed at once: its consumer goes back to the
+    # log's idle ones before the next read takes one. Left to the garbage collector,
+    # every partition's read held a consumer (a broker connection) of its own.
+    monkeypatch.setattr(replay_module, "STREAM_HELD_RECORDS", 80)
+    url, stream = f"kafka://{kafka_bootstrap}", f"s{random.getrandbits(40)}"
+    async with lm.connect(url, stream=stream) as laser:
+        await laser.bootstrap(partitions=8)
+        memory = laser.memory("notes")
+        await memory.remember_many([f"fact {i}" for i in range(400)])
+        log = laser.log
+        before = len(log._idle_consumers)  # the end offsets' of the writes so far
+        streamed = await _streamed(log, memory.topic)
+        assert len(streamed) == 400
+        assert not log._busy_consumers and len(log._idle_consumers) == max(before, 1)
