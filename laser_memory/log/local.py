@@ -474,13 +474,9 @@ class LocalLog(LogLifecycle):
             meta = self._meta(txn, topic)
             out = {}
             for partition in range(meta.partitions):
-                prefix = _head_key(meta.number, partition)
-                raw_head = txn.get(prefix, db=self._dbs["heads"])
-                if raw_head is None:
-                    out[partition] = 0
-                    continue
+                raw_head = txn.get(_head_key(meta.number, partition), db=self._dbs["heads"])
                 head, last_time, low = self._stored(_head_decoder, raw_head, topic, partition)
-                if last_time < time_ms:
+                if last_time < time_ms:  # after the partition's last record: nothing to search
                     out[partition] = head
                     continue
                 cursor = txn.cursor(db=self._dbs["records"])
