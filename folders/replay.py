@@ -324,6 +324,14 @@ async def replay_stream(
             yield logged
 
 
+async def _close(reading: AsyncIterator[list[LogRecord]]) -> None:
+    """End a read now: on Kafka its consumer goes back to the log's idle ones. (The port
+    promises an async iterator; a backend's may have no ``aclose``.)"""
+    close = getattr(reading, "aclose", None)
+    if close is not None:
+        await close()
+
+
 async def _check_generation(log: Log, topic: str, generation: str) -> None:
     if (await log.describe_topic(topic)).generation != generation:
         raise UnknownTopic(
@@ -352,9 +360,7 @@ async def _followed(
                 if logged is not None:
                     yield logged
     finally:
-        close = getattr(reading, "aclose", None)
-        if close is not None:
-            await close()
+        await _close(reading)
 
 
 class _PartitionCursor:
@@ -407,10 +413,7 @@ class _PartitionCursor:
         try:
             batch: list[LogRecord] = await anext(reading, [])
         finally:
-            # The port promises an async iterator: a backend's may have no aclose.
-            close = getattr(reading, "aclose", None)
-            if close is not None:
-                await close()
+            await _close(reading)
         if batch:
             # Each batch is a read of its own: one of a topic deleted and created again
             # since the stream began would read the new topic's records at the old one's
