@@ -8,15 +8,18 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import Token
 from typing import Any
 
+from folders.inprocess import FoldedReader
 from folders.view import MemoryView, view_path_of
 
 from . import inputs
@@ -112,6 +115,14 @@ class Laser:
         # governor (see `_write_under_way`). A stop waits for them, as for the appends.
         self._writes_under_way = 0
         self._writes_idle: asyncio.Event | None = None
+        # Folds of (topic, namespace, tenant) its handles share while any lives, and
+        # the last `kept_folds` handed out, kept after their handles are gone.
+        self._folds: weakref.WeakValueDictionary[tuple[str, str, str | None], FoldedReader] = (
+            weakref.WeakValueDictionary()
+        )
+        self._kept_folds: collections.OrderedDict[tuple[str, str, str | None], FoldedReader] = (
+            collections.OrderedDict()
+        )
 
     def __repr__(self) -> str:
         parts = [f"url={shown(self.log.url)}", f"stream={shown(self.stream)}"]
@@ -160,11 +171,35 @@ class Laser:
         if self._view is not None:
             self._view.close()
             self._view = None
+        self._kept_folds.clear()  # their memory goes with the connection
         private, self._private = self._private, []
         for laser, folder in private:
             await laser.stop()
             shutil.rmtree(folder, ignore_errors=True)
         await self.log.stop()
+
+    def _fold_for(self, topic: str, namespace: str, tenant: str | None) -> FoldedReader:
+        """The fold of a namespace of a topic for one tenant (None: every tenant) that
+        this connection's handles share: one made per request reads only what is new
+        since the last one read, not the whole topic again (as each did, 2.8x one read
+        of the topic at 100,000 items)."""
+        key = (topic, namespace, tenant)
+        reader = self._folds.get(key)
+        if reader is None:
+            reader = FoldedReader(
+                self.log,
+                topic,
+                namespace,
+                search_cache_bytes=self.config.search_cache_bytes,
+                tenant=tenant,
+            )
+            self._folds[key] = reader
+        if self.config.kept_folds:
+            self._kept_folds[key] = reader
+            self._kept_folds.move_to_end(key)
+            while len(self._kept_folds) > self.config.kept_folds:
+                self._kept_folds.popitem(last=False)
+        return reader
 
     @contextlib.contextmanager
     def _write_under_way(self) -> Iterator[None]:

@@ -122,7 +122,11 @@ class MemoryConfig:
     ``search_cache_bytes`` bounds each of a search index's two caches of per-term
     arrays that queries make (16 MB by default; more answers a reader's repeated
     common words faster and takes more memory: at a million items 64 MB took a reader
-    from 88 to 134 MB).
+    from 88 to 134 MB). Handles a connection makes on one namespace and tenant share
+    one fold for folded recall while any of them lives, and the connection keeps the
+    ``kept_folds`` it handed out last (8 by default) after their handles are gone, so
+    a handle made per request reads only the records new since the last one read (0:
+    it keeps none; each kept fold holds its tenant's items of its namespace).
 
     >>> MemoryConfig(max_body_bytes=2 << 20).max_body_bytes
     2097152
@@ -136,6 +140,7 @@ class MemoryConfig:
     index_snapshots_from: int | None = SNAPSHOTS_FROM
     index_build_apart_from: int | None = BUILD_APART_FROM
     search_cache_bytes: int = CACHE_BYTES
+    kept_folds: int = 8
 
     def __post_init__(self) -> None:
         # Checked here, not at the first write: a string or None compared with a size
@@ -150,6 +155,15 @@ class MemoryConfig:
                 "search_cache_bytes",
             ),
         )
+        if (
+            isinstance(self.kept_folds, bool)
+            or not isinstance(self.kept_folds, int)
+            or self.kept_folds < 0
+        ):
+            raise ConfigError(
+                "MemoryConfig.kept_folds is how many folds a connection keeps for the "
+                f"handles it makes next, an int from 0, got {shown(self.kept_folds)}"
+            )
         if self.default_partitions > MAX_PARTITIONS:
             raise ConfigError(
                 f"MemoryConfig.default_partitions is at most {MAX_PARTITIONS}, "
@@ -177,8 +191,9 @@ class MemoryHandle:
     """Reads and writes one memory namespace on one topic.
 
     Get one from `Laser.memory`, `Laser.memory_on_topic`, `Laser.memory_topic` or
-    a conversation context. A handle keeps its own folder: the first folded recall
-    reads the whole topic, later ones read only new records.
+    a conversation context. Folded recall folds the log in this process: the first
+    reads the whole topic, later ones only new records, and the connection's handles on
+    the same namespace and tenant share the fold (see `MemoryConfig.kept_folds`).
 
     >>> memory = laser.memory("notes")                                  # doctest: +SKIP
     >>> mid = await memory.remember("ticket 42 is a login bug", conversation="c1")  # doctest: +SKIP
@@ -217,15 +232,9 @@ class MemoryHandle:
         self._origin = origin
         self._producer = producer
         if reader is None or reader.tenant not in (None, self.tenant):
-            # A handle bound to a tenant folds that tenant's records only: one made per
-            # request reads the topic and folds none of the other tenants' records.
-            reader = FoldedReader(
-                laser.log,
-                topic,
-                namespace,
-                search_cache_bytes=laser.config.search_cache_bytes,
-                tenant=self.tenant,
-            )
+            # A handle bound to a tenant folds that tenant's records only; the
+            # connection's other handles on it share the fold (see `Laser._fold_for`).
+            reader = laser._fold_for(topic, namespace, self.tenant)
         self._reader = reader
         self.last_receipt: Receipt | None = None
         self._remembers = RememberBuilder(

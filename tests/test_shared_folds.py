@@ -1,0 +1,115 @@
+"""Handles a connection makes on one namespace and tenant share one fold: a handle made
+per request reads only the records new since the last one read, never another tenant's."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator
+
+import pytest
+
+import laser_memory as lm
+from laser_memory.log import LocalLog
+from laser_memory.log.port import LogRecord
+from laser_memory.memory import MemoryConfig
+
+
+class _CountingLog(LocalLog):
+    """The embedded log, counting the records its reads hand out."""
+
+    handed_out = 0
+
+    async def read(self, *args, **kwargs) -> AsyncIterator[list[LogRecord]]:
+        async for batch in super().read(*args, **kwargs):
+            self.handed_out += len(batch)
+            yield batch
+
+
+async def _request(laser: lm.Laser, tenant: str) -> list[str]:
+    """What a server does for one request: a handle, one folded recall, then it is gone."""
+    memory = laser.memory("notes", tenant=tenant)
+    return sorted(i.text for i in await memory.recall(folded=True, limit=1000))
+
+
+async def test_a_handle_per_request_reads_only_what_is_new(tmp_path):
+    log = _CountingLog(tmp_path / "log")
+    async with lm.Laser(log, stream="s") as laser:
+        await laser.bootstrap(partitions=4)
+        for tenant in ("acme", "globex"):
+            writer = laser.memory("notes", tenant=tenant)
+            await writer.remember_many([f"{tenant} fact {i}" for i in range(200)])
+        del writer
+        gc.collect()
+        log.handed_out = 0
+        first = await _request(laser, "acme")
+        assert len(first) == 200 and all(t.startswith("acme") for t in first)
+        whole = log.handed_out  # one read of the topic
+        assert whole >= 400
+        gc.collect()  # the request's handle is gone; its fold is kept
+        log.handed_out = 0
+        assert await _request(laser, "acme") == first
+        assert log.handed_out == 0
+        await laser.memory("notes", tenant="acme").remember("acme fact new")
+        log.handed_out = 0
+        assert len(await _request(laser, "acme")) == 201
+        assert log.handed_out == 1  # the new record alone
+        # Another tenant's requests fold their own records, never acme's.
+        globex = await _request(laser, "globex")
+        assert len(globex) == 200 and all(t.startswith("globex") for t in globex)
+
+
+async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_path):
+    log = _CountingLog(tmp_path / "log")
+    config = MemoryConfig(kept_folds=1)
+    async with lm.Laser(log, stream="s", config=config) as laser:
+        for tenant in ("acme", "globex", "initech"):
+            await laser.memory("notes", tenant=tenant).remember(f"{tenant}'s fact")
+        gc.collect()
+        for tenant in ("acme", "globex"):
+            await _request(laser, tenant)
+        gc.collect()
+        # One fold kept: globex's, the last handed out; acme's is read again.
+        log.handed_out = 0
+        await _request(laser, "globex")
+        assert log.handed_out == 0
+        await _request(laser, "acme")
+        assert log.handed_out == 3
+    log = _CountingLog(tmp_path / "log2")
+    async with lm.Laser(log, stream="s", config=MemoryConfig(kept_folds=0)) as laser:
+        await laser.memory("notes").remember("a fact")
+        held = laser.memory("notes")
+        await held.recall(folded=True)
+        log.handed_out = 0
+        # While a handle lives, a new one shares its fold, kept or not.
+        await _request_unbound(laser)
+        assert log.handed_out == 0
+        del held
+        gc.collect()
+        await _request_unbound(laser)
+        assert log.handed_out == 1
+
+
+async def _request_unbound(laser: lm.Laser) -> None:
+    await laser.memory("notes").recall(folded=True)
+
+
+@pytest.mark.parametrize("kept", [-1, True, "8", 1.5, None])
+def test_kept_folds_is_a_count_from_zero(kept):
+    with pytest.raises(lm.ConfigError, match="kept_folds"):
+        MemoryConfig(kept_folds=kept)
+
+
+async def test_a_shared_fold_answers_as_a_fresh_one(laser: lm.Laser):
+    # Both logs: writes through one handle, recalls through others made after, each
+    # checked against a connection of its own that folds the topic afresh.
+    for step in range(5):
+        writer = laser.memory("notes", tenant="acme")
+        mid = await writer.remember(f"step {step}", conversation=f"c{step % 2}")
+        if step % 2:
+            await writer.improve(mid, 2.0)
+        if step == 3:
+            await writer.forget(mid)
+        shared = await laser.memory("notes", tenant="acme").recall(folded=True)
+        async with lm.connect(laser.log.url, stream=laser.stream) as fresh:
+            alone = await fresh.memory("notes", tenant="acme").recall(folded=True)
+        assert [(i.id, i.score) for i in shared] == [(i.id, i.score) for i in alone]
