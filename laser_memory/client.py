@@ -181,8 +181,7 @@ class Laser:
     def _fold_for(self, topic: str, namespace: str, tenant: str | None) -> FoldedReader:
         """The fold of a namespace of a topic for one tenant (None: every tenant) that
         this connection's handles share: one made per request reads only what is new
-        since the last one read, not the whole topic again (as each did, 2.8x one read
-        of the topic at 100,000 items)."""
+        since the last one read, not the whole topic again, as each did."""
         key = (topic, namespace, tenant)
         reader = self._folds.get(key)
         if reader is None:
