@@ -728,7 +728,9 @@ async def snapshot(
         as_of_ms = to_millis(at)
     last: dict[int, int] = {}  # a receipt's partitions -> its last offset folded
     info = await log.describe_topic(topic)
-    state = MemoryState(namespace, topic=topic, generation=info.generation)
+    # A snapshot for one tenant folds that tenant's records only (it answers no other),
+    # passing over the rest by their tenant header as a bound handle's fold does.
+    state = MemoryState(namespace, topic=topic, generation=info.generation, tenant=tenant)
     if by_receipt:
         # One write's receipts (a remember that supersedes has two): exact in their
         # partitions, by the latest of their times elsewhere.

@@ -464,3 +464,38 @@ async def test_a_stream_over_many_partitions_on_kafka_uses_one_consumer(
         streamed = await _streamed(log, memory.topic)
         assert len(streamed) == 400
         assert not log._busy_consumers and len(log._idle_consumers) == max(before, 1)
+
+
+async def test_a_tenants_snapshot_folds_its_records_alone_and_answers_the_same(
+    laser: lm.Laser,
+):
+    # A bound handle's as_of folds only its tenant's records (it answers no other), and
+    # gives what a snapshot of every tenant gives for that tenant.
+    rng = random.Random(3)
+    tenants = ("acme", "globex", "initech")
+    written = {t: [] for t in tenants}
+    for step in range(60):
+        tenant = rng.choice(tenants)
+        memory = laser.memory("notes", tenant=tenant)
+        if written[tenant] and rng.random() < 0.3:
+            await memory.improve(rng.choice(written[tenant]), 1.0)
+        elif rng.random() < 0.2:
+            await memory.set(f"k{step % 4}", {"step": step, "tenant": tenant})
+        else:
+            written[tenant].append(
+                await memory.remember(f"{tenant} fact {step} node-{step % 7}", conversation="c")
+            )
+    moment = written["acme"][len(written["acme"]) // 2]
+    everyone = await laser.memory("notes").as_of(moment)
+    for tenant in tenants:
+        bound = await laser.memory("notes", tenant=tenant).as_of(moment)
+        assert bound._state.tenant == tenant
+        assert bound._state.applied < everyone._state.applied  # the others' passed over
+        for query in ({}, {"text": "node-3 fact"}, {"strategy": "recent"}):
+            mine = await bound.recall(**query)
+            theirs = await everyone.recall(tenant=tenant, **query)
+            assert [(i.id, i.score) for i in mine] == [(i.id, i.score) for i in theirs]
+        assert bound.named() == everyone.named(tenant=tenant)
+        assert bound.positions == everyone.positions
+        with pytest.raises(lm.AccessDenied):
+            await bound.recall(tenant="nobody")
