@@ -26,6 +26,7 @@ import time
 
 import laser_memory as lm
 from folders.service import ViewFolder
+from laser_memory.memory import MemoryConfig
 
 from .figures import Figure, rows
 
@@ -82,8 +83,8 @@ async def measure(size: int, limit: int, repeat: int) -> dict[str, float]:
 
 async def first_bound_recall(size: int, limit: int) -> tuple[float, float, float]:
     """A fresh handle bound to one of ten tenants: its first recall, one read of the
-    topic they share, and the first recall of the next handle the connection makes for
-    that tenant after the first is gone (a server's next request: the kept fold)."""
+    topic they share, and the first recall of the next handle a connection sharing its
+    folds makes for that tenant after the first is gone (a server's next request)."""
     with tempfile.TemporaryDirectory() as log_dir:
         async with lm.connect(f"local://{log_dir}") as laser:
             memory = laser.memory("bench")
@@ -99,7 +100,9 @@ async def first_bound_recall(size: int, limit: int) -> tuple[float, float, float
             async for _ in laser.log.read(laser.memory_topic_name):
                 pass
             one_read = time.perf_counter() - start
-        async with lm.connect(f"local://{log_dir}") as fresh:
+        # A server's connection: its handles share their folds (`shared_folds`).
+        config = MemoryConfig(shared_folds=8)
+        async with lm.connect(f"local://{log_dir}", config=config) as fresh:
             start = time.perf_counter()
             await fresh.memory("bench", tenant="t3").recall(folded=True, limit=limit)
             first = time.perf_counter() - start

@@ -115,8 +115,9 @@ class Laser:
         # governor (see `_write_under_way`). A stop waits for them, as for the appends.
         self._writes_under_way = 0
         self._writes_idle: asyncio.Event | None = None
-        # Folds of (topic, namespace, tenant) its handles share while any lives, and
-        # the last `kept_folds` handed out, kept after their handles are gone.
+        # With `MemoryConfig.shared_folds`: folds of (topic, namespace, tenant) its
+        # handles share while any lives, and the last ones handed out, kept after their
+        # handles are gone.
         self._folds: weakref.WeakValueDictionary[tuple[str, str, str | None], FoldedReader] = (
             weakref.WeakValueDictionary()
         )
@@ -179,11 +180,13 @@ class Laser:
         await self.log.stop()
 
     def _fold_for(self, topic: str, namespace: str, tenant: str | None) -> FoldedReader:
-        """The fold of a namespace of a topic for one tenant (None: every tenant) that
-        this connection's handles share: one made per request reads only what is new
-        since the last one read, not the whole topic again, as each did."""
+        """A fold of a namespace of a topic for one tenant (None: every tenant) for a
+        new handle: its own, or with `MemoryConfig.shared_folds` the one this
+        connection's handles share, so that one made per request reads only what is
+        new since the last one read, not the whole topic again."""
+        kept = self.config.shared_folds
         key = (topic, namespace, tenant)
-        reader = self._folds.get(key)
+        reader = self._folds.get(key) if kept else None
         if reader is None:
             reader = FoldedReader(
                 self.log,
@@ -192,12 +195,13 @@ class Laser:
                 search_cache_bytes=self.config.search_cache_bytes,
                 tenant=tenant,
             )
+            if not kept:
+                return reader
             self._folds[key] = reader
-        if self.config.kept_folds:
-            self._kept_folds[key] = reader
-            self._kept_folds.move_to_end(key)
-            while len(self._kept_folds) > self.config.kept_folds:
-                self._kept_folds.popitem(last=False)
+        self._kept_folds[key] = reader
+        self._kept_folds.move_to_end(key)
+        while len(self._kept_folds) > kept:
+            self._kept_folds.popitem(last=False)
         return reader
 
     @contextlib.contextmanager

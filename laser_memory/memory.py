@@ -122,11 +122,13 @@ class MemoryConfig:
     ``search_cache_bytes`` bounds each of a search index's two caches of per-term
     arrays that queries make (16 MB by default; more answers a reader's repeated
     common words faster and takes more memory: at a million items 64 MB took a reader
-    from 88 to 134 MB). Handles a connection makes on one namespace and tenant share
-    one fold for folded recall while any of them lives, and the connection keeps the
-    ``kept_folds`` it handed out last (8 by default) after their handles are gone, so
-    a handle made per request reads only the records new since the last one read (0:
-    it keeps none; each kept fold holds its tenant's items of its namespace).
+    from 88 to 134 MB). With ``shared_folds`` above 0 (a server making a handle per
+    request wants about one per tenant it serves at once), the handles a connection
+    makes on one namespace and tenant share one fold for folded recall while any of
+    them lives, and the connection keeps the last ``shared_folds`` it handed out after
+    their handles are gone, so a handle made per request reads only the records new
+    since the last one read; each kept fold holds its tenant's items of its namespace.
+    0, the default: each handle folds the log on its own.
 
     >>> MemoryConfig(max_body_bytes=2 << 20).max_body_bytes
     2097152
@@ -140,7 +142,7 @@ class MemoryConfig:
     index_snapshots_from: int | None = SNAPSHOTS_FROM
     index_build_apart_from: int | None = BUILD_APART_FROM
     search_cache_bytes: int = CACHE_BYTES
-    kept_folds: int = 8
+    shared_folds: int = 0
 
     def __post_init__(self) -> None:
         # Checked here, not at the first write: a string or None compared with a size
@@ -156,13 +158,14 @@ class MemoryConfig:
             ),
         )
         if (
-            isinstance(self.kept_folds, bool)
-            or not isinstance(self.kept_folds, int)
-            or self.kept_folds < 0
+            isinstance(self.shared_folds, bool)
+            or not isinstance(self.shared_folds, int)
+            or self.shared_folds < 0
         ):
             raise ConfigError(
-                "MemoryConfig.kept_folds is how many folds a connection keeps for the "
-                f"handles it makes next, an int from 0, got {shown(self.kept_folds)}"
+                "MemoryConfig.shared_folds is how many folds a connection keeps for the "
+                f"handles it makes next, an int from 0 (0: none shared), got "
+                f"{shown(self.shared_folds)}"
             )
         if self.default_partitions > MAX_PARTITIONS:
             raise ConfigError(
@@ -191,9 +194,10 @@ class MemoryHandle:
     """Reads and writes one memory namespace on one topic.
 
     Get one from `Laser.memory`, `Laser.memory_on_topic`, `Laser.memory_topic` or
-    a conversation context. Folded recall folds the log in this process: the first
-    reads the whole topic, later ones only new records, and the connection's handles on
-    the same namespace and tenant share the fold (see `MemoryConfig.kept_folds`).
+    a conversation context. A handle keeps its own fold of the log for folded recall:
+    the first reads the whole topic, later ones only new records (with
+    `MemoryConfig.shared_folds`, the connection's handles on one namespace and tenant
+    share one).
 
     >>> memory = laser.memory("notes")                                  # doctest: +SKIP
     >>> mid = await memory.remember("ticket 42 is a login bug", conversation="c1")  # doctest: +SKIP

@@ -770,9 +770,6 @@ async def test_records_deleted_before_a_fold_reached_them_are_noted_where_they_w
         await ViewFolder(laser.log, writer.topic, view).run(until_caught_up=True)
         behind_items = await behind.recall(folded=True)
 
-    # A fold from the log as it stands now: a connection of its own (this one's handles
-    # share the fold that was behind).
-    async with lm.connect(any_log_url, stream=stream_name, clock=clock) as laser:
         fresh = laser.memory("notes")
         fresh_items = await fresh.recall(folded=True)
         assert [i.body for i in fresh_items] == [b"late 1", b"late 0"]

@@ -1,5 +1,6 @@
-"""Handles a connection makes on one namespace and tenant share one fold: a handle made
-per request reads only the records new since the last one read, never another tenant's."""
+"""With `MemoryConfig.shared_folds`, handles a connection makes on one namespace and tenant
+share one fold: a handle made per request reads only the records new since the last one
+read, never another tenant's. Without it, each handle folds the log on its own."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ async def _request(laser: lm.Laser, tenant: str) -> list[str]:
 
 async def test_a_handle_per_request_reads_only_what_is_new(tmp_path):
     log = _CountingLog(tmp_path / "log")
-    async with lm.Laser(log, stream="s") as laser:
+    async with lm.Laser(log, stream="s", config=MemoryConfig(shared_folds=8)) as laser:
         await laser.bootstrap(partitions=4)
         for tenant in ("acme", "globex"):
             writer = laser.memory("notes", tenant=tenant)
@@ -60,7 +61,7 @@ async def test_a_handle_per_request_reads_only_what_is_new(tmp_path):
 
 async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_path):
     log = _CountingLog(tmp_path / "log")
-    config = MemoryConfig(kept_folds=1)
+    config = MemoryConfig(shared_folds=1)
     async with lm.Laser(log, stream="s", config=config) as laser:
         for tenant in ("acme", "globex", "initech"):
             await laser.memory("notes", tenant=tenant).remember(f"{tenant}'s fact")
@@ -75,18 +76,24 @@ async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_pa
         await _request(laser, "acme")
         assert log.handed_out == 3
     log = _CountingLog(tmp_path / "log2")
-    async with lm.Laser(log, stream="s", config=MemoryConfig(kept_folds=0)) as laser:
+    async with lm.Laser(log, stream="s", config=MemoryConfig(shared_folds=1)) as laser:
         await laser.memory("notes").remember("a fact")
         held = laser.memory("notes")
         await held.recall(folded=True)
+        for tenant in ("acme", "globex"):  # the one kept fold is another's now
+            await _request(laser, tenant)
         log.handed_out = 0
         # While a handle lives, a new one shares its fold, kept or not.
         await _request_unbound(laser)
         assert log.handed_out == 0
-        del held
-        gc.collect()
+    log = _CountingLog(tmp_path / "log3")
+    async with lm.Laser(log, stream="s") as laser:  # the default: nothing shared
+        await laser.memory("notes").remember("a fact")
+        held = laser.memory("notes")
+        await held.recall(folded=True)
+        log.handed_out = 0
         await _request_unbound(laser)
-        assert log.handed_out == 1
+        assert log.handed_out == 1  # a fold of its own: the whole topic, read again
 
 
 async def _request_unbound(laser: lm.Laser) -> None:
@@ -94,22 +101,23 @@ async def _request_unbound(laser: lm.Laser) -> None:
 
 
 @pytest.mark.parametrize("kept", [-1, True, "8", 1.5, None])
-def test_kept_folds_is_a_count_from_zero(kept):
-    with pytest.raises(lm.ConfigError, match="kept_folds"):
-        MemoryConfig(kept_folds=kept)
+def test_shared_folds_is_a_count_from_zero(kept):
+    with pytest.raises(lm.ConfigError, match="shared_folds"):
+        MemoryConfig(shared_folds=kept)
 
 
 async def test_a_shared_fold_answers_as_a_fresh_one(laser: lm.Laser):
-    # Both logs: writes through one handle, recalls through others made after, each
-    # checked against a connection of its own that folds the topic afresh.
-    for step in range(5):
-        writer = laser.memory("notes", tenant="acme")
-        mid = await writer.remember(f"step {step}", conversation=f"c{step % 2}")
-        if step % 2:
-            await writer.improve(mid, 2.0)
-        if step == 3:
-            await writer.forget(mid)
-        shared = await laser.memory("notes", tenant="acme").recall(folded=True)
-        async with lm.connect(laser.log.url, stream=laser.stream) as fresh:
-            alone = await fresh.memory("notes", tenant="acme").recall(folded=True)
-        assert [(i.id, i.score) for i in shared] == [(i.id, i.score) for i in alone]
+    # Both logs: writes through one handle, recalls through others made after on a
+    # connection sharing its folds, each checked against a fold of the topic afresh.
+    config = MemoryConfig(shared_folds=8)
+    async with lm.connect(laser.log.url, stream=laser.stream, config=config) as sharing:
+        for step in range(5):
+            writer = sharing.memory("notes", tenant="acme")
+            mid = await writer.remember(f"step {step}", conversation=f"c{step % 2}")
+            if step % 2:
+                await writer.improve(mid, 2.0)
+            if step == 3:
+                await writer.forget(mid)
+            shared = await sharing.memory("notes", tenant="acme").recall(folded=True)
+            alone = await laser.memory("notes", tenant="acme").recall(folded=True)
+            assert [(i.id, i.score) for i in shared] == [(i.id, i.score) for i in alone]
