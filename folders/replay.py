@@ -222,10 +222,11 @@ async def replay(
     """
     kept = _Kept(namespace, tenant, since_ms, until_ms, until)
     start = await _starts(log, topic, kept.since_ms)
+    ends = _within(until, await _ends_at(log, topic, kept.until_ms))
     reading = (
         log.read(topic, start)
-        if until is None
-        else log.read(topic, start, partitions=sorted(until), until=dict(until))
+        if ends is None
+        else log.read(topic, start, partitions=sorted(ends), until=ends)
     )
     out: list[LoggedRecord] = []
     async for batch in reading:
@@ -244,6 +245,34 @@ async def _starts(log: Log, topic: str, since_ms: int | None) -> dict[int, int] 
     if since_ms is None or not isinstance(log, TimeIndexedLog):
         return None
     return await log.offsets_for_time(topic, since_ms)
+
+
+def _within(
+    until: Mapping[int, int] | None, bounds: dict[int, int] | None
+) -> dict[int, int] | None:
+    """A read's ``until``: the positions asked for, each no further than its bound."""
+    if bounds is None:
+        return None if until is None else dict(until)
+    if until is None:
+        return bounds
+    return {p: min(o, bounds.get(p, o)) for p, o in until.items()}
+
+
+async def _ends_at(log: Log, topic: str, until_ms: int | None) -> dict[int, int] | None:
+    """Where a read of what was appended up to ``until_ms`` can stop in each partition:
+    on a log whose append times never step back in a partition, the first offset
+    appended after it. None (read to the end and keep what falls before) otherwise."""
+    if (
+        until_ms is None
+        or until_ms >= _LAST_MS
+        or not isinstance(log, TimeIndexedLog)
+        or not log.ordered_times
+    ):
+        return None
+    return await log.offsets_for_time(topic, until_ms + 1)
+
+
+_LAST_MS = (1 << 63) - 1
 
 
 #: Records a partition's read brings at a time in `replay_stream`, shared by its
@@ -292,10 +321,9 @@ async def replay_stream(
             "a replay that follows the log has no end: give it since_ms, not until or until_ms"
         )
     generation = (await log.describe_topic(topic)).generation
-    if until is None:
+    ends = _within(until, await _ends_at(log, topic, kept.until_ms))
+    if ends is None:
         ends = await log.end_offsets(topic)
-    else:
-        ends = dict(until)
     start = await _starts(log, topic, kept.since_ms) or {}
     chosen = sorted(ends)
     batch_size = max(10, min(1000, STREAM_HELD_RECORDS // max(1, len(chosen))))
@@ -749,11 +777,18 @@ async def snapshot(
         as_of_ms = max(r.append_time_ms for r in receipts)
         for receipt in receipts:
             last[receipt.partition] = max(last.get(receipt.partition, -1), receipt.offset)
-        reading = log.read(topic)
-    elif isinstance(at, Mapping):
+    if isinstance(at, Mapping):
         reading = log.read(topic, partitions=sorted(at), until=dict(at))
     else:
-        reading = log.read(topic)
+        # Where the log can tell, the read stops at the moment: a snapshot of an early
+        # moment of a long log reads what came before it, not the whole log.
+        bounds = await _ends_at(log, topic, as_of_ms)
+        if bounds is None:
+            reading = log.read(topic)
+        else:
+            for partition, offset in last.items():
+                bounds[partition] = offset + 1
+            reading = log.read(topic, partitions=sorted(bounds), until=bounds)
     # Folded as read, each partition in offset order as every fold reads it: the state
     # is the same whatever order partitions come in, and nothing but it is held (the
     # records were gathered and sorted first, 1.4 KB each).

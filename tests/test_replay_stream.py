@@ -499,3 +499,39 @@ async def test_a_tenants_snapshot_folds_its_records_alone_and_answers_the_same(
         assert bound.positions == everyone.positions
         with pytest.raises(lm.AccessDenied):
             await bound.recall(tenant="nobody")
+
+
+@pytest.mark.parametrize("log_type", [_CountingLog, _UntimedLog])
+async def test_reads_up_to_a_moment_stop_there_where_times_are_ordered(tmp_path, log_type):
+    # On the embedded log a partition's times never step back, so a snapshot or replay
+    # up to a moment stops where the moment falls: an early moment of a long log costs
+    # the records before it, not the whole log. Answers as a full read's.
+    from laser_memory.clock import SteppedClock
+    from laser_memory.log import LocalLogConfig
+
+    clock = SteppedClock(1_700_000_000_000)
+    log = log_type(tmp_path / "log", LocalLogConfig(clock=clock))
+    async with lm.Laser(log, stream="s") as laser:
+        await laser.bootstrap(partitions=4)
+        memory = laser.memory("notes")
+        hours = []
+        for hour in range(4):
+            ids = await memory.remember_many([f"hour {hour} fact {i}" for i in range(1000)])
+            hours.append((ids, clock.now_ms()))
+            clock.step(3_600_000)
+        moment = hours[1][1]  # the end of the second hour's batch
+        log.handed_out = 0
+        then = await memory.as_of(moment)
+        assert log.handed_out == (2000 if log_type is _CountingLog else 4000)
+        newest = {i.id for i in await then.recall(limit=1000, strategy="recent")}
+        assert newest == set(hours[1][0])  # the newest then: the second hour's
+        for hour, expected in ((0, True), (2, False)):
+            found = await then.recall(text=f"hour {hour} fact 5", strategy="keyword")
+            assert (hours[hour][0][5] in {i.id for i in found}) is expected
+        by_receipt = await memory.as_of(hours[0][0][-1])  # a receipt of the first hour
+        assert {i.id for i in await by_receipt.recall(limit=1000)} == set(hours[0][0])
+        for read in (replay, _streamed):
+            log.handed_out = 0
+            got = await read(log, memory.topic, until_ms=moment)
+            assert len(got) == 2000
+            assert log.handed_out == (2000 if log_type is _CountingLog else 4000)

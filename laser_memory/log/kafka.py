@@ -705,6 +705,10 @@ class KafkaLog(LogLifecycle):
             self._release_consumer(consumer)
         return {tp.partition: offset for tp, offset in ends.items()}
 
+    #: A partition's LogAppendTime can step back, after its leader moved to a broker
+    #: whose clock was behind: see `TimeIndexedLog`.
+    ordered_times = False
+
     async def offsets_for_time(self, topic: str, time_ms: int) -> dict[int, int]:
         """For each partition, the first offset whose record was appended at or after
         ``time_ms``, or its end offset if none was (see `TimeIndexedLog`): the broker's

@@ -463,6 +463,10 @@ class LocalLog(LogLifecycle):
                 for p in range(meta.partitions)
             }
 
+    #: A partition's append times never step back here (each is the latest of the clock
+    #: and the one before): see `TimeIndexedLog`.
+    ordered_times = True
+
     async def offsets_for_time(self, topic: str, time_ms: int) -> dict[int, int]:
         """For each partition, the first offset whose record was appended at or after
         ``time_ms``, or its end offset if none was (see `TimeIndexedLog`). Append times

@@ -233,6 +233,12 @@ class TimeIndexedLog(Log, Protocol):
     appended since then starts there instead of at the log's start. Both logs are
     one; a log of your own need not be (a replay then reads from the start)."""
 
+    #: Whether a partition's append times never step back (the embedded log's never do;
+    #: a Kafka partition's can, after its leader moved to a broker whose clock was
+    #: behind). Then no record from ``offsets_for_time(topic, t)`` on was appended
+    #: before ``t``, and a read of what was appended up to a moment can stop there.
+    ordered_times: bool
+
     async def offsets_for_time(self, topic: str, time_ms: int) -> dict[int, int]:
         """For each partition, the first offset whose record was appended at or after
         ``time_ms`` (milliseconds since the epoch), or the partition's end offset if
