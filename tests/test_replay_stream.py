@@ -77,9 +77,24 @@ async def test_the_stream_gives_what_replay_gives_in_its_order(
         {"until": {0: ends[0] // 2, 2: ends[2]}},
         {"until": {1: 0}},
         {"since_ms": middle, "until": {0: ends[0], 3: ends[3] // 2}},
+        {"until_ms": middle, "until": {0: ends[0], 3: ends[3] // 2}},
+        {"until_ms": (1 << 63) - 1},  # the last millisecond: no bound past it to ask for
     ):
         expected = await replay(log, topic, **filters)
         assert _positions(await _streamed(log, topic, **filters)) == _positions(expected), filters
+    # Both bounds at once, against a replay of everything filtered here: only the
+    # partitions named, each up to its offset, and only what was appended by the moment.
+    until = {0: ends[0], 3: ends[3] // 2}
+    expected = [
+        r
+        for r in every
+        if r.log_record.partition in until
+        and r.log_record.offset < until[r.log_record.partition]
+        and r.log_record.append_time_ms <= middle
+    ]
+    for read in (replay, _streamed):
+        got = await read(log, topic, until_ms=middle, until=until)
+        assert _positions(got) == _positions(expected)
     # The record nobody can decode is the operator's, with why, and no tenant's.
     streamed = await _streamed(log, topic, namespace=ns)
     [unreadable] = [r for r in streamed if r.record is None]

@@ -75,6 +75,18 @@ async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_pa
         assert log.handed_out == 0
         await _request(laser, "acme")
         assert log.handed_out == 3
+    log = _CountingLog(tmp_path / "log1")
+    async with lm.Laser(log, stream="s", config=MemoryConfig(shared_folds=2)) as laser:
+        for tenant in ("acme", "globex", "initech"):
+            await laser.memory("notes", tenant=tenant).remember(f"{tenant}'s fact")
+        for tenant in ("acme", "globex", "acme", "initech"):
+            await _request(laser, tenant)
+        gc.collect()
+        # The two used last are kept: acme (used again) and initech, not globex.
+        log.handed_out = 0
+        for tenant in ("acme", "initech"):
+            await _request(laser, tenant)
+        assert log.handed_out == 0
     log = _CountingLog(tmp_path / "log2")
     async with lm.Laser(log, stream="s", config=MemoryConfig(shared_folds=1)) as laser:
         await laser.memory("notes").remember("a fact")
