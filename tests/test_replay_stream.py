@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import tempfile
 from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import folders.replay as replay_module
 import laser_memory as lm
@@ -550,3 +553,55 @@ async def test_reads_up_to_a_moment_stop_there_where_times_are_ordered(tmp_path,
             got = await read(log, memory.topic, until_ms=moment)
             assert len(got) == 2000
             assert log.handed_out == (2000 if log_type is _CountingLog else 4000)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    writes=st.lists(
+        st.tuples(
+            st.integers(0, 3),  # the partition
+            st.integers(-5, 20),  # the clock's step before it (back, still, on)
+            st.integers(1, 4),  # records in the batch
+        ),
+        max_size=40,
+    ),
+    held=st.integers(4, 60),
+    since=st.integers(-10, 200),
+    span=st.integers(0, 200),
+)
+def test_any_log_streams_in_replays_order_within_its_bounds(writes, held, since, span):
+    # Property: over any placement of records in partitions and any clock (stepping back
+    # too: the embedded log keeps each partition's times from going back), a stream holding
+    # any batch size gives what a replay gives, and both give what a plain read of the
+    # log keeps between two moments, sorted by (time, partition, offset).
+    from laser_memory.clock import SteppedClock
+    from laser_memory.log import LocalLogConfig
+
+    async def run() -> None:
+        with tempfile.TemporaryDirectory() as path:
+            base = 1_700_000_000_000
+            clock = SteppedClock(base)
+            async with LocalLog(path, LocalLogConfig(clock=clock)) as log:
+                await log.create_topic("t", partitions=4)
+                for partition, step, count in writes:
+                    clock.step(step)
+                    await log.append_batch("t", [OutgoingRecord(b"x", partition=partition)] * count)
+                every = [r async for batch in log.read("t") for r in batch]
+                bounds = {"since_ms": max(0, base + since), "until_ms": max(0, base + since + span)}
+                expected = sorted(
+                    (r.append_time_ms, r.partition, r.offset)
+                    for r in every
+                    if bounds["since_ms"] <= r.append_time_ms <= bounds["until_ms"]
+                )
+                kept = replay_module.STREAM_HELD_RECORDS
+                replay_module.STREAM_HELD_RECORDS = held
+                try:
+                    for read in (replay, _streamed):
+                        got = await read(log, "t", **bounds)
+                        assert [
+                            (r.log_record.append_time_ms, *_positions([r])[0]) for r in got
+                        ] == expected
+                finally:
+                    replay_module.STREAM_HELD_RECORDS = kept
+
+    asyncio.run(run())
