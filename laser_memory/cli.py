@@ -182,15 +182,17 @@ class _Session:
         *,
         read: bool = False,
         embedder: str | None = None,
+        tenant: str | None = None,
     ):
         self.laser = connect(
             url, stream=stream, view=view, create=not read, embedder=_make_embedder(embedder)
         )
         self.namespace = namespace
+        self.tenant = tenant
 
     async def __aenter__(self) -> MemoryHandle:
         await self.laser.start()
-        return self.laser.memory(self.namespace)
+        return self.laser.memory(self.namespace, tenant=self.tenant)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.laser.stop()
@@ -409,8 +411,11 @@ async def recall(
             items = await memory.recall(**arguments)
         _print_recalled(items, as_json, block, token_budget)
         return
-    # A view holds only the present: the past is folded from the log (as_of).
-    async with _Session(url, stream, namespace, None, read=True, embedder=embedder) as memory:
+    # A view holds only the present: the past is folded from the log (as_of), of the
+    # tenant asked for alone (a handle bound to it passes over the others' records).
+    async with _Session(
+        url, stream, namespace, None, read=True, embedder=embedder, tenant=tenant
+    ) as memory:
         snapshot = await memory.as_of(moment)
         items = await snapshot.recall(**arguments)
     if not as_json and not block:
@@ -562,7 +567,7 @@ async def fetch(key, url, stream, namespace, as_json, view, tenant, version, as_
         async with _Session(url, stream, namespace, view, read=True) as memory:
             item = await memory.fetch(key, tenant=tenant, version=version)
     else:
-        async with _Session(url, stream, namespace, None, read=True) as memory:
+        async with _Session(url, stream, namespace, None, read=True, tenant=tenant) as memory:
             item = (await memory.as_of(moment)).fetch(key, tenant=tenant)
     if item is None:
         if as_json:
@@ -629,7 +634,7 @@ async def named(prefix, url, stream, namespace, as_json, view, tenant, limit, as
             items = await memory.named(prefix, tenant=tenant, limit=limit)
     else:
         # A view holds only the present: the past is folded from the log (as_of).
-        async with _Session(url, stream, namespace, None, read=True) as memory:
+        async with _Session(url, stream, namespace, None, read=True, tenant=tenant) as memory:
             items = (await memory.as_of(moment)).named(prefix, tenant=tenant, limit=limit)
     for item in items:
         if as_json:
