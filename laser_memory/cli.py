@@ -1342,6 +1342,13 @@ async def demo(url: str | None) -> None:
         after = await memory.as_of(forgotten)
         now = [item.text for item in await after.recall(conversation="planning-7")]
         say(f"and just after it was forgotten: {now}")
+        # An auditor's replay, read from where the moment falls in each partition.
+        since = [
+            history_entry(logged.record, logged.log_record, 0).op
+            async for logged in memory.replay(since=forgotten.append_time_ms)
+            if logged.record is not None
+        ]
+        say(f"the log replayed since the forget's millisecond (it may share it): {since}")
 
         view = tempfile.mkdtemp(prefix="laser-view-")
         folder = ViewFolder(laser.log, laser.memory_topic_name, view)

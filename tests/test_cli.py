@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import datetime as dt
@@ -184,6 +185,9 @@ def test_demo_runs_on_the_embedded_log(tmp_path, monkeypatch):
     assert '"channel":"email"' in out and "omitted" in out
     assert "planning-7 knew: ['node-9 rotates keys monthly', 'node-7 sits" in out
     assert "just after it was forgotten: ['node-7 sits in the eu-west pool']" in out
+    replayed = re.search(r"since the forget's millisecond \(it may share it\): (\[.*\])", out)
+    ops = ast.literal_eval(replayed[1])
+    assert "forget" in ops and ops[-3:] == ["named.set", "named.patch", "named.patch"]
     managed = out.split("recall from the managed view")[1]
     assert "the reporter prefers email" in managed and "['remember', 'feedback']" in managed
 
