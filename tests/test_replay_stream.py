@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 from click.testing import CliRunner
+from counting_log import CountingLog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -128,22 +129,11 @@ async def test_the_stream_refuses_what_replay_refuses_before_reading(laser: lm.L
             await replay(log, topic, **kwargs)
 
 
-class _CountingLog(LocalLog):
-    """The embedded log, counting the records its reads hand out."""
-
-    handed_out = 0
-
-    async def read(self, *args, **kwargs) -> AsyncIterator[list[LogRecord]]:
-        async for batch in super().read(*args, **kwargs):
-            self.handed_out += len(batch)
-            yield batch
-
-
 async def test_the_stream_gives_its_first_record_before_reading_the_rest(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(replay_module, "STREAM_HELD_RECORDS", 400)
-    log = _CountingLog(tmp_path / "log")
+    log = CountingLog(tmp_path / "log")
     async with lm.Laser(log, stream="s") as laser:
         await laser.bootstrap(partitions=4)
         memory = laser.memory("notes")
@@ -261,13 +251,13 @@ async def test_history_from_the_log_is_what_a_replay_gives(laser: lm.Laser, seed
             await history_from_log(log, topic, ns, target, tenant=None)
 
 
-class _UntimedLog(_CountingLog):
+class _UntimedLog(CountingLog):
     """A log of one's own that cannot find where a moment falls (no `TimeIndexedLog`)."""
 
     offsets_for_time = None
 
 
-@pytest.mark.parametrize("log_type", [_CountingLog, _UntimedLog])
+@pytest.mark.parametrize("log_type", [CountingLog, _UntimedLog])
 async def test_a_replay_since_a_moment_reads_from_there(tmp_path, log_type):
     # A replay of the last hour of a long log read the whole log to keep the hour: both
     # replays start each partition where the log's time index says the moment falls,
@@ -278,7 +268,7 @@ async def test_a_replay_since_a_moment_reads_from_there(tmp_path, log_type):
 
     clock = SteppedClock(1_700_000_000_000)
     log = log_type(tmp_path / "log", LocalLogConfig(clock=clock))
-    assert isinstance(log, TimeIndexedLog) == (log_type is _CountingLog)
+    assert isinstance(log, TimeIndexedLog) == (log_type is CountingLog)
     async with lm.Laser(log, stream="s") as laser:
         await laser.bootstrap(partitions=4)
         memory = laser.memory("notes")
@@ -293,7 +283,7 @@ async def test_a_replay_since_a_moment_reads_from_there(tmp_path, log_type):
             log.handed_out = 0
             got = await read(log, memory.topic, since_ms=since)
             assert _positions(got) == _positions(expected)
-            assert log.handed_out == (1000 if log_type is _CountingLog else 4000)
+            assert log.handed_out == (1000 if log_type is CountingLog else 4000)
         # With until too: the records between.
         got = await _streamed(log, memory.topic, since_ms=since, until_ms=since + 10)
         assert _positions(got) == _positions(expected)
@@ -519,7 +509,7 @@ async def test_a_tenants_snapshot_folds_its_records_alone_and_answers_the_same(
             await bound.recall(tenant="nobody")
 
 
-@pytest.mark.parametrize("log_type", [_CountingLog, _UntimedLog])
+@pytest.mark.parametrize("log_type", [CountingLog, _UntimedLog])
 async def test_reads_up_to_a_moment_stop_there_where_times_are_ordered(tmp_path, log_type):
     # On the embedded log a partition's times never step back, so a snapshot or replay
     # up to a moment stops where the moment falls: an early moment of a long log costs
@@ -540,7 +530,7 @@ async def test_reads_up_to_a_moment_stop_there_where_times_are_ordered(tmp_path,
         moment = hours[1][1]  # the end of the second hour's batch
         log.handed_out = 0
         then = await memory.as_of(moment)
-        assert log.handed_out == (2000 if log_type is _CountingLog else 4000)
+        assert log.handed_out == (2000 if log_type is CountingLog else 4000)
         newest = {i.id for i in await then.recall(limit=1000, strategy="recent")}
         assert newest == set(hours[1][0])  # the newest then: the second hour's
         for hour, expected in ((0, True), (2, False)):
@@ -552,7 +542,7 @@ async def test_reads_up_to_a_moment_stop_there_where_times_are_ordered(tmp_path,
             log.handed_out = 0
             got = await read(log, memory.topic, until_ms=moment)
             assert len(got) == 2000
-            assert log.handed_out == (2000 if log_type is _CountingLog else 4000)
+            assert log.handed_out == (2000 if log_type is CountingLog else 4000)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

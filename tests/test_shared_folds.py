@@ -5,25 +5,12 @@ read, never another tenant's. Without it, each handle folds the log on its own."
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
 
 import pytest
+from counting_log import CountingLog
 
 import laser_memory as lm
-from laser_memory.log import LocalLog
-from laser_memory.log.port import LogRecord
 from laser_memory.memory import MemoryConfig
-
-
-class _CountingLog(LocalLog):
-    """The embedded log, counting the records its reads hand out."""
-
-    handed_out = 0
-
-    async def read(self, *args, **kwargs) -> AsyncIterator[list[LogRecord]]:
-        async for batch in super().read(*args, **kwargs):
-            self.handed_out += len(batch)
-            yield batch
 
 
 async def _request(laser: lm.Laser, tenant: str) -> list[str]:
@@ -33,7 +20,7 @@ async def _request(laser: lm.Laser, tenant: str) -> list[str]:
 
 
 async def test_a_handle_per_request_reads_only_what_is_new(tmp_path):
-    log = _CountingLog(tmp_path / "log")
+    log = CountingLog(tmp_path / "log")
     async with lm.Laser(log, stream="s", config=MemoryConfig(shared_folds=8)) as laser:
         await laser.bootstrap(partitions=4)
         for tenant in ("acme", "globex"):
@@ -60,7 +47,7 @@ async def test_a_handle_per_request_reads_only_what_is_new(tmp_path):
 
 
 async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_path):
-    log = _CountingLog(tmp_path / "log")
+    log = CountingLog(tmp_path / "log")
     config = MemoryConfig(shared_folds=1)
     async with lm.Laser(log, stream="s", config=config) as laser:
         for tenant in ("acme", "globex", "initech"):
@@ -75,7 +62,7 @@ async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_pa
         assert log.handed_out == 0
         await _request(laser, "acme")
         assert log.handed_out == 3
-    log = _CountingLog(tmp_path / "log1")
+    log = CountingLog(tmp_path / "log1")
     async with lm.Laser(log, stream="s", config=MemoryConfig(shared_folds=2)) as laser:
         for tenant in ("acme", "globex", "initech"):
             await laser.memory("notes", tenant=tenant).remember(f"{tenant}'s fact")
@@ -87,7 +74,7 @@ async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_pa
         for tenant in ("acme", "initech"):
             await _request(laser, tenant)
         assert log.handed_out == 0
-    log = _CountingLog(tmp_path / "log2")
+    log = CountingLog(tmp_path / "log2")
     async with lm.Laser(log, stream="s", config=MemoryConfig(shared_folds=1)) as laser:
         await laser.memory("notes").remember("a fact")
         held = laser.memory("notes")
@@ -98,7 +85,7 @@ async def test_folds_are_kept_as_configured_and_shared_while_handles_live(tmp_pa
         # While a handle lives, a new one shares its fold, kept or not.
         await _request_unbound(laser)
         assert log.handed_out == 0
-    log = _CountingLog(tmp_path / "log3")
+    log = CountingLog(tmp_path / "log3")
     async with lm.Laser(log, stream="s") as laser:  # the default: nothing shared
         await laser.memory("notes").remember("a fact")
         held = laser.memory("notes")
