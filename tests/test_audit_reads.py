@@ -1,5 +1,8 @@
-"""`replay_stream`: a replay given one record at a time, holding a batch a partition, in
-`replay`'s order and with its filters. Over both logs."""
+"""An auditor's reads of the log, over both logs: `replay_stream` (a replay given one
+record at a time, holding a batch a partition, in `replay`'s order and with its filters,
+and on with ``follow``), replays since and until a moment (read from and to where the
+moment falls), `history_from_log` (the item's records alone), a tenant's `as_of` (its
+records alone) and `MemoryHandle.replay`."""
 
 from __future__ import annotations
 
