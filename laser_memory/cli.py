@@ -1192,6 +1192,11 @@ def _moment(value: str | None) -> int | None:
     help="Operators only: print every tenant's records, and records nobody can read.",
 )
 @click.option(
+    "--all-namespaces",
+    is_flag=True,
+    help="Every namespace of the stream's memory topic, each line naming its namespace.",
+)
+@click.option(
     "--follow",
     "-f",
     is_flag=True,
@@ -1199,10 +1204,15 @@ def _moment(value: str | None) -> int | None:
 )
 @_run
 async def replay(
-    url, stream, namespace, as_json, since, until, tenant, all_tenants, follow
+    url, stream, namespace, as_json, since, until, tenant, all_tenants, all_namespaces, follow
 ) -> None:
     """Print a tenant's records of a namespace from the log, in order (append time,
     partition, offset); with --follow, then the records appended since, as they come."""
+    if all_namespaces and (
+        click.get_current_context().get_parameter_source("namespace")
+        is not click.core.ParameterSource.DEFAULT
+    ):
+        raise click.UsageError("--namespace and --all-namespaces exclude each other")
     since_ms, until_ms = _moment(since), _moment(until)
     if since_ms is not None and until_ms is not None and since_ms > until_ms:
         raise click.UsageError(
@@ -1221,7 +1231,7 @@ async def replay(
         records = replay_stream(
             memory._laser.log,
             memory.topic,
-            namespace=memory.namespace,
+            namespace=None if all_namespaces else memory.namespace,
             tenant=None if all_tenants else tenant,
             since_ms=since_ms,
             until_ms=until_ms,
@@ -1232,7 +1242,7 @@ async def replay(
             # Closed here, stopped or not: a follow's read ends before the log stops.
             async with contextlib.aclosing(records):
                 async for logged in records:
-                    _print_logged(logged, as_json)
+                    _print_logged(logged, as_json, all_namespaces)
 
         if not follow:
             await print_all()
@@ -1242,8 +1252,9 @@ async def replay(
             click.echo(f"stopped by {stopped_by}", err=True)
 
 
-def _print_logged(logged: LoggedRecord, as_json: bool) -> None:
-    """One line of `replay`: a record with its position and time, or why it was set aside."""
+def _print_logged(logged: LoggedRecord, as_json: bool, namespaced: bool = False) -> None:
+    """One line of `replay`: a record with its position and time, or why it was set aside
+    (``namespaced``: the line names the record's namespace; its JSON always does)."""
     position = logged.log_record
     where = {
         "topic": position.topic,
@@ -1264,6 +1275,7 @@ def _print_logged(logged: LoggedRecord, as_json: bool) -> None:
     if as_json:
         data = entry.to_json()
         data.pop("version")
+        data["namespace"] = logged.record.ns
         if isinstance(logged.record, Remember):
             data["id"] = str(MemoryId(logged.record.id))
         elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
@@ -1284,8 +1296,9 @@ def _print_logged(logged: LoggedRecord, as_json: bool) -> None:
         detail = f"{len(logged.record.embedding) // 4}-d vector of {logged.record.embedder}"
     if isinstance(logged.record, Superseded):
         detail = f"by {entry.superseded_by}"
+    where_from = f"{printable(logged.record.ns)}  " if namespaced else ""
     click.echo(
-        f"{_format_ms(position.append_time_ms)}  {entry.op:<12} {target:<26} "
+        f"{_format_ms(position.append_time_ms)}  {where_from}{entry.op:<12} {target:<26} "
         f"{printable(entry.conversation or '-'):<12} {printable(detail)}"
     )
 

@@ -813,6 +813,27 @@ def test_a_running_folder_stops_cleanly_on_a_signal_and_a_restart_resumes(tmp_pa
     assert "folded 1 records" in resumed
 
 
+def test_replay_of_every_namespace_names_each_records_namespace(tmp_path):
+    # An operator's audit of the whole stream: every namespace of its memory topic, one
+    # tenant's still (another's never), each line saying whose namespace it is.
+    url = f"local://{tmp_path / 'log'}"
+    run("remember", "a note", "--url", url, "--namespace", "notes")
+    run("remember", "a plan", "--url", url, "--namespace", "plans")
+    run("remember", "globex's", "--url", url, "--namespace", "plans", "--tenant", "globex")
+    lines = run("replay", "--url", url, "--all-namespaces", "--json").splitlines()
+    assert sorted((d["namespace"], d["body"]) for d in map(json.loads, lines)) == [
+        ("notes", "a note"),
+        ("plans", "a plan"),
+    ]
+    text = run("replay", "--url", url, "--all-namespaces")
+    assert re.search(r"Z  notes  remember .* a note", text), text
+    assert re.search(r"Z  plans  remember .* a plan", text), text
+    one = [json.loads(line) for line in run("replay", "--url", url, "--json").splitlines()]
+    assert [d["namespace"] for d in one] == ["notes"]  # the default namespace alone
+    both = CliRunner().invoke(main, ["replay", "--url", url, "-n", "plans", "--all-namespaces"])
+    assert both.exit_code == 2 and "exclude each other" in both.output
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_replay_follow_prints_what_is_appended_until_stopped(tmp_path, stop):
     # An operator's tail of the memory: the records so far, then each one appended, as
