@@ -231,7 +231,7 @@ cli_word = st.one_of(
             *("--block", "--token-budget", "--as-of", "--view", "-", "--expired", "--older-than"),
             *("--conversation", "--text", "--strategy", "--if-version", "--partitions"),
             # On a fresh log there is no topic: a replay --follow ends with that, at once.
-            *("--follow", "--since", "--until", "--all-tenants"),
+            *("--follow", "--since", "--until", "--all-tenants", "--all-namespaces"),
         ]
     ),
 )
