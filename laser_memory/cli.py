@@ -1271,24 +1271,23 @@ def _print_logged(logged: LoggedRecord, as_json: bool, namespaced: bool = False)
         else:
             click.echo(f"{_format_ms(position.append_time_ms)}  (set aside) {logged.error}")
         return
-    entry = history_entry(logged.record, position, 0)
+    record = logged.record
+    entry = history_entry(record, position, 0)
+    # The item a record is of (a named item's records name a key instead).
+    item = None
+    if isinstance(record, Remember):
+        item = str(MemoryId(record.id))
+    elif isinstance(record, Feedback | Forget | Embedded | Superseded | Retrieved):
+        item = str(MemoryId(record.target))
     if as_json:
         data = entry.to_json()
         data.pop("version")
-        data["namespace"] = logged.record.ns
-        if isinstance(logged.record, Remember):
-            data["id"] = str(MemoryId(logged.record.id))
-        elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
-            data["id"] = str(MemoryId(logged.record.target))
+        data["namespace"] = record.ns
+        if item is not None:
+            data["id"] = item
         click.echo(json.dumps(data, ensure_ascii=False))
         return
-    target = ""
-    if isinstance(logged.record, Remember):
-        target = str(MemoryId(logged.record.id))
-    elif isinstance(logged.record, Feedback | Forget | Embedded | Superseded | Retrieved):
-        target = str(MemoryId(logged.record.target))
-    else:
-        target = printable(entry.key or "")
+    target = item if item is not None else printable(entry.key or "")
     detail = entry.body.decode("utf-8", "replace") if entry.body is not None else ""
     if entry.weight is not None:
         detail = f"weight {entry.weight:g}"
