@@ -254,6 +254,62 @@ async def test_history_from_the_log_is_what_a_replay_gives(laser: lm.Laser, seed
             await history_from_log(log, topic, ns, target, tenant=None)
 
 
+async def test_history_from_the_log_follows_links_whatever_the_bodies_and_encodings(
+    laser: lm.Laser,
+):
+    # The history passes over records by their bytes before decoding them. Links hide
+    # from that behind nothing: bodies that hold the very bytes it looks for (a
+    # remember's ``supersedes`` then nil) and a writer of one's own that encodes
+    # ``supersedes`` at greater length (msgpack's bin16, as valid as bin8) are followed.
+    from folders.replay import chain_history, history_from_log, item_history
+    from laser_memory.records import Remember, Superseded, encode_record
+    from laser_memory.scope import MemoryScope
+
+    memory = laser.memory("notes", tenant="acme")
+    first = await memory.remember("the first version")
+    scope = MemoryScope(stream=laser.stream, tenant="acme")
+    second, third = lm.MemoryId.new(), lm.MemoryId.new()
+    decoy = b"supersedes\xc0 twice: supersedes\xc0"
+    by_hand = [
+        (Remember(ns=memory.namespace, scope=scope, id=second.bytes, kind=1, body=decoy,
+                  supersedes=first.bytes), True),
+        (Superseded(ns=memory.namespace, scope=scope, target=first.bytes, by=second.bytes),
+         False),
+        (Remember(ns=memory.namespace, scope=scope, id=third.bytes, kind=1,
+                  body=b"supersedes\xc0" * 3, supersedes=second.bytes), False),
+        (Superseded(ns=memory.namespace, scope=scope, target=second.bytes, by=third.bytes),
+         False),
+    ]  # fmt: skip
+    for record, longer in by_hand:
+        wire = encode_record(record)
+        value = wire.value
+        if longer:
+            short = b"supersedes\xc4\x10" + record.supersedes
+            assert value.count(short) == 1
+            value = value.replace(short, b"supersedes\xc5\x00\x10" + record.supersedes)
+            assert lm_decode(value) == record  # the same record, longer bytes
+        await laser.log.append(
+            memory.topic, OutgoingRecord(value, key=wire.key, headers=wire.headers)
+        )
+    await memory.improve(third, 2.0)
+    log, topic = laser.log, laser.memory_topic_name
+    records = await replay(log, topic, namespace=memory.namespace, tenant="acme")
+    for mid in (first, second, third):
+        expected = chain_history(mid.bytes, lambda one: item_history(records, one, tenant="acme"))
+        got = await history_from_log(log, topic, memory.namespace, mid, tenant="acme")
+        assert got == expected
+        # The whole chain, from any of its items: entries of all three (from the third,
+        # the first is reached only through the longer encoding's link).
+        assert {e.item for e in got} == {str(first), str(second), str(third)}
+    assert await memory.history(third, folded=True) == got
+
+
+def lm_decode(value: bytes):
+    from laser_memory.records import decode_record
+
+    return decode_record(value)
+
+
 class _UntimedLog(CountingLog):
     """A log of one's own that cannot find where a moment falls (no `TimeIndexedLog`)."""
 
