@@ -304,6 +304,35 @@ async def test_history_from_the_log_follows_links_whatever_the_bodies_and_encodi
     assert await memory.history(third, folded=True) == got
 
 
+async def test_history_from_the_log_of_short_and_long_chains(laser: lm.Laser):
+    # A chain of a few items is found by searching every record's bytes for each id; a
+    # longer one by decoding every record. Both give what a replay of everything gives.
+    from folders.replay import _SEARCHED_CHAIN, chain_history, history_from_log, item_history
+
+    memory = laser.memory("notes", tenant="acme")
+    chains = []
+    for length in (_SEARCHED_CHAIN - 1, _SEARCHED_CHAIN + 3):
+        chain = [await memory.remember(f"version 0 of {length}")]
+        for version in range(1, length):
+            await memory.remember(f"noise {length}-{version}", conversation="other")
+            chain.append(
+                await memory.remember(f"version {version} of {length}", supersedes=chain[-1])
+            )
+            await memory.improve(chain[-1], 1.0)
+        chains.append(chain)
+    records = await replay(laser.log, laser.memory_topic_name, namespace=memory.namespace,
+                           tenant="acme")  # fmt: skip
+    for chain in chains:
+        for mid in chain:
+            got = await history_from_log(
+                laser.log, laser.memory_topic_name, memory.namespace, mid, tenant="acme"
+            )
+            assert got == chain_history(
+                mid.bytes, lambda one: item_history(records, one, tenant="acme")
+            )
+            assert {e.item for e in got} == {str(m) for m in chain}
+
+
 def lm_decode(value: bytes):
     from laser_memory.records import decode_record
 
