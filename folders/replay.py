@@ -644,11 +644,12 @@ async def _kept_records(
     wanted one: the rest are passed over undecoded, most of a history's time)."""
     async for batch in log.read(topic, partitions=sorted(ends), until=dict(ends)):
         for log_record in batch:
-            try:
-                if not may_be_wanted(log_record.value):
-                    continue
-            except TypeError:  # no bytes (a log of one's own): decoded, and judged so
-                pass
+            value = log_record.value
+            # Only bytes are searched: a log of one's own that hands out memoryviews
+            # (whose `in` compares integers, and so finds nothing) has every record
+            # decoded and judged so.
+            if type(value) is bytes and not may_be_wanted(value):
+                continue
             logged = kept(log_record)
             if logged is not None:
                 yield logged

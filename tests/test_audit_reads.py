@@ -333,6 +333,40 @@ async def test_history_from_the_log_of_short_and_long_chains(laser: lm.Laser):
             assert {e.item for e in got} == {str(m) for m in chain}
 
 
+class _ViewingLog(CountingLog):
+    """A log of one's own whose records' values are memoryviews, not bytes."""
+
+    async def read(self, *args, **kwargs) -> AsyncIterator[list[LogRecord]]:
+        async for batch in super().read(*args, **kwargs):
+            yield [
+                msgspec.structs.replace(r, value=memoryview(r.value))  # type: ignore[arg-type]
+                for r in batch
+            ]
+
+
+async def test_history_from_a_log_handing_out_memoryviews(tmp_path):
+    # `in` over a memoryview compares integers and finds no id: such values are decoded
+    # rather than searched, so the history is the same as from the embedded log's bytes.
+    from folders.replay import history_from_log
+
+    async with lm.Laser(_ViewingLog(tmp_path / "log"), stream="s") as laser:
+        memory = laser.memory("notes")
+        first = await memory.remember("the first version")
+        second = await memory.remember("the second", supersedes=first)
+        await memory.improve(second, 1.0)
+        await memory.set("profile", {"a": 1})
+        plain = LocalLog(tmp_path / "log")
+        async with plain:
+            for target in (first, second, "profile"):
+                got = await history_from_log(
+                    laser.log, memory.topic, memory.namespace, target, tenant=""
+                )
+                assert got
+                assert got == await history_from_log(
+                    plain, memory.topic, memory.namespace, target, tenant=""
+                )
+
+
 def lm_decode(value: bytes):
     from laser_memory.records import decode_record
 
