@@ -10,8 +10,9 @@ Writes ``--items`` items (110-byte bodies over 100 conversations) to an embedded
   merges a batch a partition, both over the whole namespace;
 - a replay **since** the moment of the last 1% of the records, which starts each
   partition where the log's time index puts that moment, against the whole replay;
-- `history_from_log` of one item (what `history` does without a view), against the
-  plain read.
+- `history_from_log` of one item (what `history` does without a view), and of the last
+  of a chain of ``CHAIN`` corrections (each remember replacing the one before, in a
+  namespace of its own on the same topic), each against the plain read.
 
 Memory is measured apart, each reader in a process of its own: `benchmarks.memory`.
 """
@@ -26,6 +27,10 @@ from collections.abc import Awaitable, Callable
 
 from .figures import NO_BROKER, Figure, NotMeasured, rows
 
+#: Corrections in the chain whose history is timed (a status remembered again and again,
+#: each replacing the one before): a fifth as many in a quick run.
+CHAIN = 1000
+
 
 async def _best(work: Callable[[], Awaitable[object]], repeat: int = 3) -> float:
     best = float("inf")
@@ -36,7 +41,7 @@ async def _best(work: Callable[[], Awaitable[object]], repeat: int = 3) -> float
     return best
 
 
-async def measure(url: str, items: int) -> dict[str, float]:
+async def measure(url: str, items: int, chain: int = CHAIN) -> dict[str, float]:
     """Seconds of each read of a topic of ``items`` items at ``url``."""
     import laser_memory as lm
     from folders.replay import history_from_log, replay, replay_stream
@@ -54,6 +59,10 @@ async def measure(url: str, items: int) -> dict[str, float]:
                 ]
             )
             first = first or ids[0]
+        corrected = laser.memory("bench-chain")
+        last = await corrected.remember("status 0")
+        for i in range(1, chain):
+            last = await corrected.remember(f"status {i}", supersedes=last)
         log, topic, ns = laser.log, memory.topic, memory.namespace
         times = sorted([r.append_time_ms async for b in log.read(topic) for r in b])
         since = times[-max(1, items // 100)]
@@ -76,6 +85,9 @@ async def measure(url: str, items: int) -> dict[str, float]:
             ),
             "replay stream since the last 1%": await _best(lambda: streamed(since_ms=since)),
             "history": await _best(lambda: history_from_log(log, topic, ns, first, tenant="")),
+            f"history of a chain of {chain}": await _best(
+                lambda: history_from_log(log, topic, corrected.namespace, last, tenant="")
+            ),
         }
 
 
@@ -89,6 +101,9 @@ def _figures(label: str, items: int, seconds: dict[str, float]) -> list[Figure]:
         f"replay stream since the last 1%, {at}": f"replay stream, {at}",
         f"history, {at}": f"plain read, {at}",
     }
+    for name in seconds:
+        if name.startswith("history of a chain"):
+            ratios[f"{name}, {at}"] = f"plain read, {at}"
     return rows("replay", values, ratios)
 
 
@@ -97,11 +112,12 @@ def run(
 ) -> list[Figure | NotMeasured]:
     """The figures for ``python -m benchmarks``: 20k items quick, 200k in full."""
     items = items or (20_000 if quick else 200_000)
+    chain = CHAIN // 5 if quick else CHAIN
     out: list[Figure | NotMeasured] = []
     with tempfile.TemporaryDirectory() as path:
-        out += _figures("embedded", items, asyncio.run(measure(f"local://{path}", items)))
+        out += _figures("embedded", items, asyncio.run(measure(f"local://{path}", items, chain)))
     if kafka:
-        out += _figures("Kafka", items, asyncio.run(measure(f"kafka://{kafka}", items)))
+        out += _figures("Kafka", items, asyncio.run(measure(f"kafka://{kafka}", items, chain)))
     else:
         out.append(NotMeasured(benchmark="replay", name=f"Kafka @{items}", reason=NO_BROKER))
     return out

@@ -615,7 +615,15 @@ async def history_from_log(
                 "was being read"
             )
     mine.sort(key=lambda logged: sort_key(logged.log_record))
-    return chain_history(raw_id, lambda one: item_history(mine, one, tenant=tenant))
+    # Each item's records apart, in that order: `item_history` of every item of the
+    # chain over all of them took the square of the chain's length (a status corrected
+    # 3,000 times: 6.5 s).
+    by_item: dict[bytes, list[LoggedRecord]] = {}
+    for logged in mine:
+        record = logged.record
+        target = record.id if isinstance(record, Remember) else record.target
+        by_item.setdefault(target, []).append(logged)
+    return chain_history(raw_id, lambda one: item_history(by_item.get(one, []), one, tenant=tenant))
 
 
 #: Whether a record's value may link two items (a `Superseded`, or a `Remember` whose

@@ -128,6 +128,8 @@ def test_the_replay_benchmark_gives_each_read_against_its_baseline():
     at = "embedded @2000"
     assert by_name[f"replay stream, {at}"].baseline == f"replay, {at}"
     assert by_name[f"history, {at}"].baseline == f"plain read, {at}"
+    chain = replay_benchmark.CHAIN
+    assert by_name[f"history of a chain of {chain}, {at}"].baseline == f"plain read, {at}"
     for figure in figures:
         assert figure.value > 0 and figure.unit == "ms"
         if figure.baseline is not None:
