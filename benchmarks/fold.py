@@ -18,6 +18,8 @@
   rebuild reads faster than it folds, so its transactions are full). Fewer, larger
   commits are much of what a large transaction saves, so a raw limit in smaller ones
   would flatter the fold.
+- The fold of a log whose every item is in a conversation of its own (a session per
+  item), against the fold above (100 conversations): each record a new owner.
 - The view's layout floor: decoding each record and making the writes the fold makes for
   a new item (its put, only if it is new, and its two newest-first entries written as
   runs; one more put a transaction) with the simplest keys, against the same raw limit.
@@ -238,6 +240,25 @@ async def folded_bytes(log_dir: str, items: int) -> float:
             tracemalloc.stop()
 
 
+async def fold_of_a_conversation_per_item(entries: list[dict]) -> float:
+    """Records a second of a rebuild of a log whose every item is in a conversation of
+    its own (a session per item): every record is a new owner, whose recency orders and
+    checked scope the fold makes afresh, where the main figure's 100 conversations share
+    theirs."""
+    with tempfile.TemporaryDirectory() as log_dir, tempfile.TemporaryDirectory() as view_dir:
+        async with lm.connect(f"local://{log_dir}", stream="bench") as laser:
+            memory = laser.memory("notes")
+            await made_topics(laser)
+            alone = [
+                {"body": e["body"], "conversation": f"session-{i}"} for i, e in enumerate(entries)
+            ]
+            for first in range(0, len(alone), 1000):
+                await memory.remember_many(alone[first : first + 1000])
+            start = time.perf_counter()
+            await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(until_caught_up=True)
+            return len(alone) / (time.perf_counter() - start)
+
+
 async def measure(items: int) -> dict[str, float]:
     """Each raw limit is the mean of a run just before and one just after what it is
     the limit of: on this machine a single run of the raw loop moved 2x from run to
@@ -265,6 +286,7 @@ async def measure(items: int) -> dict[str, float]:
             fold = items / (time.perf_counter() - start)
             decode_after = raw_decode_put(values, transaction)
             in_memory = await folded_bytes(log_dir, items)
+        per_item = await fold_of_a_conversation_per_item(entries)
         concurrent_before = raw_encode_put(entries[: min(items, 20_000)])
         gathered = await concurrent_remember(entries[: min(items, 20_000)])
         floor = await asyncio_floor(min(items, 20_000))
@@ -278,6 +300,7 @@ async def measure(items: int) -> dict[str, float]:
             "raw encode+put around the log append items/s": (encode_after + append_after) / 2,
             "raw encode+put near them items/s": (concurrent_before + concurrent_after) / 2,
             "fold records/s": fold,
+            "fold, a conversation per item records/s": per_item,
             "raw decode+put records/s": (decode_before + decode_after) / 2,
             "view puts records/s": view_puts(values, transaction),
             "log bytes/item": disk_bytes(log_dir) / items,
@@ -309,6 +332,10 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
         "raw decode+put": (r["raw decode+put records/s"], "records/s"),
         "view puts (the layout's floor)": (r["view puts records/s"], "records/s"),
         "fold (rebuild)": (r["fold records/s"], "records/s"),
+        "fold (rebuild), a conversation per item": (
+            r["fold, a conversation per item records/s"],
+            "records/s",
+        ),
         "log on disk": (r["log bytes/item"], "bytes/item"),
         "view on disk": (r["view bytes/item"], "bytes/item"),
         "in-process fold in memory": (r["in-process fold bytes/item"], "bytes/item"),
@@ -322,6 +349,7 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
         "asyncio floor (1,000 gathered awaits)": "raw encode+put, run around the concurrent calls",
         "view puts (the layout's floor)": "raw decode+put",
         "fold (rebuild)": "raw decode+put",
+        "fold (rebuild), a conversation per item": "fold (rebuild)",
         "view on disk": "log on disk",
         "in-process fold in memory": "log on disk",
     }
@@ -356,6 +384,11 @@ def main() -> None:
             "asyncio floor calls/s",
         ),
         ("fold / raw decode+put", "fold records/s", "raw decode+put records/s"),
+        (
+            "fold, a conversation per item / fold",
+            "fold, a conversation per item records/s",
+            "fold records/s",
+        ),
         ("view puts / raw decode+put", "view puts records/s", "raw decode+put records/s"),
         ("fold / view puts", "fold records/s", "view puts records/s"),
         ("fold / remember_many", "fold records/s", "remember_many items/s"),

@@ -308,13 +308,16 @@ _MAX_PART = 64
 _HASHED = b"\x01"  # never starts a name or a word, so a digest never meets a plain part
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _part(text: str) -> bytes:
+def _uncached_part(text: str) -> bytes:
     """A key part from user data, bounded: itself when short, else a digest of it."""
     raw = text.encode("utf-8", "surrogatepass")
     if len(raw) <= _MAX_PART:
         return raw
     return _HASHED + hashlib.blake2b(raw, digest_size=16).digest()
+
+
+#: `_uncached_part`, cached: names and tags repeat.
+_part = functools.lru_cache(maxsize=1 << 16)(_uncached_part)
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -368,8 +371,7 @@ def _tag_prefix(index: bytes, tenant: str, namespace: str, tag: str) -> bytes:
     return index + _scope(tenant, namespace) + _part(tag) + _SEP
 
 
-@functools.lru_cache(maxsize=1 << 14)
-def _recency_prefixes(
+def _owner_prefixes(
     tenant: str,
     namespace: str,
     conversation: str,
@@ -379,12 +381,40 @@ def _recency_prefixes(
     kind: int,
 ) -> tuple[tuple[bytes, ...], bytes]:
     """The recency index prefixes an item of this owner is listed under, and the owner
-    as the entries' value. Items of one owner are many: computed once per owner."""
-    tags = _owner_tags(agent, user, application, kind)
+    as the entries' value (`_recency_prefixes`, uncached: for an owner met once, as
+    every owner of a conversation per item is, a cache's lookup and eviction cost more
+    than they save). What does not depend on the conversation is cached apart."""
+    prefixes, scoped, rest = _owner_parts(tenant, namespace, agent, user, application, kind)
     if conversation:
-        tags.append(f"c:{conversation}")
+        # `_tag_prefix` of the conversation's tag, its part made without `_part`'s cache.
+        prefixes = (*prefixes, scoped + _uncached_part(f"c:{conversation}") + _SEP)
+    # The msgpack array of five, the conversation first: `_encoder.encode` of the tuple.
+    return prefixes, b"\x95" + _encoder.encode(conversation) + rest
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _owner_parts(
+    tenant: str,
+    namespace: str,
+    agent: str | None,
+    user: str | None,
+    application: str | None,
+    kind: int,
+) -> tuple[tuple[bytes, ...], bytes, bytes]:
+    """What an owner's recency prefixes and value share with every conversation's: the
+    prefixes of its owner tags, the start of a conversation tag's prefix, and the
+    encoded owner after the conversation (its array header left off)."""
+    tags = _owner_tags(agent, user, application, kind)
     prefixes = tuple(_tag_prefix(b"R", tenant, namespace, tag) for tag in tags)
-    return prefixes, _encoder.encode((conversation, agent, user, application, kind))
+    return (
+        prefixes,
+        b"R" + _scope(tenant, namespace),
+        _encoder.encode((agent, user, application, kind))[1:],
+    )
+
+
+#: `_owner_prefixes`, cached: `_index_entries` meets the same owners again and again.
+_recency_prefixes = functools.lru_cache(maxsize=1 << 14)(_owner_prefixes)
 
 
 def _index_entries(
@@ -979,7 +1009,8 @@ class MemoryView:
         conversation = _NO_CONVERSATION if scope.conversation is None else scope.conversation
         owner = (
             _scope(scope.tenant, record.ns),
-            _recency_prefixes(
+            # Uncached: the owner itself is kept in ``_owners``.
+            _owner_prefixes(
                 scope.tenant, record.ns, conversation, scope.agent, scope.user,
                 scope.application, record.kind,
             ),

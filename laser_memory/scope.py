@@ -24,6 +24,9 @@ Lifetime = Literal["session", "durable"]
 
 # Scopes already checked: writes and folds meet the same few scopes again and again.
 _VALID: set[MemoryScope] = set()
+# Plain, non-empty names of a scope's owner (stream, tenant, agent, user, application)
+# already checked: one rule for all of them but the empty name, which is never kept.
+_VALID_NAMES: set[str] = set()
 
 
 class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True, gc=False):
@@ -43,36 +46,53 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
     def validated(self) -> MemoryScope:
         """Return self after checking every field fits in a record; raises `InvalidName`."""
         agent, user, application = self.agent, self.user, self.application
-        if (
+        plain = (
             type(self.stream) is str
             and type(self.tenant) is str
             and (agent is None or type(agent) is str)
             and (user is None or type(user) is str)
             and (application is None or type(application) is str)
             and (self.conversation is None or type(self.conversation) is str)
-            and self in _VALID
-        ):
+        )
+        if plain and self in _VALID:
             # Only plain strings are looked up: a str subclass's own hash and equality
             # could claim a checked scope's place (it is checked as its plain text).
             return self
-        self._check()
-        for field in self.__struct_fields__:
-            value = getattr(self, field)
-            if value is not None and type(value) is not str:
-                # A str subclass, which no record can carry: the text it holds.
-                msgspec.structs.force_setattr(self, field, str.__str__(value))
+        self._check(plain)
+        if not plain:
+            for field in self.__struct_fields__:
+                value = getattr(self, field)
+                if value is not None and type(value) is not str:
+                    # A str subclass, which no record can carry: the text it holds.
+                    msgspec.structs.force_setattr(self, field, str.__str__(value))
         if len(_VALID) >= 4096:
             _VALID.clear()  # a crude bound: scopes repeat, so this is rare
         _VALID.add(self)
         return self
 
-    def _check(self) -> None:
-        validate_name(self.stream, "stream", allow_empty=True)
-        validate_name(self.tenant, "tenant", allow_empty=True)
-        for field in ("agent", "user", "application", "conversation"):
-            value = getattr(self, field)
-            if value is not None:
-                validate_name(value, field)
+    def _check(self, plain: bool = False) -> None:
+        # The owner's names repeat across scopes (one stream, tenant or agent in many
+        # conversations: a fold of a conversation per item met a new scope each record
+        # and checked its stream and tenant again each time), so plain ones are checked
+        # once; the conversation, which seldom repeats in a new scope, every time.
+        for field, value in (
+            ("stream", self.stream),
+            ("tenant", self.tenant),
+            ("agent", self.agent),
+            ("user", self.user),
+            ("application", self.application),
+        ):
+            if value is None and field not in ("stream", "tenant"):
+                continue
+            if plain and value and value in _VALID_NAMES:
+                continue
+            validate_name(value, field, allow_empty=field in ("stream", "tenant"))  # type: ignore[arg-type]
+            if plain and value:
+                if len(_VALID_NAMES) >= 4096:
+                    _VALID_NAMES.clear()
+                _VALID_NAMES.add(value)
+        if self.conversation is not None:
+            validate_name(self.conversation, "conversation")
 
     @property
     def owner(self) -> tuple[str, str, str | None, str | None, str | None]:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import laser_memory.records as records_module
 from hostile_text import LyingText
@@ -227,6 +229,51 @@ def test_a_scope_is_checked_as_the_plain_text_it_holds(field: str):
         MemoryScope(**{field: LyingText("a\x00b")}).validated()
     taken = MemoryScope(**{field: LyingText("c9")}).validated()
     assert type(getattr(taken, field)) is str and getattr(taken, field) == "c9"
+
+
+_NAMES = ["", "ok", "acme", "a\x00b", "x" * 300, "é", "a\ud800", "c1"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            *(st.sampled_from(_NAMES) for _ in range(2)),
+            *(st.one_of(st.none(), st.sampled_from(_NAMES)) for _ in range(4)),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_scope_checks_as_each_of_its_names_checks_whatever_came_before(scopes):
+    # Scopes and their owner's names are kept once checked (a fold of a conversation
+    # per item checked its stream and tenant again each record): whatever was checked
+    # before, a scope passes exactly when each of its names passes on its own, and
+    # text that only claims to be a checked name is checked itself.
+    from laser_memory.ids import validate_name
+
+    fields = ("stream", "tenant", "agent", "user", "application", "conversation")
+    for *values, lying in scopes:
+        given = [LyingText(v) if lying and v else v for v in values]
+        try:
+            for field, value in zip(fields, values, strict=True):
+                if value is not None:
+                    validate_name(value, field, allow_empty=field in ("stream", "tenant"))
+            expected = None
+        except InvalidName as exc:
+            expected = exc
+        try:
+            scope = MemoryScope(**dict(zip(fields, given, strict=True))).validated()
+        except InvalidName as exc:
+            assert expected is not None and str(exc) == str(expected)
+            continue
+        assert expected is None
+        assert all(
+            type(getattr(scope, f)) is str and getattr(scope, f) == v
+            for f, v in zip(fields, values, strict=True)
+            if v is not None
+        )
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_V1))
