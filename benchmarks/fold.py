@@ -19,7 +19,8 @@
   commits are much of what a large transaction saves, so a raw limit in smaller ones
   would flatter the fold.
 - The fold of a log whose every item is in a conversation of its own (a session per
-  item), against the fold above (100 conversations): each record a new owner.
+  item), and of one whose records come from 10,000 tenants interleaved (the same 100
+  conversations in each), against the fold above (100 conversations, one tenant).
 - The view's layout floor: decoding each record and making the writes the fold makes for
   a new item (its put, only if it is new, and its two newest-first entries written as
   runs; one more put a transaction) with the simplest keys, against the same raw limit.
@@ -240,23 +241,22 @@ async def folded_bytes(log_dir: str, items: int) -> float:
             tracemalloc.stop()
 
 
-async def fold_of_a_conversation_per_item(entries: list[dict]) -> float:
-    """Records a second of a rebuild of a log whose every item is in a conversation of
-    its own (a session per item): every record is a new owner, whose recency orders and
-    checked scope the fold makes afresh, where the main figure's 100 conversations share
-    theirs."""
+async def fold_of(entries: list[dict]) -> float:
+    """Records a second of a rebuild of a log of ``entries`` (`remember_many` entries,
+    written in batches of 1,000 before the clock starts)."""
     with tempfile.TemporaryDirectory() as log_dir, tempfile.TemporaryDirectory() as view_dir:
         async with lm.connect(f"local://{log_dir}", stream="bench") as laser:
             memory = laser.memory("notes")
             await made_topics(laser)
-            alone = [
-                {"body": e["body"], "conversation": f"session-{i}"} for i, e in enumerate(entries)
-            ]
-            for first in range(0, len(alone), 1000):
-                await memory.remember_many(alone[first : first + 1000])
+            for first in range(0, len(entries), 1000):
+                await memory.remember_many(entries[first : first + 1000])
             start = time.perf_counter()
             await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(until_caught_up=True)
-            return len(alone) / (time.perf_counter() - start)
+            return len(entries) / (time.perf_counter() - start)
+
+
+#: Tenants of the many-tenant fold: their records interleave, ten items a tenant at 100k.
+TENANTS = 10_000
 
 
 async def measure(items: int) -> dict[str, float]:
@@ -286,7 +286,16 @@ async def measure(items: int) -> dict[str, float]:
             fold = items / (time.perf_counter() - start)
             decode_after = raw_decode_put(values, transaction)
             in_memory = await folded_bytes(log_dir, items)
-        per_item = await fold_of_a_conversation_per_item(entries)
+        # Every item in a conversation of its own (a session per item): each record a new
+        # owner, whose orders and checked scope the fold makes afresh, where the main
+        # figure's 100 conversations share theirs.
+        per_item = await fold_of(
+            [{"body": e["body"], "conversation": f"session-{i}"} for i, e in enumerate(entries)]
+        )
+        # The same 100 conversations, in each of many tenants, their records interleaved.
+        tenants = await fold_of(
+            [{**e, "tenant": f"tenant-{i % TENANTS}"} for i, e in enumerate(entries)]
+        )
         concurrent_before = raw_encode_put(entries[: min(items, 20_000)])
         gathered = await concurrent_remember(entries[: min(items, 20_000)])
         floor = await asyncio_floor(min(items, 20_000))
@@ -301,6 +310,7 @@ async def measure(items: int) -> dict[str, float]:
             "raw encode+put near them items/s": (concurrent_before + concurrent_after) / 2,
             "fold records/s": fold,
             "fold, a conversation per item records/s": per_item,
+            f"fold, {TENANTS:,} tenants records/s": tenants,
             "raw decode+put records/s": (decode_before + decode_after) / 2,
             "view puts records/s": view_puts(values, transaction),
             "log bytes/item": disk_bytes(log_dir) / items,
@@ -336,6 +346,10 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
             r["fold, a conversation per item records/s"],
             "records/s",
         ),
+        f"fold (rebuild), {TENANTS:,} tenants interleaved": (
+            r[f"fold, {TENANTS:,} tenants records/s"],
+            "records/s",
+        ),
         "log on disk": (r["log bytes/item"], "bytes/item"),
         "view on disk": (r["view bytes/item"], "bytes/item"),
         "in-process fold in memory": (r["in-process fold bytes/item"], "bytes/item"),
@@ -350,6 +364,7 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
         "view puts (the layout's floor)": "raw decode+put",
         "fold (rebuild)": "raw decode+put",
         "fold (rebuild), a conversation per item": "fold (rebuild)",
+        f"fold (rebuild), {TENANTS:,} tenants interleaved": "fold (rebuild)",
         "view on disk": "log on disk",
         "in-process fold in memory": "log on disk",
     }
@@ -387,6 +402,11 @@ def main() -> None:
         (
             "fold, a conversation per item / fold",
             "fold, a conversation per item records/s",
+            "fold records/s",
+        ),
+        (
+            f"fold, {TENANTS:,} tenants / fold",
+            f"fold, {TENANTS:,} tenants records/s",
             "fold records/s",
         ),
         ("view puts / raw decode+put", "view puts records/s", "raw decode+put records/s"),

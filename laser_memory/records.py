@@ -311,7 +311,7 @@ def _namespace_key(namespace: str) -> bytes:
     return f"n/{namespace}".encode()
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1 << 15)  # tenants by the ten thousand, as reads meet them
 def _headers(namespace: str, operation: str, tenant: str) -> tuple[tuple[str, bytes], ...]:
     return (
         (HEADER_NAMESPACE, namespace.encode()),
@@ -378,14 +378,15 @@ _last_reading: tuple[object, HeaderReading] = ((), HeaderReading(None, None, Non
 #: Every set read lately, by its value: records of several tenants or namespaces
 #: interleave (so the last set rarely matches), and a Kafka read hands out a tuple of
 #: its own for every record. Sets of more than `_MAX_READ_HEADER_BYTES` are not kept:
-#: `_MAX_READINGS` of them could hold gigabytes.
+#: `_MAX_READINGS` of them could hold gigabytes. As many as ten thousand tenants'
+#: records, of three types each, meet (see `laser_memory.log.local`'s shared sets).
 _READINGS: dict[tuple, HeaderReading] = {}
 _MALFORMED = HeaderReading(
     None,
     None,
     (RecordDecodeError, "its headers are not (name, bytes) pairs, as the log port hands them"),
 )
-_MAX_READINGS = 4096
+_MAX_READINGS = 1 << 15
 _MAX_READ_HEADER_BYTES = 1024
 
 
