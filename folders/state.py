@@ -539,7 +539,7 @@ class _NoEntries(dict):
 
 _NO_ENTRIES: dict = _NoEntries()
 _force_setattr = msgspec.structs.force_setattr
-_SCOPES_SHARED = 4096
+_SCOPES_SHARED = 1 << 14  # scope objects the fold shares among items: tenants are many
 
 
 class ItemState(

@@ -66,8 +66,8 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
                 if value is not None and type(value) is not str:
                     # A str subclass, which no record can carry: the text it holds.
                     msgspec.structs.force_setattr(self, field, str.__str__(value))
-        if len(_VALID) >= 4096:
-            _VALID.clear()  # a crude bound: scopes repeat, so this is rare
+        if len(_VALID) >= 1 << 14:
+            _VALID.clear()  # a crude bound: scopes repeat (16,384: tenants are many)
         _VALID.add(self)
         return self
 

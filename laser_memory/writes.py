@@ -305,7 +305,9 @@ class RememberBuilder:
                 user=owner[3],
                 application=owner[4],
             )
-            if len(self._scopes) >= 1024:
+            # Owners by the ten thousand (tenants' writes through one handle): 1,024,
+            # cleared when full, made nearly every scope afresh.
+            if len(self._scopes) >= 1 << 14:
                 self._scopes.clear()
             self._scopes[owner] = scope  # every field is a plain str or None: checked
         return scope
@@ -402,7 +404,7 @@ class RecordWriter:
         key, headers = partition_key(record), record_headers(record)
         framing = (key, headers, record_size(OutgoingRecord(b"", key=key, headers=headers)))
         if kind not in NAMED_RECORDS:  # a named item's key is its own
-            if len(self._framings) >= 1024:
+            if len(self._framings) >= 1 << 14:  # as many as the scopes above
                 self._framings.clear()
             self._framings[id(scope)] = (scope, kind, namespace, framing)
         return framing
