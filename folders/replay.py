@@ -621,8 +621,8 @@ async def history_from_log(
     by_item: dict[bytes, list[LoggedRecord]] = {}
     for logged in mine:
         record = logged.record
-        target = record.id if isinstance(record, Remember) else record.target
-        by_item.setdefault(target, []).append(logged)
+        item = record.id if isinstance(record, Remember) else record.target
+        by_item.setdefault(item, []).append(logged)
     return chain_history(raw_id, lambda one: item_history(by_item.get(one, []), one, tenant=tenant))
 
 
