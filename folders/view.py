@@ -320,7 +320,7 @@ def _uncached_part(text: str) -> bytes:
 _part = functools.lru_cache(maxsize=1 << 16)(_uncached_part)
 
 
-@functools.lru_cache(maxsize=1 << 16)  # one per tenant and namespace: tenants are many
+@functools.lru_cache(maxsize=1 << 14)  # one per tenant and namespace: tenants are many
 def _scope(tenant: str, namespace: str) -> bytes:
     return _part(tenant) + _SEP + _part(namespace) + _SEP
 
@@ -392,7 +392,7 @@ def _owner_prefixes(
     return prefixes, b"\x95" + _encoder.encode(conversation) + rest
 
 
-@functools.lru_cache(maxsize=1 << 16)  # one per tenant and owner, conversations aside
+@functools.lru_cache(maxsize=1 << 14)  # one per tenant and owner, conversations aside
 def _owner_parts(
     tenant: str,
     namespace: str,

@@ -311,7 +311,7 @@ def _namespace_key(namespace: str) -> bytes:
     return f"n/{namespace}".encode()
 
 
-@functools.lru_cache(maxsize=1 << 15)  # tenants by the ten thousand, as reads meet them
+@functools.lru_cache(maxsize=1 << 14)  # tenants by the ten thousand, as reads meet them
 def _headers(namespace: str, operation: str, tenant: str) -> tuple[tuple[str, bytes], ...]:
     return (
         (HEADER_NAMESPACE, namespace.encode()),
@@ -386,7 +386,7 @@ _MALFORMED = HeaderReading(
     None,
     (RecordDecodeError, "its headers are not (name, bytes) pairs, as the log port hands them"),
 )
-_MAX_READINGS = 1 << 15
+_MAX_READINGS = 1 << 14
 _MAX_READ_HEADER_BYTES = 1024
 
 

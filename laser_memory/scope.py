@@ -26,7 +26,7 @@ Lifetime = Literal["session", "durable"]
 _VALID: set[MemoryScope] = set()
 # Plain, non-empty names of a scope's owner (stream, tenant, agent, user, application)
 # already checked: one rule for all of them but the empty name, which is never kept.
-# Bounded at 65,536 names (of at most 255 bytes): tenants may be that many.
+# Bounded at 16,384 names (of at most 255 bytes): tenants may be that many.
 _VALID_NAMES: set[str] = set()
 
 
@@ -89,7 +89,7 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
                 continue
             validate_name(value, field, allow_empty=field in ("stream", "tenant"))  # type: ignore[arg-type]
             if plain and value:
-                if len(_VALID_NAMES) >= 1 << 16:
+                if len(_VALID_NAMES) >= 1 << 14:
                     _VALID_NAMES.clear()
                 _VALID_NAMES.add(value)
         if self.conversation is not None:

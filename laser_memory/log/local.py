@@ -151,8 +151,8 @@ _SHARED_HEADERS: dict[bytes, tuple] = {}
 # A set is one per namespace, record type and tenant: records of ten thousand tenants
 # interleave on one topic, and 4,096 sets, cleared when full, were met afresh at nearly
 # every record of them (the fold of such a log ran at half its rate). Sets over 1 KiB
-# are not kept, so the sets kept hold at most about 40 MB.
-_MAX_SHARED_HEADERS = 1 << 15
+# are not kept, so the sets kept hold at most about 20 MB.
+_MAX_SHARED_HEADERS = 1 << 14
 _MAX_SHARED_HEADER_BYTES = 1024
 _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
 

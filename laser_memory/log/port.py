@@ -95,7 +95,7 @@ def checked_headers_size(headers: object) -> int | None:
             return None
         size += _name_bytes(header[0]) + len(header[1])
     if type(headers) is tuple and all(type(header) is tuple for header in headers):
-        if len(_CHECKED_HEADERS) >= 1 << 15:  # a set per tenant: tenants are many
+        if len(_CHECKED_HEADERS) >= 1 << 14:  # a set per tenant: tenants are many
             _CHECKED_HEADERS.clear()
         _CHECKED_HEADERS[id(headers)] = (headers, size)
     return size
