@@ -2033,3 +2033,29 @@ async def test_named_items_by_prefixes_at_the_length_the_view_keeps_keys_whole(t
                 for limit in (1, 2):
                     listed = await memory.named(prefix, folded=folded, limit=limit)
                     assert [item.key for item in listed] == want[:limit], (len(prefix), limit)
+
+
+@pytest.mark.parametrize("conversation", ["", "c1", "é" * 31, "x" * 62, "x" * 63, "y" * 300])
+@pytest.mark.parametrize(
+    "owner", [(None, None, None, 1), ("a", "u", "app", 200), ("ü" * 100, None, None, 3)]
+)
+def test_a_new_owners_recency_prefixes_are_the_tag_prefixes_and_encoded_owner(conversation, owner):
+    # A new owner's prefixes are made from its parts without the conversation (cached)
+    # and the conversation's tag (not cached), its value from the owner encoded apart:
+    # the same bytes as each tag's prefix and the whole owner encoded, long
+    # conversations (whose tag is a digest) and empty ones (no tag) included.
+    import msgspec
+
+    import folders.view as view_module
+
+    agent, user, application, kind = owner
+    tags = view_module._owner_tags(agent, user, application, kind)
+    if conversation:
+        tags.append(f"c:{conversation}")
+    expected = (
+        tuple(view_module._tag_prefix(b"R", "acme", "stream:s/notes", t) for t in tags),
+        msgspec.msgpack.encode((conversation, agent, user, application, kind)),
+    )
+    args = ("acme", "stream:s/notes", conversation, agent, user, application, kind)
+    assert view_module._owner_prefixes(*args) == expected
+    assert view_module._recency_prefixes(*args) == expected
