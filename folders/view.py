@@ -92,6 +92,7 @@ import lmdb
 import msgspec
 import numpy as np
 
+from laser_memory.doorkeeper import Doorkeeper, cached_when_repeated
 from laser_memory.errors import (
     InvalidInput,
     InvalidName,
@@ -306,6 +307,10 @@ def _weight_of(inverted: bytes) -> float:
 
 _MAX_PART = 64
 _HASHED = b"\x01"  # never starts a name or a word, so a digest never meets a plain part
+# Once a view's ``_owners`` overflows, owners are kept from their second remember on: an
+# owner met once (a conversation of one item) made an entry no record used, and the
+# collector walked them all (see `laser_memory.doorkeeper`).
+_OWNERS_MET = Doorkeeper()
 
 
 def _uncached_part(text: str) -> bytes:
@@ -316,11 +321,17 @@ def _uncached_part(text: str) -> bytes:
     return _HASHED + hashlib.blake2b(raw, digest_size=16).digest()
 
 
+# The caches of key parts below keep what comes again: a tenant's, a tag's, an owner's.
+# Tenants by the ten thousand each come again; past what a cache holds, or met once (a
+# hundred thousand tenants of an item each), an entry was only memory the garbage
+# collector walked at each full collection: such a fold ran at 31k records/s, 42k with
+# caches of 16 entries (`cached_when_repeated`, once full, keeps only what comes again).
+
 #: `_uncached_part`, cached: names and tags repeat.
-_part = functools.lru_cache(maxsize=1 << 16)(_uncached_part)
+_part = cached_when_repeated(maxsize=1 << 16)(_uncached_part)
 
 
-@functools.lru_cache(maxsize=1 << 14)  # one per tenant and namespace: tenants are many
+@cached_when_repeated(maxsize=1 << 14)  # one per tenant and namespace: tenants are many
 def _scope(tenant: str, namespace: str) -> bytes:
     return _part(tenant) + _SEP + _part(namespace) + _SEP
 
@@ -366,7 +377,7 @@ def _check_count(value: object, what: str) -> None:
         raise InvalidInput(f"{what} is a whole number, 0 or more, got {shown(value)}")
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@cached_when_repeated(maxsize=1 << 16)
 def _tag_prefix(index: bytes, tenant: str, namespace: str, tag: str) -> bytes:
     return index + _scope(tenant, namespace) + _part(tag) + _SEP
 
@@ -392,7 +403,7 @@ def _owner_prefixes(
     return prefixes, b"\x95" + _encoder.encode(conversation) + rest
 
 
-@functools.lru_cache(maxsize=1 << 14)  # one per tenant and owner, conversations aside
+@cached_when_repeated(maxsize=1 << 14)  # one per tenant and owner, conversations aside
 def _owner_parts(
     tenant: str,
     namespace: str,
@@ -414,7 +425,7 @@ def _owner_parts(
 
 
 #: `_owner_prefixes`, cached: `_index_entries` meets the same owners again and again.
-_recency_prefixes = functools.lru_cache(maxsize=1 << 14)(_owner_prefixes)
+_recency_prefixes = cached_when_repeated(maxsize=1 << 14)(_owner_prefixes)
 
 
 def _index_entries(
@@ -1016,12 +1027,16 @@ class MemoryView:
             ),
             new_item_parts(conversation, record),
         )  # fmt: skip
+        key = (scope, record.ns, record.kind)
+        if not _OWNERS_MET.admits(key):
+            return owner
         if len(self._owners) >= 1 << 14:
             # A crude bound: owners repeat. Records of ten thousand owners interleave
             # on a log of ten thousand tenants; 4,096, cleared when full, met nearly
             # every one afresh (the fold ran at half its rate). About 1 KB an owner.
             self._owners.clear()
-        self._owners[(scope, record.ns, record.kind)] = owner
+            _OWNERS_MET.overflowed()
+        self._owners[key] = owner
         return owner
 
     def _apply_one(self, txn, log_record: LogRecord, generation: str, items, named) -> None:

@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from .doorkeeper import Doorkeeper
 from .errors import InvalidRecord, RecordDecodeError, UnsupportedSchemaVersion, shown
 from .scope import Lifetime, MemoryScope
 
@@ -387,6 +388,10 @@ _MALFORMED = HeaderReading(
     (RecordDecodeError, "its headers are not (name, bytes) pairs, as the log port hands them"),
 )
 _MAX_READINGS = 1 << 14
+#: Once the readings overflow, a set is kept from its second reading on: one met once
+#: (a tenant of one record) was an entry the garbage collector walked at each full
+#: collection (see `laser_memory.doorkeeper`).
+_READINGS_MET = Doorkeeper()
 _MAX_READ_HEADER_BYTES = 1024
 
 
@@ -416,9 +421,10 @@ def read_headers(headers: Headers) -> HeaderReading:
         size = _frozen_size(headers)
         if size < 0:
             return reading  # it could change: read again next time
-        if size <= _MAX_READ_HEADER_BYTES:
+        if size <= _MAX_READ_HEADER_BYTES and _READINGS_MET.admits(headers):
             if len(_READINGS) >= _MAX_READINGS:
                 _READINGS.clear()
+                _READINGS_MET.overflowed()
             _READINGS[headers] = reading  # type: ignore[index]
     _last_reading = (headers, reading)
     return reading

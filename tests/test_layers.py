@@ -10,6 +10,7 @@ import pytest
 
 LOWER = [
     "laser_memory.errors",
+    "laser_memory.doorkeeper",
     "laser_memory.records",
     "laser_memory.ids",
     "laser_memory.scope",

@@ -41,6 +41,7 @@ import lmdb
 import msgspec
 
 from ..clock import SYSTEM_CLOCK, Clock, validate_clock
+from ..doorkeeper import Doorkeeper
 from ..errors import (
     ConfigError,
     InvalidRecord,
@@ -154,6 +155,9 @@ _SHARED_HEADERS: dict[bytes, tuple] = {}
 # are not kept, so the sets kept hold at most about 20 MB.
 _MAX_SHARED_HEADERS = 1 << 14
 _MAX_SHARED_HEADER_BYTES = 1024
+# Once the sets overflow, one is kept from its second reading on (one met once only made
+# the collector's walks longer; see `laser_memory.doorkeeper`).
+_SHARED_HEADERS_MET = Doorkeeper()
 _NEXT_TOPIC_NUMBER = b"\x00next-topic-number"
 
 
@@ -183,9 +187,12 @@ def _log_records(
                 headers = _SHARED_HEADERS.get(packed)
                 if headers is None:
                     headers = _headers_decoder.decode(packed)
-                    if len(packed) <= _MAX_SHARED_HEADER_BYTES:
+                    if len(packed) <= _MAX_SHARED_HEADER_BYTES and _SHARED_HEADERS_MET.admits(
+                        packed
+                    ):
                         if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
                             _SHARED_HEADERS.clear()
+                            _SHARED_HEADERS_MET.overflowed()
                         _SHARED_HEADERS[packed] = headers
                 last_raw = raw_headers
         except msgspec.DecodeError as exc:
