@@ -159,3 +159,29 @@ def test_a_file_that_is_no_runs_json_gets_a_message(tmp_path):
         assert done.returncode == 1
         assert "is not the JSON a run of python -m benchmarks writes" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_each_benchmark_runs_in_a_process_of_its_own_and_reports_the_same(tmp_path):
+    """Two benchmarks, each in a process of its own, give what they give run in this
+    one: their figures come back through the JSON their process writes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LASER_KAFKA_BOOTSTRAP"}
+    found = {}
+    for how in ([], ["--in-process"]):
+        out = tmp_path / f"run{len(how)}.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "--quick", "--only", "kafka_remember", "locomo",
+             "--json", str(out), *how],
+            capture_output=True, text=True, env=env, check=False,
+            cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "running kafka_remember..." in done.stderr and "running locomo..." in done.stderr
+        assert "remember on Kafka" in done.stdout and "not measured" in done.stdout
+        found[tuple(how)] = json.loads(out.read_text())["not_measured"]
+    assert [m["benchmark"] for m in found[()]] == ["kafka_remember", "locomo"]
+    assert found[()] == found[("--in-process",)]
