@@ -91,7 +91,9 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
         ):
             if value is None and field not in ("stream", "tenant"):
                 continue
-            if plain and value and value in _VALID_NAMES:
+            if plain and (value in _VALID_NAMES if value else field in ("stream", "tenant")):
+                # Checked before, or the empty stream or tenant (the default tenant, met
+                # at every new scope of most writers), which is always valid.
                 continue
             validate_name(value, field, allow_empty=field in ("stream", "tenant"))  # type: ignore[arg-type]
             if plain and value:

@@ -8,6 +8,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import laser_memory as lm
 from laser_memory.errors import InvalidId, InvalidName, UnknownKind
@@ -235,6 +237,17 @@ def test_murmur2_matches_the_java_client():
         # Placed again (the hash is kept) and from a bytearray: the same partition.
         assert partition_for(bytearray(key), 7) == (signed & 0x7FFFFFFF) % 7
         assert partition_for(key, 5) == (signed & 0x7FFFFFFF) % 5
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=300))
+def test_murmur2_is_aiokafkas_for_any_key(key):
+    """Ours reads a key's words at once; aiokafka's (the Java client's, byte by byte) says
+    what it must give, for every length's tail and for keys past 63 words."""
+    from aiokafka.partitioner import murmur2 as aiokafkas
+
+    assert murmur2(key) == aiokafkas(key)
+    assert murmur2(bytearray(key)) == aiokafkas(key)
 
 
 def test_a_forked_child_never_mints_the_ids_its_parent_mints():
