@@ -90,6 +90,8 @@ def main() -> None:
         action="store_true",
         help="run every benchmark in this process, not each in one of its own",
     )
+    # How a run starts each benchmark's own process: it only writes the JSON.
+    parser.add_argument("--apart", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     settings = {"quick": args.quick, "kafka": args.kafka, "locomo": args.locomo}
     figures: list[Figure] = []
@@ -104,12 +106,8 @@ def main() -> None:
             measured = _run_apart(name, args)
         for figure in measured:
             (missing if isinstance(figure, NotMeasured) else figures).append(figure)
-    print(f"\n{'benchmark':<11} {'figure':<38} {'value':>14} {'unit':<10} ratio to baseline")
-    for f in figures:
-        ratio = f"{f.ratio:8.3f}x {f.baseline}" if f.ratio is not None else ""
-        print(f"{f.benchmark:<11} {f.name:<38} {f.value:14,.3f} {f.unit:<10} {ratio}")
-    for m in missing:
-        print(f"{m.benchmark:<11} {m.name:<38} {'not measured':>14} {m.reason}")
+    if not args.apart:
+        _print_table(figures, missing)
     result = {
         "machine": machine(),
         "settings": settings,
@@ -119,14 +117,24 @@ def main() -> None:
     }
     with open(args.json, "w") as out:
         json.dump(result, out, indent=2)
-    print(f"\nwrote {args.json} ({result['seconds']} s)", file=sys.stderr)
+    if not args.apart:
+        print(f"\nwrote {args.json} ({result['seconds']} s)", file=sys.stderr)
+
+
+def _print_table(figures: list[Figure], missing: list[NotMeasured]) -> None:
+    print(f"\n{'benchmark':<11} {'figure':<38} {'value':>14} {'unit':<10} ratio to baseline")
+    for f in figures:
+        ratio = f"{f.ratio:8.3f}x {f.baseline}" if f.ratio is not None else ""
+        print(f"{f.benchmark:<11} {f.name:<38} {f.value:14,.3f} {f.unit:<10} {ratio}")
+    for m in missing:
+        print(f"{m.benchmark:<11} {m.name:<38} {'not measured':>14} {m.reason}")
 
 
 def _run_apart(name: str, args: argparse.Namespace) -> list[Figure | NotMeasured]:
     """The figures of benchmark ``name`` run by ``python -m benchmarks --only name`` in a
     process of its own, read back from the JSON it writes (its progress goes to this
-    process's stderr; its table is not printed)."""
-    command = [sys.executable, "-m", "benchmarks", "--only", name]
+    process's stderr)."""
+    command = [sys.executable, "-m", "benchmarks", "--apart", "--only", name]
     if args.quick:
         command.append("--quick")
     if args.kafka:
@@ -135,7 +143,7 @@ def _run_apart(name: str, args: argparse.Namespace) -> list[Figure | NotMeasured
         command += ["--locomo", args.locomo]
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "figures.json")
-        done = subprocess.run([*command, "--json", out], stdout=subprocess.DEVNULL, check=False)
+        done = subprocess.run([*command, "--json", out], check=False)
         if done.returncode != 0:
             raise SystemExit(f"benchmark {name} failed (exit status {done.returncode})")
         with open(out, "rb") as file:
