@@ -70,7 +70,6 @@ from typing import Generic, TypeVar
 import msgspec
 import numpy as np
 
-from laser_memory.doorkeeper import Doorkeeper
 from laser_memory.embedding import is_label
 from laser_memory.errors import InvalidBody, LaserError, RecordDecodeError, printable, shown
 from laser_memory.ids import MemoryId, validate_name
@@ -541,7 +540,6 @@ class _NoEntries(dict):
 _NO_ENTRIES: dict = _NoEntries()
 _force_setattr = msgspec.structs.force_setattr
 _SCOPES_SHARED = 1 << 14  # scope objects the fold shares among items: tenants are many
-_SCOPES_MET = Doorkeeper()  # one for every fold: a tenant-bound fold each may be many
 
 
 class ItemState(
@@ -993,13 +991,11 @@ class MemoryState:
                     scope = record.scope
                     shared = self._scopes.get(scope)
                     if shared is None:
-                        # Once the scopes overflow, kept from its second item on: a
-                        # scope of one item (a conversation each) shares nothing.
-                        if _SCOPES_MET.admits(scope):
-                            if len(self._scopes) >= _SCOPES_SHARED:
-                                self._scopes.clear()
-                                _SCOPES_MET.overflowed()
-                            self._scopes[scope] = scope
+                        # Kept even when met once: its item holds it anyway, and
+                        # asking a doorkeeper first cost more than the entry.
+                        if len(self._scopes) >= _SCOPES_SHARED:
+                            self._scopes.clear()
+                        self._scopes[scope] = scope
                     else:
                         _force_setattr(record, "scope", shared)
                     _force_setattr(record, "ns", self.namespace)

@@ -1,6 +1,6 @@
 """A doorkeeper for caches: once a cache overflows, keep only what was met before.
 
-The fold caches what an owner's records share (a checked scope, its keys, its encoded
+The managed view's fold caches what an owner's records share (its keys, its encoded
 parts, its header set), because owners repeat. Some do not: a conversation of one item,
 one of a hundred thousand tenants. Cached anyway, each such owner cost the cache an entry
 it never used, and the garbage collector a walk over every entry at each full collection:
@@ -11,7 +11,8 @@ Each such cache asks its `Doorkeeper` before it keeps a value. Until the cache f
 overflows (cleared when full), it keeps everything, as it did, and the doorkeeper notes
 nothing: ten thousand tenants whose records come again and again fit, and are kept at
 their first sighting. From then on it keeps a value only for a key met before. (The
-writes' caches keep everything: there, noting every new owner cost more than it saved.)
+writes' caches, the checked scopes and the in-process fold's shared scopes keep
+everything: there, noting every new owner cost more than it saved.)
 
 >>> seen = Doorkeeper()
 >>> seen.met_before(("acme", "notes"))

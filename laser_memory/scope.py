@@ -15,7 +15,6 @@ from typing import Literal
 
 import msgspec
 
-from .doorkeeper import Doorkeeper
 from .ids import validate_name
 
 __all__ = ["Lifetime", "MemoryScope"]
@@ -25,9 +24,6 @@ Lifetime = Literal["session", "durable"]
 
 # Scopes already checked: writes and folds meet the same few scopes again and again.
 _VALID: set[MemoryScope] = set()
-# Once the set overflows, a scope is kept from its second check on: a scope met once (a
-# conversation of one item) only made the set, which the garbage collector walks, longer.
-_VALID_MET = Doorkeeper()
 # Plain, non-empty names of a scope's owner (stream, tenant, agent, user, application)
 # already checked: one rule for all of them but the empty name, which is never kept.
 # Bounded at 16,384 names (of at most 255 bytes): tenants may be that many.
@@ -70,11 +66,12 @@ class MemoryScope(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True,
                 if value is not None and type(value) is not str:
                     # A str subclass, which no record can carry: the text it holds.
                     msgspec.structs.force_setattr(self, field, str.__str__(value))
-        if _VALID_MET.admits(self):
-            if len(_VALID) >= 1 << 14:
-                _VALID.clear()  # a crude bound: scopes repeat (16,384: tenants are many)
-                _VALID_MET.overflowed()
-            _VALID.add(self)
+        # Kept even when met once (a conversation of one item): asking a doorkeeper
+        # first cost a fresh handle's fold of such a log a fifth more than the set's
+        # entries cost the garbage collector (`laser_memory.doorkeeper`).
+        if len(_VALID) >= 1 << 14:
+            _VALID.clear()  # a crude bound: scopes repeat (16,384: tenants are many)
+        _VALID.add(self)
         return self
 
     def _check(self, plain: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The doorkeeper of the fold's and the writes' caches: once a cache overflows it keeps
+"""The doorkeeper of the managed view's fold's caches: once a cache overflows it keeps
 only keys met before, and whatever it keeps or drops, every record folds where it
 belongs (past the caches' bounds too, on both logs, for every tenant)."""
 
