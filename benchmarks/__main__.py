@@ -119,6 +119,10 @@ def main() -> None:
         json.dump(result, out, indent=2)
     if not args.apart:
         print(f"\nwrote {args.json} ({result['seconds']} s)", file=sys.stderr)
+    failed = [m.benchmark for m in missing if m.name == _FAILED]
+    if failed:
+        # The rest of the run is kept and written; the exit status still says it failed.
+        raise SystemExit(f"failed: {', '.join(failed)} (what each printed is above)")
 
 
 def _print_table(figures: list[Figure], missing: list[NotMeasured]) -> None:
@@ -130,10 +134,14 @@ def _print_table(figures: list[Figure], missing: list[NotMeasured]) -> None:
         print(f"{m.benchmark:<11} {m.name:<38} {'not measured':>14} {m.reason}")
 
 
+_FAILED = "every figure"
+
+
 def _run_apart(name: str, args: argparse.Namespace) -> list[Figure | NotMeasured]:
     """The figures of benchmark ``name`` run by ``python -m benchmarks --only name`` in a
     process of its own, read back from the JSON it writes (its progress goes to this
-    process's stderr)."""
+    process's stderr). A benchmark whose process fails is one row, not measured, saying
+    so: the benchmarks after it still run."""
     command = [sys.executable, "-m", "benchmarks", "--apart", "--only", name]
     if args.quick:
         command.append("--quick")
@@ -145,7 +153,8 @@ def _run_apart(name: str, args: argparse.Namespace) -> list[Figure | NotMeasured
         out = os.path.join(folder, "figures.json")
         done = subprocess.run([*command, "--json", out], check=False)
         if done.returncode != 0:
-            raise SystemExit(f"benchmark {name} failed (exit status {done.returncode})")
+            reason = f"its process failed with exit status {done.returncode} (its output is above)"
+            return [NotMeasured(benchmark=name, name=_FAILED, reason=reason)]
         with open(out, "rb") as file:
             result = msgspec.json.decode(file.read())
     return [

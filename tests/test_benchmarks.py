@@ -185,3 +185,29 @@ def test_each_benchmark_runs_in_a_process_of_its_own_and_reports_the_same(tmp_pa
         found[tuple(how)] = json.loads(out.read_text())["not_measured"]
     assert [m["benchmark"] for m in found[()]] == ["kafka_remember", "locomo"]
     assert found[()] == found[("--in-process",)]
+
+
+def test_a_benchmark_that_fails_is_a_row_saying_so_and_the_run_goes_on(tmp_path):
+    """A benchmark whose process fails (here LoCoMo from a folder with no files) costs the
+    run that benchmark's figures, not the others': they are written, it is one row not
+    measured with why, and the exit status says the run failed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LASER_KAFKA_BOOTSTRAP"}
+    out = tmp_path / "run.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "locomo", "kafka_remember",
+         "--locomo", str(tmp_path / "no-such-folder"), "--json", str(out)],
+        capture_output=True, text=True, env=env, check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "no LoCoMo conversation files" in done.stderr  # its own message, passed on
+    assert "failed: locomo" in done.stderr
+    missing = json.loads(out.read_text())["not_measured"]
+    assert missing[0]["benchmark"] == "locomo" and "exit status 1" in missing[0]["reason"]
+    assert missing[1] == {"benchmark": "kafka_remember", "name": "remember on Kafka",
+                          "reason": NO_BROKER}  # fmt: skip
