@@ -307,7 +307,7 @@ def _weight_of(inverted: bytes) -> float:
 
 _MAX_PART = 64
 _HASHED = b"\x01"  # never starts a name or a word, so a digest never meets a plain part
-# Once a view's ``_owners`` overflows, owners are kept from their second remember on: an
+# Once the views' ``_owners`` overflow, owners are kept from their second remember on: an
 # owner met once (a conversation of one item) made an entry no record used, and the
 # collector walked them all (see `laser_memory.doorkeeper`).
 _OWNERS_MET = Doorkeeper()
@@ -1027,16 +1027,10 @@ class MemoryView:
             ),
             new_item_parts(conversation, record),
         )  # fmt: skip
-        key = (scope, record.ns, record.kind)
-        if not _OWNERS_MET.admits(key):
-            return owner
-        if len(self._owners) >= 1 << 14:
-            # A crude bound: owners repeat. Records of ten thousand owners interleave
-            # on a log of ten thousand tenants; 4,096, cleared when full, met nearly
-            # every one afresh (the fold ran at half its rate). About 1 KB an owner.
-            self._owners.clear()
-            _OWNERS_MET.overflowed()
-        self._owners[key] = owner
+        # A crude bound, 16,384: owners repeat. Records of ten thousand owners interleave
+        # on a log of ten thousand tenants; 4,096, cleared when full, met nearly every one
+        # afresh (the fold ran at half its rate). About 1 KB an owner.
+        _OWNERS_MET.keep(self._owners, (scope, record.ns, record.kind), owner, 1 << 14)
         return owner
 
     def _apply_one(self, txn, log_record: LogRecord, generation: str, items, named) -> None:

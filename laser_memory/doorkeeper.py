@@ -7,7 +7,7 @@ it never used, and the garbage collector a walk over every entry at each full co
 a fold of a conversation per item spent a fifth of its time in the collector, and one of
 a hundred thousand tenants of one item each a quarter of its time in the caches.
 
-Each such cache asks its `Doorkeeper` before it keeps a value. Until the cache first
+Each such cache keeps a value through its `Doorkeeper` (`Doorkeeper.keep`). Until the cache first
 overflows (cleared when full), it keeps everything, as it did, and the doorkeeper notes
 nothing: ten thousand tenants whose records come again and again fit, and are kept at
 their first sighting. From then on it keeps a value only for a key met before. (The
@@ -85,15 +85,24 @@ class Doorkeeper:
             self._noted = 0
         return False
 
-    def admits(self, key: Hashable) -> bool:
-        """Whether a cache should keep ``key``'s value: always until `overflowed`
-        (noting nothing: a cache that never overflows pays nothing), then only when it
-        was met before (noting it as met)."""
-        return not self._engaged or self.met_before(key)
+    def keep(self, cache: dict, key: Hashable, value: object, limit: int) -> None:
+        """Put ``value`` under ``key`` into ``cache`` (a dict its owner reads directly),
+        clearing it when it holds ``limit`` entries. Until a cache kept through this
+        doorkeeper first overflows, everything is kept and nothing noted (a cache that
+        never overflows pays nothing); from then on only keys met before.
 
-    def overflowed(self) -> None:
-        """Say the cache was full and cleared: from now on it keeps only keys met before."""
-        self._engaged = True
+        >>> cache, seen = {}, Doorkeeper()
+        >>> seen.keep(cache, "a", 1, limit=1); seen.keep(cache, "b", 2, limit=1); cache
+        {'b': 2}
+        >>> seen.keep(cache, "c", 3, limit=1); cache  # new since: not kept
+        {'b': 2}
+        """
+        if self._engaged and not self.met_before(key):
+            return
+        if len(cache) >= limit:
+            cache.clear()
+            self._engaged = True
+        cache[key] = value
 
 
 def cached_when_repeated(maxsize: int) -> Callable[[_Function], _Function]:
@@ -120,11 +129,7 @@ def cached_when_repeated(maxsize: int) -> Callable[[_Function], _Function]:
             value = get(args, _MISSING)
             if value is _MISSING:
                 value = function(*args)
-                if met.admits(args):
-                    if len(kept) >= maxsize:
-                        kept.clear()
-                        met.overflowed()
-                    kept[args] = value
+                met.keep(kept, args, value, maxsize)
             return value
 
         cached.cache_clear = kept.clear  # type: ignore[attr-defined]

@@ -421,11 +421,8 @@ def read_headers(headers: Headers) -> HeaderReading:
         size = _frozen_size(headers)
         if size < 0:
             return reading  # it could change: read again next time
-        if size <= _MAX_READ_HEADER_BYTES and _READINGS_MET.admits(headers):
-            if len(_READINGS) >= _MAX_READINGS:
-                _READINGS.clear()
-                _READINGS_MET.overflowed()
-            _READINGS[headers] = reading  # type: ignore[index]
+        if size <= _MAX_READ_HEADER_BYTES:
+            _READINGS_MET.keep(_READINGS, headers, reading, _MAX_READINGS)
     _last_reading = (headers, reading)
     return reading
 

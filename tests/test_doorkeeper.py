@@ -62,15 +62,18 @@ def test_a_filter_is_emptied_once_it_has_noted_an_eighth_of_its_bits():
 
 
 def test_a_cache_keeps_everything_until_it_overflows_then_only_keys_met_before():
-    seen = Doorkeeper()
+    seen, cache = Doorkeeper(), {}
     # Until then everything, and nothing is noted (a cache that never overflows, ten
     # thousand tenants coming back, pays nothing for its doorkeeper).
-    assert all(seen.admits((i, 1)) for i in range(100))
-    assert seen._noted == 0
-    seen.overflowed()
-    assert not seen.admits((1, 1))  # new since: not kept
-    assert seen.admits((1, 1))  # its second sighting is
-    assert not seen.admits((3, 3)) and seen.admits((3, 3))
+    for i in range(100):
+        seen.keep(cache, (i, 1), i, limit=100)
+    assert len(cache) == 100 and seen._noted == 0
+    seen.keep(cache, (100, 1), 100, limit=100)  # full: cleared, then kept
+    assert cache == {(100, 1): 100}
+    seen.keep(cache, (1, 1), 1, limit=100)  # new since: not kept
+    assert (1, 1) not in cache
+    seen.keep(cache, (1, 1), 1, limit=100)  # its second sighting is
+    assert cache[(1, 1)] == 1 and len(cache) == 2
 
 
 @pytest.mark.parametrize("bits", [0, 4, 3, 1000, -8])

@@ -187,13 +187,10 @@ def _log_records(
                 headers = _SHARED_HEADERS.get(packed)
                 if headers is None:
                     headers = _headers_decoder.decode(packed)
-                    if len(packed) <= _MAX_SHARED_HEADER_BYTES and _SHARED_HEADERS_MET.admits(
-                        packed
-                    ):
-                        if len(_SHARED_HEADERS) >= _MAX_SHARED_HEADERS:
-                            _SHARED_HEADERS.clear()
-                            _SHARED_HEADERS_MET.overflowed()
-                        _SHARED_HEADERS[packed] = headers
+                    if len(packed) <= _MAX_SHARED_HEADER_BYTES:
+                        _SHARED_HEADERS_MET.keep(
+                            _SHARED_HEADERS, packed, headers, _MAX_SHARED_HEADERS
+                        )
                 last_raw = raw_headers
         except msgspec.DecodeError as exc:
             # Damaged on disk (LMDB keeps no checksum of what it stores): failing the
