@@ -60,12 +60,18 @@ def _encoded(pairs: Pairs) -> bytes:
     return _encode((b"".join([tail for tail, _ in pairs]), [owner for _, owner in pairs]))
 
 
+def _at_last(cursor: lmdb.Cursor, prefix: bytes) -> bool:
+    """Put ``cursor`` on the last row whose key is below every key past ``prefix``'s
+    (the last row under it, if there is one); False when there is no such row."""
+    stripped = prefix.rstrip(b"\xff")
+    if stripped and cursor.set_range(stripped[:-1] + bytes([stripped[-1] + 1])):
+        return cursor.prev()
+    return cursor.last()
+
+
 def prefixed_backwards(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Every row under ``prefix``, last key first."""
-    stripped = prefix.rstrip(b"\xff")
-    end = stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else None
-    positioned = cursor.prev() if end is not None and cursor.set_range(end) else cursor.last()
-    if not positioned:
+    if not _at_last(cursor, prefix):
         return
     for key, value in cursor.iterprev():
         if not key.startswith(prefix):
@@ -138,38 +144,44 @@ class RecencyWriter:
                     entries.update(dict.fromkeys(tails, owner))
         self.pending.clear()
         cursor = self._cursor
+        put = cursor.put
         for prefix, entries in by_prefix.items():
             order = sorted(entries)
-            last_key, last = self._last_run(prefix)
             start = 0
-            if last_key is not None:
+            # The prefix's last run, read as it is stored (no pairs made: most flushes
+            # only top it up, and a fold of many owners tops up one a transaction each).
+            last_key = cursor.key() if _at_last(cursor, prefix) else b""
+            if last_key.startswith(prefix):
                 greatest = last_key[-TAIL:]
-                # Entries that land among the ones there (sorted, they come first): each
-                # run they land in is rewritten once, with all of its new entries.
-                while start < len(order) and order[start] <= greatest:
-                    cursor.set_range(prefix + order[start])
-                    run_key = cursor.key()
-                    end = bisect.bisect_right(order, run_key[-TAIL:], start)
-                    self._merge(
-                        prefix,
-                        run_key,
-                        _pairs(cursor.value()),
-                        [(tail, entries[tail]) for tail in order[start:end]],
-                    )
-                    start = end
-                if start == len(order):
-                    continue
-                if start:  # the merges may have split the last run
-                    last_key, last = self._last_run(prefix)
-                if len(last) < RUN:
-                    # Top the last run up, so a fold of small transactions still
-                    # writes full runs.
-                    cursor.set_key(last_key)
+                if order[0] <= greatest:
+                    # Entries that land among the ones there (sorted, they come first):
+                    # each run they land in is rewritten once, with all its new entries.
+                    while start < len(order) and order[start] <= greatest:
+                        cursor.set_range(prefix + order[start])
+                        run_key = cursor.key()
+                        end = bisect.bisect_right(order, run_key[-TAIL:], start)
+                        self._merge(
+                            prefix,
+                            run_key,
+                            _pairs(cursor.value()),
+                            [(tail, entries[tail]) for tail in order[start:end]],
+                        )
+                        start = end
+                    if start == len(order):
+                        continue
+                    # The merges may have split the last run: read it again.
+                    _at_last(cursor, prefix)
+                    last_key = cursor.key()
+                last_tails, last_owners = _decode(cursor.value())
+                room = RUN - len(last_owners)
+                if room > 0:
+                    # Top the last run up, so a fold of small transactions still writes
+                    # full runs. Every new entry is above it: the run's bytes go on.
                     cursor.delete()
-                    entries.update(last)
-                    order = [tail for tail, _ in last] + order[start:]
-                    start = 0
-            put = cursor.put
+                    tails = order[start : start + room]
+                    last_owners.extend([entries[t] for t in tails])
+                    put(prefix + tails[-1], _encode((last_tails + b"".join(tails), last_owners)))
+                    start += len(tails)
             for first in range(start, len(order), RUN):
                 tails = order[first : first + RUN]
                 put(prefix + tails[-1], _encode((b"".join(tails), [entries[t] for t in tails])))
@@ -213,8 +225,9 @@ class RecencyWriter:
             cursor.put(run_key, _encoded(pairs))
 
     def _last_run(self, prefix: bytes) -> tuple[bytes | None, Pairs]:
-        for key, value in prefixed_backwards(self._cursor, prefix):
-            return key, _pairs(value)
+        cursor = self._cursor
+        if _at_last(cursor, prefix) and cursor.key().startswith(prefix):
+            return cursor.key(), _pairs(cursor.value())
         return None, []
 
     def _merge(self, prefix: bytes, run_key: bytes, pairs: Pairs, new: Pairs) -> None:
