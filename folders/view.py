@@ -270,15 +270,27 @@ def new_item_parts(conversation: str, record: Remember) -> NewItemParts:
     """The shared pieces of the states of the new items of ``record``'s owner (see
     `NewItemParts`)."""
     encode = _new_state_encoder.encode
+    # Positional, the pieces that are the same for every owner made once: an owner met
+    # once (a conversation of one item) made them all afresh, at 2.4 us an owner.
     return NewItemParts(
         # The state's array of three, its map of one conversation, that entry's pair.
-        head=msgspec.Raw(b"\x93\x81" + encode(conversation) + b"\x92"),
-        fields=msgspec.Raw(bytes((0x90 | len(_KEPT_ORDER),))),
-        ns=msgspec.Raw(encode(record.ns)),
-        scope=msgspec.Raw(encode(record.scope)),
-        # The state's version, after the kept remember.
-        tail=msgspec.Raw(encode(1)),
+        msgspec.Raw(b"\x93\x81" + encode(conversation) + b"\x92"),
+        _KEPT_FIELDS,
+        _namespace_raw(record.ns),
+        msgspec.Raw(encode(record.scope)),
+        _VERSION_ONE,
     )
+
+
+#: The array header of a kept remember's fields (`NewItemParts.fields`).
+_KEPT_FIELDS = msgspec.Raw(bytes((0x90 | len(_KEPT_ORDER),)))
+#: A new item's state's version, after its kept remember (`NewItemParts.tail`).
+_VERSION_ONE = msgspec.Raw(_new_state_encoder.encode(1))
+
+
+@functools.lru_cache(maxsize=1 << 10)  # a fold meets a few namespaces
+def _namespace_raw(namespace: str) -> msgspec.Raw:
+    return msgspec.Raw(_new_state_encoder.encode(namespace))
 
 
 #: The bytes of the array header of the fold's 18-element state tuple (see
