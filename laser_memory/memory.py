@@ -1242,7 +1242,11 @@ class MemoryHandle:
             return MemoryScope(
                 stream=self.stream,
                 tenant=self._tenant(tenant),
-                conversation=self._conversation(conversation),
+                # Checked as the scope is (`validated`): checked here too, a conversation
+                # per item paid twice at each new scope.
+                conversation=(
+                    conversation if self.conversation is None else self._conversation(conversation)
+                ),
                 **owner,
             ).validated()
         except TypeError as exc:
