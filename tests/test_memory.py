@@ -858,6 +858,21 @@ async def test_an_error_names_the_entry_only_in_a_batch_of_more_than_one(laser: 
         (embedded.remember("x", embedding=[0.5] * 3), r"the embedding has 3 values"),
         (embedded.remember_many([short]), r"the embedding has 3 values"),
         (embedded.remember_many(["a", short]), r"entry 1: the embedding has 3 values"),
+        # An owner the batch has not met, made in its own loop: said with its entry,
+        # and the body's fault first, as a single remember says it.
+        (
+            plain.remember_many([{"body": "a", "conversation": "c"}, {"body": "b", "agent": ""}]),
+            r"entry 1: agent must not be empty",
+        ),
+        (
+            plain.remember_many(["a", {"body": "b", "conversation": "c\x00"}]),
+            r"entry 1: conversation 'c\\x00' contains a control character",
+        ),
+        (plain.remember_many(["a", {"body": "", "conversation": ""}]), r"entry 1: the body is"),
+        (
+            plain.scoped("c1").remember_many([{"body": "b", "conversation": "c2"}]),
+            r"entry 0: this handle is scoped to conversation 'c1'",
+        ),
     ):
         with pytest.raises(lm.InvalidInput) as raised:
             await call
