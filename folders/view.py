@@ -427,13 +427,13 @@ def _owner_parts(
     """What an owner's recency prefixes and value share with every conversation's: the
     prefixes of its owner tags, the start of a conversation tag's prefix, and the
     encoded owner after the conversation (its array header left off)."""
-    tags = _owner_tags(agent, user, application, kind)
-    prefixes = tuple(_tag_prefix(b"R", tenant, namespace, tag) for tag in tags)
-    return (
-        prefixes,
-        b"R" + _scope(tenant, namespace),
-        _encoder.encode((agent, user, application, kind))[1:],
+    # `_tag_prefix(b"R", tenant, namespace, tag)` of each tag, the scope's part looked up
+    # once: a new tenant's (a tenant per item) missed in `_scope` at each tag.
+    scoped = b"R" + _scope(tenant, namespace)
+    prefixes = tuple(
+        [scoped + _part(tag) + _SEP for tag in _owner_tags(agent, user, application, kind)]
     )
+    return prefixes, scoped, _encoder.encode((agent, user, application, kind))[1:]
 
 
 #: `_owner_prefixes`, cached: `_index_entries` meets the same owners again and again.
