@@ -21,7 +21,9 @@
 - The fold of a log whose every item is in a conversation of its own (a session per
   item), of one whose records come from 10,000 tenants interleaved (the same 100
   conversations in each), and of one whose every item is a tenant's own (more tenants
-  than the fold's caches hold), against the fold above (100 conversations, one tenant).
+  than the fold's caches hold), against the fold above (100 conversations, one tenant);
+  and the writes of each such log (`remember_many`, batches of 1,000), against
+  ``remember_many`` of the 100 conversations.
 - The view's layout floor: decoding each record and making the writes the fold makes for
   a new item (its put, only if it is new, and its two newest-first entries written as
   runs; one more put a transaction) with the simplest keys, against the same raw limit.
@@ -242,18 +244,20 @@ async def folded_bytes(log_dir: str, items: int) -> float:
             tracemalloc.stop()
 
 
-async def fold_of(entries: list[dict]) -> float:
-    """Records a second of a rebuild of a log of ``entries`` (`remember_many` entries,
-    written in batches of 1,000 before the clock starts)."""
+async def fold_of(entries: list[dict]) -> tuple[float, float]:
+    """Items a second of writing ``entries`` (`remember_many` in batches of 1,000), and
+    records a second of a rebuild of the log they make."""
     with tempfile.TemporaryDirectory() as log_dir, tempfile.TemporaryDirectory() as view_dir:
         async with lm.connect(f"local://{log_dir}", stream="bench") as laser:
             memory = laser.memory("notes")
             await made_topics(laser)
+            start = time.perf_counter()
             for first in range(0, len(entries), 1000):
                 await memory.remember_many(entries[first : first + 1000])
+            writes = len(entries) / (time.perf_counter() - start)
             start = time.perf_counter()
             await ViewFolder(laser.log, laser.memory_topic_name, view_dir).run(until_caught_up=True)
-            return len(entries) / (time.perf_counter() - start)
+            return writes, len(entries) / (time.perf_counter() - start)
 
 
 #: Tenants of the many-tenant fold: their records interleave, ten items a tenant at 100k.
@@ -298,16 +302,20 @@ async def measure(items: int) -> dict[str, float]:
         # Every item in a conversation of its own (a session per item): each record a new
         # owner, whose orders and checked scope the fold makes afresh, where the main
         # figure's 100 conversations share theirs.
-        per_item = await fold_of(
+        # Their writes are timed too, against the 100 conversations' `remember_many`: a
+        # new owner's scope is made and checked, where the main figure's are met again.
+        per_item_writes, per_item = await fold_of(
             [{"body": e["body"], "conversation": f"session-{i}"} for i, e in enumerate(entries)]
         )
         # The same 100 conversations, in each of many tenants, their records interleaved.
-        tenants = await fold_of(
+        tenants_writes, tenants = await fold_of(
             [{**e, "tenant": f"tenant-{i % TENANTS}"} for i, e in enumerate(entries)]
         )
         # A tenant per item: past what the caches hold (16,384 entries each), owners met
         # once; the caches keep only what comes again once they overflow.
-        tenant_each = await fold_of([{**e, "tenant": f"tenant-{i}"} for i, e in enumerate(entries)])
+        tenant_each_writes, tenant_each = await fold_of(
+            [{**e, "tenant": f"tenant-{i}"} for i, e in enumerate(entries)]
+        )
         return {
             "remember_many items/s": writes,
             "concurrent remember items/s": gathered,
@@ -320,6 +328,9 @@ async def measure(items: int) -> dict[str, float]:
             "fold, a conversation per item records/s": per_item,
             f"fold, {TENANTS:,} tenants records/s": tenants,
             "fold, a tenant per item records/s": tenant_each,
+            "remember_many, a conversation per item items/s": per_item_writes,
+            f"remember_many, {TENANTS:,} tenants items/s": tenants_writes,
+            "remember_many, a tenant per item items/s": tenant_each_writes,
             "raw decode+put records/s": (decode_before + decode_after) / 2,
             "view puts records/s": view_puts(values, transaction),
             "log bytes/item": disk_bytes(log_dir) / items,
@@ -360,6 +371,18 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
             "records/s",
         ),
         "fold (rebuild), a tenant per item": (r["fold, a tenant per item records/s"], "records/s"),
+        "remember_many, a conversation per item": (
+            r["remember_many, a conversation per item items/s"],
+            "items/s",
+        ),
+        f"remember_many, {TENANTS:,} tenants interleaved": (
+            r[f"remember_many, {TENANTS:,} tenants items/s"],
+            "items/s",
+        ),
+        "remember_many, a tenant per item": (
+            r["remember_many, a tenant per item items/s"],
+            "items/s",
+        ),
         "log on disk": (r["log bytes/item"], "bytes/item"),
         "view on disk": (r["view bytes/item"], "bytes/item"),
         "in-process fold in memory": (r["in-process fold bytes/item"], "bytes/item"),
@@ -376,6 +399,9 @@ def run(quick: bool = False, **_: object) -> list[Figure]:
         "fold (rebuild), a conversation per item": "fold (rebuild)",
         f"fold (rebuild), {TENANTS:,} tenants interleaved": "fold (rebuild)",
         "fold (rebuild), a tenant per item": "fold (rebuild)",
+        "remember_many, a conversation per item": "remember_many",
+        f"remember_many, {TENANTS:,} tenants interleaved": "remember_many",
+        "remember_many, a tenant per item": "remember_many",
         "view on disk": "log on disk",
         "in-process fold in memory": "log on disk",
     }
@@ -424,6 +450,21 @@ def main() -> None:
             "fold, a tenant per item / fold",
             "fold, a tenant per item records/s",
             "fold records/s",
+        ),
+        (
+            "remember_many, a conversation per item / remember_many",
+            "remember_many, a conversation per item items/s",
+            "remember_many items/s",
+        ),
+        (
+            f"remember_many, {TENANTS:,} tenants / remember_many",
+            f"remember_many, {TENANTS:,} tenants items/s",
+            "remember_many items/s",
+        ),
+        (
+            "remember_many, a tenant per item / remember_many",
+            "remember_many, a tenant per item items/s",
+            "remember_many items/s",
         ),
         ("view puts / raw decode+put", "view puts records/s", "raw decode+put records/s"),
         ("fold / view puts", "fold records/s", "view puts records/s"),
