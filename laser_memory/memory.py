@@ -1241,9 +1241,12 @@ class MemoryHandle:
         try:
             return MemoryScope(
                 stream=self.stream,
-                tenant=self._tenant(tenant),
-                # Checked as the scope is (`validated`): checked here too, a conversation
-                # per item paid twice at each new scope.
+                # Checked as the scope is (`validated`), when the handle is bound to none:
+                # checked here too, a tenant or conversation per item paid twice at each
+                # new scope.
+                tenant=(
+                    tenant if self.tenant is None and tenant is not None else self._tenant(tenant)
+                ),
                 conversation=(
                     conversation if self.conversation is None else self._conversation(conversation)
                 ),
