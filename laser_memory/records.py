@@ -355,6 +355,34 @@ def header_value(headers: Headers, name: str) -> bytes | None:
     return None
 
 
+def plain_tenant_header(headers: Headers) -> bytes | None:
+    """The bytes of the first tenant header (as `header_value` finds it) when
+    ``headers`` are a tuple of (str, bytes) pairs, as the logs hand them; None when
+    there is none, or for headers of any other shape (`read_headers` reads those).
+
+    A fold bound to one tenant passes over another's records by it: for such headers
+    `read_headers` names another tenant exactly when these bytes differ from the
+    tenant's own, encoded (a header that is no UTF-8 names no tenant, and differs).
+
+    >>> plain_tenant_header((("lm-ns", b"notes"), ("lm-tenant", b"acme")))
+    b'acme'
+    """
+    if type(headers) is not tuple:
+        return None
+    found = None
+    for header in headers:
+        if not (
+            type(header) is tuple
+            and len(header) == 2
+            and type(header[0]) is str
+            and type(header[1]) is bytes
+        ):
+            return None
+        if found is None and header[0] == HEADER_TENANT:
+            found = header[1]
+    return found
+
+
 _VERSION_HEADER = str(SCHEMA_VERSION).encode()
 
 

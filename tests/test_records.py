@@ -338,6 +338,49 @@ def test_newer_schema_version_is_refused_from_header():
             decode_record(wire.value, tuple(unreadable))
 
 
+_HEADER_NAMES = st.sampled_from(["lm-ns", "lm-tenant", "lm-op", "lm-v", "x-other"])
+_HEADER_VALUES = st.one_of(
+    st.sampled_from([b"acme", b"globex", b"", b"\xff", "caf\u00e9".encode(), b"notes"]),
+    st.binary(max_size=4),
+)
+_HEADER = st.one_of(
+    st.tuples(_HEADER_NAMES, _HEADER_VALUES),
+    st.tuples(_HEADER_NAMES, _HEADER_VALUES).map(list),  # a custom log's pairs
+    st.tuples(_HEADER_NAMES, st.sampled_from(["acme", "globex"])),  # text, not bytes
+    st.tuples(_HEADER_NAMES, _HEADER_VALUES.map(bytearray)),
+    st.tuples(_HEADER_NAMES),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    headers=st.one_of(
+        st.lists(_HEADER, max_size=6).map(tuple), st.lists(_HEADER, max_size=6), st.integers()
+    ),
+    own=st.sampled_from(["acme", "globex", "", "caf\u00e9"]),
+)
+def test_a_bound_fold_passes_over_by_the_tenant_bytes_as_by_the_full_reading(headers, own):
+    """A fold bound to one tenant passes over another tenant's record by its tenant
+    header's bytes (`plain_tenant_header`) before reading its headers in full: whenever
+    those bytes are given, they name another tenant exactly when the full reading does,
+    duplicated tenant headers, bytes that are no UTF-8 and empty names included; headers
+    of any other shape give none, and are read in full."""
+    from laser_memory.records import HEADER_TENANT, plain_tenant_header, read_headers
+
+    tenant_bytes = plain_tenant_header(headers)
+    reading = read_headers(headers)
+    if tenant_bytes is None:
+        plain = type(headers) is tuple and all(
+            type(h) is tuple and len(h) == 2 and type(h[0]) is str and type(h[1]) is bytes
+            for h in headers
+        )
+        assert not plain or reading.tenant is None
+        return
+    assert reading.tenant is not None  # its text, or bytes that are no UTF-8
+    assert (tenant_bytes != own.encode()) == (reading.tenant is not None and reading.tenant != own)
+    assert tenant_bytes == dict(reversed(headers))[HEADER_TENANT]  # the first one
+
+
 def test_every_copy_of_a_headers_set_reads_as_the_set_says():
     """Reads pass over other namespaces' and tenants' records by what their headers say,
     remembered per distinct set: whatever was read before (sets interleaved, the same
