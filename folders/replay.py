@@ -40,6 +40,7 @@ from laser_memory.records import (
     NamedSet,
     Remember,
     Superseded,
+    plain_tenant_header,
     read_headers,
 )
 
@@ -147,6 +148,7 @@ class _Kept:
     ):
         self.namespace = None if namespace is None else validate_name(namespace, "namespace")
         self.tenant = _tenant_or_none(tenant)
+        self._tenant_bytes = None if self.tenant is None else self.tenant.encode()
         self.since_ms = _millis_or_none(since_ms, "since_ms")
         self.until_ms = _millis_or_none(until_ms, "until_ms")
         if (
@@ -175,6 +177,12 @@ class _Kept:
         if until_ms is not None and log_record.append_time_ms > until_ms:
             return None
         namespace, tenant = self.namespace, self.tenant
+        if tenant is not None:
+            # Another tenant's record, told by its tenant header's bytes before the
+            # headers are read in full (`MemoryState.apply` does the same).
+            tenant_bytes = plain_tenant_header(log_record.headers)
+            if tenant_bytes is not None and tenant_bytes != self._tenant_bytes:
+                return None
         # A header that is no UTF-8 is read as bytes, which name no namespace or tenant.
         header, owner, _ = read_headers(log_record.headers)
         if namespace is not None and header is not None and header != namespace:
