@@ -367,20 +367,8 @@ def plain_tenant_header(headers: Headers) -> bytes | None:
     >>> plain_tenant_header((("lm-ns", b"notes"), ("lm-tenant", b"acme")))
     b'acme'
     """
-    if type(headers) is not tuple:
-        return None
-    found = None
-    for header in headers:
-        if not (
-            type(header) is tuple
-            and len(header) == 2
-            and type(header[0]) is str
-            and type(header[1]) is bytes
-        ):
-            return None
-        if found is None and header[0] == HEADER_TENANT:
-            found = header[1]
-    return found
+    plain = _plain_pairs(headers)
+    return None if plain is None else plain[1]
 
 
 _VERSION_HEADER = str(SCHEMA_VERSION).encode()
@@ -446,21 +434,23 @@ def read_headers(headers: Headers) -> HeaderReading:
             # Not (name, bytes) pairs: a log of one's own that breaks the port. Its
             # records are set aside with this reason; raising here stopped the fold.
             return _MALFORMED
-        size = _frozen_size(headers)
-        if size < 0:
+        plain = _plain_pairs(headers)
+        if plain is None:
             return reading  # it could change: read again next time
-        if size <= _MAX_READ_HEADER_BYTES:
+        if plain[0] <= _MAX_READ_HEADER_BYTES:
             _READINGS_MET.keep(_READINGS, headers, reading, _MAX_READINGS)
     _last_reading = (headers, reading)
     return reading
 
 
-def _frozen_size(headers: Headers) -> int:
-    """The bytes of a tuple of (str, bytes) pairs, which cannot change once read; -1
-    for anything else (a custom log's lists)."""
+def _plain_pairs(headers: Headers) -> tuple[int, bytes | None] | None:
+    """For a tuple of (str, bytes) pairs, which cannot change once read: their bytes,
+    and the first tenant header's value (None if there is none); None for anything
+    else (a custom log's lists)."""
     if type(headers) is not tuple:
-        return -1
+        return None
     size = 0
+    tenant = None
     for header in headers:
         if not (
             type(header) is tuple
@@ -468,9 +458,11 @@ def _frozen_size(headers: Headers) -> int:
             and type(header[0]) is str
             and type(header[1]) is bytes
         ):
-            return -1
+            return None
         size += len(header[0]) + len(header[1])
-    return size
+        if tenant is None and header[0] == HEADER_TENANT:
+            tenant = header[1]
+    return size, tenant
 
 
 def _header_text(headers: Headers, name: str) -> str | bytes | None:
