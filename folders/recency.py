@@ -69,6 +69,12 @@ def _at_last(cursor: lmdb.Cursor, prefix: bytes) -> bool:
     return cursor.last()
 
 
+def _key(cursor: lmdb.Cursor) -> bytes:
+    """The key under ``cursor``: bytes, as the view's environment is opened (its stubs
+    say a buffer may come)."""
+    return cursor.key()  # type: ignore[return-value]
+
+
 def prefixed_backwards(cursor: lmdb.Cursor, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Every row under ``prefix``, last key first."""
     if not _at_last(cursor, prefix):
@@ -150,7 +156,7 @@ class RecencyWriter:
             start = 0
             # The prefix's last run, read as it is stored (no pairs made: most flushes
             # only top it up, and a fold of many owners tops up one a transaction each).
-            last_key = cursor.key() if _at_last(cursor, prefix) else b""
+            last_key = _key(cursor) if _at_last(cursor, prefix) else b""
             if last_key.startswith(prefix):
                 greatest = last_key[-TAIL:]
                 if order[0] <= greatest:
@@ -169,9 +175,8 @@ class RecencyWriter:
                         start = end
                     if start == len(order):
                         continue
-                    # The merges may have split the last run: read it again.
+                    # The merges may have split the last run: find it again.
                     _at_last(cursor, prefix)
-                    last_key = cursor.key()
                 last_tails, last_owners = _decode(cursor.value())
                 room = RUN - len(last_owners)
                 if room > 0:
@@ -226,8 +231,8 @@ class RecencyWriter:
 
     def _last_run(self, prefix: bytes) -> tuple[bytes | None, Pairs]:
         cursor = self._cursor
-        if _at_last(cursor, prefix) and cursor.key().startswith(prefix):
-            return cursor.key(), _pairs(cursor.value())
+        if _at_last(cursor, prefix) and _key(cursor).startswith(prefix):
+            return _key(cursor), _pairs(cursor.value())
         return None, []
 
     def _merge(self, prefix: bytes, run_key: bytes, pairs: Pairs, new: Pairs) -> None:
