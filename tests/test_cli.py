@@ -735,6 +735,52 @@ def test_fold_prints_status_lines_as_often_as_asked_and_none_at_0(tmp_path):
     assert "view:       " + view in run("stats", "--view", view)
 
 
+def test_fold_and_rebuild_freeze_start_up_objects_only_while_they_fold(tmp_path, monkeypatch):
+    """The garbage collector's full collections walked every object of the process's
+    start-up at each pass of a long fold: `fold` and `rebuild` freeze them while they
+    fold, and unfreeze them after (as a failed fold does), so a program that runs the
+    command inside itself gets its collector back as it was; one that froze objects of
+    its own keeps them frozen."""
+    import gc
+
+    from folders.service import ViewFolder
+
+    url, view = f"local://{tmp_path / 'log'}", str(tmp_path / "view")
+    run("remember", "first", "--url", url)
+    frozen_while_folding: list[int] = []
+    real_run = ViewFolder.run
+
+    async def watched_run(self, *args, **kwargs):
+        frozen_while_folding.append(gc.get_freeze_count())
+        return await real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(ViewFolder, "run", watched_run)
+    assert gc.get_freeze_count() == 0
+    run("fold", "--url", url, "--view", view, "--exit-when-caught-up")
+    run("rebuild", "--url", url, "--view", view)
+    assert len(frozen_while_folding) == 2 and min(frozen_while_folding) > 1000
+    assert gc.get_freeze_count() == 0
+
+    async def failing_run(self, *args, **kwargs):
+        frozen_while_folding.append(gc.get_freeze_count())
+        raise lm.ViewMismatch("the view belongs to another log")
+
+    monkeypatch.setattr(ViewFolder, "run", failing_run)
+    said = run("rebuild", "--url", url, "--view", view, ok=False)
+    assert "another log" in said and frozen_while_folding[-1] > 1000
+    assert gc.get_freeze_count() == 0
+
+    # A host that froze its own objects: left frozen, and not frozen further by us.
+    monkeypatch.setattr(ViewFolder, "run", watched_run)
+    gc.freeze()
+    try:
+        own = gc.get_freeze_count()
+        run("rebuild", "--url", url, "--view", view)
+        assert frozen_while_folding[-1] == own and gc.get_freeze_count() == own
+    finally:
+        gc.unfreeze()
+
+
 def test_writes_say_what_they_wrote_and_an_age_without_a_unit_is_seconds(tmp_path):
     """Each write prints what it wrote and where (the id or key, then topic/partition@offset;
     with --json, both as JSON), progress goes to stderr so stdout stays the answer, JSON
