@@ -88,7 +88,7 @@ from .retention import Age
 from .scope import MemoryScope
 from .search_index import CACHE_BYTES
 from .vector_clusters import ApproximateSearch
-from .writes import RecordWriter, RememberBuilder
+from .writes import WRITE_DEPTH, RecordWriter, RememberBuilder
 
 if TYPE_CHECKING:
     from .client import Laser
@@ -400,13 +400,19 @@ class MemoryHandle:
             # written, not refused as the log closes under it; begun after a stop, it is
             # refused (a task writing on would hold the stop for ever).
             laser = self._laser
-            token = laser._write_begins()
+            laser._one_write_begins()
             try:
                 [receipt] = await laser._appends.append_batch(self.topic, outgoing)
-            except UnknownTopic:  # the writer makes the topic, if it may, and writes again
-                [receipt] = await self._writer.write((record,))
+            except UnknownTopic:
+                # The writer makes the topic, if it may, and writes again: a step of this
+                # write, which a stop since it began lets finish.
+                token = WRITE_DEPTH.set(WRITE_DEPTH.get() + 1)
+                try:
+                    [receipt] = await self._writer.write((record,))
+                finally:
+                    WRITE_DEPTH.reset(token)
             finally:
-                laser._write_ended(token)
+                laser._one_write_ended()
             self.last_receipt = receipt
             mid = MemoryId._of(record.id)
             mid.receipt = receipt
