@@ -961,7 +961,24 @@ class MemoryState:
                 return
             if only is not None and owner is None and record.scope.tenant != only:
                 return  # another tenant's record without headers, as above
-            checked_for_fold(record)
+            shared = None
+            if (
+                type(record) is Remember
+                and record.embedding is None
+                and record.embedder is None
+                and record.expires_at is None
+                and record.supersedes is None
+                and len(record.id) == 16
+                and record.kind in _KIND_CODES
+                and record.ns == self.namespace
+            ):
+                # A plain remember of a scope an item folded already holds: all that
+                # `checked_for_fold` would check of it is checked (the scope, when that
+                # item folded; the namespace is this fold's, which folded it). Checking it
+                # again was a tenth of a fresh handle's first recall.
+                shared = self._scopes.get(record.scope)
+            if shared is None:
+                checked_for_fold(record)
             checking_headers = True
             check_owner_headers(log_record.headers, record)
             checking_headers = False
@@ -999,7 +1016,8 @@ class MemoryState:
                     # A new item, the most common record: its state is what
                     # `ItemState().apply` makes of this remember, made at once.
                     scope = record.scope
-                    shared = self._scopes.get(scope)
+                    if shared is None:
+                        shared = self._scopes.get(scope)
                     if shared is None:
                         # Kept even when met once: its item holds it anyway, and
                         # asking a doorkeeper first cost more than the entry.

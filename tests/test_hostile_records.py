@@ -106,6 +106,8 @@ async def test_every_fold_path_sets_hostile_records_aside_and_goes_on(
                 # NaN and an infinity: a NaN vector outranked every item in hybrid recall.
                 {"embedding": NAN + b"\x00\x00\x80?", "embedder": "test/nan"},
                 {"embedding": b"\x00\x00\x80?" + INF, "embedder": "test/inf"},
+                # A label without a vector: no model's, yet checked all the same.
+                {"embedder": "no slash"},
                 {"expires_at": 1 << 63},
                 {"supersedes": b"\x01" * 15},
             )
